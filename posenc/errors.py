@@ -1,0 +1,51 @@
+"""Domain errors of posenc.
+
+Library code raises these (never ``assert``); the service maps them to HTTP status codes in one
+place (``service/errors.py``). Every message states the numbers involved, e.g.
+``d_model must be even, got 7``.
+"""
+
+from __future__ import annotations
+
+
+class PosencError(ValueError):
+    """Base class of every error posenc raises on bad input.
+
+    Attributes:
+        field: name of the offending argument (the request field in the service), or ``None``.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidArgument(PosencError):
+    """An argument is out of its allowed range or inconsistent with another one (HTTP 422)."""
+
+
+class TokenOutOfRange(InvalidArgument):
+    """A token id lies outside ``[0, vocab_size)``; ``field`` is ``input_ids[ROW][COL]``."""
+
+
+class TooLarge(PosencError):
+    """The output would exceed a size limit (HTTP 413). Raised before anything is allocated.
+
+    Attributes:
+        limit: the limit, in elements.
+        requested: the number of elements asked for.
+    """
+
+    def __init__(self, message: str, *, limit: int, requested: int, field: str | None = None) -> None:
+        super().__init__(message, field=field)
+        self.limit = limit
+        self.requested = requested
+
+
+class DeviceUnavailable(PosencError):
+    """A device was asked for that this machine does not have (e.g. ``cuda`` without a GPU)."""
+
+
+class UnknownName(PosencError):
+    """A model or preset name that is not known (HTTP 404 or 422 depending on where it appears)."""
