@@ -14,6 +14,16 @@ from posenc.errors import (
     TooLarge,
     UnknownName,
 )
+from posenc.rope import (
+    RopeLayout,
+    RopeScaling,
+    RopeTables,
+    RotaryEmbedding,
+    ScalingType,
+    apply_rope,
+    rope_cos_sin,
+    rope_inv_freq,
+)
 
 __version__ = "0.1.0"
 
@@ -21,10 +31,18 @@ __all__ = [
     "DeviceUnavailable",
     "InvalidArgument",
     "PosencError",
+    "RopeLayout",
+    "RopeScaling",
+    "RopeTables",
+    "RotaryEmbedding",
+    "ScalingType",
     "TokenOutOfRange",
     "TooLarge",
     "UnknownName",
     "__version__",
+    "apply_rope",
     "resolve_device",
     "resolve_dtype",
+    "rope_cos_sin",
+    "rope_inv_freq",
 ]

@@ -1,0 +1,701 @@
+"""Rotary position embeddings (RoPE) with the scaling schemes of Hugging Face transformers.
+
+RoPE rotates each pair of query/key channels by an angle ``θ = p · ω_i`` proportional to the
+token position ``p`` (Su et al., 2021, "RoFormer: Enhanced Transformer with Rotary Position
+Embedding"), so that ``<rope(q, m), rope(k, n)>`` depends only on ``m − n``. Two layouts pair the
+channels differently:
+
+- ``half`` (GPT-NeoX, Llama): channel ``i`` pairs with ``i + R/2``;
+  ``cos = cat(cos θ, cos θ)`` and the rotation is ``rotate_half``.
+- ``interleaved`` (GPT-J, RoFormer): channel ``2i`` pairs with ``2i + 1``; each angle is
+  repeated twice in place and the rotation is ``rotate_every_two``.
+
+Partial rotary (GPT-NeoX ``rotary_pct``): only the first ``R = rotary_dim`` channels of a head of
+``Dh`` channels are rotated; the rest pass through unchanged.
+
+The inverse frequencies and attention scaling of every scaling type match transformers'
+``ROPE_INIT_FUNCTIONS`` (``transformers/modeling_rope_utils.py``):
+
+- ``linear``: position interpolation (kaiokendev; Chen et al., 2023): ``ω_i / factor``.
+- ``dynamic``: dynamic NTK (bloc97, emozilla): the base grows with the sequence length.
+- ``yarn``: YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of LLMs").
+- ``longrope``: LongRoPE (Ding et al., 2024; microsoft/LongRoPE, Phi-3).
+- ``llama3``: the frequency-band rescaling of Llama 3.1 (meta-llama/llama-models).
+
+Where transformers reads a value from the model config rather than from ``rope_parameters``,
+posenc takes it from :class:`RopeScaling` instead (the library has no model config):
+
+- ``dynamic``: ``original_max_position_embeddings`` stands for transformers'
+  ``config.max_position_embeddings`` (the length above which the base is rescaled).
+- ``longrope`` and ``yarn``: ``factor`` must be given; transformers falls back to
+  ``config.max_position_embeddings / original_max_position_embeddings`` when it is missing, so
+  pass that ratio. (``longrope`` may omit ``factor`` when ``attention_factor`` is given, since
+  the factor is used only to derive the attention factor there.)
+
+Angles are computed in float64 (inverse frequencies, ``positions × inv_freq``, cos and sin, times
+the attention scaling) and cast once at the end, so float32 tables stay within 1e-6 of the
+float64 formula at every position below 2**20, where transformers' float32 angle arithmetic is off
+by about 1e-2.
+
+Notation used for tensor shapes: ``B`` batch, ``H`` heads, ``T`` sequence length, ``Dh`` head
+dimension, ``R`` rotary dimension (``R ≤ Dh``, even).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+from posenc.errors import InvalidArgument
+
+RopeLayout = Literal["half", "interleaved"]
+ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
+
+ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
+SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
+
+# Required parameters of each scaling type (besides ``type``), as transformers' validators
+# require them; yarn's and llama3's `original_max_position_embeddings` and dynamic's are required
+# here because transformers would otherwise take it from the model config.
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    "linear": ("factor",),
+    "dynamic": ("factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
+    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+}
+
+# transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
+_YARN_BETA_FAST = 32.0
+_YARN_BETA_SLOW = 1.0
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE scaling scheme, with the parameter names of transformers' ``rope_parameters``.
+
+    Only the parameters of the chosen ``type`` are read; see the module docstring for where
+    posenc takes a value that transformers would read from the model config.
+
+    Attributes:
+        type: ``linear``, ``dynamic``, ``yarn``, ``longrope`` or ``llama3``.
+        factor: context extension factor (all types; optional for ``longrope`` when
+            ``attention_factor`` is given).
+        original_max_position_embeddings: the pretraining context length. ``dynamic`` rescales the
+            base and ``longrope`` switches to ``long_factor`` only when ``max(positions) + 1``
+            exceeds it; ``yarn`` and ``llama3`` use it to place their frequency bands.
+        beta_fast: YaRN: rotations at which extrapolation ends (default 32).
+        beta_slow: YaRN: rotations at which interpolation begins (default 1).
+        mscale: YaRN (DeepSeek): numerator ``mscale`` of the attention factor.
+        mscale_all_dim: YaRN (DeepSeek): denominator ``mscale`` of the attention factor.
+        attention_factor: YaRN and LongRoPE: explicit attention scaling (else derived from
+            ``factor``).
+        low_freq_factor: Llama 3: wavelengths above ``original / low_freq_factor`` are divided
+            by ``factor``.
+        high_freq_factor: Llama 3: wavelengths below ``original / high_freq_factor`` are kept.
+        short_factor: LongRoPE: ``R/2`` per-frequency divisors used up to the original length.
+        long_factor: LongRoPE: ``R/2`` per-frequency divisors used beyond the original length.
+        truncate: YaRN: round the correction range outwards to whole dimensions (default True).
+    """
+
+    type: ScalingType
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    truncate: bool | None = None
+
+    def __post_init__(self) -> None:
+        _validate_scaling(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RopeScaling:
+        """Build from a transformers-style ``rope_parameters`` / ``rope_scaling`` mapping.
+
+        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and
+        ``partial_rotary_factor`` are not scaling parameters here (they are ``base`` and
+        ``rotary_dim``) and are rejected like any other unknown key.
+
+        Raises:
+            InvalidArgument: unknown keys, a missing or unknown type, a missing required parameter
+                (``field`` is e.g. ``scaling.factor``) or a value out of range.
+        """
+        if not isinstance(d, Mapping):
+            raise InvalidArgument(
+                f"scaling must be an object, got {type(d).__name__}", field="scaling"
+            )
+        params = dict(d)
+        if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
+            raise InvalidArgument(
+                f"scaling.type {params['type']!r} and scaling.rope_type {params['rope_type']!r} "
+                "disagree; give one of them",
+                field="scaling.type",
+            )
+        if "rope_type" in params:
+            params["type"] = params.pop("rope_type")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise InvalidArgument(
+                f"unknown scaling parameter(s) {unknown}; allowed: {sorted(known)} "
+                "(rope_type is accepted as an alias of type)",
+                field=f"scaling.{unknown[0]}",
+            )
+        for name in ("short_factor", "long_factor"):
+            value = params.get(name)
+            if value is not None:
+                if isinstance(value, str | bytes) or not isinstance(value, Sequence | Tensor):
+                    raise InvalidArgument(
+                        f"scaling.{name} must be a list of numbers, got {type(value).__name__}",
+                        field=f"scaling.{name}",
+                    )
+                params[name] = tuple(float(v) for v in value)
+        return cls(**params)
+
+
+@dataclass(frozen=True)
+class RopeTables:
+    """The tables :func:`rope_cos_sin` returns.
+
+    Attributes:
+        cos: ``(T, R)`` cosines, attention scaling already applied, in the requested dtype.
+        sin: ``(T, R)`` sines, attention scaling already applied.
+        inv_freq: ``(R/2,)`` inverse frequencies after scaling.
+        attention_scaling: the factor ``cos`` and ``sin`` were multiplied by (1.0 unless ``yarn``
+            or ``longrope``).
+    """
+
+    cos: Tensor
+    sin: Tensor
+    inv_freq: Tensor
+    attention_scaling: float
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_positive(name: str, value: Any) -> None:
+    if not _is_number(value) or not math.isfinite(value) or value <= 0:
+        raise InvalidArgument(
+            f"scaling.{name} must be a finite number > 0, got {value!r}", field=f"scaling.{name}"
+        )
+
+
+def _validate_scaling(s: RopeScaling) -> None:
+    """Check the parameters of ``s`` for its type; raise InvalidArgument naming the field."""
+    if s.type not in SCALING_TYPES:
+        raise InvalidArgument(
+            f"scaling.type must be one of {list(SCALING_TYPES)}, got {s.type!r}",
+            field="scaling.type",
+        )
+    for name in _REQUIRED[s.type]:
+        if getattr(s, name) is None:
+            raise InvalidArgument(
+                f"scaling.{name} is required for {s.type} scaling", field=f"scaling.{name}"
+            )
+    if s.type == "longrope" and s.factor is None and s.attention_factor is None:
+        raise InvalidArgument(
+            "scaling.factor is required for longrope scaling unless scaling.attention_factor is "
+            "given (transformers uses max_position_embeddings / original_max_position_embeddings; "
+            "pass that ratio as factor)",
+            field="scaling.factor",
+        )
+    for name in (
+        "factor",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "low_freq_factor",
+        "high_freq_factor",
+    ):
+        value = getattr(s, name)
+        if value is not None:
+            _check_positive(name, value)
+    for name in ("mscale", "mscale_all_dim"):
+        value = getattr(s, name)
+        if value is not None and (not _is_number(value) or not math.isfinite(value)):
+            raise InvalidArgument(
+                f"scaling.{name} must be a finite number, got {value!r}", field=f"scaling.{name}"
+            )
+    omax = s.original_max_position_embeddings
+    if omax is not None and (not isinstance(omax, int) or isinstance(omax, bool) or omax < 1):
+        raise InvalidArgument(
+            f"scaling.original_max_position_embeddings must be an integer >= 1, got {omax!r}",
+            field="scaling.original_max_position_embeddings",
+        )
+    if s.truncate is not None and not isinstance(s.truncate, bool):
+        raise InvalidArgument(
+            f"scaling.truncate must be true or false, got {s.truncate!r}", field="scaling.truncate"
+        )
+    for name in ("short_factor", "long_factor"):
+        values = getattr(s, name)
+        if values is None:
+            continue
+        for i, v in enumerate(values):
+            if not _is_number(v) or not math.isfinite(v) or v <= 0:
+                raise InvalidArgument(
+                    f"scaling.{name}[{i}] must be a finite number > 0, got {v!r}",
+                    field=f"scaling.{name}",
+                )
+    if s.type == "yarn":
+        fast = s.beta_fast if s.beta_fast is not None else _YARN_BETA_FAST
+        slow = s.beta_slow if s.beta_slow is not None else _YARN_BETA_SLOW
+        if fast < slow:
+            raise InvalidArgument(
+                f"scaling.beta_fast must be >= scaling.beta_slow, got beta_fast={fast} and "
+                f"beta_slow={slow}",
+                field="scaling.beta_fast",
+            )
+    if s.type == "llama3" and s.high_freq_factor <= s.low_freq_factor:  # type: ignore[operator]
+        raise InvalidArgument(
+            f"scaling.high_freq_factor must be greater than scaling.low_freq_factor, got "
+            f"high_freq_factor={s.high_freq_factor} and low_freq_factor={s.low_freq_factor}",
+            field="scaling.high_freq_factor",
+        )
+
+
+def _check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
+    if not isinstance(rotary_dim, int) or isinstance(rotary_dim, bool):
+        raise InvalidArgument(f"{field} must be an integer, got {rotary_dim!r}", field=field)
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise InvalidArgument(
+            f"{field} must be an even integer >= 2, got {rotary_dim}", field=field
+        )
+
+
+def _check_base(base: Any) -> None:
+    if not _is_number(base) or not math.isfinite(base) or base <= 1:
+        raise InvalidArgument(f"base must be a finite number > 1, got {base!r}", field="base")
+
+
+def _check_layout(layout: Any) -> None:
+    if layout not in ROPE_LAYOUTS:
+        raise InvalidArgument(
+            f"layout must be one of {list(ROPE_LAYOUTS)}, got {layout!r}", field="layout"
+        )
+
+
+def _yarn(
+    base_inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling
+) -> tuple[Tensor, float]:
+    """YaRN (Peng et al., 2023) as transformers' ``_compute_yarn_parameters``, in float64."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    omax = s.original_max_position_embeddings
+
+    def get_mscale(scale: float, mscale: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+    if s.attention_factor is not None:
+        attention_factor = float(s.attention_factor)
+    elif s.mscale and s.mscale_all_dim:  # truthiness as in transformers: 0 means "not given"
+        attention_factor = get_mscale(factor, s.mscale) / get_mscale(factor, s.mscale_all_dim)
+    else:
+        attention_factor = get_mscale(factor)
+
+    beta_fast = s.beta_fast if s.beta_fast is not None else _YARN_BETA_FAST
+    beta_slow = s.beta_slow if s.beta_slow is not None else _YARN_BETA_SLOW
+
+    def correction_dim(num_rotations: float) -> float:
+        # the dimension whose wavelength fits num_rotations times into the original context
+        return (rotary_dim * math.log(omax / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.truncate is None or s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: prevent a zero-width ramp
+
+    ramp = torch.arange(rotary_dim // 2, dtype=torch.float64)
+    ramp = ((ramp - low) / (high - low)).clamp(0, 1)  # (R/2,)
+    extrapolation = 1 - ramp  # 1 keeps ω_i (high frequencies), 0 uses ω_i / factor
+    inv_freq = (base_inv_freq / factor) * (1 - extrapolation) + base_inv_freq * extrapolation
+    return inv_freq, attention_factor
+
+
+def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
+    """Llama 3.1 band rescaling as transformers' ``_compute_llama3_parameters``, in float64."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    low_ff = float(s.low_freq_factor)  # type: ignore[arg-type]
+    high_ff = float(s.high_freq_factor)  # type: ignore[arg-type]
+    old_context_len = float(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    low_freq_wavelen = old_context_len / low_ff
+    high_freq_wavelen = old_context_len / high_ff
+
+    wavelen = 2 * math.pi / base_inv_freq  # (R/2,)
+    inv_freq = torch.where(wavelen > low_freq_wavelen, base_inv_freq / factor, base_inv_freq)
+    smooth = (old_context_len / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    return torch.where(is_medium, smoothed, inv_freq)
+
+
+def rope_inv_freq(
+    rotary_dim: int,
+    base: float = 10000.0,
+    scaling: RopeScaling | None = None,
+    *,
+    seq_len: int | None = None,
+) -> tuple[Tensor, float]:
+    """Inverse frequencies ``ω_i`` and attention scaling, as transformers' ROPE_INIT_FUNCTIONS.
+
+    Unscaled, ``ω_i = base^(−2i/R)`` for ``i < R/2`` (RoFormer). The scaling types follow
+    transformers' ``modeling_rope_utils.py`` formula for formula, evaluated in float64.
+
+    Args:
+        rotary_dim: ``R``, the number of rotated channels (even, ≥ 2).
+        base: ``rope_theta``.
+        scaling: the scaling scheme, or None for plain RoPE.
+        seq_len: the sequence length ``max(positions) + 1``. ``dynamic`` rescales the base as
+            ``base · (factor·L/L0 − (factor − 1))^(R/(R−2))`` only when ``L = seq_len`` exceeds
+            ``L0 = original_max_position_embeddings``; ``longrope`` uses ``long_factor`` only
+            then, else ``short_factor``. None means "within the original length". Ignored by the
+            other types.
+
+    Returns:
+        ``(inv_freq, attention_scaling)``: ``(R/2,)`` float64 on the CPU, and a float.
+
+    Raises:
+        InvalidArgument: odd or non-positive ``rotary_dim``, ``base ≤ 1``, ``short_factor`` /
+            ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``.
+    """
+    _check_rotary_dim(rotary_dim)
+    _check_base(base)
+    if seq_len is not None and (
+        not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1
+    ):
+        raise InvalidArgument(f"seq_len must be an integer >= 1, got {seq_len!r}", field="seq_len")
+    if scaling is not None and not isinstance(scaling, RopeScaling):
+        raise InvalidArgument(
+            f"scaling must be a RopeScaling or None, got {type(scaling).__name__}", field="scaling"
+        )
+    base = float(base)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    inv_freq = 1.0 / (base**exponents)
+    if scaling is None:
+        return inv_freq, 1.0
+
+    kind = scaling.type
+    if kind == "linear":
+        return inv_freq / float(scaling.factor), 1.0  # type: ignore[arg-type]
+
+    if kind == "dynamic":
+        if rotary_dim < 4:
+            raise InvalidArgument(
+                f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
+                f"got {rotary_dim}",
+                field="rotary_dim",
+            )
+        omax = scaling.original_max_position_embeddings
+        length = max(seq_len if seq_len is not None else omax, omax)  # type: ignore[type-var]
+        if length == omax:
+            return inv_freq, 1.0
+        factor = float(scaling.factor)  # type: ignore[arg-type]
+        new_base = base * ((factor * length / omax) - (factor - 1)) ** (
+            rotary_dim / (rotary_dim - 2)
+        )
+        return 1.0 / (new_base**exponents), 1.0
+
+    if kind == "yarn":
+        return _yarn(inv_freq, rotary_dim, base, scaling)
+
+    if kind == "longrope":
+        half = rotary_dim // 2
+        for name in ("short_factor", "long_factor"):
+            n = len(getattr(scaling, name))
+            if n != half:
+                raise InvalidArgument(
+                    f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
+                    field=f"scaling.{name}",
+                )
+        omax = scaling.original_max_position_embeddings
+        if scaling.attention_factor is not None:
+            attention_factor = float(scaling.attention_factor)
+        elif scaling.factor <= 1.0:  # type: ignore[operator]
+            attention_factor = 1.0
+        else:
+            attention_factor = math.sqrt(
+                1 + math.log(scaling.factor) / math.log(omax)  # type: ignore[arg-type]
+            )
+        use_long = seq_len is not None and seq_len > omax  # type: ignore[operator]
+        ext = scaling.long_factor if use_long else scaling.short_factor
+        ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
+        return 1.0 / (ext_factors * base**exponents), attention_factor
+
+    # llama3
+    return _llama3(inv_freq, scaling), 1.0
+
+
+def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | None) -> Tensor:
+    """Exactly one of ``positions`` / ``seq_len`` → a ``(T,)`` int64 CPU tensor of positions."""
+    if (positions is None) == (seq_len is None):
+        raise InvalidArgument(
+            "give exactly one of positions or seq_len"
+            f" (got positions={'None' if positions is None else '...'}, seq_len={seq_len!r})",
+            field="positions",
+        )
+    if seq_len is not None:
+        if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
+            raise InvalidArgument(
+                f"seq_len must be an integer >= 1, got {seq_len!r}", field="seq_len"
+            )
+        return torch.arange(seq_len, dtype=torch.int64)
+    if isinstance(positions, Tensor):
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise InvalidArgument(
+                f"positions must be integers, got a tensor of {positions.dtype}", field="positions"
+            )
+        if positions.dim() != 1:
+            raise InvalidArgument(
+                f"positions must be 1-D, got shape {tuple(positions.shape)}", field="positions"
+            )
+        pos = positions.detach().to(device="cpu", dtype=torch.int64)
+    else:
+        values = list(positions)  # type: ignore[arg-type]
+        for i, p in enumerate(values):
+            if not isinstance(p, int) or isinstance(p, bool):
+                raise InvalidArgument(
+                    f"positions[{i}] must be an integer, got {p!r}", field=f"positions[{i}]"
+                )
+        pos = torch.tensor(values, dtype=torch.int64)
+    if pos.numel() == 0:
+        raise InvalidArgument("positions must not be empty", field="positions")
+    low = int(pos.min())
+    if low < 0:
+        i = int((pos < 0).nonzero()[0, 0])
+        raise InvalidArgument(
+            f"positions must be >= 0, got positions[{i}] = {int(pos[i])}", field=f"positions[{i}]"
+        )
+    return pos
+
+
+def _tables(
+    positions: Tensor,
+    inv_freq: Tensor,
+    attention_scaling: float,
+    layout: RopeLayout,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast."""
+    angles = positions.to(torch.float64)[..., None] * inv_freq.to(  # (..., R/2)
+        device=positions.device, dtype=torch.float64
+    )
+    if layout == "half":
+        angles = torch.cat((angles, angles), dim=-1)  # (..., R): [θ_0 … θ_{R/2−1} | same]
+    else:
+        angles = angles.repeat_interleave(2, dim=-1)  # (..., R): θ_0 θ_0 θ_1 θ_1 …
+    cos = (angles.cos() * attention_scaling).to(dtype)
+    sin = (angles.sin() * attention_scaling).to(dtype)
+    return cos, sin
+
+
+def rope_cos_sin(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    rotary_dim: int,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> RopeTables:
+    """RoPE cos/sin tables for the given positions, attention scaling included.
+
+    ``half`` (GPT-NeoX, Llama; transformers' ``LlamaRotaryEmbedding``): ``cos = cat(cos θ, cos θ)``.
+    ``interleaved`` (GPT-J, RoFormer): each angle repeated twice in place. ``θ[t, i] =
+    positions[t] · inv_freq[i]`` with ``inv_freq`` from :func:`rope_inv_freq`, given
+    ``seq_len = max(positions) + 1``.
+
+    Args:
+        positions: ``(T,)`` integers ≥ 0 (a sequence or a 1-D integer tensor); or
+        seq_len: ``T``, meaning positions ``0 … T−1``. Exactly one of the two.
+        rotary_dim: ``R`` (even, ≥ 2).
+        base: ``rope_theta``.
+        layout: ``"half"`` or ``"interleaved"``.
+        scaling: the scaling scheme, or None.
+        device: where the tables are computed and returned (None: CPU).
+        dtype: the dtype of the returned tensors (all arithmetic is float64 before it).
+
+    Returns:
+        :class:`RopeTables` with ``cos`` and ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``, all in
+        ``dtype`` on ``device``, and the attention scaling.
+
+    Raises:
+        InvalidArgument: see :func:`rope_inv_freq`; also a bad layout, negative or non-integer
+            positions, or both / neither of ``positions`` and ``seq_len``.
+    """
+    _check_layout(layout)
+    pos = _positions_tensor(positions, seq_len)
+    length = int(pos.max()) + 1
+    inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    cos, sin = _tables(pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype)
+    return RopeTables(
+        cos=cos,
+        sin=sin,
+        inv_freq=inv_freq.to(device=dev, dtype=dtype),
+        attention_scaling=attention_scaling,
+    )
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1 | x2] → [−x2 | x1]`` on the last dim (GPT-NeoX, Llama)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x: Tensor) -> Tensor:
+    """``(x0, x1, x2, x3, …) → (−x1, x0, −x3, x2, …)`` on the last dim (GPT-J, RoFormer)."""
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x_odd, x_even), dim=-1).flatten(-2)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "half") -> Tensor:
+    """Rotate the first ``R`` channels of each head of ``x``; leave the other ``Dh − R``.
+
+    ``out_rot = x_rot · cos + rotate(x_rot) · sin`` with ``rotate_half`` (``half``) or
+    ``rotate_every_two`` (``interleaved``): transformers' ``apply_rotary_pos_emb`` of Llama and
+    of GPT-J, with GPT-NeoX's partial rotary (``rotary_pct``). The product is taken in ``x``'s
+    dtype (cos and sin are cast to it, as transformers does).
+
+    Args:
+        x: ``(B, H, T, Dh)`` queries or keys.
+        cos: ``(T, R)``, or ``(B, T, R)`` for per-row positions, from :func:`rope_cos_sin` with
+            the same ``layout``.
+        sin: same shape as ``cos``.
+        layout: ``"half"`` or ``"interleaved"``.
+
+    Returns:
+        ``(B, H, T, Dh)``, same dtype as ``x``.
+
+    Raises:
+        InvalidArgument: shapes that do not fit, an odd ``R``, or ``R > Dh``.
+    """
+    _check_layout(layout)
+    if x.dim() != 4:
+        raise InvalidArgument(f"x must be (B, H, T, Dh), got shape {tuple(x.shape)}", field="x")
+    if cos.shape != sin.shape:
+        raise InvalidArgument(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}",
+            field="sin",
+        )
+    if cos.dim() not in (2, 3):
+        raise InvalidArgument(
+            f"cos must be (T, R) or (B, T, R), got shape {tuple(cos.shape)}", field="cos"
+        )
+    head_dim, rotary_dim, t = x.shape[-1], cos.shape[-1], x.shape[-2]
+    if rotary_dim % 2 or rotary_dim == 0:
+        raise InvalidArgument(f"rotary_dim must be even and > 0, got {rotary_dim}", field="cos")
+    if rotary_dim > head_dim:
+        raise InvalidArgument(
+            f"rotary_dim must be <= head_dim, got rotary_dim={rotary_dim} and head_dim={head_dim}",
+            field="rotary_dim",
+        )
+    if cos.shape[-2] != t:
+        raise InvalidArgument(f"cos has {cos.shape[-2]} positions but x has T = {t}", field="cos")
+    if cos.dim() == 3:
+        if cos.shape[0] not in (1, x.shape[0]):
+            raise InvalidArgument(
+                f"cos has batch {cos.shape[0]} but x has B = {x.shape[0]}", field="cos"
+            )
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, R)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]  # (B, H, T, R), (B, H, T, Dh − R)
+    rotate = rotate_half if layout == "half" else rotate_every_two
+    out = x_rot * cos + rotate(x_rot) * sin
+    return torch.cat((out, x_pass), dim=-1) if rotary_dim < head_dim else out
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding of queries and keys, built on :func:`rope_cos_sin`.
+
+    RoFormer (Su et al., 2021), with GPT-NeoX's partial rotary and the scaling types of
+    transformers' ``ROPE_INIT_FUNCTIONS``. For the static types (none, ``linear``, ``yarn``,
+    ``llama3``) the tables for positions ``0 … max_seq_len − 1`` are cached in :meth:`rope_init`
+    as non-persistent buffers; ``dynamic`` and ``longrope`` depend on ``max(positions) + 1`` and
+    positions beyond the cache are computed on the fly (stateless, unlike transformers' dynamic
+    update which keeps the largest length seen).
+
+    Args:
+        head_dim: ``Dh`` (even).
+        rotary_dim: ``R`` (even, ≤ ``Dh``); None means ``Dh``.
+        base: ``rope_theta``.
+        layout: ``"half"`` or ``"interleaved"``.
+        scaling: the scaling scheme, or None.
+        max_seq_len: number of cached positions.
+    """
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: int | None = None,
+        base: float = 10000.0,
+        layout: RopeLayout = "half",
+        scaling: RopeScaling | None = None,
+        max_seq_len: int = 4096,
+    ) -> None:
+        super().__init__()
+        _check_rotary_dim(head_dim, "head_dim")
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        _check_rotary_dim(rotary_dim)
+        if rotary_dim > head_dim:
+            raise InvalidArgument(
+                f"rotary_dim must be <= head_dim, got rotary_dim={rotary_dim} and "
+                f"head_dim={head_dim}",
+                field="rotary_dim",
+            )
+        _check_layout(layout)
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim
+        self.base = base
+        self.layout: RopeLayout = layout
+        self.scaling = scaling
+        self.max_seq_len = max_seq_len
+        self.rope_init()
+
+    def rope_init(self) -> None:
+        """(Re)build the cached tables ``cos``, ``sin`` ``(max_seq_len, R)`` in float32."""
+        tables = rope_cos_sin(
+            seq_len=self.max_seq_len,
+            rotary_dim=self.rotary_dim,
+            base=self.base,
+            layout=self.layout,
+            scaling=self.scaling,
+        )
+        self.attention_scaling = tables.attention_scaling
+        self.register_buffer("cos", tables.cos, persistent=False)
+        self.register_buffer("sin", tables.sin, persistent=False)
+
+    def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin ``(..., R)`` for integer ``positions`` of shape ``(T,)`` or ``(B, T)``."""
+        length = int(positions.max()) + 1
+        length_dependent = self.scaling is not None and self.scaling.type in ("dynamic", "longrope")
+        if not length_dependent and length <= self.max_seq_len:
+            idx = positions.to(device=self.cos.device, dtype=torch.int64)
+            return self.cos[idx], self.sin[idx]
+        inv_freq, scale = rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=length)
+        return _tables(positions.to(torch.int64), inv_freq, scale, self.layout, torch.float32)
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate ``x`` ``(B, H, T, Dh)`` at ``positions`` ``(T,)`` or ``(B, T)`` (default 0…T−1)."""
+        if positions is None:
+            positions = torch.arange(x.shape[-2], device=x.device)
+        _positions_tensor(positions.reshape(-1), None)  # validates: integers >= 0, not empty
+        cos, sin = self.tables(positions)
+        return apply_rope(x, cos, sin, layout=self.layout)
