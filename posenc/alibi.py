@@ -1,0 +1,164 @@
+"""ALiBi: attention with linear biases.
+
+Press, Smith and Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
+Extrapolation" (ICLR 2022). Reference implementations: the authors' fairseq code
+(``ofirpress/attention_with_linear_biases``), BLOOM (``transformers`` ``build_alibi_tensor``) and
+MPT (``llm-foundry`` ``gen_slopes``, ``alibi_bias_max``); all three give the same slopes.
+
+Notation used for tensor shapes:
+    H: number of heads.
+    T: query (sequence) length.
+    S: key length (``S >= T``; with a key/value cache the ``T`` queries are the last ``T`` of
+       the ``S`` positions, so query ``i`` sits at position ``i + S - T``).
+
+Slopes and biases are computed in float64 and cast once to the requested dtype.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from posenc.device import resolve_device, resolve_dtype
+from posenc.errors import InvalidArgument
+
+AlibiMode = Literal["causal", "symmetric"]
+
+_MODES: tuple[str, ...] = ("causal", "symmetric")
+
+
+def _device_or_cpu(device: str | torch.device | None) -> torch.device:
+    return torch.device("cpu") if device is None else resolve_device(device)
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
+    if value < minimum:
+        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+def _check_max_bias(max_bias: float) -> float:
+    if isinstance(max_bias, bool) or not isinstance(max_bias, int | float):
+        raise InvalidArgument(f"max_bias must be a number, got {max_bias!r}", field="max_bias")
+    if not math.isfinite(max_bias) or max_bias <= 0:
+        raise InvalidArgument(
+            f"max_bias must be a finite number > 0, got {max_bias}", field="max_bias"
+        )
+    return float(max_bias)
+
+
+def _slope_exponents(num_heads: int, max_bias: float) -> torch.Tensor:
+    """Exponents ``e_h`` with ``m_h = 2**e_h``, float64, shape (H,)."""
+    p = 1 << (num_heads.bit_length() - 1)  # largest power of two <= num_heads
+    heads = torch.arange(1, p + 1, dtype=torch.float64)
+    exponents = -max_bias * heads / p  # the p slopes for p heads
+    if p != num_heads:
+        # the even-indexed slopes (0, 2, 4, ...) of the 2p-head list: 1-based heads 1, 3, 5, ...
+        odd = torch.arange(1, 2 * (num_heads - p), 2, dtype=torch.float64)
+        exponents = torch.cat([exponents, -max_bias * odd / (2 * p)])
+    return exponents
+
+
+def alibi_slopes(
+    num_heads: int,
+    max_bias: float = 8.0,
+    *,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Per-head ALiBi slopes ``m_h`` (Press et al. 2022; BLOOM, MPT).
+
+    For a power of two ``n``, ``m_h = 2**(-max_bias * (h + 1) / n)`` for ``h = 0 .. n-1`` (8 heads
+    give ``2**-1 .. 2**-8``). Otherwise, with ``p`` the largest power of two below ``n``: the ``p``
+    slopes for ``p`` heads followed by the first ``n - p`` of the even-indexed slopes
+    (0, 2, 4, ...) of the ``2p``-head list, as the paper's code, BLOOM and MPT do.
+
+    Args:
+        num_heads: number of heads ``H`` (>= 1).
+        max_bias: the exponent scale (MPT's ``alibi_bias_max``; 8 in the paper and BLOOM).
+        device: where the result lives (None: CPU).
+        dtype: floating dtype of the result (computed in float64, cast once).
+
+    Returns:
+        (H,) slopes, all in ``(0, 1)`` for ``max_bias > 0``.
+
+    Raises:
+        InvalidArgument: ``num_heads < 1`` or ``max_bias`` not a finite positive number.
+    """
+    num_heads = _check_int("num_heads", num_heads, 1)
+    max_bias = _check_max_bias(max_bias)
+    dtype = resolve_dtype(dtype)
+    slopes = torch.exp2(_slope_exponents(num_heads, max_bias))  # (H,) float64
+    return slopes.to(device=_device_or_cpu(device), dtype=dtype)
+
+
+def alibi_bias(
+    num_heads: int,
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    mode: AlibiMode = "causal",
+    max_bias: float = 8.0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """The ALiBi attention bias added to the (H, T, S) attention logits.
+
+    Query ``i`` sits at position ``i' = i + S - T`` (the last ``T`` of ``S`` positions, as in
+    cached decoding); key ``j`` at position ``j``.
+
+    - ``causal``: ``bias[h, i, j] = -m_h * (i' - j)`` for ``j <= i'`` and ``-inf`` for ``j > i'``
+      (the future is masked).
+    - ``symmetric``: ``bias[h, i, j] = -m_h * |i' - j|`` (bidirectional, no mask).
+
+    The diagonal is ``+0.0``. BLOOM and MPT instead add one row, ``m_h * j`` (MPT:
+    ``m_h * (j - S + 1)``), broadcast over the queries; that differs from this by a constant per
+    query, so the causal softmax is the same. This is the paper's form.
+
+    Args:
+        num_heads: number of heads ``H`` (>= 1).
+        seq_len: number of queries ``T`` (>= 1).
+        key_len: number of keys ``S`` (>= ``T``; default ``T``).
+        mode: ``"causal"`` (default) or ``"symmetric"``.
+        max_bias: the slope exponent scale, see :func:`alibi_slopes`.
+        device: where the result lives (None: CPU).
+        dtype: floating dtype of the result (computed in float64, cast once).
+
+    Returns:
+        (H, T, S) bias.
+
+    Raises:
+        InvalidArgument: a size below 1, ``key_len < seq_len``, an unknown ``mode``.
+    """
+    num_heads = _check_int("num_heads", num_heads, 1)
+    seq_len = _check_int("seq_len", seq_len, 1)
+    key_len = seq_len if key_len is None else _check_int("key_len", key_len, 1)
+    if key_len < seq_len:
+        raise InvalidArgument(
+            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
+            f"positions), got key_len={key_len} and seq_len={seq_len}",
+            field="key_len",
+        )
+    if mode not in _MODES:
+        raise InvalidArgument(f"mode must be one of {list(_MODES)}, got {mode!r}", field="mode")
+    max_bias = _check_max_bias(max_bias)
+    dtype = resolve_dtype(dtype)
+    dev = _device_or_cpu(device)
+
+    slopes = torch.exp2(_slope_exponents(num_heads, max_bias)).to(dev)  # (H,) float64
+    query_pos = torch.arange(seq_len, device=dev) + (key_len - seq_len)  # (T,) int64
+    key_pos = torch.arange(key_len, device=dev)  # (S,) int64
+    rel = key_pos[None, :] - query_pos[:, None]  # (T, S) int64: j - i'
+    # Negate in integers so that the diagonal is +0.0, never -0.0.
+    dist = rel if mode == "causal" else -rel.abs()  # (T, S), <= 0 wherever unmasked
+    bias = slopes[:, None, None] * dist.to(torch.float64)[None]  # (H, T, S)
+    if mode == "causal":
+        bias = bias.masked_fill((rel > 0)[None], float("-inf"))
+    return bias.to(dtype)
+
+
+__all__ = ["AlibiMode", "alibi_bias", "alibi_slopes"]
