@@ -1,0 +1,270 @@
+"""Token embedding plus positional encoding, as the input layer of GPT-2, BERT and Vaswani et al.
+
+``out = F.embedding(ids, token_table) * (sqrt(D) if scale else 1) + positional part``, with the
+positional part one of: a learned table looked up at the position ids (GPT-2 ``wpe``, BERT
+``position_embeddings``), the sinusoidal table at the position ids (Vaswani et al., 2017, §3.4-3.5,
+where the token part is scaled by ``sqrt(D)``), or nothing. For float32 tables the result is
+bit-exact to ``wte[ids] + wpe[pos]`` (the reference: transformers ``GPT2Model.forward``). No
+dropout. Padded slots (mask 0) are zeros.
+
+Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model dimension,
+``V`` vocabulary size, ``P`` table positions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Literal, get_args
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from posenc.errors import InvalidArgument, TokenOutOfRange
+from posenc.sinusoidal import sinusoidal_table
+
+if TYPE_CHECKING:
+    from posenc.models import EmbeddingModel
+
+Positional = Literal["learned", "sinusoidal", "none"]
+
+_POSITIONALS: tuple[str, ...] = get_args(Positional)
+
+
+def _first_true(bad: Tensor) -> tuple[int, int]:
+    """Row and column of the first (row-major) True of a ``(B, T)`` bool tensor."""
+    row, col = torch.nonzero(bad)[0].tolist()
+    return int(row), int(col)
+
+
+def _check_ids(x: Tensor, field: str, shape: torch.Size | None = None) -> None:
+    if x.dim() != 2:
+        raise InvalidArgument(
+            f"{field} must be 2-D (B, T), got shape {tuple(x.shape)}", field=field
+        )
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        raise InvalidArgument(
+            f"{field} must hold ints, got dtype {str(x.dtype).removeprefix('torch.')}", field=field
+        )
+    if shape is not None and x.shape != shape:
+        raise InvalidArgument(
+            f"{field} must have the shape of input_ids {tuple(shape)}, got {tuple(x.shape)}",
+            field=field,
+        )
+
+
+def _check_table(table: Tensor, field: str) -> None:
+    if table.dim() != 2 or table.shape[0] < 1 or table.shape[1] < 1:
+        raise InvalidArgument(
+            f"{field} must be a non-empty 2-D table, got shape {tuple(table.shape)}", field=field
+        )
+    if not table.dtype.is_floating_point:
+        raise InvalidArgument(
+            f"{field} must be floating point, got dtype {str(table.dtype).removeprefix('torch.')}",
+            field=field,
+        )
+
+
+def embed_tokens(
+    input_ids: Tensor,
+    *,
+    token_table: Tensor,
+    positional: Positional = "learned",
+    position_table: Tensor | None = None,
+    position_ids: Tensor | None = None,
+    attention_mask: Tensor | None = None,
+    scale: bool = False,
+    sinusoidal_base: float = 10000.0,
+    dtype: torch.dtype | None = None,
+) -> Tensor:
+    """Embed a padded batch of token ids and add the positional encoding.
+
+    The sum is computed in the tables' dtype (float64 when ``dtype`` is float64) and cast once
+    at the end, so float32 tables give exactly ``wte[ids] + wpe[pos]``. Ids and positions are
+    checked only in real slots (mask 1): padded slots are never looked up, and come out as zeros.
+
+    Args:
+        input_ids: ``(B, T)`` integer token ids.
+        token_table: ``(V, D)`` token embedding table (GPT-2 ``wte``).
+        positional: ``"learned"`` (needs ``position_table``), ``"sinusoidal"`` (interleaved,
+            Vaswani et al., computed in float64 and cast to the table dtype) or ``"none"``.
+        position_table: ``(P, D)`` learned position table (GPT-2 ``wpe``).
+        position_ids: ``(B, T)`` integer positions; default the cumulative count of real tokens
+            from 0 (``0 … T-1`` without a mask), pads 0.
+        attention_mask: ``(B, T)`` of 0/1; default all ones.
+        scale: multiply the token part by ``sqrt(D)`` (Vaswani et al., §3.4).
+        sinusoidal_base: the wavelength base of the sinusoidal table.
+        dtype: the output dtype; ``None`` keeps the tables' dtype.
+
+    Returns:
+        ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.
+
+    Raises:
+        TokenOutOfRange: a real token id outside ``[0, V)``; ``field`` is ``input_ids[ROW][COL]``
+            (the first such slot, row-major).
+        InvalidArgument: a real position outside ``[0, P)`` (``field`` ``position_ids[ROW][COL]``),
+            mismatched shapes or widths, an unknown ``positional``.
+    """
+    if positional not in _POSITIONALS:
+        raise InvalidArgument(
+            f"positional must be one of {list(_POSITIONALS)}, got {positional!r}",
+            field="positional",
+        )
+    _check_table(token_table, "token_table")
+    _check_ids(input_ids, "input_ids")
+    vocab_size, d_model = token_table.shape
+    device = token_table.device
+    ids = input_ids.to(device=device, dtype=torch.int64)  # (B, T)
+
+    if attention_mask is None:
+        real = torch.ones_like(ids, dtype=torch.bool)  # (B, T)
+    else:
+        _check_ids(attention_mask, "attention_mask", ids.shape)
+        mask = attention_mask.to(device=device, dtype=torch.int64)
+        bad_mask = (mask != 0) & (mask != 1)
+        if bool(bad_mask.any()):
+            row, col = _first_true(bad_mask)
+            raise InvalidArgument(
+                f"attention_mask must hold 0 or 1, got {int(mask[row, col])} at "
+                f"attention_mask[{row}][{col}]",
+                field=f"attention_mask[{row}][{col}]",
+            )
+        real = mask.bool()
+
+    bad = real & ((ids < 0) | (ids >= vocab_size))
+    if bool(bad.any()):
+        row, col = _first_true(bad)
+        raise TokenOutOfRange(
+            f"token id {int(ids[row, col])} at input_ids[{row}][{col}] is outside "
+            f"[0, {vocab_size}) (vocab_size {vocab_size})",
+            field=f"input_ids[{row}][{col}]",
+        )
+
+    if position_ids is None:
+        pos = (torch.cumsum(real.to(torch.int64), dim=1) - 1).clamp_min(0)  # (B, T)
+    else:
+        _check_ids(position_ids, "position_ids", ids.shape)
+        pos = position_ids.to(device=device, dtype=torch.int64)
+
+    if positional == "learned":
+        if position_table is None:
+            raise InvalidArgument(
+                "positional 'learned' needs a position_table, got None", field="position_table"
+            )
+        _check_table(position_table, "position_table")
+        if position_table.shape[1] != d_model:
+            raise InvalidArgument(
+                f"position_table width must equal the token table's d_model {d_model}, "
+                f"got {position_table.shape[1]}",
+                field="position_table",
+            )
+        num_positions = position_table.shape[0]
+        bad_pos = real & ((pos < 0) | (pos >= num_positions))
+        if bool(bad_pos.any()):
+            row, col = _first_true(bad_pos)
+            raise InvalidArgument(
+                f"position {int(pos[row, col])} at position_ids[{row}][{col}] is outside the "
+                f"learned position table of {num_positions} positions [0, {num_positions})",
+                field=f"position_ids[{row}][{col}]",
+            )
+        work = torch.promote_types(token_table.dtype, position_table.dtype)
+    else:
+        if positional == "sinusoidal":
+            bad_pos = real & (pos < 0)
+            if bool(bad_pos.any()):
+                row, col = _first_true(bad_pos)
+                raise InvalidArgument(
+                    f"position {int(pos[row, col])} at position_ids[{row}][{col}] must be >= 0",
+                    field=f"position_ids[{row}][{col}]",
+                )
+        work = token_table.dtype
+    if dtype == torch.float64:
+        work = torch.float64
+    out_dtype = work if dtype is None else dtype
+
+    # Padded slots are looked up at id/position 0 (always valid) and zeroed at the end.
+    safe_ids = ids.masked_fill(~real, 0)
+    safe_pos = pos.masked_fill(~real, 0)
+
+    out = F.embedding(safe_ids, token_table).to(work)  # (B, T, D)
+    if scale:
+        out = out * math.sqrt(d_model)
+    if positional == "learned":
+        out = out + F.embedding(safe_pos, position_table).to(work)  # (B, T, D)
+    elif positional == "sinusoidal":
+        unique, inverse = torch.unique(safe_pos, return_inverse=True)  # (U,), (B, T)
+        table = sinusoidal_table(
+            unique, d_model=d_model, base=sinusoidal_base, device=device, dtype=torch.float64
+        )  # (U, D)
+        out = out + F.embedding(inverse, table.to(work))  # (B, T, D)
+    out = out.masked_fill(~real[..., None], 0)
+    return out.to(out_dtype)
+
+
+class TokenPositionEmbedding(nn.Module):
+    """The input layer of a transformer: token embedding (× sqrt(D)) plus positional encoding.
+
+    GPT-2 (Radford et al., 2019; transformers ``GPT2Model``: ``wte(ids) + wpe(pos)``), BERT
+    without token types and LayerNorm, and Vaswani et al. (sinusoidal, scaled). Built on
+    :func:`embed_tokens`; the tables are buffers, no dropout.
+
+    Args:
+        token_table: ``(V, D)``.
+        position_table: ``(P, D)``, needed for ``positional="learned"``.
+        positional: ``"learned"``, ``"sinusoidal"`` or ``"none"``.
+        scale: multiply the token part by ``sqrt(D)``.
+        sinusoidal_base: the wavelength base of the sinusoidal table.
+    """
+
+    def __init__(
+        self,
+        token_table: Tensor,
+        position_table: Tensor | None = None,
+        *,
+        positional: Positional = "learned",
+        scale: bool = False,
+        sinusoidal_base: float = 10000.0,
+    ) -> None:
+        super().__init__()
+        if positional not in _POSITIONALS:
+            raise InvalidArgument(
+                f"positional must be one of {list(_POSITIONALS)}, got {positional!r}",
+                field="positional",
+            )
+        if positional == "learned" and position_table is None:
+            raise InvalidArgument(
+                "positional 'learned' needs a position_table, got None", field="position_table"
+            )
+        self.positional: Positional = positional
+        self.scale = scale
+        self.sinusoidal_base = sinusoidal_base
+        self.register_buffer("token_table", token_table)  # (V, D)
+        self.register_buffer("position_table", position_table)  # (P, D) or None
+
+    @classmethod
+    def from_model(cls, model: EmbeddingModel) -> TokenPositionEmbedding:
+        """The input layer of a loaded :class:`~posenc.models.EmbeddingModel`."""
+        return cls(
+            model.token_table, model.position_table, positional=model.positional, scale=model.scale
+        )
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        *,
+        position_ids: Tensor | None = None,
+        attention_mask: Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> Tensor:
+        """Embed ``(B, T)`` token ids; returns ``(B, T, D)`` (see :func:`embed_tokens`)."""
+        return embed_tokens(
+            input_ids,
+            token_table=self.token_table,
+            positional=self.positional,
+            position_table=self.position_table,
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            scale=self.scale,
+            sinusoidal_base=self.sinusoidal_base,
+            dtype=dtype,
+        )

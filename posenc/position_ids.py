@@ -1,0 +1,260 @@
+"""Padding ragged token batches and numbering their positions.
+
+Real tokens count up from ``start`` in order, whatever the padding side (the cumulative-sum rule
+of fairseq ``utils.make_positions`` and Hugging Face transformers
+``RobertaEmbeddings.create_position_ids_from_input_ids``); padded slots get ``pad_position``.
+RoBERTa is ``start = padding_idx + 1, pad_position = padding_idx``; GPT-2 and BERT are
+``start = 0``.
+
+Notation used for tensor shapes: ``B`` batch, ``T`` sequence length.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc.device import resolve_device
+from posenc.errors import InvalidArgument
+
+PaddingSide = Literal["right", "left"]
+
+_SIDES: tuple[str, ...] = get_args(PaddingSide)
+
+Rows = Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class PaddedBatch:
+    """A padded batch of token ids with its mask and position ids.
+
+    Attributes:
+        input_ids: ``(B, T)`` int64; short rows padded with ``pad_token_id`` (0 when None).
+        attention_mask: ``(B, T)`` int64; 1 for real tokens, 0 for padding.
+        position_ids: ``(B, T)`` int64; real tokens count ``start, start+1, …``; pads get
+            ``pad_position``.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    position_ids: Tensor
+
+
+def _check_side(padding_side: str) -> None:
+    if padding_side not in _SIDES:
+        raise InvalidArgument(
+            f"padding_side must be one of {list(_SIDES)}, got {padding_side!r}",
+            field="padding_side",
+        )
+
+
+def _row_lengths(rows: Rows, field: str) -> list[int]:
+    if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
+        raise InvalidArgument(
+            f"{field} must be a list of lists of ints, got {type(rows).__name__}", field=field
+        )
+    if len(rows) == 0:
+        raise InvalidArgument(f"{field} must have at least 1 row, got 0", field=field)
+    lengths = []
+    for b, row in enumerate(rows):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence):
+            raise InvalidArgument(
+                f"{field}[{b}] must be a list of ints, got {type(row).__name__}",
+                field=f"{field}[{b}]",
+            )
+        lengths.append(len(row))
+    return lengths
+
+
+def _pad(rows: Rows, *, pad_value: int, padding_side: str, field: str) -> tuple[Tensor, Tensor]:
+    """``pad_rows`` with the name of the argument used in error messages."""
+    _check_side(padding_side)
+    lengths = torch.tensor(_row_lengths(rows, field), dtype=torch.int64)  # (B,)
+    try:
+        flat = torch.tensor(list(itertools.chain.from_iterable(rows)))
+    except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+        raise InvalidArgument(f"{field} must hold ints in int64 range: {exc}", field=field) from exc
+    if flat.numel() == 0:
+        flat = flat.to(torch.int64)
+    if flat.dim() != 1:
+        raise InvalidArgument(
+            f"{field} must be a list of lists of ints, got {flat.dim() + 1} levels of nesting",
+            field=field,
+        )
+    if flat.dtype.is_floating_point or flat.dtype.is_complex:
+        raise InvalidArgument(
+            f"{field} must hold ints, got dtype {str(flat.dtype).removeprefix('torch.')}",
+            field=field,
+        )
+    batch, seq_len = lengths.numel(), int(lengths.max())
+    cols = torch.arange(seq_len)[None, :]  # (1, T)
+    if padding_side == "right":
+        slots = cols < lengths[:, None]  # (B, T)
+    else:
+        slots = cols >= (seq_len - lengths)[:, None]  # (B, T)
+    ids = torch.full((batch, seq_len), pad_value, dtype=torch.int64)
+    ids[slots] = flat.to(torch.int64)  # row-major fill: each row's values in order
+    return ids, slots.to(torch.int64)
+
+
+def pad_rows(
+    rows: Rows, *, pad_value: int = 0, padding_side: PaddingSide = "right"
+) -> tuple[Tensor, Tensor]:
+    """Pad a ragged list of rows into a rectangle.
+
+    Args:
+        rows: ``B`` lists of ints, lengths may differ (``T`` is the longest).
+        pad_value: value written into the padded slots.
+        padding_side: ``"right"`` pads after a short row's end, ``"left"`` before its start.
+
+    Returns:
+        ``(ids, slots)``: ``(B, T)`` int64 values and ``(B, T)`` int64 mask, 1 where the row had
+        a value.
+
+    Raises:
+        InvalidArgument: not a list of lists of ints, no rows, or an unknown padding side.
+    """
+    return _pad(rows, pad_value=pad_value, padding_side=padding_side, field="rows")
+
+
+def position_ids_from_mask(
+    attention_mask: Tensor, *, start: int = 0, pad_position: int = 0
+) -> Tensor:
+    """Position ids by the cumulative-sum rule.
+
+    Real tokens (mask 1) count ``start, start+1, …`` in order along each row, whatever the
+    padding side; padded slots (mask 0) get ``pad_position``. As fairseq
+    ``utils.make_positions`` / transformers ``create_position_ids_from_input_ids`` with
+    ``start = padding_idx + 1`` and ``pad_position = padding_idx``.
+
+    Args:
+        attention_mask: ``(B, T)`` of 0/1 (int or bool).
+        start: position of each row's first real token.
+        pad_position: the id given to padded slots.
+
+    Returns:
+        ``(B, T)`` int64 on the mask's device.
+
+    Raises:
+        InvalidArgument: the mask is not 2-D or holds values other than 0 and 1.
+    """
+    if attention_mask.dim() != 2:
+        raise InvalidArgument(
+            f"attention_mask must be 2-D (B, T), got shape {tuple(attention_mask.shape)}",
+            field="attention_mask",
+        )
+    mask = attention_mask.to(torch.int64)
+    _check_binary(mask, "attention_mask")
+    counts = torch.cumsum(mask, dim=1)  # (B, T): real tokens so far, inclusive
+    return torch.where(mask.bool(), counts - 1 + start, torch.full_like(mask, pad_position))
+
+
+def _check_binary(mask: Tensor, field: str) -> None:
+    bad = (mask != 0) & (mask != 1)
+    if bool(bad.any()):
+        b, t = (int(v) for v in torch.nonzero(bad)[0])
+        raise InvalidArgument(
+            f"{field} must hold 0 or 1, got {int(mask[b, t])} at {field}[{b}][{t}]",
+            field=f"{field}[{b}][{t}]",
+        )
+
+
+def _as_int_matrix(x: Tensor, field: str) -> Tensor:
+    if x.dim() != 2:
+        raise InvalidArgument(
+            f"{field} must be 2-D (B, T), got shape {tuple(x.shape)}", field=field
+        )
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        raise InvalidArgument(
+            f"{field} must hold ints, got dtype {str(x.dtype).removeprefix('torch.')}",
+            field=field,
+        )
+    return x.to(device="cpu", dtype=torch.int64)
+
+
+def build_batch(
+    input_ids: Rows | Tensor,
+    *,
+    pad_token_id: int | None = None,
+    attention_mask: Rows | Tensor | None = None,
+    padding_side: PaddingSide = "right",
+    start: int = 0,
+    pad_position: int = 0,
+    device: str | torch.device | None = None,
+) -> PaddedBatch:
+    """Pad a batch and work out its attention mask and position ids.
+
+    Padding: ``attention_mask`` wins (same ragged shape as ``input_ids``, padded the same way);
+    else tokens equal to ``pad_token_id`` are padding; else only the slots beyond a short row's
+    end are.
+
+    Args:
+        input_ids: ``B`` ragged lists of ints, or a ``(B, T)`` integer tensor.
+        pad_token_id: the padding token; short rows are padded with it (0 when None).
+        attention_mask: optional, 1 for real tokens and 0 for padding, shaped as ``input_ids``.
+        padding_side: ``"right"`` or ``"left"``: where short rows are padded.
+        start: position of each row's first real token (RoBERTa: ``padding_idx + 1``).
+        pad_position: position id of padded slots (RoBERTa: ``padding_idx``).
+        device: where the tensors go; ``None`` means the CPU.
+
+    Returns:
+        :class:`PaddedBatch` of ``(B, T)`` int64 tensors.
+
+    Raises:
+        InvalidArgument: bad ids, a mask row whose length differs from its ``input_ids`` row
+            (``field`` ``attention_mask[ROW]``), a mask value other than 0/1.
+    """
+    _check_side(padding_side)
+    pad_value = 0 if pad_token_id is None else pad_token_id
+    if isinstance(input_ids, Tensor):
+        ids = _as_int_matrix(input_ids, "input_ids")
+        slots = torch.ones_like(ids)
+        lengths = [ids.shape[1]] * ids.shape[0]
+    else:
+        lengths = _row_lengths(input_ids, "input_ids")
+        ids, slots = _pad(
+            input_ids, pad_value=pad_value, padding_side=padding_side, field="input_ids"
+        )
+
+    if attention_mask is not None:
+        if isinstance(attention_mask, Tensor):
+            mask_t = _as_int_matrix(attention_mask, "attention_mask")
+            mask_lengths = [mask_t.shape[1]] * mask_t.shape[0]
+        else:
+            mask_lengths = _row_lengths(attention_mask, "attention_mask")
+        if len(mask_lengths) != len(lengths):
+            raise InvalidArgument(
+                f"attention_mask must have as many rows as input_ids ({len(lengths)}), "
+                f"got {len(mask_lengths)}",
+                field="attention_mask",
+            )
+        for b, (n_ids, n_mask) in enumerate(zip(lengths, mask_lengths, strict=True)):
+            if n_ids != n_mask:
+                raise InvalidArgument(
+                    f"attention_mask[{b}] must have the length of input_ids[{b}] ({n_ids}), "
+                    f"got {n_mask}",
+                    field=f"attention_mask[{b}]",
+                )
+        if isinstance(attention_mask, Tensor):
+            mask = mask_t
+        else:
+            mask, _ = _pad(
+                attention_mask, pad_value=0, padding_side=padding_side, field="attention_mask"
+            )
+        _check_binary(mask, "attention_mask")
+        mask = mask * slots
+    elif pad_token_id is not None:
+        mask = (ids != pad_token_id).to(torch.int64) * slots
+    else:
+        mask = slots
+
+    positions = position_ids_from_mask(mask, start=start, pad_position=pad_position)
+    dev = torch.device("cpu") if device is None else resolve_device(device)
+    return PaddedBatch(
+        input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev)
+    )

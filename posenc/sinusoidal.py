@@ -1,0 +1,238 @@
+"""Fixed sinusoidal positional encodings (Vaswani et al., 2017, "Attention Is All You Need", §3.5).
+
+Three layouts are served, all computed in float64 (positions × frequencies, then sin and cos) and
+cast once to the requested dtype, so a float32 table is within 1e-6 of the float64 formula at
+every position below 2**20:
+
+- ``"interleaved"`` (the paper; The Annotated Transformer): ``PE[p, 2i] = sin(p·w_i)``,
+  ``PE[p, 2i+1] = cos(p·w_i)`` with ``w_i = base**(-2i/D)``.
+- ``"concat"``: ``[sin(p·w_0 … p·w_{D/2-1}) | cos(same)]`` with the same ``w_i``.
+- ``"tensor2tensor"`` (tensor2tensor ``get_timing_signal_1d``; fairseq
+  ``SinusoidalPositionalEmbedding.get_embedding``): ``[sin | cos]`` halves with
+  ``w_i = base**(-i/max(D/2-1, 1))``.
+
+Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal, get_args
+
+import torch
+from torch import Tensor, nn
+
+from posenc.device import resolve_device
+from posenc.errors import InvalidArgument
+
+SinusoidalLayout = Literal["interleaved", "concat", "tensor2tensor"]
+
+_LAYOUTS: tuple[str, ...] = get_args(SinusoidalLayout)
+
+
+def _check_d_model(d_model: int) -> None:
+    if isinstance(d_model, bool) or not isinstance(d_model, int):
+        raise InvalidArgument(f"d_model must be an int, got {d_model!r}", field="d_model")
+    if d_model < 2:
+        raise InvalidArgument(f"d_model must be >= 2, got {d_model}", field="d_model")
+    if d_model % 2:
+        raise InvalidArgument(f"d_model must be even, got {d_model}", field="d_model")
+
+
+def _check_base(base: float) -> None:
+    if not math.isfinite(base) or base <= 0:
+        raise InvalidArgument(f"base must be a finite number > 0, got {base}", field="base")
+
+
+def _check_layout(layout: str) -> None:
+    if layout not in _LAYOUTS:
+        raise InvalidArgument(
+            f"layout must be one of {list(_LAYOUTS)}, got {layout!r}", field="layout"
+        )
+
+
+def _library_device(device: str | torch.device | None) -> torch.device:
+    """``None`` means the CPU for library calls; anything else goes through ``resolve_device``."""
+    return torch.device("cpu") if device is None else resolve_device(device)
+
+
+def sinusoidal_frequencies(
+    d_model: int, base: float = 10000.0, layout: SinusoidalLayout = "interleaved"
+) -> Tensor:
+    """Angular frequencies ``w_i`` of the sinusoidal table, in float64.
+
+    Args:
+        d_model: ``D``, an even int >= 2.
+        base: the wavelength base (10000 in the paper).
+        layout: ``"interleaved"`` and ``"concat"`` use ``w_i = base**(-2i/D)`` (Vaswani et al.);
+            ``"tensor2tensor"`` uses ``w_i = base**(-i/max(D/2-1, 1))`` (tensor2tensor, fairseq).
+
+    Returns:
+        ``(D/2,)`` float64 CPU tensor; ``w_0`` is exactly 1.
+
+    Raises:
+        InvalidArgument: ``d_model`` odd or < 2, ``base`` not finite and > 0, unknown layout.
+    """
+    _check_d_model(d_model)
+    _check_base(base)
+    _check_layout(layout)
+    half = d_model // 2
+    i = torch.arange(half, dtype=torch.float64)
+    exponent = -i / max(half - 1, 1) if layout == "tensor2tensor" else -2.0 * i / d_model
+    return torch.pow(torch.tensor(base, dtype=torch.float64), exponent)
+
+
+def _positions_tensor(
+    positions: Sequence[int] | Tensor | None, seq_len: int | None, offset: int
+) -> Tensor:
+    """The int64 positions ``(T,)`` on the CPU, validated."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidArgument(f"offset must be an int >= 0, got {offset!r}", field="offset")
+    if (positions is None) == (seq_len is None):
+        raise InvalidArgument(
+            "give exactly one of positions or seq_len, got "
+            + ("both" if positions is not None else "neither"),
+            field="positions",
+        )
+    if seq_len is not None:
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise InvalidArgument(f"seq_len must be an int >= 1, got {seq_len!r}", field="seq_len")
+        return torch.arange(offset, offset + seq_len, dtype=torch.int64)
+    try:
+        pos = torch.as_tensor(positions).to("cpu")
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InvalidArgument(
+            f"positions must be a 1-D sequence of ints >= 0: {exc}", field="positions"
+        ) from exc
+    if pos.dtype.is_floating_point or pos.dtype.is_complex or pos.dtype == torch.bool:
+        raise InvalidArgument(
+            f"positions must be ints, got dtype {str(pos.dtype).removeprefix('torch.')}",
+            field="positions",
+        )
+    if pos.dim() != 1:
+        raise InvalidArgument(
+            f"positions must be 1-D, got shape {tuple(pos.shape)}", field="positions"
+        )
+    if pos.numel() == 0:
+        raise InvalidArgument("positions must not be empty, got 0 positions", field="positions")
+    pos = pos.to(torch.int64)
+    if bool((pos < 0).any()):
+        k = int(torch.nonzero(pos < 0)[0, 0])
+        raise InvalidArgument(
+            f"positions must be >= 0, got {int(pos[k])} at positions[{k}]",
+            field=f"positions[{k}]",
+        )
+    return pos + offset
+
+
+def sinusoidal_table(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    d_model: int,
+    base: float = 10000.0,
+    layout: SinusoidalLayout = "interleaved",
+    offset: int = 0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """The sinusoidal position table for the given positions.
+
+    Angles ``p·w_i`` are formed in float64 (positions are exact in float64 up to 2**53), sin and
+    cos are taken in float64, and the result is cast once to ``dtype``.
+
+    Args:
+        positions: ``(T,)`` ints >= 0 (a sequence or a 1-D integer tensor); ``offset`` is added.
+        seq_len: ``T``; the positions are then ``offset … offset+T-1``. Give exactly one of
+            ``positions`` and ``seq_len``.
+        d_model: ``D``, an even int >= 2.
+        base: the wavelength base (10000 in Vaswani et al.).
+        layout: ``"interleaved"``, ``"concat"`` or ``"tensor2tensor"`` (see the module docstring).
+        offset: int >= 0 added to every position.
+        device: where the table is built; ``None`` means the CPU.
+        dtype: the output dtype.
+
+    Returns:
+        ``(T, D)`` tensor of ``dtype``.
+
+    Raises:
+        InvalidArgument: a bad argument; the message states the value.
+    """
+    pos = _positions_tensor(positions, seq_len, offset)
+    freqs = sinusoidal_frequencies(d_model, base, layout)
+    dev = _library_device(device)
+    angles = pos.to(dev, torch.float64)[:, None] * freqs.to(dev)[None, :]  # (T, D/2)
+    sin, cos = torch.sin(angles), torch.cos(angles)
+    if layout == "interleaved":
+        table = torch.stack((sin, cos), dim=-1).reshape(pos.numel(), d_model)  # (T, D)
+    else:
+        table = torch.cat((sin, cos), dim=-1)  # (T, D)
+    return table.to(dtype)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """Adds the fixed sinusoidal encoding to a batch of embeddings.
+
+    Vaswani et al., 2017, §3.5; reference implementations: The Annotated Transformer
+    (``PositionalEncoding``, interleaved) and fairseq ``SinusoidalPositionalEmbedding``
+    (tensor2tensor layout). No dropout. The table for ``max_seq_len`` positions is cached as a
+    non-persistent buffer; longer inputs are computed on the fly with :func:`sinusoidal_table`.
+
+    Args:
+        d_model: ``D``, an even int >= 2.
+        max_seq_len: positions cached, ``0 … max_seq_len-1``.
+        base: the wavelength base.
+        layout: ``"interleaved"``, ``"concat"`` or ``"tensor2tensor"``.
+        dtype: the dtype of the cached table.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        max_seq_len: int = 2048,
+        *,
+        base: float = 10000.0,
+        layout: SinusoidalLayout = "interleaved",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.max_seq_len = max_seq_len
+        self.base = base
+        self.layout: SinusoidalLayout = layout
+        self.register_buffer(
+            "pe",
+            sinusoidal_table(
+                seq_len=max_seq_len, d_model=d_model, base=base, layout=layout, dtype=dtype
+            ),
+            persistent=False,
+        )  # (max_seq_len, D)
+
+    def forward(self, x: Tensor, *, offset: int = 0) -> Tensor:
+        """Return ``x + PE[offset : offset+T]``.
+
+        Args:
+            x: ``(B, T, D)`` embeddings.
+            offset: position of the first token (e.g. the length of a KV cache).
+
+        Returns:
+            ``(B, T, D)`` in ``x``'s dtype.
+        """
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise InvalidArgument(
+                f"x must have shape (B, T, {self.d_model}), got {tuple(x.shape)}", field="x"
+            )
+        seq_len = x.shape[1]
+        if offset + seq_len <= self.max_seq_len and offset >= 0:
+            pe = self.pe[offset : offset + seq_len]
+        else:
+            pe = sinusoidal_table(
+                seq_len=seq_len,
+                d_model=self.d_model,
+                base=self.base,
+                layout=self.layout,
+                offset=offset,
+                device=x.device,
+            )
+        return x + pe.to(device=x.device, dtype=x.dtype)[None]  # (B, T, D)
