@@ -1,0 +1,1 @@
+"""posenc service: the FastAPI layer over the posenc library (formats, cache, metrics, routes)."""
