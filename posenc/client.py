@@ -1,0 +1,1248 @@
+"""Typed HTTP client for the posenc service (``/work/shared/API.md``, version 1).
+
+Two clients with the same methods, one per endpoint of the contract:
+
+- :class:`PosencClient` (sync, ``httpx.Client``)
+- :class:`AsyncPosencClient` (async, ``httpx.AsyncClient``; every method is awaited)
+
+Tensor endpoints ask for safetensors by default (``Accept: application/vnd.safetensors``) and
+return a :class:`TensorResult`: the named tensors of the bundle, in the endpoint's order (the first
+is the primary tensor), as numpy arrays (``as_="numpy"``, default) or torch tensors on a device
+the caller names (``as_="torch", device="cuda"``), plus ``meta`` (parsed from the safetensors
+``__metadata__["meta"]``). ``format="json"`` decodes nested lists (``null`` -> ``-inf``);
+``format="npy"`` and ``format="raw"`` carry the primary tensor only; ``format="png"`` keeps the
+heatmap's bytes in :attr:`TensorResult.content`.
+
+Keyword arguments map 1:1 to the contract's body fields; arguments left as ``None`` are not sent,
+so the server's defaults apply.
+
+Errors are typed: :class:`PosencHTTPError` (``.status_code``, ``.detail`` from the server's JSON)
+and its children :class:`ValidationError` (422), :class:`PayloadTooLarge` (413),
+:class:`Unauthorized` (401), :class:`NotAcceptable` (406), :class:`NotFound` (404), ...; a server
+that cannot be reached after every retry raises :class:`PosencConnectionError`.
+
+Example:
+    >>> from posenc.client import PosencClient
+    >>> with PosencClient("http://127.0.0.1:8000") as client:
+    ...     pe = client.sinusoidal(seq_len=2048, d_model=768).encoding   # (2048, 768) float32
+    ...     rope = client.rope(preset="llama-3.1-8b", seq_len=8192, as_="torch", device="cuda")
+    ...     cos, sin = rope.cos, rope.sin
+
+This module is the ``client`` extra (``pip install posenc[client]``: httpx and safetensors);
+``import posenc`` never imports it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64 as _base64
+import io
+import json
+import time
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+import httpx
+import numpy as np
+
+__all__ = [
+    "DEFAULT_BASE_URL",
+    "AsyncPosencClient",
+    "Conflict",
+    "Format",
+    "NotAcceptable",
+    "NotFound",
+    "PayloadTooLarge",
+    "PosencClient",
+    "PosencClientError",
+    "PosencConnectionError",
+    "PosencHTTPError",
+    "PreconditionFailed",
+    "ServerError",
+    "ServiceUnavailable",
+    "TensorResult",
+    "Unauthorized",
+    "ValidationError",
+]
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+
+Format = Literal["safetensors", "json", "npy", "raw", "png"]
+ArrayKind = Literal["numpy", "torch"]
+Method = Literal["POST", "GET"]
+
+MEDIA_TYPES: dict[str, str] = {
+    "json": "application/json",
+    "safetensors": "application/vnd.safetensors",
+    "npy": "application/x-npy",
+    "raw": "application/octet-stream",
+    "png": "image/png",
+}
+
+# Tensor names of each endpoint's bundle, in the contract's order (the first is the primary one).
+# Safetensors files list their tensors in their own order; results follow this one.
+_TENSOR_ORDER: dict[str, tuple[str, ...]] = {
+    "/v1/encodings/sinusoidal": ("encoding",),
+    "/v1/encodings/learned": ("encoding",),
+    "/v1/encodings/rope": ("cos", "sin", "inv_freq"),
+    "/v1/biases/alibi": ("bias", "slopes"),
+    "/v1/biases/relative": ("buckets", "bias"),
+    "/v1/position-ids": ("position_ids", "attention_mask"),
+    "/v1/embed": ("embeddings", "position_ids", "attention_mask"),
+}
+
+_NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
+    "float64": np.dtype("<f8"),
+    "float32": np.dtype("<f4"),
+    "float16": np.dtype("<f2"),
+    "int64": np.dtype("<i8"),
+    "int32": np.dtype("<i4"),
+    "int16": np.dtype("<i2"),
+    "int8": np.dtype("i1"),
+    "uint8": np.dtype("u1"),
+    "bool": np.dtype("?"),
+}
+
+
+# --------------------------------------------------------------------------------------- errors
+
+
+class PosencClientError(Exception):
+    """Base class of every error this client raises."""
+
+
+class PosencConnectionError(PosencClientError):
+    """The server could not be reached (or the connection broke) on every attempt.
+
+    The last ``httpx`` transport error is chained as ``__cause__``.
+
+    Attributes:
+        attempts: how many attempts were made.
+    """
+
+    def __init__(self, message: str, *, attempts: int) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+class PosencHTTPError(PosencClientError):
+    """The server answered with a 4xx or 5xx status.
+
+    Attributes:
+        status_code: the HTTP status.
+        detail: the ``detail`` of the server's JSON body (a string, or FastAPI's list of
+            validation errors for 422), or the body's text where it is not JSON.
+        response: the ``httpx.Response``.
+    """
+
+    def __init__(self, status_code: int, detail: Any, response: httpx.Response | None = None):
+        self.status_code = status_code
+        self.detail = detail
+        self.response = response
+        super().__init__(f"HTTP {status_code}: {_format_detail(detail)}")
+
+
+class Unauthorized(PosencHTTPError):
+    """401: the server has ``POSENC_API_KEY`` set and the key was missing or wrong."""
+
+
+class NotFound(PosencHTTPError):
+    """404: unknown path, model or preset."""
+
+
+class NotAcceptable(PosencHTTPError):
+    """406: the endpoint cannot produce the asked format (e.g. ``bfloat16`` as ``npy``)."""
+
+
+class Conflict(PosencHTTPError):
+    """409."""
+
+
+class PreconditionFailed(PosencHTTPError):
+    """412: an ``If-None-Match`` matched on a POST."""
+
+
+class PayloadTooLarge(PosencHTTPError):
+    """413: the output would exceed the server's ``POSENC_MAX_ELEMENTS``."""
+
+
+class ValidationError(PosencHTTPError):
+    """422: a body field is missing, unknown or out of range; ``detail`` names it."""
+
+
+class ServerError(PosencHTTPError):
+    """5xx."""
+
+
+class ServiceUnavailable(ServerError):
+    """503: e.g. ``/readyz`` before the models are loaded."""
+
+
+_ERRORS: dict[int, type[PosencHTTPError]] = {
+    401: Unauthorized,
+    404: NotFound,
+    406: NotAcceptable,
+    409: Conflict,
+    412: PreconditionFailed,
+    413: PayloadTooLarge,
+    422: ValidationError,
+    503: ServiceUnavailable,
+}
+
+
+def _format_detail(detail: Any) -> str:
+    """One line from a ``detail``; FastAPI's 422 list becomes ``loc: msg; loc: msg``."""
+    if isinstance(detail, list):
+        parts = []
+        for item in detail:
+            if isinstance(item, Mapping) and "msg" in item:
+                loc = ".".join(str(x) for x in item.get("loc", ()))
+                parts.append(f"{loc}: {item['msg']}" if loc else str(item["msg"]))
+            else:
+                parts.append(str(item))
+        return "; ".join(parts)
+    return str(detail)
+
+
+def _raise_for_status(response: httpx.Response) -> None:
+    if response.status_code < 400:
+        return
+    try:
+        body = response.json()
+        detail = body.get("detail", body) if isinstance(body, Mapping) else body
+    except ValueError:
+        detail = response.text
+    code = response.status_code
+    cls = _ERRORS.get(code, ServerError if code >= 500 else PosencHTTPError)
+    raise cls(code, detail, response)
+
+
+# --------------------------------------------------------------------------------------- result
+
+
+@dataclass
+class TensorResult:
+    """A decoded bundle: named tensors plus ``meta``.
+
+    Tensors are reachable as ``result["cos"]``, ``result.cos`` or :attr:`primary`; iteration
+    gives the names in the endpoint's order.
+
+    Attributes:
+        tensors: name -> ``numpy.ndarray`` or ``torch.Tensor``, the endpoint's order. ``npy``
+            and ``raw`` hold the primary tensor only; ``png`` holds none.
+        meta: the bundle's ``meta`` (``{}`` for ``npy``, ``raw`` and ``png``, which carry none).
+        format: the format that was asked for.
+        media_type: the response's ``Content-Type``.
+        headers: the response headers (``ETag``, ``Server-Timing``, ``X-Tensor-*``...).
+        content: the response body as received (e.g. the PNG, or the safetensors file).
+    """
+
+    tensors: dict[str, Any]
+    meta: dict[str, Any]
+    format: str
+    media_type: str
+    headers: httpx.Headers = field(repr=False)
+    content: bytes = field(repr=False)
+
+    @property
+    def primary(self) -> Any:
+        """The bundle's primary tensor (the first the endpoint lists)."""
+        if not self.tensors:
+            raise KeyError(f"a {self.format!r} response holds no tensors")
+        return next(iter(self.tensors.values()))
+
+    def __getitem__(self, name: str) -> Any:
+        return self.tensors[name]
+
+    def __getattr__(self, name: str) -> Any:
+        tensors = self.__dict__.get("tensors")
+        if tensors is not None and name in tensors:
+            return tensors[name]
+        raise AttributeError(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.tensors
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.tensors)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def keys(self) -> list[str]:
+        """The tensor names, the endpoint's order."""
+        return list(self.tensors)
+
+
+# --------------------------------------------------------------------------------------- decoding
+
+
+def _ordered(path: str, tensors: dict[str, Any]) -> dict[str, Any]:
+    order = _TENSOR_ORDER.get(path, ())
+    out = {name: tensors[name] for name in order if name in tensors}
+    out.update((k, v) for k, v in tensors.items() if k not in out)
+    return out
+
+
+def _safetensors_header(body: bytes) -> dict[str, Any]:
+    if len(body) < 8:
+        raise PosencClientError(f"not a safetensors body: {len(body)} bytes")
+    n = int.from_bytes(body[:8], "little")
+    header: dict[str, Any] = json.loads(body[8 : 8 + n])
+    return header
+
+
+def _convert(arrays: dict[str, Any], as_: ArrayKind, device: str | None) -> dict[str, Any]:
+    """numpy arrays or torch tensors -> the kind asked for (bfloat16 -> float32 for numpy)."""
+    if as_ == "torch":
+        import torch
+
+        out: dict[str, Any] = {}
+        for name, a in arrays.items():
+            t = a if isinstance(a, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(a))
+            out[name] = t.to(device) if device is not None else t
+        return out
+    out = {}
+    for name, a in arrays.items():
+        if not isinstance(a, np.ndarray):  # a torch tensor: only bfloat16 gets here
+            a = a.float().numpy() if a.dtype.is_floating_point else a.numpy()
+        out[name] = a
+    return out
+
+
+def _decode_safetensors(body: bytes, as_: ArrayKind, device: str | None) -> tuple[dict, dict]:
+    header = _safetensors_header(body)
+    meta_text = header.get("__metadata__", {}).get("meta")
+    meta = json.loads(meta_text) if meta_text else {}
+    has_bf16 = any(
+        isinstance(v, Mapping) and v.get("dtype") == "BF16"
+        for k, v in header.items()
+        if k != "__metadata__"
+    )
+    if as_ == "torch" or has_bf16:
+        import safetensors.torch
+
+        tensors: dict[str, Any] = dict(safetensors.torch.load(body))
+    else:
+        import safetensors.numpy
+
+        tensors = dict(safetensors.numpy.load(body))
+    return _convert(tensors, as_, device), meta
+
+
+def _json_array(spec: Mapping[str, Any], name: str) -> Any:
+    """One tensor of a JSON bundle -> numpy (bfloat16 -> a torch tensor)."""
+    dtype = str(spec.get("dtype", "float32"))
+    shape = tuple(int(s) for s in spec.get("shape", ()))
+    data = spec.get("data")
+    if isinstance(data, str):  # ?encoding=base64: raw little-endian C-order bytes
+        raw = _base64.b64decode(data)
+        if dtype == "bfloat16":
+            import torch
+
+            return torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).reshape(shape)
+        return np.frombuffer(raw, dtype=_numpy_dtype(dtype, name)).reshape(shape).copy()
+    if dtype.startswith("int") or dtype in ("uint8", "bool"):
+        return np.asarray(data, dtype=_numpy_dtype(dtype, name)).reshape(shape)
+    # null (a masked -inf; JSON has no Infinity) becomes NaN under dtype=float, then -inf.
+    a = np.asarray(data, dtype=np.float64).reshape(shape)
+    a[np.isnan(a)] = -np.inf
+    if dtype == "bfloat16":
+        import torch
+
+        return torch.from_numpy(a).to(torch.bfloat16)
+    return a.astype(_numpy_dtype(dtype, name))
+
+
+def _numpy_dtype(dtype: str, name: str) -> np.dtype[Any]:
+    try:
+        return _NUMPY_DTYPES[dtype]
+    except KeyError:
+        raise PosencClientError(f"tensor {name!r} has an unknown dtype {dtype!r}") from None
+
+
+def _decode_raw(response: httpx.Response, path: str) -> dict[str, Any]:
+    name = response.headers.get("X-Tensor-Name") or _TENSOR_ORDER.get(path, ("tensor",))[0]
+    shape_text = response.headers.get("X-Tensor-Shape", "")
+    shape = tuple(int(s) for s in shape_text.split(",") if s.strip())
+    dtype = response.headers.get("X-Tensor-Dtype", "float32")
+    if dtype == "bfloat16":
+        import torch
+
+        return {
+            name: torch.frombuffer(bytearray(response.content), dtype=torch.bfloat16).reshape(shape)
+        }
+    a = np.frombuffer(response.content, dtype=_numpy_dtype(dtype, name)).reshape(shape)
+    return {name: a.copy()}
+
+
+def _decode(
+    response: httpx.Response, path: str, fmt: str, as_: ArrayKind, device: str | None
+) -> TensorResult:
+    meta: dict[str, Any] = {}
+    tensors: dict[str, Any] = {}
+    if fmt == "safetensors":
+        tensors, meta = _decode_safetensors(response.content, as_, device)
+    elif fmt == "json":
+        body = response.json()
+        meta = dict(body.get("meta") or {})
+        tensors = _convert(
+            {k: _json_array(v, k) for k, v in body.get("tensors", {}).items()}, as_, device
+        )
+    elif fmt == "npy":
+        name = _TENSOR_ORDER.get(path, ("tensor",))[0]
+        a = np.load(io.BytesIO(response.content), allow_pickle=False)
+        tensors = _convert({name: a}, as_, device)
+    elif fmt == "raw":
+        tensors = _convert(_decode_raw(response, path), as_, device)
+    return TensorResult(
+        tensors=_ordered(path, tensors),
+        meta=meta,
+        format=fmt,
+        media_type=response.headers.get("content-type", ""),
+        headers=response.headers,
+        content=response.content,
+    )
+
+
+# --------------------------------------------------------------------------------------- requests
+
+
+def _body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Drop ``None`` values (the server's defaults apply); numpy/torch values -> plain JSON."""
+    out: dict[str, Any] = {}
+    for key, value in {**fields, **(extra or {})}.items():
+        if value is None:
+            continue
+        if hasattr(value, "tolist"):  # numpy array / torch tensor / numpy scalar
+            value = value.tolist()
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    return out
+
+
+def _query(body: Mapping[str, Any]) -> dict[str, str]:
+    """A body as the GET query of the table endpoints (lists comma-separated, objects as JSON)."""
+    out: dict[str, str] = {}
+    for key, value in body.items():
+        if isinstance(value, bool):
+            out[key] = "true" if value else "false"
+        elif isinstance(value, list):
+            out[key] = ",".join(str(v) for v in value)
+        elif isinstance(value, Mapping):
+            out[key] = json.dumps(value, separators=(",", ":"))
+        else:
+            out[key] = str(value)
+    return out
+
+
+@dataclass(frozen=True)
+class _Call:
+    """One request, prepared: everything the sync and async transports need."""
+
+    method: str
+    path: str
+    json_body: dict[str, Any] | None = None
+    params: dict[str, str] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    fmt: str | None = None  # None: a JSON endpoint (models, info...)
+    as_: ArrayKind = "numpy"
+    device: str | None = None
+    retry_statuses: bool = True  # False for healthz/readyz: their status is the answer
+
+
+# --------------------------------------------------------------------------------------- endpoints
+
+T = TypeVar("T")  # a TensorResult, or an Awaitable of one
+J = TypeVar("J")  # a JSON document, or an Awaitable of one
+
+
+class _Endpoints(Generic[T, J]):
+    """The contract's endpoints, shared by the sync and the async client.
+
+    Each method prepares a :class:`_Call`; ``_tensor`` and ``_json`` (the sync or async
+    transport) send it. In :class:`AsyncPosencClient` every method returns an awaitable.
+    """
+
+    _format: Format
+    _as: ArrayKind
+    _device: str | None
+
+    def _tensor(self, call: _Call) -> T:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _json(self, call: _Call) -> J:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def _table_call(
+        self,
+        path: str,
+        fields: Mapping[str, Any],
+        *,
+        extra: Mapping[str, Any] | None,
+        format: Format | None,
+        as_: ArrayKind | None,
+        device: str | None,
+        method: Method = "POST",
+    ) -> _Call:
+        fmt = format or self._format
+        if fmt not in MEDIA_TYPES:
+            raise ValueError(f"format must be one of {list(MEDIA_TYPES)}, got {fmt!r}")
+        kind = as_ or self._as
+        if kind not in ("numpy", "torch"):
+            raise ValueError(f"as_ must be 'numpy' or 'torch', got {kind!r}")
+        dev = device if device is not None else self._device
+        if dev is not None and kind != "torch":
+            raise ValueError(f"device={dev!r} needs as_='torch' (numpy arrays live on the CPU)")
+        if method not in ("POST", "GET"):
+            raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
+        body = _body(fields, extra)
+        return _Call(
+            method=method,
+            path=path,
+            json_body=body if method == "POST" else None,
+            params=_query(body) if method == "GET" else None,
+            headers={"Accept": MEDIA_TYPES[fmt]},
+            fmt=fmt,
+            as_=kind,
+            device=None if dev is None else str(dev),
+        )
+
+    # -- encodings -------------------------------------------------------------------------
+
+    def sinusoidal(
+        self,
+        *,
+        d_model: int,
+        seq_len: int | None = None,
+        positions: Sequence[int] | None = None,
+        base: float | None = None,
+        layout: Literal["interleaved", "concat", "tensor2tensor"] | None = None,
+        offset: int | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/encodings/sinusoidal``: the fixed sinusoidal table.
+
+        Args:
+            d_model: ``D``, an even int >= 2.
+            seq_len: ``T``; positions ``offset … offset+T-1``. Give this or ``positions``.
+            positions: explicit positions (ints >= 0).
+            base: the wavelength base (server default 10000).
+            layout: ``"interleaved"`` (default), ``"concat"`` or ``"tensor2tensor"``.
+            offset: added to every position (default 0).
+            dtype: ``float32`` (default), ``float16``, ``bfloat16`` or ``float64``.
+            format: response format (the client's default, ``safetensors``, when None).
+            as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
+            device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
+            method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
+            extra: further body fields, sent as given (for fields newer than this client).
+
+        Returns:
+            A :class:`TensorResult` with ``encoding`` ``(T, D)``.
+        """
+        fields = dict(
+            seq_len=seq_len,
+            positions=positions,
+            d_model=d_model,
+            base=base,
+            layout=layout,
+            offset=offset,
+            dtype=dtype,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/encodings/sinusoidal",
+                fields,
+                extra=extra,
+                format=format,
+                as_=as_,
+                device=device,
+                method=method,
+            )
+        )
+
+    def learned(
+        self,
+        *,
+        seq_len: int,
+        d_model: int | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/encodings/learned``: a learned (seeded, or a loaded model's) position table.
+
+        Args:
+            seq_len: ``T``, rows of the table.
+            d_model: ``D`` (may be omitted with ``model``).
+            model: name of a loaded model (see :meth:`models`) whose position table is used.
+            seed: without ``model``, ``torch.manual_seed(seed); nn.Embedding(T, D).weight``.
+            dtype: output dtype name.
+            format: response format.
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            method: ``"POST"`` or ``"GET"``.
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``encoding`` ``(T, D)``.
+        """
+        fields = dict(seq_len=seq_len, d_model=d_model, model=model, seed=seed, dtype=dtype)
+        return self._tensor(
+            self._table_call(
+                "/v1/encodings/learned",
+                fields,
+                extra=extra,
+                format=format,
+                as_=as_,
+                device=device,
+                method=method,
+            )
+        )
+
+    def rope(
+        self,
+        *,
+        seq_len: int | None = None,
+        positions: Sequence[int] | None = None,
+        head_dim: int | None = None,
+        rotary_dim: int | None = None,
+        base: float | None = None,
+        layout: Literal["half", "interleaved"] | None = None,
+        scaling: Mapping[str, Any] | None = None,
+        preset: str | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/encodings/rope``: rotary cos/sin tables.
+
+        Args:
+            seq_len: ``T`` (positions ``0 … T-1``). Give this or ``positions``.
+            positions: explicit positions.
+            head_dim: an even int (may come from ``preset``).
+            rotary_dim: rotated dims ``R`` (<= head_dim; default head_dim).
+            base: RoPE base (``theta``; server default 10000).
+            layout: ``"half"`` (GPT-NeoX / Llama, default) or ``"interleaved"`` (GPT-J).
+            scaling: ``{"type": "linear"|"dynamic"|"yarn"|"longrope"|"llama3", ...}`` with the
+                Hugging Face ``rope_parameters`` names.
+            preset: a name from :meth:`presets`; its values are defaults the other fields override.
+            dtype: output dtype name.
+            format: response format.
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            method: ``"POST"`` or ``"GET"`` (``scaling`` then travels as JSON text).
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``cos`` ``(T, R)``, ``sin`` ``(T, R)``, ``inv_freq``
+            ``(R/2,)``; ``meta["attention_scaling"]``.
+        """
+        fields = dict(
+            seq_len=seq_len,
+            positions=positions,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            base=base,
+            layout=layout,
+            scaling=None if scaling is None else dict(scaling),
+            preset=preset,
+            dtype=dtype,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/encodings/rope",
+                fields,
+                extra=extra,
+                format=format,
+                as_=as_,
+                device=device,
+                method=method,
+            )
+        )
+
+    # -- biases ----------------------------------------------------------------------------
+
+    def alibi(
+        self,
+        *,
+        seq_len: int,
+        num_heads: int | None = None,
+        key_len: int | None = None,
+        mode: Literal["causal", "symmetric"] | None = None,
+        max_bias: float | None = None,
+        preset: str | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/biases/alibi``: ALiBi slopes and the (H, T, S) bias.
+
+        Args:
+            seq_len: ``T`` queries.
+            num_heads: ``H`` (may come from ``preset``).
+            key_len: ``S`` (default ``T``); query ``i`` sits at position ``i + S - T``.
+            mode: ``"causal"`` (default; ``-inf`` above the diagonal) or ``"symmetric"``.
+            max_bias: slope exponent scale (default 8).
+            preset: a name from :meth:`presets`.
+            dtype: output dtype name.
+            format: response format (JSON gives masked entries as ``null``, decoded to -inf).
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            method: ``"POST"`` or ``"GET"``.
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``bias`` ``(H, T, S)`` and ``slopes`` ``(H,)``.
+        """
+        fields = dict(
+            num_heads=num_heads,
+            seq_len=seq_len,
+            key_len=key_len,
+            mode=mode,
+            max_bias=max_bias,
+            preset=preset,
+            dtype=dtype,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/biases/alibi",
+                fields,
+                extra=extra,
+                format=format,
+                as_=as_,
+                device=device,
+                method=method,
+            )
+        )
+
+    def relative(
+        self,
+        *,
+        seq_len: int,
+        key_len: int | None = None,
+        num_buckets: int | None = None,
+        max_distance: int | None = None,
+        bidirectional: bool | None = None,
+        bucketing: Literal["log", "clip"] | None = None,
+        num_heads: int | None = None,
+        seed: int | None = None,
+        preset: str | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/biases/relative``: T5-style relative position buckets (and bias).
+
+        Args:
+            seq_len: ``T`` queries.
+            key_len: ``S`` keys (default ``T``).
+            num_buckets: default 32.
+            max_distance: default 128.
+            bidirectional: default true.
+            bucketing: ``"log"`` (T5, default) or ``"clip"``.
+            num_heads: when given, the bias ``(H, T, S)`` comes too.
+            seed: seed of the bias table (default 0).
+            preset: a name from :meth:`presets`.
+            dtype: dtype of the bias (buckets are always int64).
+            format: response format.
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            method: ``"POST"`` or ``"GET"``.
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``buckets`` ``(T, S)`` int64 and, with ``num_heads``,
+            ``bias`` ``(H, T, S)``.
+        """
+        fields = dict(
+            seq_len=seq_len,
+            key_len=key_len,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=bidirectional,
+            bucketing=bucketing,
+            num_heads=num_heads,
+            seed=seed,
+            preset=preset,
+            dtype=dtype,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/biases/relative",
+                fields,
+                extra=extra,
+                format=format,
+                as_=as_,
+                device=device,
+                method=method,
+            )
+        )
+
+    # -- token batches ---------------------------------------------------------------------
+
+    def position_ids(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]],
+        pad_token_id: int | None = None,
+        attention_mask: Sequence[Sequence[int]] | None = None,
+        padding_side: Literal["right", "left"] | None = None,
+        start: int | None = None,
+        pad_position: int | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/position-ids``: position ids and attention mask of a (ragged) batch.
+
+        Args:
+            input_ids: ``B`` rows of token ids; rows may differ in length.
+            pad_token_id: the padding token.
+            attention_mask: same (ragged) shape as ``input_ids``; wins over ``pad_token_id``.
+            padding_side: ``"right"`` (default) or ``"left"``.
+            start: first position of real tokens (default 0; RoBERTa uses padding_idx + 1).
+            pad_position: id given to padded slots (default 0).
+            format: response format.
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``position_ids`` and ``attention_mask``, ``(B, T)``
+            int64.
+        """
+        fields = dict(
+            input_ids=input_ids,
+            pad_token_id=pad_token_id,
+            attention_mask=attention_mask,
+            padding_side=padding_side,
+            start=start,
+            pad_position=pad_position,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/position-ids", fields, extra=extra, format=format, as_=as_, device=device
+            )
+        )
+
+    def embed(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]],
+        model: str | None = None,
+        attention_mask: Sequence[Sequence[int]] | None = None,
+        pad_token_id: int | None = None,
+        padding_side: Literal["right", "left"] | None = None,
+        positional: Literal["learned", "sinusoidal", "none"] | None = None,
+        scale: bool | None = None,
+        position_ids: Sequence[Sequence[int]] | None = None,
+        dtype: str | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/embed``: token embedding (× √D when ``scale``) + positional encoding.
+
+        Args:
+            input_ids: ``B`` rows of token ids (ragged allowed).
+            model: a name from :meth:`models` (default: the service's default model).
+            attention_mask: wins over ``pad_token_id``.
+            pad_token_id: tokens equal to it are padding.
+            padding_side: ``"right"`` (default) or ``"left"``.
+            positional: ``"learned"``, ``"sinusoidal"`` or ``"none"`` (default: the model's).
+            scale: multiply token embeddings by √D (default: the model's).
+            position_ids: explicit ``(B, T)`` position ids.
+            dtype: output dtype name.
+            format: response format.
+            as_: ``"numpy"`` or ``"torch"``.
+            device: torch device (``as_="torch"`` only).
+            extra: further body fields.
+
+        Returns:
+            A :class:`TensorResult` with ``embeddings`` ``(B, T, D)``, ``position_ids`` and
+            ``attention_mask`` ``(B, T)``.
+        """
+        fields = dict(
+            input_ids=input_ids,
+            model=model,
+            attention_mask=attention_mask,
+            pad_token_id=pad_token_id,
+            padding_side=padding_side,
+            positional=positional,
+            scale=scale,
+            position_ids=position_ids,
+            dtype=dtype,
+        )
+        return self._tensor(
+            self._table_call(
+                "/v1/embed", fields, extra=extra, format=format, as_=as_, device=device
+            )
+        )
+
+    # -- catalogue and operations ------------------------------------------------------------
+
+    def models(self) -> J:
+        """``GET /v1/models``: ``{"default": NAME, "models": [{name, vocab_size, d_model, ...}]}``."""
+        return self._json(_Call("GET", "/v1/models"))
+
+    def presets(self) -> J:
+        """``GET /v1/presets``: ``{"presets": [{"name", "kind", "params", "source"}, ...]}``."""
+        return self._json(_Call("GET", "/v1/presets"))
+
+    def info(self) -> J:
+        """``GET /v1/info``: version, torch version, device, CUDA availability, limits."""
+        return self._json(_Call("GET", "/v1/info"))
+
+    def healthz(self) -> J:
+        """``GET /healthz``: the server's JSON (200 while the process runs)."""
+        return self._json(_Call("GET", "/healthz", retry_statuses=False))
+
+    def readyz(self) -> J:
+        """``GET /readyz``: the server's JSON once models are loaded.
+
+        Raises:
+            ServiceUnavailable: 503 while the server is still loading.
+        """
+        return self._json(_Call("GET", "/readyz", retry_statuses=False))
+
+
+# --------------------------------------------------------------------------------------- clients
+
+
+class _Config:
+    """Settings shared by both clients (see :class:`PosencClient` for the arguments)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        api_key: str | None,
+        timeout: float | httpx.Timeout | None,
+        max_attempts: int,
+        backoff: float,
+        backoff_max: float,
+        retry_statuses: Sequence[int],
+        format: Format,
+        as_: ArrayKind,
+        device: str | None,
+        headers: Mapping[str, str] | None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if backoff < 0 or backoff_max < 0:
+            raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff}, {backoff_max}")
+        if format not in MEDIA_TYPES:
+            raise ValueError(f"format must be one of {list(MEDIA_TYPES)}, got {format!r}")
+        if as_ not in ("numpy", "torch"):
+            raise ValueError(f"as_ must be 'numpy' or 'torch', got {as_!r}")
+        if device is not None and as_ != "torch":
+            raise ValueError(f"device={device!r} needs as_='torch' (numpy arrays live on the CPU)")
+        self.base_url = base_url.rstrip("/")
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.retry_statuses = frozenset(retry_statuses)
+        self.headers = {"User-Agent": f"posenc-client/{_version()}", **(headers or {})}
+        if api_key is not None:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.timeout = timeout
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): exponential."""
+        return float(min(self.backoff * (2 ** (attempt - 1)), self.backoff_max))
+
+    def retryable_status(self, call: _Call, response: httpx.Response) -> bool:
+        return call.retry_statuses and response.status_code in self.retry_statuses
+
+
+def _version() -> str:
+    try:
+        from posenc import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+def _connection_error(cfg: _Config, call: _Call, exc: Exception) -> PosencConnectionError:
+    err = PosencConnectionError(
+        f"{call.method} {cfg.base_url}{call.path} failed after {cfg.max_attempts} attempt(s): "
+        f"{type(exc).__name__}: {exc}",
+        attempts=cfg.max_attempts,
+    )
+    err.__cause__ = exc
+    return err
+
+
+class PosencClient(_Endpoints[TensorResult, Any]):
+    """Synchronous client of the posenc service.
+
+    Every compute endpoint of the service is deterministic (identical requests give
+    byte-identical bodies, no state changes), so this client retries the POSTs as well as the
+    GETs: on connection errors (refused, reset, timed out; any ``httpx.TransportError``) and on
+    the statuses in ``retry_statuses``, waiting ``backoff * 2**(n-1)`` seconds (at most
+    ``backoff_max``) after the n-th failed attempt. ``healthz`` and ``readyz`` are retried on
+    connection errors only: their status is the answer.
+
+    Args:
+        base_url: the service's root, default ``http://127.0.0.1:8000``.
+        api_key: sent as ``Authorization: Bearer <api_key>`` (servers with ``POSENC_API_KEY``).
+        timeout: seconds per request (connect, read, write, pool), or an ``httpx.Timeout``.
+        max_attempts: attempts per call, >= 1 (1 means no retry).
+        backoff: seconds before the first retry; doubled for each further one.
+        backoff_max: the longest wait between attempts.
+        retry_statuses: HTTP statuses that are retried like connection errors.
+        format: default response format of the tensor endpoints.
+        as_: default array kind, ``"numpy"`` or ``"torch"``.
+        device: default torch device (with ``as_="torch"``).
+        headers: extra headers sent with every request.
+        transport: an ``httpx`` transport (tests; proxies; ``httpx.HTTPTransport(uds=...)``).
+
+    Example:
+        >>> with PosencClient(api_key="secret") as client:
+        ...     r = client.alibi(num_heads=8, seq_len=16)
+        ...     r.slopes          # array([0.5, 0.25, ..., 0.00390625], dtype=float32)
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = 60.0,
+        max_attempts: int = 3,
+        backoff: float = 0.25,
+        backoff_max: float = 8.0,
+        retry_statuses: Sequence[int] = (502, 503, 504),
+        format: Format = "safetensors",
+        as_: ArrayKind = "numpy",
+        device: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._cfg = _Config(
+            base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            backoff_max=backoff_max,
+            retry_statuses=retry_statuses,
+            format=format,
+            as_=as_,
+            device=device,
+            headers=headers,
+        )
+        self._format, self._as, self._device = format, as_, device
+        self._http = httpx.Client(
+            base_url=self._cfg.base_url,
+            headers=self._cfg.headers,
+            timeout=timeout,
+            transport=transport,
+        )
+        self._sleep: Callable[[float], None] = time.sleep
+
+    @property
+    def base_url(self) -> str:
+        """The service's root URL."""
+        return self._cfg.base_url
+
+    def _send(self, call: _Call) -> httpx.Response:
+        cfg = self._cfg
+        for attempt in range(1, cfg.max_attempts + 1):
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json_body,
+                    params=call.params,
+                    headers=call.headers,
+                )
+            except httpx.TransportError as exc:
+                if attempt == cfg.max_attempts:
+                    raise _connection_error(cfg, call, exc) from exc
+            else:
+                if attempt == cfg.max_attempts or not cfg.retryable_status(call, response):
+                    _raise_for_status(response)
+                    return response
+            self._sleep(cfg.delay(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _tensor(self, call: _Call) -> TensorResult:
+        response = self._send(call)
+        return _decode(response, call.path, call.fmt or "json", call.as_, call.device)
+
+    def _json(self, call: _Call) -> Any:
+        return self._send(call).json()
+
+    def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> Any:
+        """Poll ``/readyz`` until it answers 200; return its JSON.
+
+        Args:
+            timeout: seconds to keep trying.
+            interval: seconds between polls.
+
+        Raises:
+            PosencConnectionError: still unreachable, or not ready, after ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._http.get("/readyz").raise_for_status().json()
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                if time.monotonic() >= deadline:
+                    raise PosencConnectionError(
+                        f"{self.base_url}/readyz not ready after {timeout} s: {exc}", attempts=0
+                    ) from exc
+            time.sleep(interval)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> PosencClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncPosencClient(_Endpoints[Awaitable[TensorResult], Awaitable[Any]]):
+    """Asynchronous client of the posenc service: :class:`PosencClient`'s methods, awaited.
+
+    Takes the same arguments as :class:`PosencClient` (``transport`` an
+    ``httpx.AsyncBaseTransport``) and retries the same way: the compute endpoints are
+    deterministic, so POSTs are as safe to retry as GETs. Decoding large bodies runs in a worker
+    thread so that the event loop stays free.
+
+    Example:
+        >>> async with AsyncPosencClient() as client:
+        ...     r = await client.rope(preset="llama-2-7b", seq_len=4096)
+    """
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = 60.0,
+        max_attempts: int = 3,
+        backoff: float = 0.25,
+        backoff_max: float = 8.0,
+        retry_statuses: Sequence[int] = (502, 503, 504),
+        format: Format = "safetensors",
+        as_: ArrayKind = "numpy",
+        device: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._cfg = _Config(
+            base_url,
+            api_key=api_key,
+            timeout=timeout,
+            max_attempts=max_attempts,
+            backoff=backoff,
+            backoff_max=backoff_max,
+            retry_statuses=retry_statuses,
+            format=format,
+            as_=as_,
+            device=device,
+            headers=headers,
+        )
+        self._format, self._as, self._device = format, as_, device
+        self._http = httpx.AsyncClient(
+            base_url=self._cfg.base_url,
+            headers=self._cfg.headers,
+            timeout=timeout,
+            transport=transport,
+        )
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+
+    @property
+    def base_url(self) -> str:
+        """The service's root URL."""
+        return self._cfg.base_url
+
+    async def _send(self, call: _Call) -> httpx.Response:
+        cfg = self._cfg
+        for attempt in range(1, cfg.max_attempts + 1):
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json_body,
+                    params=call.params,
+                    headers=call.headers,
+                )
+            except httpx.TransportError as exc:
+                if attempt == cfg.max_attempts:
+                    raise _connection_error(cfg, call, exc) from exc
+            else:
+                if attempt == cfg.max_attempts or not cfg.retryable_status(call, response):
+                    _raise_for_status(response)
+                    return response
+            await self._sleep(cfg.delay(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _tensor_async(self, call: _Call) -> TensorResult:
+        response = await self._send(call)
+        return await asyncio.to_thread(
+            _decode, response, call.path, call.fmt or "json", call.as_, call.device
+        )
+
+    def _tensor(self, call: _Call) -> Awaitable[TensorResult]:
+        return self._tensor_async(call)
+
+    async def _json_async(self, call: _Call) -> Any:
+        return (await self._send(call)).json()
+
+    def _json(self, call: _Call) -> Awaitable[Any]:
+        return self._json_async(call)
+
+    async def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> Any:
+        """Poll ``/readyz`` until it answers 200; return its JSON (see :meth:`PosencClient.wait_ready`)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            try:
+                return (await self._http.get("/readyz")).raise_for_status().json()
+            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+                if loop.time() >= deadline:
+                    raise PosencConnectionError(
+                        f"{self.base_url}/readyz not ready after {timeout} s: {exc}", attempts=0
+                    ) from exc
+            await asyncio.sleep(interval)
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncPosencClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
