@@ -1,0 +1,322 @@
+"""T5-style relative position buckets and the learned per-head bias they index.
+
+Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
+Transformer" (JMLR 2020). Reference implementations: Mesh TensorFlow
+``transformer_layers._relative_position_bucket`` and transformers'
+``T5Attention._relative_position_bucket``, which :func:`relative_position_bucket` reproduces bit
+for bit (including its float32 logarithm, so the bucket boundaries are the same).
+
+Notation used for tensor shapes:
+    H: number of heads.
+    T: query (sequence) length.
+    S: key length (``S >= T``; query ``i`` sits at position ``i + S - T``).
+    NB: number of buckets.
+
+The relative position of key ``j`` seen from query ``i`` is ``j - (i + S - T)``: negative for
+keys in the past, as T5 defines it (memory position minus query position).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+
+from posenc.device import resolve_device, resolve_dtype
+from posenc.errors import InvalidArgument
+from posenc.learned import seeded_normal
+
+Bucketing = Literal["log", "clip"]
+
+_BUCKETINGS: tuple[str, ...] = ("log", "clip")
+
+
+def _device_or_cpu(device: str | torch.device | None) -> torch.device:
+    return torch.device("cpu") if device is None else resolve_device(device)
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
+    if value < minimum:
+        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+def _check_bucketing(bucketing: str) -> None:
+    if bucketing not in _BUCKETINGS:
+        raise InvalidArgument(
+            f"bucketing must be one of {list(_BUCKETINGS)}, got {bucketing!r}", field="bucketing"
+        )
+
+
+def _check_log_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
+    """T5's formula needs at least one exact bucket and ``max_distance > max_exact``."""
+    _check_int("num_buckets", num_buckets, 2)
+    _check_int("max_distance", max_distance, 1)
+    minimum = 4 if bidirectional else 2
+    if num_buckets < minimum:
+        raise InvalidArgument(
+            f"num_buckets must be >= {minimum} when bidirectional={bidirectional} (T5 keeps half "
+            f"of each direction's buckets exact), got {num_buckets}",
+            field="num_buckets",
+        )
+    max_exact = (num_buckets // 2 if bidirectional else num_buckets) // 2
+    if max_distance <= max_exact:
+        raise InvalidArgument(
+            f"max_distance must be > {max_exact} (the exact buckets of num_buckets={num_buckets}, "
+            f"bidirectional={bidirectional}), got {max_distance}",
+            field="max_distance",
+        )
+
+
+def _as_positions(relative_position: torch.Tensor | int | list[int]) -> torch.Tensor:
+    rp = torch.as_tensor(relative_position)
+    if rp.is_floating_point() or rp.is_complex() or rp.dtype == torch.bool:
+        raise InvalidArgument(
+            f"relative_position must hold integers, got dtype {rp.dtype}",
+            field="relative_position",
+        )
+    return rp.to(torch.int64)
+
+
+def relative_positions(
+    seq_len: int, key_len: int | None = None, *, device: str | torch.device | None = None
+) -> torch.Tensor:
+    """Relative positions ``j - (i + S - T)`` of every key ``j`` from every query ``i``.
+
+    Args:
+        seq_len: number of queries ``T`` (>= 1).
+        key_len: number of keys ``S`` (>= ``T``; default ``T``). The queries are the last ``T``
+            of the ``S`` positions, as in cached decoding.
+        device: where the result lives (None: CPU).
+
+    Returns:
+        (T, S) int64; 0 on the (shifted) diagonal, negative for keys before the query.
+
+    Raises:
+        InvalidArgument: a length below 1, or ``key_len < seq_len``.
+    """
+    seq_len = _check_int("seq_len", seq_len, 1)
+    key_len = seq_len if key_len is None else _check_int("key_len", key_len, 1)
+    if key_len < seq_len:
+        raise InvalidArgument(
+            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
+            f"positions), got key_len={key_len} and seq_len={seq_len}",
+            field="key_len",
+        )
+    dev = _device_or_cpu(device)
+    query_pos = torch.arange(seq_len, dtype=torch.int64, device=dev) + (key_len - seq_len)  # (T,)
+    key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
+    return key_pos[None, :] - query_pos[:, None]  # (T, S)
+
+
+def relative_position_bucket(
+    relative_position: torch.Tensor | int | list[int],
+    *,
+    bidirectional: bool = True,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+) -> torch.Tensor:
+    """T5's bucket of each relative position (memory position minus query position).
+
+    Exactly Mesh TensorFlow's / transformers' ``_relative_position_bucket``: when
+    ``bidirectional``, half of the buckets are for positive positions (keys after the query);
+    otherwise positive positions share bucket 0. Within a direction, the first half of the
+    buckets hold the distances ``0 .. max_exact - 1`` one each, and the rest cover
+    ``max_exact .. max_distance`` logarithmically; everything farther shares the last bucket.
+
+    The logarithm is taken in float32, in the reference's order of operations, and truncated
+    toward zero, so every bucket boundary is the reference's (this is the one place posenc does
+    not compute in float64: the convention *is* the float32 arithmetic).
+
+    Args:
+        relative_position: integer tensor (any shape) or Python ints.
+        bidirectional: whether keys after the query get their own buckets (T5 encoder: True;
+            decoder self-attention: False).
+        num_buckets: number of buckets ``NB`` (>= 4 bidirectional, >= 2 otherwise).
+        max_distance: distance from which on all positions share the last bucket
+            (> ``max_exact``, the count of exact buckets).
+
+    Returns:
+        int64 tensor of the input's shape and device, values in ``[0, NB)``.
+
+    Raises:
+        InvalidArgument: non-integer positions, or bucket settings the formula cannot use.
+    """
+    _check_log_buckets(num_buckets, max_distance, bidirectional)
+    rp = _as_positions(relative_position)
+
+    buckets = torch.zeros_like(rp)
+    if bidirectional:
+        num_buckets //= 2
+        buckets += (rp > 0).to(torch.int64) * num_buckets
+        rp = torch.abs(rp)
+    else:
+        rp = -torch.min(rp, torch.zeros_like(rp))
+    # rp is now a distance in [0, inf)
+
+    max_exact = num_buckets // 2
+    is_small = rp < max_exact
+    # Reference arithmetic, kept as is: float32 division and log, a Python float divisor.
+    if_large = max_exact + (
+        torch.log(rp.float() / max_exact)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
+    ).to(torch.int64)
+    if_large = torch.min(if_large, torch.full_like(if_large, num_buckets - 1))
+    return buckets + torch.where(is_small, rp, if_large)
+
+
+def clipped_bucket(
+    relative_position: torch.Tensor | int | list[int],
+    *,
+    max_distance: int = 128,
+    bidirectional: bool = True,
+) -> torch.Tensor:
+    """Clipped relative positions as bucket ids (Shaw et al. 2018 style clipping).
+
+    The position is clamped to ``[-max_distance, max_distance]`` (to ``[-max_distance, 0]`` when
+    not ``bidirectional``) and shifted by ``max_distance``, so there are ``2 * max_distance + 1``
+    buckets and relative position 0 is bucket ``max_distance``.
+
+    Args:
+        relative_position: integer tensor (any shape) or Python ints.
+        max_distance: the clipping distance (>= 0).
+        bidirectional: whether positive positions (keys after the query) are kept.
+
+    Returns:
+        int64 tensor of the input's shape and device, values in ``[0, 2 * max_distance]``.
+
+    Raises:
+        InvalidArgument: non-integer positions or ``max_distance < 0``.
+    """
+    max_distance = _check_int("max_distance", max_distance, 0)
+    rp = _as_positions(relative_position)
+    upper = max_distance if bidirectional else 0
+    return rp.clamp(-max_distance, upper) + max_distance
+
+
+def num_relative_buckets(
+    *, num_buckets: int = 32, max_distance: int = 128, bucketing: Bucketing = "log"
+) -> int:
+    """Number of buckets ``NB`` (rows of the bias table): ``num_buckets`` for ``"log"``,
+    ``2 * max_distance + 1`` for ``"clip"``."""
+    _check_bucketing(bucketing)
+    if bucketing == "clip":
+        return 2 * _check_int("max_distance", max_distance, 0) + 1
+    return _check_int("num_buckets", num_buckets, 2)
+
+
+def relative_buckets(
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+    bidirectional: bool = True,
+    bucketing: Bucketing = "log",
+    device: str | torch.device | None = None,
+) -> torch.Tensor:
+    """Bucket id of every (query, key) pair, from :func:`relative_positions`.
+
+    Args:
+        seq_len: number of queries ``T``.
+        key_len: number of keys ``S`` (>= ``T``; default ``T``).
+        num_buckets: number of buckets for ``"log"`` (ignored by ``"clip"``).
+        max_distance: T5's ``max_distance`` for ``"log"``; the clipping distance for ``"clip"``.
+        bidirectional: see :func:`relative_position_bucket` and :func:`clipped_bucket`.
+        bucketing: ``"log"`` (T5, default) or ``"clip"``.
+        device: where the result lives (None: CPU).
+
+    Returns:
+        (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
+    """
+    _check_bucketing(bucketing)
+    if bucketing == "log":
+        _check_log_buckets(num_buckets, max_distance, bidirectional)
+    else:
+        _check_int("max_distance", max_distance, 0)
+    rel = relative_positions(seq_len, key_len, device=device)  # (T, S)
+    if bucketing == "clip":
+        return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
+    return relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+
+
+def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> torch.Tensor:
+    """A seeded bias table, the same numbers as
+    ``torch.manual_seed(seed); nn.Embedding(num_buckets, num_heads).weight`` (T5's
+    ``relative_attention_bias`` at initialisation), made without touching the global RNG.
+
+    Args:
+        num_buckets: rows ``NB`` (>= 1).
+        num_heads: columns ``H`` (>= 1).
+        seed: the seed, as ``torch.manual_seed`` takes it.
+
+    Returns:
+        (NB, H) float32 CPU tensor.
+    """
+    num_buckets = _check_int("num_buckets", num_buckets, 1)
+    num_heads = _check_int("num_heads", num_heads, 1)
+    return seeded_normal(num_buckets, num_heads, seed=seed)
+
+
+def relative_bias(
+    buckets: torch.Tensor, table: torch.Tensor, *, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Per-head bias gathered from the table: ``bias[h, i, j] = table[buckets[i, j], h]``.
+
+    As T5's ``compute_bias`` (``relative_attention_bias(buckets).permute(2, 0, 1)``). The gather is
+    exact; the values are cast once to ``dtype``.
+
+    Args:
+        buckets: (T, S) integer bucket ids in ``[0, NB)``.
+        table: (NB, H) bias table.
+        dtype: floating dtype of the result.
+
+    Returns:
+        (H, T, S) bias on ``buckets``' device.
+
+    Raises:
+        InvalidArgument: wrong ranks, non-integer buckets, or a bucket id outside the table.
+    """
+    dtype = resolve_dtype(dtype)
+    if buckets.dim() != 2:
+        raise InvalidArgument(
+            f"buckets must be 2-D (T, S), got shape {tuple(buckets.shape)}", field="buckets"
+        )
+    if table.dim() != 2:
+        raise InvalidArgument(
+            f"table must be 2-D (NB, H), got shape {tuple(table.shape)}", field="table"
+        )
+    if buckets.is_floating_point() or buckets.is_complex() or buckets.dtype == torch.bool:
+        raise InvalidArgument(
+            f"buckets must hold integers, got dtype {buckets.dtype}", field="buckets"
+        )
+    n_rows = table.shape[0]
+    if buckets.numel() > 0:
+        low, high = int(buckets.min()), int(buckets.max())
+        if low < 0 or high >= n_rows:
+            raise InvalidArgument(
+                f"bucket ids must lie in [0, {n_rows}) for a table of {n_rows} rows, "
+                f"got ids from {low} to {high}",
+                field="buckets",
+            )
+    table = table.to(buckets.device)
+    bias = table[buckets.to(torch.int64)]  # (T, S, H)
+    return bias.permute(2, 0, 1).to(dtype).contiguous()  # (H, T, S)
+
+
+__all__ = [
+    "Bucketing",
+    "clipped_bucket",
+    "num_relative_buckets",
+    "relative_bias",
+    "relative_bias_table",
+    "relative_buckets",
+    "relative_position_bucket",
+    "relative_positions",
+]
