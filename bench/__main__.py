@@ -1,0 +1,702 @@
+"""``python -m bench``: posenc against the seed baseline and the transport ceiling, on loopback.
+
+Starts posenc (``python -m service``) and the baseline (``uvicorn bench.baseline:app``) as
+subprocesses on free loopback ports, waits until both answer, then measures with one persistent
+httpx client per server pair, alternating the two sides request by request so that background
+load hits both alike. Each figure is the median wall time of a whole request (send, compute,
+receive every byte) after a warm-up, over a bounded count within a bounded time.
+
+Cases and targets:
+
+- sinusoidal 2048x768 JSON: posenc vs the seed baseline (``tolist()`` JSON), >= 50x faster;
+- sinusoidal 2048x768 raw and safetensors: posenc vs the ceiling sending the same bytes, <= 1.1x;
+- sinusoidal 128x64 JSON: posenc vs the same response bytes prebuilt, <= 1.3x;
+- embed 32 rows x 512 tokens, default model, raw and safetensors: posenc vs ceiling, <= 1.5x;
+- throughput (req/s) of the 128x64 case with 8 concurrent keep-alive clients, ``--workers 1``
+  and ``--workers 2`` (and the ceiling for reference);
+- peak RSS (``VmHWM``) of the service's processes over the run.
+
+``--quick`` cuts repetitions; ``--out FILE`` writes the results as markdown (anything below the
+notes marker in an existing FILE is kept, so hand-written analysis survives a rerun).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import random
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT_DIR = ROOT / "bench" / "out"  # server logs (git-ignored)
+HOST = "127.0.0.1"
+NOTES_MARKER = "<!-- notes: everything below this line is kept when --out rewrites the file -->"
+
+JSON = "application/json"
+RAW = "application/octet-stream"
+SAFETENSORS = "application/vnd.safetensors"
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@dataclass
+class Server:
+    name: str
+    proc: subprocess.Popen[bytes]
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    argv = [a.replace("{port}", str(port)) for a in argv]
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    log_path = OUT_DIR / f"{name}.log"
+    with log_path.open("wb") as fh:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=fh, stderr=subprocess.STDOUT
+        )
+    log(f"started {name} (pid {proc.pid}): {shlex.join(argv)}")
+    return Server(name, proc, port, log_path)
+
+
+def start_posenc(workers: int) -> Server:
+    argv = [sys.executable, "-m", "service", "--host", HOST, "--port", "{port}"]
+    return start(f"posenc-w{workers}", [*argv, "--workers", str(workers)])
+
+
+def start_baseline(model: dict[str, int]) -> Server:
+    # uvicorn's defaults, as `python -m service` uses them: same loop, HTTP parser, access log.
+    argv = [sys.executable, "-m", "uvicorn", "bench.baseline:app", "--host", HOST]
+    env = {
+        "BENCH_VOCAB_SIZE": str(model["vocab_size"]),
+        "BENCH_D_MODEL": str(model["d_model"]),
+        "BENCH_MAX_POSITIONS": str(model["max_positions"]),
+    }
+    return start("baseline", [*argv, "--port", "{port}"], env)
+
+
+def wait_ready(server: Server, path: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            tail = server.log_path.read_text(errors="replace")[-3000:]
+            raise SystemExit(f"{server.name} exited with {server.proc.returncode}:\n{tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(server.url + path, timeout=2.0).status_code == 200:
+                log(f"{server.name} ready on port {server.port}")
+                return
+        time.sleep(0.2)
+    raise SystemExit(f"{server.name} not ready on {server.url}{path} after {timeout:.0f} s")
+
+
+def stop(server: Server) -> int | None:
+    if server.proc.poll() is None:
+        server.proc.send_signal(signal.SIGTERM)
+        try:
+            server.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+    return server.proc.returncode
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (uvicorn's worker processes and their helpers)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def peak_rss_kib(pid: int) -> dict[int, int]:
+    """``VmHWM`` (peak resident set, KiB) of ``pid`` and of each of its descendants."""
+    peaks: dict[int, int] = {}
+    for p in [pid, *_children(pid)]:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peaks[p] = int(line.split()[1])
+    return peaks
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Call:
+    """One request, prebuilt: where to send it and the bytes of its body."""
+
+    url: str
+    body: bytes
+    accept: str
+
+    def send(self, client: httpx.Client) -> httpx.Response:
+        headers = {"content-type": JSON, "accept": self.accept}
+        r = client.post(self.url, content=self.body, headers=headers)
+        if r.status_code != 200:
+            raise SystemExit(f"POST {self.url} -> {r.status_code}: {r.text[:500]}")
+        return r
+
+
+@dataclass
+class Timing:
+    median_s: float
+    n: int
+    samples: list[float] = field(repr=False)
+
+
+def _timing(samples: list[float]) -> Timing:
+    return Timing(statistics.median(samples), len(samples), samples)
+
+
+def compare(
+    client: httpx.Client,
+    a: Callable[[int], Call],
+    b: Callable[[int], Call],
+    *,
+    warmup: int,
+    reps: int,
+    budget_s: float,
+    check: Callable[[httpx.Response, httpx.Response], None] | None = None,
+) -> tuple[Timing, Timing, httpx.Response]:
+    """Median wall time of ``a(i)`` and of ``b(i)``, alternated; at least 3 reps each."""
+    for i in range(warmup):
+        a(-1 - i).send(client)
+        b(-1 - i).send(client)
+    ta: list[float] = []
+    tb: list[float] = []
+    deadline = time.perf_counter() + budget_s
+    last_a = last_b = None
+    for i in range(reps):
+        for call, sink in ((a(i), ta), (b(i), tb)) if i % 2 == 0 else ((b(i), tb), (a(i), ta)):
+            t0 = time.perf_counter()
+            r = call.send(client)
+            sink.append(time.perf_counter() - t0)
+            if sink is ta:
+                last_a = r
+            else:
+                last_b = r
+        if i >= 2 and time.perf_counter() > deadline:
+            break
+    assert last_a is not None and last_b is not None
+    if check is not None:
+        check(last_a, last_b)
+    return _timing(ta), _timing(tb), last_a
+
+
+def same_bytes(a: httpx.Response, b: httpx.Response) -> None:
+    if a.content != b.content:
+        raise SystemExit(
+            f"ceiling body differs from posenc's ({len(a.content)} vs {len(b.content)})"
+        )
+
+
+async def _load(
+    port: int, request: bytes, clients: int, duration_s: float
+) -> tuple[int, int, list[float]]:
+    """``clients`` keep-alive connections sending ``request`` in a loop for ``duration_s``.
+
+    A bare asyncio HTTP/1.1 client: it costs far less CPU per request than httpx, so on a small
+    machine the load generator takes as little as possible from the server under test.
+    """
+    ok = errors = 0
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+
+    async def one() -> None:
+        nonlocal ok, errors
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            while time.perf_counter() < deadline:
+                t0 = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head[9:12])
+                headers = head.decode("latin-1").lower()
+                if "transfer-encoding: chunked" in headers:
+                    while True:
+                        size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                        await reader.readexactly(size + 2)
+                        if size == 0:
+                            break
+                else:
+                    length = int(headers.split("content-length:")[1].split("\r\n")[0])
+                    await reader.readexactly(length)
+                latencies.append(time.perf_counter() - t0)
+                if status == 200:
+                    ok += 1
+                else:
+                    errors += 1
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            errors += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return ok, errors, latencies
+
+
+def throughput(port: int, path: str, body: bytes, accept: str, clients: int, duration_s: float):
+    request = (
+        f"POST {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\ncontent-type: {JSON}\r\n"
+        f"accept: {accept}\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    asyncio.run(_load(port, request, clients, min(1.0, duration_s / 3)))  # warm-up
+    ok, errors, lat = asyncio.run(_load(port, request, clients, duration_s))
+    return ok / duration_s, errors, statistics.median(lat) if lat else float("nan")
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Row:
+    case: str
+    posenc_ms: float
+    other: str  # what posenc is compared with
+    other_ms: float
+    ratio: float  # how the target is stated: baseline/posenc for "faster", posenc/other else
+    target: str
+    met: bool | None
+    note: str = ""
+
+
+@dataclass
+class Results:
+    rows: list[Row] = field(default_factory=list)
+    extra: list[tuple[str, str]] = field(default_factory=list)  # (what, figure)
+    loads: list[str] = field(default_factory=list)
+
+
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def _body(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _ids(rows: int, tokens: int, vocab: int, seed: int) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(1, vocab) for _ in range(tokens)] for _ in range(rows)]
+
+
+def _server_timing(r: httpx.Response) -> str:
+    return r.headers.get("server-timing", "")
+
+
+def run(args: argparse.Namespace) -> Results:
+    res = Results()
+    q = args.quick
+    want = set(args.only.split(",")) if args.only else None
+
+    def wanted(case: str) -> bool:
+        return want is None or case in want
+
+    res.loads.append(f"start: {load_average()}")
+    posenc = start_posenc(1)
+    servers = [posenc]
+    try:
+        wait_ready(posenc, "/readyz")
+        models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
+        default = next(m for m in models["models"] if m["name"] == models["default"])
+        baseline = start_baseline(default)
+        servers.append(baseline)
+        wait_ready(baseline, "/healthz")
+        client = httpx.Client(timeout=120.0, limits=httpx.Limits(max_keepalive_connections=4))
+
+        def posenc_call(path: str, body: bytes, accept: str) -> Callable[[int], Call]:
+            return lambda i: Call(posenc.url + path, body, accept)
+
+        def ceiling_for(name: str, r: httpx.Response, body: bytes) -> Callable[[int], Call]:
+            media = r.headers["content-type"]
+            put = client.put(
+                f"{baseline.url}/ceiling/{name}", content=r.content, headers={"content-type": media}
+            )
+            put.raise_for_status()
+            return lambda i: Call(f"{baseline.url}/ceiling/{name}", body, media)
+
+        sin_path = "/v1/encodings/sinusoidal"
+        big = _body({"seq_len": 2048, "d_model": 768})
+        small = _body({"seq_len": 128, "d_model": 64})
+
+        # 1. big JSON against the seed baseline
+        if wanted("sin_big_json"):
+            log("sinusoidal 2048x768 JSON: posenc vs baseline")
+            tp, tb, r = compare(
+                client,
+                posenc_call(sin_path, big, JSON),
+                lambda i: Call(baseline.url + sin_path, big, JSON),
+                warmup=1,
+                reps=3 if q else 5,
+                budget_s=30 if q else 60,
+            )
+            ratio = tb.median_s / tp.median_s
+            res.rows.append(
+                Row(
+                    "sinusoidal 2048x768 JSON",
+                    tp.median_s * 1e3,
+                    "seed baseline",
+                    tb.median_s * 1e3,
+                    ratio,
+                    ">= 50x faster",
+                    ratio >= 50,
+                    f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                )
+            )
+
+        # 2. big binary against the ceiling
+        for fmt, media in (("raw", RAW), ("safetensors", SAFETENSORS)):
+            case = f"sin_big_{fmt}"
+            if not wanted(case):
+                continue
+            log(f"sinusoidal 2048x768 {fmt}: posenc vs ceiling")
+            first = posenc_call(sin_path, big, media)(0).send(client)
+            tp, tc, r = compare(
+                client,
+                posenc_call(sin_path, big, media),
+                ceiling_for(case, first, big),
+                warmup=3,
+                reps=15 if q else 40,
+                budget_s=10 if q else 25,
+                check=same_bytes,
+            )
+            ratio = tp.median_s / tc.median_s
+            res.rows.append(
+                Row(
+                    f"sinusoidal 2048x768 {fmt}",
+                    tp.median_s * 1e3,
+                    "ceiling, same bytes",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "<= 1.1x",
+                    ratio <= 1.1,
+                    f"{len(r.content) / 1e6:.2f} MB; {_server_timing(r)}",
+                )
+            )
+
+        # 3. small JSON against the same bytes prebuilt
+        if wanted("sin_small_json"):
+            log("sinusoidal 128x64 JSON: posenc vs ceiling")
+            first = posenc_call(sin_path, small, JSON)(0).send(client)
+            tp, tc, r = compare(
+                client,
+                posenc_call(sin_path, small, JSON),
+                ceiling_for("sin_small_json", first, small),
+                warmup=20,
+                reps=100 if q else 400,
+                budget_s=10 if q else 20,
+                check=same_bytes,
+            )
+            ratio = tp.median_s / tc.median_s
+            res.rows.append(
+                Row(
+                    "sinusoidal 128x64 JSON",
+                    tp.median_s * 1e3,
+                    "ceiling, same bytes",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "<= 1.3x",
+                    ratio <= 1.3,
+                    f"{len(r.content) / 1e3:.1f} kB; {_server_timing(r)}",
+                )
+            )
+
+        # 4. embed, default model, binary, against the ceiling
+        ids = _ids(32, 512, int(default["vocab_size"]), seed=0)
+        embed_body = _body({"input_ids": ids})
+        for fmt, media in (("raw", RAW), ("safetensors", SAFETENSORS)):
+            case = f"embed_{fmt}"
+            if not wanted(case):
+                continue
+            log(f"embed 32x512 {fmt}: posenc vs ceiling")
+            first = posenc_call("/v1/embed", embed_body, media)(0).send(client)
+            tp, tc, r = compare(
+                client,
+                posenc_call("/v1/embed", embed_body, media),
+                ceiling_for(case, first, embed_body),
+                warmup=3,
+                reps=10 if q else 30,
+                budget_s=10 if q else 25,
+                check=same_bytes,
+            )
+            ratio = tp.median_s / tc.median_s
+            res.rows.append(
+                Row(
+                    f"embed 32x512 {fmt}",
+                    tp.median_s * 1e3,
+                    "ceiling, same bytes",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "<= 1.5x",
+                    ratio <= 1.5,
+                    f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                )
+            )
+
+        # 4b. embed with fresh token ids on every request (no response cache can help)
+        if wanted("embed_fresh"):
+            log("embed 32x512 raw, fresh ids per request: posenc vs ceiling (same size)")
+            n = (10 if q else 30) + 3
+            bodies = [
+                _body({"input_ids": _ids(32, 512, int(default["vocab_size"]), s)})
+                for s in range(1, n + 1)
+            ]
+            first = Call(posenc.url + "/v1/embed", embed_body, RAW).send(client)
+            put = client.put(
+                f"{baseline.url}/ceiling/embed_fresh",
+                content=first.content,
+                headers={"content-type": first.headers["content-type"]},
+            )
+            put.raise_for_status()
+            tp, tc, r = compare(
+                client,
+                lambda i: Call(posenc.url + "/v1/embed", bodies[i % n], RAW),
+                lambda i: Call(f"{baseline.url}/ceiling/embed_fresh", bodies[i % n], RAW),
+                warmup=3,
+                reps=n - 3,
+                budget_s=10 if q else 25,
+            )
+            ratio = tp.median_s / tc.median_s
+            res.rows.append(
+                Row(
+                    "embed 32x512 raw, fresh ids",
+                    tp.median_s * 1e3,
+                    "ceiling, same size",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "(info)",
+                    None,
+                    f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                )
+            )
+
+        # 4c. embed JSON against the seed baseline (information only)
+        if wanted("embed_json"):
+            log("embed 32x512 JSON: posenc vs baseline")
+            tp, tb, r = compare(
+                client,
+                posenc_call("/v1/embed", embed_body, JSON),
+                lambda i: Call(baseline.url + "/v1/embed", embed_body, JSON),
+                warmup=1,
+                reps=3,
+                budget_s=30,
+            )
+            ratio = tb.median_s / tp.median_s
+            res.rows.append(
+                Row(
+                    "embed 32x512 JSON",
+                    tp.median_s * 1e3,
+                    "seed baseline",
+                    tb.median_s * 1e3,
+                    ratio,
+                    "(info, x faster)",
+                    None,
+                    f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                )
+            )
+        client.close()
+        res.loads.append(f"after latency cases: {load_average()}")
+
+        # 5. throughput, 8 clients, small case
+        duration = 2.0 if q else 5.0
+        if wanted("throughput"):
+            log(f"throughput: ceiling, 8 clients, {duration:.0f} s")
+            rps, errors, lat = throughput(
+                baseline.port, "/ceiling/sin_small_json", small, JSON, 8, duration
+            )
+            res.extra.append(
+                (
+                    "throughput 128x64 JSON, 8 clients, ceiling (1 process)",
+                    f"{rps:.0f} req/s, median latency {lat * 1e3:.2f} ms, {errors} errors",
+                )
+            )
+            log(f"throughput: posenc --workers 1, 8 clients, {duration:.0f} s")
+            rps, errors, lat = throughput(posenc.port, sin_path, small, JSON, 8, duration)
+            res.extra.append(
+                (
+                    "throughput 128x64 JSON, 8 clients, posenc --workers 1",
+                    f"{rps:.0f} req/s, median latency {lat * 1e3:.2f} ms, {errors} errors",
+                )
+            )
+        peaks = peak_rss_kib(posenc.proc.pid)
+        res.extra.append(("peak RSS, posenc --workers 1 (whole run above)", _fmt_peaks(peaks)))
+        stop(baseline)
+        stop(posenc)
+
+        if wanted("throughput"):
+            posenc2 = start_posenc(2)
+            servers.append(posenc2)
+            wait_ready(posenc2, "/readyz")
+            # make sure both workers are up and have the table cached
+            with httpx.Client(timeout=30) as c2:
+                for _ in range(20):
+                    Call(posenc2.url + sin_path, small, JSON).send(c2)
+            log(f"throughput: posenc --workers 2, 8 clients, {duration:.0f} s")
+            rps, errors, lat = throughput(posenc2.port, sin_path, small, JSON, 8, duration)
+            res.extra.append(
+                (
+                    "throughput 128x64 JSON, 8 clients, posenc --workers 2",
+                    f"{rps:.0f} req/s, median latency {lat * 1e3:.2f} ms, {errors} errors",
+                )
+            )
+            peaks = peak_rss_kib(posenc2.proc.pid)
+            res.extra.append(("peak RSS, posenc --workers 2 (throughput run)", _fmt_peaks(peaks)))
+            stop(posenc2)
+        res.loads.append(f"end: {load_average()}")
+    finally:
+        for s in servers:
+            stop(s)
+    return res
+
+
+def _fmt_peaks(peaks: dict[int, int]) -> str:
+    parts = [f"{kib / 1024:.0f} MiB" for kib in peaks.values()]
+    total = sum(peaks.values()) / 1024
+    if len(parts) == 1:
+        return parts[0]
+    return f"{total:.0f} MiB over {len(parts)} processes ({', '.join(parts)})"
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def _verdict(met: bool | None) -> str:
+    return "—" if met is None else ("met" if met else "**missed**")
+
+
+def table(res: Results) -> list[str]:
+    lines = [
+        "| case | posenc (median ms) | compared with | its median ms | ratio | target | verdict | notes |",
+        "| --- | ---: | --- | ---: | ---: | --- | --- | --- |",
+    ]
+    for r in res.rows:
+        lines.append(
+            f"| {r.case} | {r.posenc_ms:.2f} | {r.other} | {r.other_ms:.2f} | {r.ratio:.2f}x "
+            f"| {r.target} | {_verdict(r.met)} | {r.note} |"
+        )
+    if res.extra:
+        lines += ["", "| measure | figure |", "| --- | --- |"]
+        lines += [f"| {what} | {fig} |" for what, fig in res.extra]
+    return lines
+
+
+def machine() -> list[str]:
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")
+        ),
+        platform.processor() or "unknown",
+    )
+    mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+    import torch
+
+    return [
+        f"- machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, "
+        f"{mem_kib / 1024 / 1024:.1f} GiB memory",
+        f"- python {platform.python_version()}, torch {torch.__version__}, httpx {httpx.__version__}",
+    ]
+
+
+def write_markdown(path: Path, res: Results, argv: list[str], started: dt.datetime) -> None:
+    notes = ""
+    if path.exists():
+        old = path.read_text()
+        if NOTES_MARKER in old:
+            notes = old.split(NOTES_MARKER, 1)[1].lstrip("\n")
+    lines = [
+        "# posenc benchmark results",
+        "",
+        f"- date: {started:%Y-%m-%d %H:%M} UTC",
+        f"- command: `{shlex.join(argv)}`",
+        *machine(),
+        f"- load average (1, 5, 15 min): {'; '.join(res.loads)}",
+        "- each figure: median wall time of a whole request over loopback (persistent httpx "
+        "client, warm-up first, posenc and the other side alternated); ratios as the target "
+        "states them (baseline/posenc for 'faster', posenc/ceiling otherwise)",
+        "",
+        *table(res),
+        "",
+        NOTES_MARKER,
+        "",
+        notes,
+    ]
+    path.write_text("\n".join(lines).rstrip() + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (about 1 minute)")
+    parser.add_argument("--out", type=Path, help="write the results as markdown to this file")
+    parser.add_argument(
+        "--only",
+        help="comma-separated cases: sin_big_json, sin_big_raw, sin_big_safetensors, "
+        "sin_small_json, embed_raw, embed_safetensors, embed_fresh, embed_json, throughput",
+    )
+    args = parser.parse_args(argv)
+    started = dt.datetime.now(dt.UTC)
+    t0 = time.monotonic()
+    res = run(args)
+    print("\n".join(table(res)))
+    print(f"\nload average: {'; '.join(res.loads)}; took {time.monotonic() - t0:.0f} s")
+    if args.out:
+        write_markdown(args.out, res, ["python", "-m", "bench", *(argv or sys.argv[1:])], started)
+        log(f"wrote {args.out}")
+    missed = [r.case for r in res.rows if r.met is False]
+    print("targets missed: " + (", ".join(missed) if missed else "none"))
+    return 0
+
+
+def _sigterm(signum: int, frame: object) -> None:  # pragma: no cover
+    raise KeyboardInterrupt
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _sigterm)  # so the finally block stops the servers
+    sys.exit(main())
