@@ -38,6 +38,7 @@ import numpy as np
 import orjson
 import torch
 from PIL import Image, ImageDraw, ImageFont
+from PIL.PngImagePlugin import PngInfo
 from safetensors.torch import save as safetensors_save
 
 from posenc.errors import InvalidArgument
@@ -310,7 +311,7 @@ def _number_array(tensor: torch.Tensor) -> np.ndarray:
     t = _cpu_contiguous(tensor)
     if t.dtype == torch.bfloat16:
         t = t.float()
-    return np.ascontiguousarray(t.numpy())
+    return t.numpy()  # a view: the tensor is already C-contiguous (0-d stays 0-d)
 
 
 def _byte_view(arr: np.ndarray) -> np.ndarray:
@@ -578,9 +579,9 @@ def _heatmap_png(name: str, tensor: torch.Tensor, meta: dict[str, Any], index: i
     if isinstance(axes_meta, dict) and isinstance(axes_meta.get(name), list | tuple):
         axis_names = [str(a) for a in axes_meta[name]]
     if axis_names is None or len(axis_names) != ndim:
-        axis_names = _AXIS_NAMES.get(name, ())
-    if len(axis_names) != ndim:
-        axis_names = tuple(f"axis {d}" for d in range(ndim))
+        # Known names fill the trailing dimensions: a 2-D "bias" is one head's (T, S).
+        known = tuple(_AXIS_NAMES.get(name, ()))[-ndim:] if ndim else ()
+        axis_names = tuple(f"axis {d}" for d in range(ndim - len(known))) + known
 
     if index is not None and ndim != 3:
         raise InvalidArgument(
@@ -769,8 +770,26 @@ def _heatmap_png(name: str, tensor: torch.Tensor, meta: dict[str, Any], index: i
         label = "-inf" if bool(np.all(np.isneginf(non_finite))) else "-inf/inf/NaN"
         draw.text((text_x, sw_y + 6), label, fill=_INK, font=tick_font, anchor="lm")
 
+    # Machine-readable layout (tEXt chunks), so that a client can map pixels back to indices.
+    info = PngInfo()
+    info.add_text("Title", title)
+    info.add_text("Software", "posenc")
+    layout = {
+        "tensor": name,
+        "shape": list(shape),
+        "panels": [[x0, y0, pw, ph] for x0, y0 in origins],
+        "panel_labels": panel_labels,
+        "cells": [rows, cols],
+        "colorbar": [bar_x0, bar_y0, bar_w, bar_h],
+        "colormap": "RdBu_r" if diverging else "viridis",
+        "vmin": lo if math.isfinite(lo) else None,
+        "vmax": hi if math.isfinite(hi) else None,
+        "masked_rgb": list(_MASKED_RGB),
+        "axes": {"y": y_name, "x": x_name},
+    }
+    info.add_text("posenc:layout", orjson.dumps(layout).decode())
     out = io.BytesIO()
-    image.save(out, format="PNG", compress_level=6)
+    image.save(out, format="PNG", compress_level=6, pnginfo=info)
     return out.getvalue()
 
 
