@@ -1,0 +1,193 @@
+"""Prometheus metrics of the service: its own registry, and a pure ASGI middleware.
+
+Every app gets its own :class:`Metrics` (and so its own ``CollectorRegistry``): tests build
+many apps in one process, and the global registry would refuse the second set of names.
+
+Exposed (``GET /metrics``):
+
+- ``posenc_requests_total{route,method,status}``: requests by route template (``/v1/x/{id}``,
+  never the concrete path, so label sets stay few; ``unmatched`` when no route matched);
+- ``posenc_request_duration_seconds{route,method}``: a latency histogram, from the first byte
+  in to the last byte out;
+- ``posenc_requests_in_progress``: requests being served now;
+- ``posenc_cache_hits_total{cache}`` / ``posenc_cache_misses_total{cache}``;
+- ``posenc_cache_bytes{cache}`` / ``posenc_cache_items{cache}`` for caches registered with
+  :meth:`Metrics.watch_cache`, read at scrape time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+    from service.cache import ByteLRU
+
+__all__ = ["UNMATCHED", "Metrics", "MetricsMiddleware"]
+
+UNMATCHED = "unmatched"  # route label of requests that matched no route (404s)
+
+# Seconds: from sub-millisecond cache hits to multi-second large tables.
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+
+class _CacheCollector(Collector):
+    """Size gauges of the watched caches, read when Prometheus scrapes."""
+
+    def __init__(self) -> None:
+        self.caches: dict[str, ByteLRU] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        size = GaugeMetricFamily(
+            "posenc_cache_bytes", "Bytes held by each cache (its own accounting).", labels=["cache"]
+        )
+        items = GaugeMetricFamily(
+            "posenc_cache_items", "Items held by each cache.", labels=["cache"]
+        )
+        for name, cache in self.caches.items():
+            stats = cache.stats()
+            size.add_metric([name], stats["bytes"])
+            items.add_metric([name], stats["items"])
+        yield size
+        yield items
+
+
+class Metrics:
+    """The service's metrics, in a registry of their own.
+
+    Attributes:
+        registry: the ``CollectorRegistry`` that :meth:`render` exposes.
+        requests: Counter ``posenc_requests_total{route,method,status}``.
+        latency: Histogram ``posenc_request_duration_seconds{route,method}``.
+        in_progress: Gauge ``posenc_requests_in_progress``.
+        cache_hits: Counter ``posenc_cache_hits_total{cache}``.
+        cache_misses: Counter ``posenc_cache_misses_total{cache}``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.requests = Counter(
+            "posenc_requests",
+            "HTTP requests by route template, method and status code.",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "posenc_request_duration_seconds",
+            "Time from the request's arrival to the end of its response, by route template.",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_progress = Gauge(
+            "posenc_requests_in_progress", "HTTP requests being served.", registry=self.registry
+        )
+        self.cache_hits = Counter(
+            "posenc_cache_hits",
+            "Cache lookups that found their key.",
+            ["cache"],
+            registry=self.registry,
+        )
+        self.cache_misses = Counter(
+            "posenc_cache_misses", "Cache lookups that did not.", ["cache"], registry=self.registry
+        )
+        self._caches = _CacheCollector()
+        self.registry.register(self._caches)
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        """Count one finished request and record its latency."""
+        self.requests.labels(route=route, method=method, status=str(status)).inc()
+        self.latency.labels(route=route, method=method).observe(seconds)
+
+    def record_cache(self, cache: str, hit: bool) -> None:
+        """Count one lookup in the cache named ``cache`` as a hit or a miss."""
+        (self.cache_hits if hit else self.cache_misses).labels(cache=cache).inc()
+
+    def watch_cache(self, name: str, cache: ByteLRU) -> None:
+        """Expose the size of ``cache`` as ``posenc_cache_bytes/items{cache=name}``."""
+        self._caches.caches[name] = cache
+
+    def render(self) -> tuple[bytes, str]:
+        """The Prometheus text exposition of the registry, and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def _route_label(scope: Scope, root_path: str) -> str:
+    """The matched route's template, with the prefix of any Mount it sits in; or unmatched."""
+    route: Any = scope.get("route")
+    path = getattr(route, "path", None)
+    if not isinstance(path, str) or not path:
+        return UNMATCHED
+    # A Mount extends root_path with its own prefix before its inner router matches.
+    mount_prefix = scope.get("root_path", "")[len(root_path) :]
+    return mount_prefix + path
+
+
+class MetricsMiddleware:
+    """Pure ASGI middleware that counts and times HTTP requests into a :class:`Metrics`.
+
+    Not ``BaseHTTPMiddleware``: that one runs each request through extra tasks and memory
+    streams and is measurably slow. The route label is read after the app ran, from
+    ``scope["route"]``, which Starlette's router (and FastAPI's ``APIRoute``) set on the shared
+    scope once a route matched; requests that matched none are ``unmatched``. An exception
+    that escapes the app counts as status 500 (then propagates to the server-error handler).
+    """
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        root_path = scope.get("root_path", "")
+        status = 500
+
+        async def send_with_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        self.metrics.in_progress.inc()
+        start = time.perf_counter()
+        try:
+            await self.app(scope, receive, send_with_status)
+        finally:
+            elapsed = time.perf_counter() - start
+            self.metrics.in_progress.dec()
+            self.metrics.observe_request(
+                _route_label(scope, root_path), scope.get("method", "GET"), status, elapsed
+            )
