@@ -16,7 +16,9 @@ format key              media type                      body
 ``npy``                 ``application/x-npy``           the primary tensor (no bfloat16 in npy)
 ``raw``                 ``application/octet-stream``    the primary tensor's bytes, C order,
                                                         little-endian, ``X-Tensor-*`` headers
-``png``                 ``image/png``                   a heatmap of the primary tensor
+``png``                 ``image/png``                   a heatmap of the primary tensor; its
+                                                        panel boxes and colour scale as JSON in
+                                                        the tEXt chunk ``posenc:layout``
 ======================  ==============================  =========================================
 
 The encoders never loop over elements in Python: JSON goes through orjson's numpy path
@@ -338,6 +340,15 @@ def _tensor_headers(name: str, tensor: torch.Tensor) -> dict[str, str]:
 _JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
+def _json_default(obj: Any) -> Any:
+    """orjson fallback for ``meta`` values: small tensors as lists, dtypes by name."""
+    if isinstance(obj, torch.Tensor):
+        return _number_array(obj).tolist()
+    if isinstance(obj, torch.dtype):
+        return dtype_name(obj)
+    raise TypeError(f"meta value of type {type(obj).__name__} is not JSON-able")
+
+
 def _encode_json(bundle: Bundle, *, base64: bool) -> Encoded:
     tensors: dict[str, dict[str, Any]] = {}
     for name, tensor in bundle.tensors.items():
@@ -351,7 +362,9 @@ def _encode_json(bundle: Bundle, *, base64: bool) -> Encoded:
             # arrays, which become a plain scalar.
             entry["data"] = arr if arr.ndim else arr.item()
         tensors[name] = entry
-    body = orjson.dumps({"tensors": tensors, "meta": bundle.meta}, option=_JSON_OPTIONS)
+    body = orjson.dumps(
+        {"tensors": tensors, "meta": bundle.meta}, default=_json_default, option=_JSON_OPTIONS
+    )
     return Encoded(body, FORMAT_MEDIA_TYPES["json"])
 
 
@@ -368,7 +381,7 @@ def _encode_safetensors(bundle: Bundle) -> Encoded:
                 ptr = t.untyped_storage().data_ptr()
             seen_storage.add(ptr)
         tensors[name] = t
-    meta = orjson.dumps(bundle.meta, option=_JSON_OPTIONS).decode()
+    meta = orjson.dumps(bundle.meta, default=_json_default, option=_JSON_OPTIONS).decode()
     body = safetensors_save(tensors, metadata={"meta": meta})
     return Encoded(body, FORMAT_MEDIA_TYPES["safetensors"])
 

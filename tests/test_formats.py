@@ -280,6 +280,19 @@ def test_odd_shapes_and_layouts():
     assert doc["flag"]["data"] == [True, False]
 
 
+def test_meta_may_hold_numpy_scalars_small_tensors_and_dtypes(tmp_path):
+    meta = {"scale": np.float32(0.5), "slopes": torch.tensor([0.5, 0.25]), "dtype": torch.bfloat16}
+    expected = {"scale": 0.5, "slopes": [0.5, 0.25], "dtype": "bfloat16"}
+    bundle = Bundle({"x": torch.zeros(1)}, meta)
+    assert json.loads(encode_bundle(bundle, "json").body)["meta"] == expected
+    path = tmp_path / "m.safetensors"
+    path.write_bytes(encode_bundle(bundle, "safetensors").body)
+    with safe_open(str(path), framework="pt") as f:
+        assert json.loads(f.metadata()["meta"]) == expected
+    with pytest.raises(TypeError, match="object"):
+        encode_bundle(Bundle({"x": torch.zeros(1)}, {"bad": object()}), "json")
+
+
 def test_identical_bundles_give_identical_bytes():
     def make():
         return Bundle({"bias": masked_bias(), "slopes": torch.tensor([0.5, 0.25])}, {"h": 2})
