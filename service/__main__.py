@@ -1,0 +1,90 @@
+"""``python -m service [--host 127.0.0.1] [--port 8000] [--workers N]``: serve with uvicorn.
+
+The configuration (``POSENC_*``) and the device are checked before uvicorn starts, so a bad
+setting (e.g. ``POSENC_DEVICE=cuda`` on a machine without CUDA) ends the process with exit
+status 2 and one clear line on stderr, not a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+from pydantic import ValidationError
+
+
+def _fail(message: str) -> int:
+    print(f"posenc: cannot start: {message}", file=sys.stderr)
+    return 2
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m service", description="Serve the posenc HTTP API with uvicorn."
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="port to bind (default 8000)")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="worker processes (default 1); each loads the models"
+    )
+    parser.add_argument(
+        "--log-level",
+        default=None,
+        choices=["critical", "error", "warning", "info", "debug", "trace"],
+        help="overrides POSENC_LOG_LEVEL",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.workers < 1:
+        return _fail(f"--workers must be >= 1, got {args.workers}")
+
+    from service.config import Settings
+
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        lines = [f"POSENC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()]
+        return _fail("invalid configuration: " + "; ".join(lines))
+
+    from posenc.device import resolve_device
+    from posenc.errors import PosencError
+
+    try:
+        resolve_device(settings.device)
+    except PosencError as exc:
+        return _fail(f"POSENC_DEVICE={settings.device!r}: {exc.message}")
+    for name, path in settings.model_paths.items():
+        if not os.path.isfile(path):
+            return _fail(f"POSENC_MODELS: model {name!r}: no such file {path!r}")
+
+    log_level = args.log_level or settings.log_level
+    logging.basicConfig(
+        level=logging.DEBUG if log_level == "trace" else getattr(logging, log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+    import uvicorn
+
+    if args.workers > 1:
+        # Workers are separate processes: each imports the app (and reads POSENC_*) itself.
+        uvicorn.run(
+            "service.app:app",
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_level=log_level,
+        )
+    else:
+        from service.app import create_app
+
+        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Service settings, read from the environment with the prefix ``POSENC_``.
+
+``get_settings()`` is the FastAPI dependency that routes use; ``create_app(settings)`` registers
+an override for it, so a test that builds an app with its own ``Settings`` sees them everywhere.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+LogLevel = Literal["critical", "error", "warning", "info", "debug", "trace"]
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; each maps to the environment variable ``POSENC_<NAME>``."""
+
+    model_config = SettingsConfigDict(env_prefix="POSENC_", extra="ignore")
+
+    device: str = Field(
+        "auto", description="auto (CUDA when available, else CPU), cpu, cuda or cuda:N"
+    )
+    models: str = Field(
+        "",
+        description="extra models, 'name=path,name=path' of safetensors files (GPT-2 or BERT names)",
+    )
+    max_elements: int = Field(
+        67_108_864, ge=1, description="largest output, in elements over all tensors, of one request"
+    )
+    cache_bytes: int = Field(
+        256 * 1024 * 1024, ge=0, description="byte budget of the table and response cache (0: off)"
+    )
+    api_key: str | None = Field(
+        None, description="when set, every /v1/ request needs 'Authorization: Bearer <key>'"
+    )
+    cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*': any)")
+    log_level: LogLevel = Field("info", description="uvicorn and service log level")
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _lower_log_level(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("models")
+    @classmethod
+    def _check_models(cls, value: str) -> str:
+        parse_models(value)  # raises ValueError with the offending entry
+        return value
+
+    @property
+    def model_paths(self) -> dict[str, str]:
+        """``POSENC_MODELS`` as ``{name: path}``, in the order given."""
+        return parse_models(self.models)
+
+    @property
+    def cors_origin_list(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+
+def parse_models(spec: str) -> dict[str, str]:
+    """Parse ``name=path,name=path``; raise ``ValueError`` naming a malformed or repeated entry."""
+    models: dict[str, str] = {}
+    for raw in spec.split(","):
+        entry = raw.strip()
+        if not entry:
+            continue
+        name, sep, path = entry.partition("=")
+        name, path = name.strip(), path.strip()
+        if not sep or not name or not path:
+            raise ValueError(f"POSENC_MODELS entries must be name=path, got {entry!r}")
+        if name in models:
+            raise ValueError(f"POSENC_MODELS names model {name!r} twice")
+        models[name] = path
+    return models
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (a dependency; tests override it or pass settings to create_app)."""
+    return Settings()

@@ -1,0 +1,1 @@
+"""The routers of the v1 HTTP contract: one module per topic."""

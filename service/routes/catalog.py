@@ -1,0 +1,98 @@
+"""``GET /v1/models`` and ``GET /v1/presets``: what the service can serve by name.
+
+Unknown names in these paths are 404 (``/v1/models/{name}``, ``/v1/presets/{name}``); the same
+names inside a request body or query are 422 (they are a field of the request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from fastapi import APIRouter, HTTPException, Query
+
+from posenc.errors import UnknownName
+from posenc.models import EmbeddingModel
+from service.routes.common import State
+from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
+
+router = APIRouter(prefix="/v1", tags=["catalog"])
+
+_NOT_FOUND = {404: {"model": ErrorBody, "description": "no such name"}}
+
+
+def model_info(model: EmbeddingModel) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "vocab_size": model.vocab_size,
+        "d_model": model.d_model,
+        "max_positions": model.max_positions,
+        "positional": model.positional,
+        "scale": model.scale,
+        "pad_token_id": model.pad_token_id,
+        "source": model.source,
+    }
+
+
+def _preset_info(preset: Any) -> dict[str, Any]:
+    return {
+        "name": preset.name,
+        "kind": preset.kind,
+        "params": _jsonable(dict(preset.params)),
+        "source": preset.source,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+@router.get("/models", response_model=ModelList, summary="Loaded embedding models")
+def list_models(state: State) -> dict[str, Any]:
+    """The default model's name and every loaded model (built-in and `POSENC_MODELS`)."""
+    return {
+        "default": state.default_model,
+        "models": [model_info(m) for m in state.models.values()],
+    }
+
+
+@router.get("/models/{name}", response_model=ModelInfo, responses=_NOT_FOUND, summary="One model")
+def get_model(name: str, state: State) -> dict[str, Any]:
+    try:
+        return model_info(state.model(name))
+    except UnknownName as exc:
+        raise HTTPException(404, detail=f"name: {exc.message}") from None
+
+
+@router.get("/presets", response_model=PresetList, summary="Published model-family settings")
+def list_presets(
+    kind: Literal["rope", "alibi", "relative", "learned"] | None = Query(
+        None, description="only presets of this kind"
+    ),
+) -> dict[str, Any]:
+    """Settings of well-known model families, each with the published config it comes from.
+
+    Use a preset's name as the `preset` field of the endpoint of its kind: its params are
+    defaults that the request's own fields override.
+    """
+    from posenc.presets import PRESETS
+
+    return {
+        "presets": [_preset_info(p) for p in PRESETS.values() if kind is None or p.kind == kind]
+    }
+
+
+@router.get(
+    "/presets/{name}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
+)
+def get_preset_by_name(name: str) -> dict[str, Any]:
+    from posenc.presets import get_preset
+
+    try:
+        return _preset_info(get_preset(name))
+    except UnknownName as exc:
+        raise HTTPException(404, detail=f"name: {exc.message}") from None

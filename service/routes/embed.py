@@ -1,0 +1,103 @@
+"""``POST /v1/embed``: token embeddings plus positional encoding for a ragged batch."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from posenc import resolve_dtype
+from posenc.embedding import embed_tokens
+from posenc.errors import InvalidArgument
+from posenc.position_ids import build_batch, pad_rows
+from service.formats import Bundle
+from service.routes.common import Plan, ServiceState, Source
+from service.routes.tables import add_compute_routes
+from service.schemas import EmbedRequest
+
+router = APIRouter(prefix="/v1", tags=["tokens"])
+
+
+def embed_plan(req: EmbedRequest, state: ServiceState, source: Source) -> Plan:
+    model = state.model(req.model)
+    positional = req.positional if req.positional is not None else model.positional
+    scale = req.scale if req.scale is not None else model.scale
+    if positional == "learned" and model.position_table is None:
+        raise InvalidArgument(
+            f"positional 'learned' needs a position table, and model {model.name!r} has none; "
+            "use 'sinusoidal' or 'none'",
+            field="positional",
+        )
+    batch_size = len(req.input_ids)
+    seq_len = max(len(row) for row in req.input_ids)
+    d_model = model.d_model
+    dtype = resolve_dtype(req.dtype)
+    meta = {
+        "kind": "embed",
+        "model": model.name,
+        "positional": positional,
+        "scale": scale,
+        "vocab_size": model.vocab_size,
+        "d_model": d_model,
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "padding_side": req.padding_side,
+        "dtype": req.dtype,
+    }
+
+    def compute() -> Bundle:
+        batch = build_batch(
+            req.input_ids,
+            pad_token_id=req.pad_token_id,
+            attention_mask=req.attention_mask,
+            padding_side=req.padding_side,
+            device=state.device,
+        )
+        if req.position_ids is not None:
+            position_ids, _ = pad_rows(req.position_ids, padding_side=req.padding_side)
+            position_ids = position_ids.to(state.device)  # (B, T)
+        else:
+            position_ids = batch.position_ids  # (B, T)
+        embeddings = embed_tokens(
+            batch.input_ids,
+            token_table=model.token_table,
+            positional=positional,
+            position_table=model.position_table,
+            position_ids=position_ids,
+            attention_mask=batch.attention_mask,
+            scale=scale,
+            dtype=dtype,
+        )  # (B, T, D)
+        return Bundle(
+            {
+                "embeddings": embeddings,
+                "position_ids": position_ids,
+                "attention_mask": batch.attention_mask,
+            },
+            meta,
+        )
+
+    return Plan(
+        route="/v1/embed",
+        params={**req.model_dump(mode="json"), "model": model.name},
+        elements=batch_size * seq_len * d_model + 2 * batch_size * seq_len,
+        compute=compute,
+        names=("embeddings", "position_ids", "attention_mask"),
+        model=model.name,
+        cache_tensors=False,
+    )
+
+
+add_compute_routes(
+    router,
+    "/embed",
+    EmbedRequest,
+    embed_plan,
+    names=("embeddings", "position_ids", "attention_mask"),
+    summary="Embed token batches",
+    description=(
+        "Token embedding (× √D when `scale`) plus the positional encoding, for a ragged batch; "
+        "padded slots are zeros. A token id outside [0, vocab_size) is a 422 naming "
+        "`input_ids[ROW][COL]`. Tensors: `embeddings` (B, T, D), `position_ids` (B, T), "
+        "`attention_mask` (B, T)."
+    ),
+    get=False,
+)

@@ -1,0 +1,70 @@
+"""Operations: ``/healthz``, ``/readyz``, ``/metrics`` and ``/v1/info``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+import posenc
+from service.formats import FORMAT_MEDIA_TYPES
+from service.routes.common import State
+from service.schemas import ErrorBody, Info, Status
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/healthz", response_model=Status, summary="Liveness")
+def healthz() -> dict[str, str]:
+    """200 while the process runs."""
+    return {"status": "ok"}
+
+
+@router.get(
+    "/readyz",
+    response_model=Status,
+    responses={503: {"model": ErrorBody, "description": "still starting"}},
+    summary="Readiness",
+)
+def readyz(request: Request) -> Any:
+    """200 once the device is chosen and the models are loaded; 503 before."""
+    state = getattr(request.app.state, "posenc", None)
+    if state is None or not state.ready:
+        return JSONResponse(
+            {"detail": "not ready: models are still loading"},
+            status_code=503,
+            headers={"Retry-After": "1"},
+        )
+    return {"status": "ready"}
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+    summary="Prometheus metrics",
+)
+def metrics(request: Request) -> Response:
+    """Requests by route and status, latency histograms, cache hits and misses."""
+    body, content_type = request.app.state.metrics.render()
+    return Response(content=body, media_type=content_type)
+
+
+@router.get("/v1/info", response_model=Info, tags=["catalog"], summary="Versions, device, limits")
+def info(state: State) -> dict[str, Any]:
+    """The posenc and torch versions, the device in use, CUDA availability and the limits."""
+    settings = state.settings
+    cuda = torch.cuda.is_available()
+    return {
+        "version": posenc.__version__,
+        "torch_version": torch.__version__,
+        "device": str(state.device),
+        "cuda_available": cuda,
+        "cuda_device_count": torch.cuda.device_count() if cuda else 0,
+        "default_model": state.default_model,
+        "formats": dict(FORMAT_MEDIA_TYPES),
+        "limits": {"max_elements": settings.max_elements, "cache_bytes": settings.cache_bytes},
+        "auth": settings.api_key is not None,
+    }

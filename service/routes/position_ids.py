@@ -1,0 +1,67 @@
+"""``POST /v1/position-ids``: position ids and attention mask of a ragged token batch."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from posenc.position_ids import build_batch
+from service.formats import Bundle
+from service.routes.common import Plan, ServiceState, Source
+from service.routes.tables import add_compute_routes
+from service.schemas import PositionIdsRequest
+
+router = APIRouter(prefix="/v1", tags=["tokens"])
+
+
+def position_ids_plan(req: PositionIdsRequest, state: ServiceState, source: Source) -> Plan:
+    batch_size = len(req.input_ids)
+    seq_len = max(len(row) for row in req.input_ids)
+    meta = {
+        "kind": "position_ids",
+        "batch_size": batch_size,
+        "seq_len": seq_len,
+        "padding_side": req.padding_side,
+        "start": req.start,
+        "pad_position": req.pad_position,
+        "pad_token_id": req.pad_token_id,
+    }
+
+    def compute() -> Bundle:
+        batch = build_batch(
+            req.input_ids,
+            pad_token_id=req.pad_token_id,
+            attention_mask=req.attention_mask,
+            padding_side=req.padding_side,
+            start=req.start,
+            pad_position=req.pad_position,
+            device=state.device,
+        )
+        return Bundle(
+            {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}, meta
+        )  # (B, T) each
+
+    return Plan(
+        route="/v1/position-ids",
+        params=req.model_dump(mode="json"),
+        elements=2 * batch_size * seq_len,
+        compute=compute,
+        names=("position_ids", "attention_mask"),
+        cache_tensors=False,
+    )
+
+
+add_compute_routes(
+    router,
+    "/position-ids",
+    PositionIdsRequest,
+    position_ids_plan,
+    names=("position_ids", "attention_mask"),
+    summary="Position ids of a padded batch",
+    description=(
+        "Pads a ragged batch and numbers its real tokens from `start` in order; padded slots get "
+        "`pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`; "
+        "else the slots beyond a short row's end. Tensors: `position_ids` (B, T) int64, "
+        "`attention_mask` (B, T) int64."
+    ),
+    get=False,
+)

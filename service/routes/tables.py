@@ -1,0 +1,119 @@
+"""Registering a compute endpoint: its POST (JSON body) and, for the table endpoints, a GET that
+takes the same fields as query parameters and gives the same bytes.
+
+(No ``from __future__ import annotations`` here: the handlers are made in a factory and FastAPI
+must see their annotations as objects, not as strings naming a local variable.)
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel
+
+from service.formats import FORMAT_MEDIA_TYPES
+from service.routes.common import (
+    Output,
+    Plan,
+    ServiceState,
+    Source,
+    State,
+    parse_query,
+    query_openapi,
+    respond,
+)
+from service.schemas import (
+    ErrorBody,
+    NotAcceptableBody,
+    TensorBundleJSON,
+    TooLargeBody,
+    ValidationErrorBody,
+)
+
+PlanFn = Callable[[Any, ServiceState, Source], Plan]
+
+_BINARY = {"schema": {"type": "string", "format": "binary"}}
+_HEADERS = {
+    "ETag": {"description": "entity tag of this representation", "schema": {"type": "string"}},
+    "Vary": {"description": "always Accept", "schema": {"type": "string"}},
+    "Server-Timing": {
+        "description": "compute;dur=MS, encode;dur=MS, cache;desc=hit|miss",
+        "schema": {"type": "string"},
+    },
+}
+
+
+def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
+    """The documented responses of a compute endpoint whose tensors are ``names``."""
+    primary = names[0]
+    content = {media: _BINARY for fmt, media in FORMAT_MEDIA_TYPES.items() if fmt != "json"}
+    return {
+        200: {
+            "model": TensorBundleJSON,
+            "description": (
+                f"tensors {', '.join(names)}: JSON, safetensors (all tensors), or npy / raw / png "
+                f"of {primary}, chosen by ?format= or Accept"
+            ),
+            "content": content,
+            "headers": _HEADERS,
+        },
+        304: {"description": "GET with an If-None-Match that matches the ETag"},
+        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid bearer token"},
+        406: {"model": NotAcceptableBody, "description": "no acceptable format; lists the types"},
+        412: {"model": ErrorBody, "description": "POST with an If-None-Match that matches"},
+        413: {"model": TooLargeBody, "description": "output over POSENC_MAX_ELEMENTS elements"},
+        422: {"model": ValidationErrorBody, "description": "a field is invalid"},
+        503: {"model": ErrorBody, "description": "starting up, or out of device memory"},
+    }
+
+
+def add_compute_routes(
+    router: APIRouter,
+    path: str,
+    model_cls: type[BaseModel],
+    plan: PlanFn,
+    *,
+    names: Sequence[str],
+    summary: str,
+    description: str,
+    get: bool = True,
+) -> None:
+    """Register ``POST path`` (and ``GET path`` when ``get``) computing ``plan(request)``."""
+    responses = compute_responses(names)
+    stem = path.strip("/").replace("/", "_").replace("-", "_")
+
+    def post_handler(body: model_cls, request: Request, state: State, out: Output) -> Response:  # type: ignore[valid-type]
+        return respond(request, state, plan(body, state, "body"), out)
+
+    post_handler.__name__ = f"post_{stem}"
+    router.add_api_route(
+        path,
+        post_handler,
+        methods=["POST"],
+        summary=summary,
+        description=description,
+        responses=responses,
+        response_class=Response,
+        operation_id=f"post_{stem}",
+    )
+    if not get:
+        return
+
+    def get_handler(request: Request, state: State, out: Output) -> Response:
+        return respond(request, state, plan(parse_query(request, model_cls), state, "query"), out)
+
+    get_handler.__name__ = f"get_{stem}"
+    router.add_api_route(
+        path,
+        get_handler,
+        methods=["GET"],
+        summary=summary + " (GET)",
+        description=description
+        + "\n\nThe same fields as query parameters (positions comma-separated, scaling as JSON "
+        "text); the same bytes as the POST, and cacheable.",
+        responses=responses,
+        response_class=Response,
+        openapi_extra=query_openapi(model_cls),
+        operation_id=f"get_{stem}",
+    )
