@@ -51,16 +51,17 @@ def _check_max_bias(max_bias: float) -> float:
     return float(max_bias)
 
 
-def _slope_exponents(num_heads: int, max_bias: float) -> torch.Tensor:
-    """Exponents ``e_h`` with ``m_h = 2**e_h``, float64, shape (H,)."""
+def _slopes64(num_heads: int, max_bias: float) -> torch.Tensor:
+    """Slopes ``m_h = 2**e_h`` in float64, shape (H,).
+
+    Each power is taken with Python's ``2.0 ** e`` (the C library's correctly rounded ``pow``):
+    torch's vectorised ``exp2`` / ``pow`` are off by one float64 ulp for some heads.
+    """
     p = 1 << (num_heads.bit_length() - 1)  # largest power of two <= num_heads
-    heads = torch.arange(1, p + 1, dtype=torch.float64)
-    exponents = -max_bias * heads / p  # the p slopes for p heads
-    if p != num_heads:
-        # the even-indexed slopes (0, 2, 4, ...) of the 2p-head list: 1-based heads 1, 3, 5, ...
-        odd = torch.arange(1, 2 * (num_heads - p), 2, dtype=torch.float64)
-        exponents = torch.cat([exponents, -max_bias * odd / (2 * p)])
-    return exponents
+    exponents = [-max_bias * (h + 1) / p for h in range(p)]  # the p slopes for p heads
+    # then the even-indexed slopes (0, 2, 4, ...) of the 2p-head list: 1-based heads 1, 3, 5, ...
+    exponents += [-max_bias * (2 * k + 1) / (2 * p) for k in range(num_heads - p)]
+    return torch.tensor([2.0**e for e in exponents], dtype=torch.float64)
 
 
 def alibi_slopes(
@@ -92,7 +93,7 @@ def alibi_slopes(
     num_heads = _check_int("num_heads", num_heads, 1)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
-    slopes = torch.exp2(_slope_exponents(num_heads, max_bias))  # (H,) float64
+    slopes = _slopes64(num_heads, max_bias)  # (H,) float64
     return slopes.to(device=_device_or_cpu(device), dtype=dtype)
 
 
@@ -149,7 +150,7 @@ def alibi_bias(
     dtype = resolve_dtype(dtype)
     dev = _device_or_cpu(device)
 
-    slopes = torch.exp2(_slope_exponents(num_heads, max_bias)).to(dev)  # (H,) float64
+    slopes = _slopes64(num_heads, max_bias).to(dev)  # (H,) float64
     query_pos = torch.arange(seq_len, device=dev) + (key_len - seq_len)  # (T,) int64
     key_pos = torch.arange(key_len, device=dev)  # (S,) int64
     rel = key_pos[None, :] - query_pos[:, None]  # (T, S) int64: j - i'

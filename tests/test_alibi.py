@@ -69,6 +69,18 @@ def test_max_bias_scales_the_exponents():
     assert_close(alibi_slopes(4, max_bias=2.0, dtype=torch.float64), expected, rtol=0, atol=0)
 
 
+def test_float64_slopes_are_correctly_rounded():
+    """Against 200-bit arithmetic (mpmath): every float64 slope is the nearest double."""
+    mpmath = pytest.importorskip("mpmath")
+    mpmath.mp.prec = 200
+    for n in (12, 32, 40, 64, 100, 256):
+        p = 2 ** math.floor(math.log2(n))
+        exps = [mpmath.mpf(-8 * (h + 1)) / p for h in range(p)]
+        exps += [mpmath.mpf(-8 * (2 * k + 1)) / (2 * p) for k in range(n - p)]
+        exact = torch.tensor([float(mpmath.power(2, e)) for e in exps], dtype=torch.float64)
+        assert torch.equal(alibi_slopes(n, dtype=torch.float64), exact), f"{n} heads"
+
+
 @pytest.mark.parametrize("n", HEAD_COUNTS)
 def test_slopes_match_the_papers_code(n):
     """Press et al.'s fairseq ``get_slopes`` is float64 too (its start**i drifts ~1e-14 at 256 heads)."""
