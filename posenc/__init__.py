@@ -5,6 +5,7 @@ float64 and cast once at the end, so float32 tables stay within 1e-6 of the floa
 every position below 2**20.
 """
 
+from posenc.alibi import AlibiMode, alibi_bias, alibi_slopes
 from posenc.device import resolve_device, resolve_dtype
 from posenc.embedding import Positional, TokenPositionEmbedding, embed_tokens
 from posenc.errors import (
@@ -23,6 +24,17 @@ from posenc.position_ids import (
     build_batch,
     pad_rows,
     position_ids_from_mask,
+)
+from posenc.presets import PRESETS, Preset, PresetKind, get_preset
+from posenc.relative import (
+    Bucketing,
+    clipped_bucket,
+    num_relative_buckets,
+    relative_bias,
+    relative_bias_table,
+    relative_buckets,
+    relative_position_bucket,
+    relative_positions,
 )
 from posenc.rope import (
     RopeLayout,
@@ -44,6 +56,9 @@ from posenc.sinusoidal import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "PRESETS",
+    "AlibiMode",
+    "Bucketing",
     "DeviceUnavailable",
     "EmbeddingModel",
     "InvalidArgument",
@@ -51,6 +66,8 @@ __all__ = [
     "PaddingSide",
     "PosencError",
     "Positional",
+    "Preset",
+    "PresetKind",
     "RopeLayout",
     "RopeScaling",
     "RopeTables",
@@ -63,14 +80,24 @@ __all__ = [
     "TooLarge",
     "UnknownName",
     "__version__",
+    "alibi_bias",
+    "alibi_slopes",
     "apply_rope",
     "build_batch",
+    "clipped_bucket",
     "default_model",
     "embed_tokens",
+    "get_preset",
     "learned_table",
     "load_safetensors_model",
+    "num_relative_buckets",
     "pad_rows",
     "position_ids_from_mask",
+    "relative_bias",
+    "relative_bias_table",
+    "relative_buckets",
+    "relative_position_bucket",
+    "relative_positions",
     "resolve_device",
     "resolve_dtype",
     "rope_cos_sin",
