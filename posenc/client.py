@@ -486,6 +486,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None,
         device: str | None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
     ) -> _Call:
         fmt = format or self._format
         if fmt not in MEDIA_TYPES:
@@ -499,11 +500,13 @@ class _Endpoints(Generic[T, J]):
         if method not in ("POST", "GET"):
             raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
         body = _body(fields, extra)
+        params = _query(body) if method == "GET" else {}
+        params.update(_query(_body(query or {}, None)))
         return _Call(
             method=method,
             path=path,
             json_body=body if method == "POST" else None,
-            params=_query(body) if method == "GET" else None,
+            params=params or None,
             headers={"Accept": MEDIA_TYPES[fmt]},
             fmt=fmt,
             as_=kind,
@@ -526,6 +529,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None = None,
         device: str | None = None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
         """``POST /v1/encodings/sinusoidal``: the fixed sinusoidal table.
@@ -542,6 +546,7 @@ class _Endpoints(Generic[T, J]):
             as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
             device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
             method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
             extra: further body fields, sent as given (for fields newer than this client).
 
         Returns:
@@ -565,6 +570,7 @@ class _Endpoints(Generic[T, J]):
                 as_=as_,
                 device=device,
                 method=method,
+                query=query,
             )
         )
 
@@ -580,6 +586,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None = None,
         device: str | None = None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
         """``POST /v1/encodings/learned``: a learned (seeded, or a loaded model's) position table.
@@ -594,6 +601,7 @@ class _Endpoints(Generic[T, J]):
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
             extra: further body fields.
 
         Returns:
@@ -609,6 +617,7 @@ class _Endpoints(Generic[T, J]):
                 as_=as_,
                 device=device,
                 method=method,
+                query=query,
             )
         )
 
@@ -628,6 +637,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None = None,
         device: str | None = None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
         """``POST /v1/encodings/rope``: rotary cos/sin tables.
@@ -647,6 +657,7 @@ class _Endpoints(Generic[T, J]):
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"`` (``scaling`` then travels as JSON text).
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
             extra: further body fields.
 
         Returns:
@@ -673,6 +684,7 @@ class _Endpoints(Generic[T, J]):
                 as_=as_,
                 device=device,
                 method=method,
+                query=query,
             )
         )
 
@@ -692,6 +704,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None = None,
         device: str | None = None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
         """``POST /v1/biases/alibi``: ALiBi slopes and the (H, T, S) bias.
@@ -708,6 +721,7 @@ class _Endpoints(Generic[T, J]):
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
             extra: further body fields.
 
         Returns:
@@ -731,6 +745,7 @@ class _Endpoints(Generic[T, J]):
                 as_=as_,
                 device=device,
                 method=method,
+                query=query,
             )
         )
 
@@ -751,6 +766,7 @@ class _Endpoints(Generic[T, J]):
         as_: ArrayKind | None = None,
         device: str | None = None,
         method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
         """``POST /v1/biases/relative``: T5-style relative position buckets (and bias).
@@ -770,6 +786,7 @@ class _Endpoints(Generic[T, J]):
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
             extra: further body fields.
 
         Returns:
@@ -797,6 +814,7 @@ class _Endpoints(Generic[T, J]):
                 as_=as_,
                 device=device,
                 method=method,
+                query=query,
             )
         )
 

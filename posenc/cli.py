@@ -1,0 +1,662 @@
+"""The ``posenc`` command: serve the HTTP API, or write a positional table to a file.
+
+Usage::
+
+    posenc --version
+    posenc serve [--host 127.0.0.1] [--port 8000] [--workers 1]
+    posenc table sinusoidal --seq-len 2048 --d-model 768 -o pe.npy
+    posenc table rope --preset llama-3.1-8b --seq-len 131072 -o rope.safetensors
+    posenc table alibi --num-heads 8 --seq-len 64 -o alibi.png
+    posenc table relative --seq-len 512 --num-heads 12 -o t5.safetensors
+    posenc table rope --url http://gpu-box:8000 --api-key KEY --head-dim 128 --seq-len 4096 -o r.npy
+
+``table`` computes locally with the library, or with ``--url`` asks a posenc service (through
+:mod:`posenc.client`) and writes its body as received. The flags mirror the HTTP contract's body
+fields (``--seq-len`` is ``seq_len``...); flags left out are not sent, so the same defaults apply
+(a preset's values, then the library's). The output format follows the file's extension:
+
+- ``.npy``: the primary tensor (``encoding``, ``cos``, ``bias``, ``buckets``); no bfloat16.
+- ``.safetensors``: every tensor of the bundle, ``meta`` as JSON under ``__metadata__["meta"]``.
+- ``.png``: a heatmap of the primary tensor, drawn by the service's encoder
+  (``service.formats``, the ``service`` extra); ``--index`` picks one head of a 3-D bias.
+
+Outputs of more than ``PROGRESS_ELEMENTS`` elements are computed in chunks of positions (query
+rows for the biases), with a progress line on stderr (``--quiet`` hides it). Exit status: 0 on
+success, 2 for bad arguments (argparse's usage errors, the library's or the server's
+validation errors), 1 for other failures (server unreachable, other HTTP errors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+from posenc import __version__
+from posenc.errors import InvalidArgument, PosencError
+
+__all__ = ["PROGRESS_ELEMENTS", "compute_table", "main"]
+
+PROGRESS_ELEMENTS = 10_000_000
+"""Outputs with more elements than this are computed in chunks, with progress on stderr."""
+
+CHUNK_ELEMENTS = 1 << 22
+"""Elements per chunk (about 16 MiB of float32) of the chunked computation."""
+
+KINDS = ("sinusoidal", "rope", "alibi", "relative")
+EXTENSIONS = {".npy": "npy", ".safetensors": "safetensors", ".png": "png"}
+DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+# Request fields of each kind, in the contract's order (the flags are these with dashes).
+FIELDS: dict[str, tuple[str, ...]] = {
+    "sinusoidal": ("seq_len", "positions", "d_model", "base", "layout", "offset", "dtype"),
+    "rope": (
+        "seq_len", "positions", "head_dim", "rotary_dim", "base", "layout", "scaling", "preset",
+        "dtype",
+    ),
+    "alibi": ("num_heads", "seq_len", "key_len", "mode", "max_bias", "preset", "dtype"),
+    "relative": (
+        "seq_len", "key_len", "num_buckets", "max_distance", "bidirectional", "bucketing",
+        "num_heads", "seed", "preset", "dtype",
+    ),
+}  # fmt: skip
+
+
+class CliError(Exception):
+    """A failure reported as ``posenc: error: ...`` with exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ------------------------------------------------------------------------------------ progress
+
+
+class Progress:
+    """A progress line on a text stream: ``\\r``-updated on a terminal, every 10% otherwise.
+
+    Args:
+        label: what is being computed, e.g. ``"rope cos/sin"``.
+        total: units of work (rows).
+        stream: where to write (stderr); ``None`` disables the output.
+    """
+
+    def __init__(self, label: str, total: int, stream: TextIO | None) -> None:
+        self.label = label
+        self.total = max(total, 1)
+        self.stream = stream
+        self.done = 0
+        self._tty = bool(stream is not None and getattr(stream, "isatty", lambda: False)())
+        self._last_decile = -1
+        self._start = time.monotonic()
+
+    def update(self, n: int) -> None:
+        """Record ``n`` more units done and redraw."""
+        self.done = min(self.done + n, self.total)
+        if self.stream is None:
+            return
+        pct = 100.0 * self.done / self.total
+        text = f"posenc: {self.label}: {self.done}/{self.total} rows ({pct:5.1f}%)"
+        if self._tty:
+            self.stream.write("\r" + text)
+        elif int(pct // 10) > self._last_decile:
+            self._last_decile = int(pct // 10)
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        """Finish the line with the elapsed time."""
+        if self.stream is None:
+            return
+        elapsed = time.monotonic() - self._start
+        end = "\r" if self._tty else ""
+        self.stream.write(
+            f"{end}posenc: {self.label}: done, {self.total} rows in {elapsed:.1f} s\n"
+        )
+        self.stream.flush()
+
+
+TensorBundle = tuple[dict[str, torch.Tensor], dict[str, Any]]
+"""``(tensors, meta)``: named tensors in the endpoint's order (the first is the primary one)."""
+
+ProgressFactory = Callable[[str, int, int], Progress | None]
+"""``(label, rows, elements) -> Progress`` for outputs worth a progress line, else ``None``."""
+
+
+def _chunks(total: int, row_elements: int) -> list[tuple[int, int]]:
+    rows = max(1, CHUNK_ELEMENTS // max(row_elements, 1))
+    return [(i, min(i + rows, total)) for i in range(0, total, rows)]
+
+
+# ------------------------------------------------------------------------------------ compute
+
+
+def _preset_params(kind: str, name: str | None) -> dict[str, Any]:
+    if name is None:
+        return {}
+    from posenc.presets import get_preset
+
+    preset = get_preset(name)
+    if preset.kind != kind:
+        raise InvalidArgument(
+            f"preset {name!r} is a {preset.kind} preset, not a {kind} one", field="preset"
+        )
+    params: dict[str, Any] = preset.to_dict()["params"]
+    return params
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
+    if value < minimum:
+        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
+    return value
+
+
+def _lengths(f: Mapping[str, Any]) -> tuple[int, int]:
+    """``(T, S)`` of a bias request, checked before anything of that size is built."""
+    seq_len = _check_int("seq_len", f.get("seq_len"), 1)
+    key_len = _check_int("key_len", f.get("key_len", seq_len), 1)
+    if key_len < seq_len:
+        raise InvalidArgument(
+            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
+            f"positions), got key_len={key_len} and seq_len={seq_len}",
+            field="key_len",
+        )
+    return seq_len, key_len
+
+
+def _positions(f: Mapping[str, Any], offset: int = 0) -> torch.Tensor:
+    """The ``(T,)`` int64 positions of a sinusoidal/rope request (``offset`` added)."""
+    if (f.get("positions") is None) == (f.get("seq_len") is None):
+        got = "both" if f.get("positions") is not None else "neither"
+        raise InvalidArgument(
+            f"give exactly one of positions or seq_len, got {got}", field="seq_len"
+        )
+    if f.get("seq_len") is not None:
+        seq_len = _check_int("seq_len", f["seq_len"], 1)
+        return torch.arange(offset, offset + seq_len, dtype=torch.int64)
+    pos = torch.as_tensor(list(f["positions"]), dtype=torch.int64)
+    if pos.numel() == 0:
+        raise InvalidArgument("positions must not be empty", field="positions")
+    if bool((pos < 0).any()):
+        k = int(torch.nonzero(pos < 0)[0, 0])
+        raise InvalidArgument(
+            f"positions must be >= 0, got {int(pos[k])} at positions[{k}]", field=f"positions[{k}]"
+        )
+    return pos + offset
+
+
+def _sinusoidal(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
+    from posenc.sinusoidal import sinusoidal_table
+
+    kw = {
+        "d_model": f.get("d_model"),
+        "base": f.get("base", 10000.0),
+        "layout": f.get("layout", "interleaved"),
+    }
+    if kw["d_model"] is None:
+        raise InvalidArgument("d_model is required", field="d_model")
+    offset = f.get("offset", 0)
+    sinusoidal_table(seq_len=1, offset=offset, dtype=dtype, **kw)  # checks every scalar field
+    pos = _positions(f, offset)  # (T,)
+    d_model = int(kw["d_model"])
+    bar = progress("sinusoidal encoding", pos.numel(), pos.numel() * d_model)
+    if bar is None:
+        table = sinusoidal_table(positions=pos, dtype=dtype, **kw)  # (T, D)
+    else:
+        table = torch.empty(pos.numel(), d_model, dtype=dtype)  # (T, D)
+        for i0, i1 in _chunks(pos.numel(), d_model):
+            table[i0:i1] = sinusoidal_table(positions=pos[i0:i1], dtype=dtype, **kw)
+            bar.update(i1 - i0)
+        bar.close()
+    meta = {"kind": "sinusoidal", "seq_len": pos.numel(), **kw, "offset": offset}
+    return {"encoding": table}, {**meta, "dtype": f.get("dtype", "float32")}
+
+
+def _rope(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
+    from posenc.rope import RopeScaling, rope_cos_sin
+
+    head_dim = f.get("head_dim")
+    if head_dim is None:
+        raise InvalidArgument(
+            "head_dim is required (or a rope preset that gives it)", field="head_dim"
+        )
+    rotary_dim = f.get("rotary_dim", head_dim)
+    if isinstance(rotary_dim, int) and isinstance(head_dim, int) and rotary_dim > head_dim:
+        raise InvalidArgument(
+            f"rotary_dim must be <= head_dim, got rotary_dim={rotary_dim} and head_dim={head_dim}",
+            field="rotary_dim",
+        )
+    scaling = RopeScaling.from_dict(f["scaling"]) if f.get("scaling") is not None else None
+    base, layout = f.get("base", 10000.0), f.get("layout", "half")
+    kw: dict[str, Any] = dict(
+        rotary_dim=rotary_dim, base=base, layout=layout, scaling=scaling, dtype=dtype
+    )
+    pos = _positions(f)  # (T,)
+    top = int(pos.max())
+    # One row at the largest position checks the fields and gives inv_freq and the attention
+    # scaling for seq_len = max(positions) + 1 (what dynamic and longrope compare).
+    head = rope_cos_sin(positions=[top], **kw)
+    bar = progress("rope cos/sin", pos.numel(), 2 * pos.numel() * rotary_dim)
+    if bar is None:
+        tables = rope_cos_sin(positions=pos, **kw)
+        cos, sin = tables.cos, tables.sin  # (T, R)
+    else:
+        cos = torch.empty(pos.numel(), rotary_dim, dtype=dtype)  # (T, R)
+        sin = torch.empty(pos.numel(), rotary_dim, dtype=dtype)  # (T, R)
+        for i0, i1 in _chunks(pos.numel(), 2 * rotary_dim):
+            # The largest position rides along so that every chunk sees the same seq_len.
+            part = rope_cos_sin(positions=torch.cat((pos[i0:i1], pos.new_tensor([top]))), **kw)
+            cos[i0:i1], sin[i0:i1] = part.cos[:-1], part.sin[:-1]
+            bar.update(i1 - i0)
+        bar.close()
+    meta = {
+        "kind": "rope", "seq_len": pos.numel(), "head_dim": head_dim, "rotary_dim": rotary_dim,
+        "base": base, "layout": layout, "scaling": f.get("scaling"), "preset": f.get("preset"),
+        "attention_scaling": head.attention_scaling, "dtype": f.get("dtype", "float32"),
+    }  # fmt: skip
+    return {"cos": cos, "sin": sin, "inv_freq": head.inv_freq}, meta
+
+
+def _alibi(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
+    from posenc.alibi import alibi_bias, alibi_slopes
+
+    if f.get("num_heads") is None:
+        raise InvalidArgument(
+            "num_heads is required (or an alibi preset that gives it)", field="num_heads"
+        )
+    heads = _check_int("num_heads", f["num_heads"], 1)
+    mode, max_bias = f.get("mode", "causal"), f.get("max_bias", 8.0)
+    seq_len, key_len = _lengths(f)
+    alibi_bias(1, 1, mode=mode, max_bias=max_bias)  # checks mode and max_bias
+    slopes = alibi_slopes(heads, max_bias, dtype=dtype)  # (H,)
+    bar = progress("alibi bias", seq_len, heads * seq_len * key_len)
+    if bar is None:
+        bias = alibi_bias(heads, seq_len, key_len, mode=mode, max_bias=max_bias, dtype=dtype)
+    else:
+        # The bias depends on j - i' only: take the library's symmetric row of the last query
+        # (every distance 0 … S-1) and gather from it, one block of query rows at a time.
+        row = alibi_bias(heads, 1, key_len, mode="symmetric", max_bias=max_bias, dtype=dtype)
+        strip = row[:, 0, :].flip(-1)  # (H, S): strip[h, d] = -m_h * d
+        bias = torch.empty(heads, seq_len, key_len, dtype=dtype)  # (H, T, S)
+        keys = torch.arange(key_len)
+        for i0, i1 in _chunks(seq_len, heads * key_len):
+            rel = keys[None, :] - (torch.arange(i0, i1) + key_len - seq_len)[:, None]  # (c, S)
+            block = strip[:, rel.abs()]  # (H, c, S)
+            if mode == "causal":
+                block.masked_fill_((rel > 0)[None], float("-inf"))
+            bias[:, i0:i1] = block
+            bar.update(i1 - i0)
+        bar.close()
+    meta = {
+        "kind": "alibi", "num_heads": heads, "seq_len": seq_len, "key_len": key_len, "mode": mode,
+        "max_bias": max_bias, "preset": f.get("preset"), "dtype": f.get("dtype", "float32"),
+    }  # fmt: skip
+    return {"bias": bias, "slopes": slopes}, meta
+
+
+def _relative(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
+    from posenc.relative import (
+        clipped_bucket,
+        num_relative_buckets,
+        relative_bias,
+        relative_bias_table,
+        relative_buckets,
+        relative_position_bucket,
+    )
+
+    seq_len, key_len = _lengths(f)
+    num_buckets, max_distance = f.get("num_buckets", 32), f.get("max_distance", 128)
+    bidirectional, bucketing = f.get("bidirectional", True), f.get("bucketing", "log")
+    heads = f.get("num_heads")
+    n_buckets = num_relative_buckets(
+        num_buckets=num_buckets, max_distance=max_distance, bucketing=bucketing
+    )
+    bkw: dict[str, Any] = dict(
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        bidirectional=bidirectional,
+        bucketing=bucketing,
+    )
+    relative_buckets(1, 1, **bkw)  # checks the bucketing parameters
+    table = None
+    if heads is not None:
+        heads = _check_int("num_heads", heads, 1)
+        table = relative_bias_table(n_buckets, heads, seed=f.get("seed", 0))  # (NB, H)
+    per_row = key_len * (1 + (heads or 0))
+    bar = progress("relative buckets", seq_len, seq_len * per_row)
+    if bar is None:
+        buckets = relative_buckets(seq_len, key_len, **bkw)  # (T, S)
+        bias = None if table is None else relative_bias(buckets, table, dtype=dtype)
+    else:
+        # Buckets depend on j - i' only: bucket every relative position -(S-1) … S-1 once with
+        # the library, then gather, one block of query rows at a time.
+        rel_all = torch.arange(-(key_len - 1), key_len)  # (2S-1,)
+        if bucketing == "clip":
+            lut = clipped_bucket(rel_all, max_distance=max_distance, bidirectional=bidirectional)
+        else:
+            lut = relative_position_bucket(
+                rel_all,
+                bidirectional=bidirectional,
+                num_buckets=num_buckets,
+                max_distance=max_distance,
+            )
+        buckets = torch.empty(seq_len, key_len, dtype=torch.int64)  # (T, S)
+        bias = None if table is None else torch.empty(table.shape[1], seq_len, key_len, dtype=dtype)
+        keys = torch.arange(key_len)
+        for i0, i1 in _chunks(seq_len, per_row):
+            rel = keys[None, :] - (torch.arange(i0, i1) + key_len - seq_len)[:, None]  # (c, S)
+            buckets[i0:i1] = lut[rel + key_len - 1]
+            if bias is not None and table is not None:
+                bias[:, i0:i1] = relative_bias(buckets[i0:i1], table, dtype=dtype)  # (H, c, S)
+            bar.update(i1 - i0)
+        bar.close()
+    meta = {
+        "kind": "relative", "seq_len": seq_len, "key_len": key_len, "num_buckets": num_buckets,
+        "bucket_count": n_buckets, "max_distance": max_distance, "bidirectional": bidirectional,
+        "bucketing": bucketing, "num_heads": heads, "seed": f.get("seed", 0), "preset": f.get("preset"),
+        "dtype": f.get("dtype", "float32"),
+    }  # fmt: skip
+    tensors = {"buckets": buckets}
+    if bias is not None:
+        tensors["bias"] = bias
+    return tensors, meta
+
+
+_COMPUTE: dict[str, Callable[[dict[str, Any], torch.dtype, ProgressFactory], TensorBundle]] = {
+    "sinusoidal": _sinusoidal,
+    "rope": _rope,
+    "alibi": _alibi,
+    "relative": _relative,
+}
+
+
+def compute_table(
+    kind: str, fields: Mapping[str, Any], *, progress: TextIO | None = None
+) -> TensorBundle:
+    """Compute a table locally, as the service's endpoint for ``kind`` would.
+
+    Args:
+        kind: ``sinusoidal``, ``rope``, ``alibi`` or ``relative``.
+        fields: the request's body fields (the contract's names); ``None`` values are dropped
+            and a ``preset`` supplies defaults for those not given.
+        progress: stream for a progress line when the output has more than
+            :data:`PROGRESS_ELEMENTS` elements (then computed in chunks); ``None``: silent,
+            and unchunked.
+
+    Returns:
+        ``(tensors, meta)``: the named tensors in the endpoint's order (the first is the primary
+        one) and a JSON-able ``meta`` with the effective parameters.
+
+    Raises:
+        PosencError: a bad argument (the library's message, naming the field).
+    """
+    if kind not in _COMPUTE:
+        raise PosencError(f"kind must be one of {list(_COMPUTE)}, got {kind!r}", field="kind")
+    given = {k: v for k, v in fields.items() if v is not None}
+    merged = {**_preset_params(kind, given.get("preset")), **given}
+    from posenc.device import resolve_dtype
+
+    dtype = resolve_dtype(merged.get("dtype"))
+
+    def factory(label: str, rows: int, elements: int) -> Progress | None:
+        if progress is None or elements <= PROGRESS_ELEMENTS:
+            return None
+        return Progress(label, rows, progress)
+
+    return _COMPUTE[kind](merged, dtype, factory)
+
+
+# ------------------------------------------------------------------------------------ output
+
+
+def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict, index: int | None) -> None:  # fmt: skip
+    primary_name, primary = next(iter(tensors.items()))
+    if fmt == "npy":
+        if primary.dtype == torch.bfloat16:
+            raise CliError(
+                f"npy has no bfloat16 type, and {primary_name!r} is bfloat16: use --dtype "
+                "float32, float16 or float64 with .npy, or write .safetensors",
+                code=2,
+            )
+        np.save(path, primary.contiguous().numpy())
+    elif fmt == "safetensors":
+        try:
+            from safetensors.torch import save_file
+        except ImportError as exc:
+            raise CliError(
+                "writing .safetensors needs the safetensors package: "
+                "pip install 'posenc[client]' (or 'posenc[service]')"
+            ) from exc
+        save_file(
+            {k: v.contiguous() for k, v in tensors.items()},
+            str(path),
+            metadata={"meta": json.dumps(meta, separators=(",", ":"))},
+        )
+    else:  # png
+        try:
+            from service.formats import Bundle as ServiceBundle
+            from service.formats import NotAcceptable, encode_bundle
+        except ImportError as exc:
+            raise CliError(
+                f"writing .png needs the service extra (its heatmap encoder, service.formats): "
+                f"pip install 'posenc[service]' ({exc})"
+            ) from exc
+        try:
+            encoded = encode_bundle(ServiceBundle(dict(tensors), dict(meta)), "png", index=index)
+        except (NotAcceptable, PosencError, ValueError) as exc:
+            raise CliError(str(getattr(exc, "detail", exc)), code=2) from exc
+        path.write_bytes(encoded.body)
+
+
+def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> bytes:
+    try:
+        from posenc.client import PosencClient, PosencClientError, PosencHTTPError
+    except ImportError as exc:
+        raise CliError(
+            f"--url needs the client extra: pip install 'posenc[client]' ({exc})"
+        ) from exc
+    query = {"index": args.index} if args.index is not None and fmt == "png" else None
+    try:
+        with PosencClient(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            method = getattr(client, kind)
+            result = method(**fields, format=fmt, query=query)
+    except PosencHTTPError as exc:
+        code = 2 if exc.status_code in (400, 404, 406, 413, 422) else 1
+        raise CliError(f"the server at {args.url} refused the request: {exc}", code=code) from exc
+    except PosencClientError as exc:
+        raise CliError(str(exc)) from exc
+    return result.content
+
+
+# ------------------------------------------------------------------------------------ parser
+
+
+def _positions_arg(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be comma-separated integers, e.g. 0,1,5, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("must name at least one position")
+    return values
+
+
+def _json_object_arg(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"must be a JSON object: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(
+            f'must be a JSON object such as {{"type": "linear", "factor": 2}}, got {text!r}'
+        )
+    return value
+
+
+def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
+    flag = "--" + name.replace("_", "-")
+    spec: dict[str, dict[str, Any]] = {
+        "seq_len": dict(type=int, metavar="T", help="sequence (query) length T"),
+        "positions": dict(type=_positions_arg, metavar="P,P,...",
+                          help="explicit positions, comma-separated (instead of --seq-len)"),
+        "d_model": dict(type=int, metavar="D", help="model dimension D (even)"),
+        "base": dict(type=float, help="wavelength / rope base (default 10000)"),
+        "offset": dict(type=int, help="added to every position (default 0)"),
+        "head_dim": dict(type=int, help="head dimension (even)"),
+        "rotary_dim": dict(type=int, metavar="R", help="rotated dims R <= head_dim (default head_dim)"),
+        "scaling": dict(type=_json_object_arg, metavar="JSON",
+                        help='rope scaling, e.g. \'{"type": "llama3", "factor": 8, ...}\''),
+        "preset": dict(help="a preset name (GET /v1/presets); its values are the defaults"),
+        "num_heads": dict(type=int, metavar="H", help="number of heads H"),
+        "key_len": dict(type=int, metavar="S", help="key length S (default T)"),
+        "mode": dict(choices=["causal", "symmetric"], help="ALiBi mode (default causal)"),
+        "max_bias": dict(type=float, help="ALiBi slope exponent scale (default 8)"),
+        "num_buckets": dict(type=int, help="number of buckets (default 32)"),
+        "max_distance": dict(type=int, help="max distance (default 128)"),
+        "bidirectional": dict(action=argparse.BooleanOptionalAction,
+                              help="bidirectional buckets (default true)"),
+        "bucketing": dict(choices=["log", "clip"], help="T5 log buckets (default) or clip"),
+        "seed": dict(type=int, help="seed of the bias table (default 0)"),
+        "dtype": dict(choices=list(DTYPES), help="output dtype (default float32)"),
+    }  # fmt: skip
+    if name == "layout":
+        choices = ["half", "interleaved"]
+        if kind == "sinusoidal":
+            choices = ["interleaved", "concat", "tensor2tensor"]
+        kw: dict[str, Any] = dict(choices=choices, help=f"layout (default {choices[0]})")
+    else:
+        kw = dict(spec[name])
+    kw.setdefault("default", None)
+    p.add_argument(flag, dest=name, **kw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``posenc`` argument parser (``serve`` and ``table`` subcommands)."""
+    parser = argparse.ArgumentParser(
+        prog="posenc",
+        description="Transformer positional encodings: serve the HTTP API, or write a table.",
+    )
+    parser.add_argument("--version", action="version", version=f"posenc {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,table}")
+
+    serve = sub.add_parser(
+        "serve", help="run the HTTP service (same as python -m service)",
+        description="Run the HTTP service with uvicorn (same as python -m service).",
+    )  # fmt: skip
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default 8000)")
+    serve.add_argument("--workers", type=int, help="worker processes (default 1)")
+
+    table = sub.add_parser(
+        "table", help="write a positional table to .npy, .safetensors or .png",
+        description="Compute a positional table (locally, or with --url on a posenc service) "
+        "and write it; the format follows the extension of -o.",
+    )  # fmt: skip
+    kinds = table.add_subparsers(dest="kind", required=True, metavar="{" + ",".join(KINDS) + "}")
+    for kind in KINDS:
+        p = kinds.add_parser(kind, help=f"the {kind} table (POST /v1/... {kind})")
+        for name in FIELDS[kind]:
+            _add_field(p, kind, name)
+        p.add_argument("-o", "--output", required=True, type=Path,
+                       help="output file: .npy (primary tensor), .safetensors (all), .png (heatmap)")  # fmt: skip
+        p.add_argument("--url", help="compute on this posenc service instead of locally")
+        p.add_argument("--api-key", help="bearer key for --url (servers with POSENC_API_KEY)")
+        p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
+        p.add_argument("--index", type=int, help="png: the leading index (head) to draw")
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        p.set_defaults(kind_parser=p)
+    return parser
+
+
+# ------------------------------------------------------------------------------------ commands
+
+
+def _serve(args: argparse.Namespace) -> int:
+    argv = []
+    for name in ("host", "port", "workers"):
+        value = getattr(args, name)
+        if value is not None:
+            argv += [f"--{name}", str(value)]
+    try:
+        import service.__main__ as service_main
+    except ImportError as exc:
+        raise CliError(f"posenc serve needs the service extra: pip install 'posenc[service]' ({exc})") from exc  # fmt: skip
+    entry = getattr(service_main, "main", None)
+    if entry is None:  # a __main__ that only runs at import time
+        import runpy
+
+        saved = sys.argv
+        sys.argv = ["posenc serve", *argv]
+        try:
+            runpy.run_module("service", run_name="__main__", alter_sys=True)
+        finally:
+            sys.argv = saved
+        return 0
+    result = entry(argv)
+    return int(result or 0)
+
+
+def _table(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.kind_parser
+    fmt = EXTENSIONS.get(args.output.suffix.lower())
+    if fmt is None:
+        parser.error(
+            f"argument -o/--output: the extension must be one of {sorted(EXTENSIONS)}, "
+            f"got {args.output.name!r}"
+        )
+    fields = {name: getattr(args, name) for name in FIELDS[args.kind]}
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if args.output.parent and not args.output.parent.exists():
+        parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
+    if args.url:
+        args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
+        return 0
+    if args.api_key:
+        parser.error("argument --api-key: only meaningful with --url")
+    try:
+        tensors, meta = compute_table(
+            args.kind, fields, progress=None if args.quiet else sys.stderr
+        )
+    except PosencError as exc:
+        flag = (exc.field or "").split("[")[0].split(".")[0]
+        if flag in FIELDS[args.kind]:
+            parser.error(f"argument --{flag.replace('_', '-')}: {exc}")
+        parser.error(str(exc))
+    _write_local(args.output, fmt, tensors, meta, args.index)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``posenc`` command.
+
+    Args:
+        argv: the arguments (``sys.argv[1:]`` when None).
+
+    Returns:
+        The exit status (argparse exits with 2 itself on usage errors).
+    """
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        return _table(args)
+    except CliError as exc:
+        print(f"posenc: error: {exc}", file=sys.stderr)
+        return exc.code
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
