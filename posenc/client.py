@@ -410,11 +410,12 @@ def _decode(
 
 
 def _body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Drop ``None`` values (the server's defaults apply); numpy/torch values -> plain JSON."""
+    """The JSON body: ``fields`` without their ``None`` values (the server's defaults apply),
+    then ``extra`` as given (``None`` there is sent as ``null``, e.g. to clear a preset's
+    ``scaling``); numpy/torch values become plain JSON."""
     out: dict[str, Any] = {}
-    for key, value in {**fields, **(extra or {})}.items():
-        if value is None:
-            continue
+    items = [(k, v) for k, v in fields.items() if v is not None] + list((extra or {}).items())
+    for key, value in items:
         if hasattr(value, "tolist"):  # numpy array / torch tensor / numpy scalar
             value = value.tolist()
         elif isinstance(value, tuple):
@@ -427,7 +428,9 @@ def _query(body: Mapping[str, Any]) -> dict[str, str]:
     """A body as the GET query of the table endpoints (lists comma-separated, objects as JSON)."""
     out: dict[str, str] = {}
     for key, value in body.items():
-        if isinstance(value, bool):
+        if value is None:
+            out[key] = "null"
+        elif isinstance(value, bool):
             out[key] = "true" if value else "false"
         elif isinstance(value, list):
             out[key] = ",".join(str(v) for v in value)
@@ -547,7 +550,8 @@ class _Endpoints(Generic[T, J]):
             device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
             method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
             query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given (for fields newer than this client).
+            extra: further body fields, sent as given, ``None`` as ``null`` (for fields
+                newer than this client, or to send an explicit null).
 
         Returns:
             A :class:`TensorResult` with ``encoding`` ``(T, D)``.
@@ -602,7 +606,7 @@ class _Endpoints(Generic[T, J]):
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
             query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``encoding`` ``(T, D)``.
@@ -658,7 +662,7 @@ class _Endpoints(Generic[T, J]):
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"`` (``scaling`` then travels as JSON text).
             query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``cos`` ``(T, R)``, ``sin`` ``(T, R)``, ``inv_freq``
@@ -722,7 +726,7 @@ class _Endpoints(Generic[T, J]):
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
             query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``bias`` ``(H, T, S)`` and ``slopes`` ``(H,)``.
@@ -787,7 +791,7 @@ class _Endpoints(Generic[T, J]):
             device: torch device (``as_="torch"`` only).
             method: ``"POST"`` or ``"GET"``.
             query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``buckets`` ``(T, S)`` int64 and, with ``num_heads``,
@@ -846,7 +850,7 @@ class _Endpoints(Generic[T, J]):
             format: response format.
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``position_ids`` and ``attention_mask``, ``(B, T)``
@@ -898,7 +902,7 @@ class _Endpoints(Generic[T, J]):
             format: response format.
             as_: ``"numpy"`` or ``"torch"``.
             device: torch device (``as_="torch"`` only).
-            extra: further body fields.
+            extra: further body fields, sent as given (``None`` as ``null``).
 
         Returns:
             A :class:`TensorResult` with ``embeddings`` ``(B, T, D)``, ``position_ids`` and
