@@ -105,6 +105,8 @@ def _positions_tensor(
         raise InvalidArgument(
             f"positions must be a 1-D sequence of ints >= 0: {exc}", field="positions"
         ) from exc
+    if pos.numel() == 0:
+        raise InvalidArgument("positions must not be empty, got 0 positions", field="positions")
     if pos.dtype.is_floating_point or pos.dtype.is_complex or pos.dtype == torch.bool:
         raise InvalidArgument(
             f"positions must be ints, got dtype {str(pos.dtype).removeprefix('torch.')}",
@@ -114,8 +116,6 @@ def _positions_tensor(
         raise InvalidArgument(
             f"positions must be 1-D, got shape {tuple(pos.shape)}", field="positions"
         )
-    if pos.numel() == 0:
-        raise InvalidArgument("positions must not be empty, got 0 positions", field="positions")
     pos = pos.to(torch.int64)
     if bool((pos < 0).any()):
         k = int(torch.nonzero(pos < 0)[0, 0])
