@@ -226,7 +226,7 @@ OVERSIZED: list[tuple[str, dict[str, Any], int]] = [
     ),
     ("/v1/encodings/learned", {"seq_len": 2_000_000, "d_model": 4096}, 2_000_000 * 4096),
     ("/v1/biases/alibi", {"num_heads": 64, "seq_len": 8192}, 64 * 8192 * 8192 + 64),
-    ("/v1/biases/relative", {"seq_len": 2049, "key_len": 2048}, 2049 * 2048),
+    ("/v1/biases/relative", {"seq_len": 2048, "key_len": 2049}, 2048 * 2049),
     ("/v1/biases/relative", {"seq_len": 1024, "num_heads": 12}, 1024 * 1024 * 13),
     # rope: cos and sin (T, R) and inv_freq (R/2)
     ("/v1/encodings/rope", {"seq_len": 1_000_000, "head_dim": 128}, 2 * 1_000_000 * 128 + 64),
@@ -393,7 +393,9 @@ def test_a_client_reading_slowly_gets_every_byte_and_others_are_served(
     server: LiveServer, client: httpx.Client
 ) -> None:
     expected = client.post(
-        "/v1/encodings/sinusoidal", content=BIG, headers={"accept": "application/octet-stream"}
+        "/v1/encodings/sinusoidal",
+        content=BIG,
+        headers={"content-type": "application/json", "accept": "application/octet-stream"},
     ).content
     assert len(expected) == MAX_ELEMENTS * 4
     sock = socket.socket()
