@@ -620,6 +620,11 @@ def _table(args: argparse.Namespace) -> int:
     fields = {k: v for k, v in fields.items() if v is not None}
     if args.output.parent and not args.output.parent.exists():
         parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
+    if fmt == "npy" and fields.get("dtype") == "bfloat16":
+        parser.error(
+            "argument --dtype: npy has no bfloat16 type: use --dtype float32, float16 or "
+            "float64 with .npy, or write .safetensors"
+        )
     if args.url:
         args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
         return 0
