@@ -37,12 +37,14 @@ def _first_true(bad: Tensor) -> tuple[int, int]:
     return int(row), int(col)
 
 
-def _check_ids(x: Tensor, field: str, shape: torch.Size | None = None) -> None:
+def _check_ids(
+    x: Tensor, field: str, shape: torch.Size | None = None, *, ints: bool = True
+) -> None:
     if x.dim() != 2:
         raise InvalidArgument(
             f"{field} must be 2-D (B, T), got shape {tuple(x.shape)}", field=field
         )
-    if x.dtype.is_floating_point or x.dtype.is_complex:
+    if ints and (x.dtype.is_floating_point or x.dtype.is_complex):
         raise InvalidArgument(
             f"{field} must hold ints, got dtype {str(x.dtype).removeprefix('torch.')}", field=field
         )
@@ -91,7 +93,7 @@ def embed_tokens(
         position_table: ``(P, D)`` learned position table (GPT-2 ``wpe``).
         position_ids: ``(B, T)`` integer positions; default the cumulative count of real tokens
             from 0 (``0 … T-1`` without a mask), pads 0.
-        attention_mask: ``(B, T)`` of 0/1; default all ones.
+        attention_mask: ``(B, T)`` of 0/1 (int, bool or float); default all ones.
         scale: multiply the token part by ``sqrt(D)`` (Vaswani et al., §3.4).
         sinusoidal_base: the wavelength base of the sinusoidal table.
         dtype: the output dtype; ``None`` keeps the tables' dtype.
@@ -119,13 +121,13 @@ def embed_tokens(
     if attention_mask is None:
         real = torch.ones_like(ids, dtype=torch.bool)  # (B, T)
     else:
-        _check_ids(attention_mask, "attention_mask", ids.shape)
-        mask = attention_mask.to(device=device, dtype=torch.int64)
+        _check_ids(attention_mask, "attention_mask", ids.shape, ints=False)
+        mask = attention_mask.to(device=device)
         bad_mask = (mask != 0) & (mask != 1)
         if bool(bad_mask.any()):
             row, col = _first_true(bad_mask)
             raise InvalidArgument(
-                f"attention_mask must hold 0 or 1, got {int(mask[row, col])} at "
+                f"attention_mask must hold 0 or 1, got {mask[row, col].item()} at "
                 f"attention_mask[{row}][{col}]",
                 field=f"attention_mask[{row}][{col}]",
             )
