@@ -639,6 +639,11 @@ def _table(args: argparse.Namespace) -> int:
         if flag in FIELDS[args.kind]:
             parser.error(f"argument --{flag.replace('_', '-')}: {exc}")
         parser.error(str(exc))
+    except (MemoryError, RuntimeError) as exc:  # torch reports a failed allocation as either
+        raise CliError(
+            f"could not compute the {args.kind} table on this machine ({exc}); ask for fewer "
+            "positions or heads, or use --url with a bigger server"
+        ) from exc
     _write_local(args.output, fmt, tensors, meta, args.index)
     return 0
 

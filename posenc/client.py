@@ -453,7 +453,7 @@ class _Call:
     fmt: str | None = None  # None: a JSON endpoint (models, info...)
     as_: ArrayKind = "numpy"
     device: str | None = None
-    retry_statuses: bool = True  # False for healthz/readyz: their status is the answer
+    retry_on_status: bool = True  # False for healthz/readyz: their status is the answer
 
 
 # --------------------------------------------------------------------------------------- endpoints
@@ -941,7 +941,7 @@ class _Endpoints(Generic[T, J]):
 
     def healthz(self) -> J:
         """``GET /healthz``: the server's JSON (200 while the process runs)."""
-        return self._json(_Call("GET", "/healthz", retry_statuses=False))
+        return self._json(_Call("GET", "/healthz", retry_on_status=False))
 
     def readyz(self) -> J:
         """``GET /readyz``: the server's JSON once models are loaded.
@@ -949,7 +949,7 @@ class _Endpoints(Generic[T, J]):
         Raises:
             ServiceUnavailable: 503 while the server is still loading.
         """
-        return self._json(_Call("GET", "/readyz", retry_statuses=False))
+        return self._json(_Call("GET", "/readyz", retry_on_status=False))
 
 
 # --------------------------------------------------------------------------------------- clients
@@ -998,7 +998,7 @@ class _Config:
         return float(min(self.backoff * (2 ** (attempt - 1)), self.backoff_max))
 
     def retryable_status(self, call: _Call, response: httpx.Response) -> bool:
-        return call.retry_statuses and response.status_code in self.retry_statuses
+        return call.retry_on_status and response.status_code in self.retry_statuses
 
 
 def _version() -> str:
