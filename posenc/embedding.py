@@ -193,7 +193,7 @@ def embed_tokens(
         out = out * math.sqrt(d_model)
     if positional == "learned":
         out = out + F.embedding(safe_pos, position_table).to(work)  # (B, T, D)
-    elif positional == "sinusoidal":
+    elif positional == "sinusoidal" and safe_pos.numel() > 0:
         unique, inverse = torch.unique(safe_pos, return_inverse=True)  # (U,), (B, T)
         table = sinusoidal_table(
             unique, d_model=d_model, base=sinusoidal_base, device=device, dtype=torch.float64

@@ -209,3 +209,17 @@ def test_cuda_tables_give_the_cpu_bits(gpt2_file):
     )
     assert gpu.device.type == "cuda"
     assert torch.equal(gpu.cpu(), cpu)
+
+
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal", "none"])
+def test_a_batch_of_empty_rows_embeds_to_nothing(gpt2_file, positional):
+    _, tensors = gpt2_file
+    batch = build_batch([[], []])
+    out = embed_tokens(
+        batch.input_ids,
+        token_table=tensors["wte.weight"],
+        position_table=tensors["wpe.weight"],
+        positional=positional,
+        attention_mask=batch.attention_mask,
+    )
+    assert out.shape == (2, 0, D)
