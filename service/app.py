@@ -103,12 +103,20 @@ class BearerAuthMiddleware:
 
 def _label_route(scope: Scope) -> None:
     """Set ``scope["route"]`` for a request refused before routing, so metrics name it."""
-    app = scope.get("app")
-    for route in getattr(getattr(app, "router", None), "routes", []):
-        match, _ = route.matches(scope)
-        if match == Match.FULL:
-            scope["route"] = route
-            return
+
+    def find(routes: list[Any]) -> Any:
+        for route in routes:
+            inner = getattr(route, "original_router", None)  # FastAPI's included routers
+            found = find(inner.routes) if inner is not None else None
+            if found is not None:
+                return found
+            if inner is None and route.matches(scope)[0] == Match.FULL:
+                return route
+        return None
+
+    route = find(getattr(getattr(scope.get("app"), "router", None), "routes", []))
+    if route is not None:
+        scope["route"] = route
 
 
 class ResponseHeadersMiddleware:
