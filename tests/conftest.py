@@ -102,10 +102,16 @@ def stop_service(proc: subprocess.Popen[bytes]) -> None:
 
 
 @pytest.fixture(scope="session")
-def live_server(tmp_path_factory: pytest.TempPathFactory, gpt2_file: Path) -> Iterator[str]:
+def live_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where ``live_server`` writes its stdout and stderr."""
+    return tmp_path_factory.mktemp("live") / "service.log"
+
+
+@pytest.fixture(scope="session")
+def live_server(live_log: Path, gpt2_file: Path) -> Iterator[str]:
     """Base URL of a real ``python -m service`` on a free loopback port."""
     port = free_port()
-    log_path = tmp_path_factory.mktemp("live") / "service.log"
+    log_path = live_log
     env = clean_env(POSENC_DEVICE="cpu", POSENC_MODELS=f"{GPT2_NAME}={gpt2_file}")
     proc = start_service(port, log_path, env)
     url = f"http://{HOST}:{port}"
