@@ -13,12 +13,10 @@ Timing is never a pass/fail criterion here except generous "does not hang" timeo
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -29,10 +27,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from conftest import clean_env, free_port, start_service, stop_service, wait_ready
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 MAX_ELEMENTS = 4_194_304  # POSENC_MAX_ELEMENTS of the server under test: 4096 x 1024
 HANG_S = 30.0  # "does not hang": far above any honest answer on a busy 2-core machine
@@ -89,60 +87,22 @@ class LiveServer:
         return self.log_path.read_text(errors="replace")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
 def start_server(log_path: Path, **env: str) -> LiveServer:
-    port = _free_port()
-    environment = {
-        **os.environ,
-        "POSENC_MAX_ELEMENTS": str(MAX_ELEMENTS),
-        "POSENC_DEVICE": "cpu",
-        "POSENC_API_KEY": "",
-        **env,
-    }
-    with log_path.open("wb") as fh:  # a file, not a pipe: a full pipe would block the server
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", HOST, "--port", str(port)],
-            cwd=ROOT,
-            env=environment,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    server = LiveServer(proc, port, log_path)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log_text()}")
-        try:
-            if httpx.get(server.url + "/readyz", timeout=2).status_code == 200:
-                return server
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"server not ready after 90 s:\n{server.log_text()}")
-
-
-def stop_server(server: LiveServer) -> int:
-    if server.proc.poll() is None:
-        server.proc.send_signal(signal.SIGTERM)
-        try:
-            server.proc.wait(timeout=HANG_S)
-        except subprocess.TimeoutExpired:
-            server.proc.kill()
-            server.proc.wait()
-    return server.proc.returncode
+    """``python -m service`` on a free loopback port (conftest's helpers), ready to serve."""
+    port = free_port()
+    environment = clean_env(
+        POSENC_MAX_ELEMENTS=str(MAX_ELEMENTS), POSENC_DEVICE="cpu", POSENC_LOG_LEVEL="info", **env
+    )
+    server = LiveServer(start_service(port, log_path, environment), port, log_path)
+    wait_ready(server.proc, server.url, log_path)
+    return server
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
     live = start_server(tmp_path_factory.mktemp("reliability") / "server.log")
     yield live
-    stop_server(live)
+    stop_service(live.proc)
 
 
 @pytest.fixture
@@ -726,4 +686,4 @@ def test_sigterm_lets_the_in_flight_response_finish_then_exits_0(tmp_path: Path)
         with pytest.raises(httpx.ConnectError):  # and it is really gone
             httpx.get(live.url + "/healthz", timeout=5)
     finally:
-        stop_server(live)
+        stop_service(live.proc)
