@@ -290,6 +290,7 @@ def test_eight_clients_under_load_get_identical_answers_without_memory_growth(
 # --------------------------------------------------------------------------- misbehaving clients
 
 BIG = b'{"seq_len": 4096, "d_model": 1024}'  # 16 MiB raw, 4,194,304 elements: just at the limit
+SLOW = b'{"seq_len": 1024, "d_model": 1024}'  # 4 MiB raw
 
 
 def test_clients_that_disconnect_mid_response_leave_the_server_healthy(server: LiveServer) -> None:
@@ -352,18 +353,19 @@ def test_a_client_sending_byte_by_byte_neither_blocks_others_nor_breaks(
 def test_a_client_reading_slowly_gets_every_byte_and_others_are_served(
     server: LiveServer, client: httpx.Client
 ) -> None:
+    """A 4 MiB answer through a 16 KiB receive buffer, read in sips with pauses."""
     expected = client.post(
         "/v1/encodings/sinusoidal",
-        content=BIG,
+        content=SLOW,
         headers={"content-type": "application/json", "accept": "application/octet-stream"},
     ).content
-    assert len(expected) == MAX_ELEMENTS * 4
+    assert len(expected) == 1024 * 1024 * 4
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)  # keep the server waiting on us
     sock.settimeout(HANG_S)
     sock.connect((HOST, server.port))
     try:
-        sock.sendall(raw_request("/v1/encodings/sinusoidal", BIG))
+        sock.sendall(raw_request("/v1/encodings/sinusoidal", SLOW))
         status, headers, body = read_head(sock)
         assert status == 200
         reads = 0
@@ -379,7 +381,7 @@ def test_a_client_reading_slowly_gets_every_byte_and_others_are_served(
     finally:
         sock.close()
     assert body == expected
-    table = np.frombuffer(body, dtype="<f4").reshape(4096, 1024)
+    table = np.frombuffer(body, dtype="<f4").reshape(1024, 1024)
     np.testing.assert_allclose(table[:4], sinusoidal_reference(4, 1024), rtol=0, atol=1e-6)
     assert_healthy(server)
 
