@@ -120,7 +120,11 @@ def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@app.post("/v1/encodings/sinusoidal")
+# response_model=None: FastAPI's default path for a handler without a return annotation
+# (jsonable_encoder walks the nested lists, then json.dumps), which is what the obvious
+# `return {"encoding": pe.tolist()}` gets. The /typed/ twin below keeps the annotation, so FastAPI
+# serialises with pydantic-core instead; the benchmark reports it for information.
+@app.post("/v1/encodings/sinusoidal", response_model=None)
 def sinusoidal(body: SinusoidalBody) -> dict[str, Any]:
     if body.base != 10000.0 or body.layout != "interleaved":
         raise HTTPException(422, "the seed baseline knows only base 10000, interleaved")
@@ -135,7 +139,7 @@ def sinusoidal(body: SinusoidalBody) -> dict[str, Any]:
     return {"tensors": {"encoding": _tensor(pe)}, "meta": {"d_model": body.d_model}}
 
 
-@app.post("/v1/embed")
+@app.post("/v1/embed", response_model=None)
 def embed(body: EmbedBody) -> dict[str, Any]:
     rows = body.input_ids
     width = max((len(r) for r in rows), default=0)
@@ -153,6 +157,11 @@ def embed(body: EmbedBody) -> dict[str, Any]:
         },
         "meta": {"model": "seed-baseline"},
     }
+
+
+@app.post("/typed/v1/encodings/sinusoidal")
+def sinusoidal_typed(body: SinusoidalBody) -> dict[str, Any]:
+    return sinusoidal(body)
 
 
 @app.put("/ceiling/{name}", status_code=204)
