@@ -23,6 +23,9 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 MAX_POSITION = 2**53  # positions are exact in float64 up to here
+# Sizes (seq_len, d_model, heads, buckets, ...): anything near this is a 413 anyway; the bound
+# keeps every number JSON- and int64-safe (2**53 is exact in float64 and in JavaScript).
+MAX_SIZE = 2**53
 SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
 
 
@@ -90,11 +93,13 @@ class SinusoidalRequest(RequestModel):
         json_schema_extra={"examples": [{"seq_len": 8, "d_model": 16}]},
     )
 
-    seq_len: Int | None = Field(None, ge=1, description="T: positions offset … offset+T−1")
+    seq_len: Int | None = Field(
+        None, ge=1, le=MAX_SIZE, description="T: positions offset … offset+T−1"
+    )
     positions: list[Position] | None = Field(
         None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
     )
-    d_model: Int = Field(..., ge=2, multiple_of=2, description="D, even int ≥ 2")
+    d_model: Int = Field(..., ge=2, le=MAX_SIZE, multiple_of=2, description="D, even int ≥ 2")
     base: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="wavelength base")
     layout: SinusoidalLayout = Field(
         "interleaved",
@@ -124,9 +129,11 @@ class LearnedRequest(RequestModel):
     )
 
     seq_len: Int | None = Field(
-        None, ge=1, description="T (required unless model or preset gives it)"
+        None, ge=1, le=MAX_SIZE, description="T (required unless model or preset gives it)"
     )
-    d_model: Int | None = Field(None, ge=1, description="D (may be omitted with model)")
+    d_model: Int | None = Field(
+        None, ge=1, le=MAX_SIZE, description="D (may be omitted with model)"
+    )
     model: str | None = Field(None, description="name from GET /v1/models: use its position table")
     seed: Int = Field(0, ge=SEED_MIN, le=SEED_MAX, description="torch.manual_seed of the table")
     preset: str | None = Field(None, description=_PRESET_DESC + " (kind learned)")
@@ -195,15 +202,19 @@ class RopeRequest(RequestModel):
         },
     )
 
-    seq_len: Int | None = Field(None, ge=1, description="T: positions 0 … T−1")
+    seq_len: Int | None = Field(None, ge=1, le=MAX_SIZE, description="T: positions 0 … T−1")
     positions: list[Position] | None = Field(
         None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
     )
     head_dim: Int | None = Field(
-        None, ge=2, multiple_of=2, description="Dh, even (required unless a preset gives it)"
+        None,
+        ge=2,
+        le=MAX_SIZE,
+        multiple_of=2,
+        description="Dh, even (required unless a preset gives it)",
     )
     rotary_dim: Int | None = Field(
-        None, ge=2, multiple_of=2, description="R, even ≤ head_dim (default head_dim)"
+        None, ge=2, le=MAX_SIZE, multiple_of=2, description="R, even ≤ head_dim (default head_dim)"
     )
     base: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="rope_theta")
     layout: RopeLayout = Field(
@@ -241,10 +252,12 @@ class AlibiRequest(RequestModel):
         json_schema_extra={"examples": [{"num_heads": 8, "seq_len": 4}]},
     )
 
-    num_heads: Int | None = Field(None, ge=1, description="H (required unless a preset gives it)")
-    seq_len: Int = Field(..., ge=1, description="T, the number of queries")
+    num_heads: Int | None = Field(
+        None, ge=1, le=MAX_SIZE, description="H (required unless a preset gives it)"
+    )
+    seq_len: Int = Field(..., ge=1, le=MAX_SIZE, description="T, the number of queries")
     key_len: Int | None = Field(
-        None, ge=1, description="S ≥ T (default T); query i sits at position i + S − T"
+        None, ge=1, le=MAX_SIZE, description="S ≥ T (default T); query i sits at position i + S − T"
     )
     mode: AlibiMode = Field(
         "causal", description="causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|"
@@ -267,17 +280,21 @@ class RelativeRequest(RequestModel):
         json_schema_extra={"examples": [{"seq_len": 4, "num_heads": 2}]},
     )
 
-    seq_len: Int = Field(..., ge=1, description="T, the number of queries")
-    key_len: Int | None = Field(None, ge=1, description="S (default T)")
-    num_buckets: Int = Field(32, ge=2, description="log bucketing: the number of buckets")
+    seq_len: Int = Field(..., ge=1, le=MAX_SIZE, description="T, the number of queries")
+    key_len: Int | None = Field(None, ge=1, le=MAX_SIZE, description="S (default T)")
+    num_buckets: Int = Field(
+        32, ge=2, le=MAX_SIZE, description="log bucketing: the number of buckets"
+    )
     max_distance: Int = Field(
-        128, ge=1, description="log: distance of the last bucket; clip: the clamp"
+        128, ge=1, le=MAX_SIZE, description="log: distance of the last bucket; clip: the clamp"
     )
     bidirectional: bool = Field(True, description="keys on both sides of the query")
     bucketing: Bucketing = Field(
         "log", description="log: T5's _relative_position_bucket; clip: clamp to ±max_distance"
     )
-    num_heads: Int | None = Field(None, ge=1, description="H: when given, also the bias tensor")
+    num_heads: Int | None = Field(
+        None, ge=1, le=MAX_SIZE, description="H: when given, also the bias tensor"
+    )
     seed: Int = Field(
         0, ge=SEED_MIN, le=SEED_MAX, description="torch.manual_seed of the bias table"
     )

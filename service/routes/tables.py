@@ -59,6 +59,7 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
             "headers": _HEADERS,
         },
         304: {"description": "GET with an If-None-Match that matches the ETag"},
+        400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
         401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid bearer token"},
         406: {"model": NotAcceptableBody, "description": "no acceptable format; lists the types"},
         412: {"model": ErrorBody, "description": "POST with an If-None-Match that matches"},
