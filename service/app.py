@@ -280,6 +280,7 @@ def _install_docs(app: FastAPI) -> None:
             swagger_favicon_url=f"{root}/docs/static/favicon-32x32.png",
             swagger_ui_parameters={
                 "tryItOutEnabled": True,
+                "deepLinking": True,
                 "displayRequestDuration": True,
                 "defaultModelsExpandDepth": 0,
             },

@@ -13,10 +13,11 @@ from service.formats import FORMAT_MEDIA_TYPES
 from service.routes.common import State
 from service.schemas import ErrorBody, Info, Status
 
-router = APIRouter(tags=["operations"])
+router = APIRouter()
+OPERATIONS = ["operations"]
 
 
-@router.get("/healthz", response_model=Status, summary="Liveness")
+@router.get("/healthz", response_model=Status, tags=OPERATIONS, summary="Liveness")
 def healthz() -> dict[str, str]:
     """200 while the process runs."""
     return {"status": "ok"}
@@ -25,6 +26,7 @@ def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     response_model=Status,
+    tags=OPERATIONS,
     responses={503: {"model": ErrorBody, "description": "still starting"}},
     summary="Readiness",
 )
@@ -43,6 +45,7 @@ def readyz(request: Request) -> Any:
 @router.get(
     "/metrics",
     response_class=Response,
+    tags=OPERATIONS,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
     summary="Prometheus metrics",
 )

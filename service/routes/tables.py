@@ -47,7 +47,9 @@ _HEADERS = {
 def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
     """The documented responses of a compute endpoint whose tensors are ``names``."""
     primary = names[0]
-    content = {media: _BINARY for fmt, media in FORMAT_MEDIA_TYPES.items() if fmt != "json"}
+    # JSON first: Swagger UI sends the first media type as Accept when trying an operation.
+    content: dict[str, Any] = {FORMAT_MEDIA_TYPES["json"]: {}}
+    content.update({m: _BINARY for f, m in FORMAT_MEDIA_TYPES.items() if f != "json"})
     return {
         200: {
             "model": TensorBundleJSON,
@@ -82,7 +84,7 @@ def add_compute_routes(
 ) -> None:
     """Register ``POST path`` (and ``GET path`` when ``get``) computing ``plan(request)``."""
     responses = compute_responses(names)
-    stem = path.strip("/").replace("/", "_").replace("-", "_")
+    stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
     def post_handler(body: model_cls, request: Request, state: State, out: Output) -> Response:  # type: ignore[valid-type]
         return respond(request, state, plan(body, state, "body"), out)
