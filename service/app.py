@@ -344,8 +344,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ],
     )
     app.state.metrics = metrics
+    # No dependency_overrides entry for get_settings: the routes read state.settings, and any
+    # override makes FastAPI rebuild every route's dependencies on every request.
     app.state.settings = settings
-    app.dependency_overrides[get_settings] = lambda: settings
 
     install_error_handlers(app)
     for module in (encodings, biases, position_ids, embed, catalog, ops):

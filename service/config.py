@@ -1,7 +1,9 @@
 """Service settings, read from the environment with the prefix ``POSENC_``.
 
-``get_settings()`` is the FastAPI dependency that routes use; ``create_app(settings)`` registers
-an override for it, so a test that builds an app with its own ``Settings`` sees them everywhere.
+``get_settings()`` (cached) gives the process-wide settings from the environment, and is what
+``create_app()`` uses when it is given none; a test builds an app with its own settings as
+``create_app(Settings(...))`` (or overrides ``get_settings`` before calling ``create_app()``).
+Routes read the app's settings from its state, so one process can hold apps that differ.
 """
 
 from __future__ import annotations

@@ -311,7 +311,9 @@ def test_get_gives_the_bytes_of_the_post(
     assert get.status_code == 200, get.text
     assert get.content == post.content
     assert get.headers["etag"] == post.headers["etag"]
-    assert "max-age" in get.headers["cache-control"]
+    # formula tables are fresh for a day; a model's table is revalidated (its file may change)
+    want = "no-cache" if "model" in body else "max-age=86400"
+    assert want in get.headers["cache-control"] and "public" in get.headers["cache-control"]
 
 
 def test_in_process_and_uvicorn_give_identical_bytes(

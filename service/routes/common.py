@@ -22,8 +22,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, TypeVar
 
+import orjson
 import torch
 from fastapi import Depends, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
@@ -34,7 +36,7 @@ from posenc.models import EmbeddingModel
 from service.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
-from service.formats import FORMAT_MEDIA_TYPES, Bundle, encode_bundle, negotiate
+from service.formats import FORMAT_MEDIA_TYPES, Bundle, Encoded, encode_bundle, negotiate
 from service.metrics import Metrics
 
 Source = Literal["body", "query"]
@@ -76,7 +78,7 @@ class ServiceState:
             ) from None
 
 
-def get_state(request: Request) -> ServiceState:
+async def get_state(request: Request) -> ServiceState:
     state: ServiceState | None = getattr(request.app.state, "posenc", None)
     if state is None or not state.ready:
         raise NotReady("the service is starting: models are still loading")
@@ -98,7 +100,7 @@ class OutputOptions:
     index: int | None
 
 
-def output_options(
+async def output_options(
     format: Annotated[
         str | None,
         Query(
@@ -336,7 +338,7 @@ def check_size(plan: Plan, limit: int) -> None:
 
 
 def _canonical(obj: Any) -> str:
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
 
 
 def _etag_matches(if_none_match: str, etag: str) -> bool:
@@ -355,8 +357,23 @@ def _timing(compute_s: float, encode_s: float, cache: str) -> str:
     )
 
 
-def respond(request: Request, state: ServiceState, plan: Plan, out: OutputOptions) -> Response:
-    """Serve ``plan`` as the negotiated representation (see the module docstring)."""
+@dataclass
+class Prepared:
+    """What :func:`prepare` worked out: a finished response (304, 412, cache hit), or what
+    :func:`finish` needs to compute and encode."""
+
+    response: Response | None
+    fmt: str = "json"
+    base64: bool = False
+    index: int | None = None
+    table_text: str = ""
+    body_key: tuple[str, str] = ("body", "")
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def prepare(request: Request, state: ServiceState, plan: Plan, out: OutputOptions) -> Prepared:
+    """The cheap steps 1–4 of the module docstring (no tensor is made here): safe on the event
+    loop. Raises TooLarge (413) or NotAcceptable (406)."""
     check_size(plan, state.settings.max_elements)
     fmt = negotiate(request.headers.get("accept"), out.format)
     base64 = fmt == "json" and out.encoding == "base64"
@@ -377,50 +394,59 @@ def respond(request: Request, state: ServiceState, plan: Plan, out: OutputOption
     headers = {"ETag": etag, "Vary": "Accept"}
     if request.method == "GET":
         scope = "private" if state.settings.api_key else "public"
-        headers["Cache-Control"] = f"{scope}, max-age=86400"
+        # a model's table changes with its file: make caches revalidate (a cheap 304)
+        headers["Cache-Control"] = f"{scope}, no-cache" if plan.model else f"{scope}, max-age=86400"
 
     if_none_match = request.headers.get("if-none-match")
     if if_none_match is not None and _etag_matches(if_none_match, etag):
         if request.method in ("GET", "HEAD"):
-            return Response(status_code=304, headers=headers)
-        return Response(
-            content=_canonical(
-                {"detail": "If-None-Match: the current representation matches " + etag}
-            ),
-            status_code=412,
-            media_type="application/json",
-            headers=headers,
+            return Prepared(Response(status_code=304, headers=headers))
+        detail = {"detail": "If-None-Match: the current representation matches " + etag}
+        return Prepared(
+            Response(
+                content=_canonical(detail),
+                status_code=412,
+                media_type="application/json",
+                headers=headers,
+            )
         )
 
-    cache, metrics = state.cache, state.metrics
     body_key = ("body", body_text)
-    cached = cache.get(body_key)
-    metrics.record_cache("body", cached is not None)
+    cached = state.cache.get(body_key)
+    state.metrics.record_cache("body", cached is not None)
     if cached is not None:
-        encoded = cached
         headers["Server-Timing"] = _timing(0.0, 0.0, "hit")
-    else:
-        compute_s = 0.0
-        bundle = None
-        tensor_key = ("tensors", table_text)
-        if plan.cache_tensors:
-            bundle = cache.get(tensor_key)
-            metrics.record_cache("tensors", bundle is not None)
-        if bundle is None:
-            t0 = time.perf_counter()
-            bundle = plan.compute()
-            if state.device.type == "cuda":
-                torch.cuda.synchronize(state.device)
-            compute_s = time.perf_counter() - t0
-            if plan.cache_tensors:
-                cache.put(tensor_key, bundle, bundle.nbytes)
-        t0 = time.perf_counter()
-        encoded = encode_bundle(bundle, fmt, base64=base64, index=index)
-        encode_s = time.perf_counter() - t0
-        cache.put(body_key, encoded, len(encoded.body))
-        headers["Server-Timing"] = _timing(compute_s, encode_s, "miss")
+        return Prepared(_response(cached, fmt, plan, headers))
+    return Prepared(None, fmt, base64, index, table_text, body_key, headers)
 
-    headers.update(encoded.headers)
+
+def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
+    """Compute (or take the cached tensors), encode, cache the body: the thread-pool part."""
+    cache, metrics = state.cache, state.metrics
+    compute_s = 0.0
+    bundle = None
+    tensor_key = ("tensors", prepared.table_text)
+    if plan.cache_tensors:
+        bundle = cache.get(tensor_key)
+        metrics.record_cache("tensors", bundle is not None)
+    if bundle is None:
+        t0 = time.perf_counter()
+        bundle = plan.compute()
+        if state.device.type == "cuda":
+            torch.cuda.synchronize(state.device)
+        compute_s = time.perf_counter() - t0
+        if plan.cache_tensors:
+            cache.put(tensor_key, bundle, bundle.nbytes)
+    t0 = time.perf_counter()
+    encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
+    encode_s = time.perf_counter() - t0
+    cache.put(prepared.body_key, encoded, len(encoded.body))
+    headers = {**prepared.headers, "Server-Timing": _timing(compute_s, encode_s, "miss")}
+    return _response(encoded, prepared.fmt, plan, headers)
+
+
+def _response(encoded: Encoded, fmt: str, plan: Plan, headers: dict[str, str]) -> Response:
+    headers = {**headers, **encoded.headers}
     if fmt != "json":
         suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin", "png": "png"}[fmt]
         stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
@@ -428,6 +454,23 @@ def respond(request: Request, state: ServiceState, plan: Plan, out: OutputOption
             stem = f"{stem}-{plan.names[0]}"
         headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
     return Response(content=encoded.body, media_type=encoded.media_type, headers=headers)
+
+
+def respond(request: Request, state: ServiceState, plan: Plan, out: OutputOptions) -> Response:
+    """Serve ``plan`` as the negotiated representation, all in the calling thread."""
+    prepared = prepare(request, state, plan, out)
+    return prepared.response if prepared.response is not None else finish(state, plan, prepared)
+
+
+async def respond_async(
+    request: Request, state: ServiceState, plan: Plan, out: OutputOptions
+) -> Response:
+    """As :func:`respond`, with only a cache miss (compute and encode) in the thread pool: a
+    repeated request is answered on the event loop without a thread hop."""
+    prepared = prepare(request, state, plan, out)
+    if prepared.response is not None:
+        return prepared.response
+    return await run_in_threadpool(finish, state, plan, prepared)
 
 
 def fields_dump(model: BaseModel, *, exclude: set[str] | None = None) -> dict[str, Any]:

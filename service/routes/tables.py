@@ -21,7 +21,7 @@ from service.routes.common import (
     State,
     parse_query,
     query_openapi,
-    respond,
+    respond_async,
 )
 from service.schemas import (
     ErrorBody,
@@ -86,8 +86,12 @@ def add_compute_routes(
     responses = compute_responses(names)
     stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
-    def post_handler(body: model_cls, request: Request, state: State, out: Output) -> Response:  # type: ignore[valid-type]
-        return respond(request, state, plan(body, state, "body"), out)
+    # async handlers: the torch work (a cache miss) goes to the thread pool in respond_async,
+    # a cache hit, a 304 or an error is answered on the event loop without a thread hop.
+    async def post_handler(
+        body: model_cls, request: Request, state: State, out: Output
+    ) -> Response:  # type: ignore[valid-type]
+        return await respond_async(request, state, plan(body, state, "body"), out)
 
     post_handler.__name__ = f"post_{stem}"
     router.add_api_route(
@@ -103,8 +107,9 @@ def add_compute_routes(
     if not get:
         return
 
-    def get_handler(request: Request, state: State, out: Output) -> Response:
-        return respond(request, state, plan(parse_query(request, model_cls), state, "query"), out)
+    async def get_handler(request: Request, state: State, out: Output) -> Response:
+        req = parse_query(request, model_cls)
+        return await respond_async(request, state, plan(req, state, "query"), out)
 
     get_handler.__name__ = f"get_{stem}"
     router.add_api_route(
