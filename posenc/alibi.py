@@ -21,7 +21,8 @@ from typing import Literal
 
 import torch
 
-from posenc.device import resolve_device, resolve_dtype
+from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu, is_number
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 
 AlibiMode = Literal["causal", "symmetric"]
@@ -29,20 +30,8 @@ AlibiMode = Literal["causal", "symmetric"]
 _MODES: tuple[str, ...] = ("causal", "symmetric")
 
 
-def _device_or_cpu(device: str | torch.device | None) -> torch.device:
-    return torch.device("cpu") if device is None else resolve_device(device)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
-    if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
-    return value
-
-
 def _check_max_bias(max_bias: float) -> float:
-    if isinstance(max_bias, bool) or not isinstance(max_bias, int | float):
+    if not is_number(max_bias):
         raise InvalidArgument(f"max_bias must be a number, got {max_bias!r}", field="max_bias")
     if not math.isfinite(max_bias) or max_bias <= 0:
         raise InvalidArgument(
@@ -90,11 +79,11 @@ def alibi_slopes(
     Raises:
         InvalidArgument: ``num_heads < 1`` or ``max_bias`` not a finite positive number.
     """
-    num_heads = _check_int("num_heads", num_heads, 1)
+    num_heads = check_int("num_heads", num_heads, 1)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
     slopes = _slopes64(num_heads, max_bias)  # (H,) float64
-    return slopes.to(device=_device_or_cpu(device), dtype=dtype)
+    return slopes.to(device=device_or_cpu(device), dtype=dtype)
 
 
 def alibi_bias(
@@ -135,20 +124,12 @@ def alibi_bias(
     Raises:
         InvalidArgument: a size below 1, ``key_len < seq_len``, an unknown ``mode``.
     """
-    num_heads = _check_int("num_heads", num_heads, 1)
-    seq_len = _check_int("seq_len", seq_len, 1)
-    key_len = seq_len if key_len is None else _check_int("key_len", key_len, 1)
-    if key_len < seq_len:
-        raise InvalidArgument(
-            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
-            f"positions), got key_len={key_len} and seq_len={seq_len}",
-            field="key_len",
-        )
-    if mode not in _MODES:
-        raise InvalidArgument(f"mode must be one of {list(_MODES)}, got {mode!r}", field="mode")
+    num_heads = check_int("num_heads", num_heads, 1)
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    check_choice("mode", mode, _MODES)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
-    dev = _device_or_cpu(device)
+    dev = device_or_cpu(device)
 
     slopes = _slopes64(num_heads, max_bias).to(dev)  # (H,) float64
     query_pos = torch.arange(seq_len, device=dev) + (key_len - seq_len)  # (T,) int64

@@ -40,6 +40,7 @@ import numpy as np
 import torch
 
 from posenc import __version__
+from posenc._validate import check_int, check_lengths, first_true
 from posenc.errors import InvalidArgument, PosencError
 
 __all__ = ["PROGRESS_ELEMENTS", "compute_table", "main"]
@@ -153,25 +154,9 @@ def _preset_params(kind: str, name: str | None) -> dict[str, Any]:
     return params
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
-    if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
-    return value
-
-
 def _lengths(f: Mapping[str, Any]) -> tuple[int, int]:
     """``(T, S)`` of a bias request, checked before anything of that size is built."""
-    seq_len = _check_int("seq_len", f.get("seq_len"), 1)
-    key_len = _check_int("key_len", f.get("key_len", seq_len), 1)
-    if key_len < seq_len:
-        raise InvalidArgument(
-            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
-            f"positions), got key_len={key_len} and seq_len={seq_len}",
-            field="key_len",
-        )
-    return seq_len, key_len
+    return check_lengths(f.get("seq_len"), f.get("key_len"))
 
 
 def _positions(f: Mapping[str, Any], offset: int = 0) -> torch.Tensor:
@@ -182,13 +167,13 @@ def _positions(f: Mapping[str, Any], offset: int = 0) -> torch.Tensor:
             f"give exactly one of positions or seq_len, got {got}", field="seq_len"
         )
     if f.get("seq_len") is not None:
-        seq_len = _check_int("seq_len", f["seq_len"], 1)
+        seq_len = check_int("seq_len", f["seq_len"], 1)
         return torch.arange(offset, offset + seq_len, dtype=torch.int64)
     pos = torch.as_tensor(list(f["positions"]), dtype=torch.int64)
     if pos.numel() == 0:
         raise InvalidArgument("positions must not be empty", field="positions")
     if bool((pos < 0).any()):
-        k = int(torch.nonzero(pos < 0)[0, 0])
+        (k,) = first_true(pos < 0)
         raise InvalidArgument(
             f"positions must be >= 0, got {int(pos[k])} at positions[{k}]", field=f"positions[{k}]"
         )
@@ -274,7 +259,7 @@ def _alibi(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> 
         raise InvalidArgument(
             "num_heads is required (or an alibi preset that gives it)", field="num_heads"
         )
-    heads = _check_int("num_heads", f["num_heads"], 1)
+    heads = check_int("num_heads", f["num_heads"], 1)
     mode, max_bias = f.get("mode", "causal"), f.get("max_bias", 8.0)
     seq_len, key_len = _lengths(f)
     alibi_bias(1, 1, mode=mode, max_bias=max_bias)  # checks mode and max_bias
@@ -330,7 +315,7 @@ def _relative(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) 
     relative_buckets(1, 1, **bkw)  # checks the bucketing parameters
     table = None
     if heads is not None:
-        heads = _check_int("num_heads", heads, 1)
+        heads = check_int("num_heads", heads, 1)
         table = relative_bias_table(n_buckets, heads, seed=f.get("seed", 0))  # (NB, H)
     per_row = key_len * (1 + (heads or 0))
     bar = progress("relative buckets", seq_len, seq_len * per_row)

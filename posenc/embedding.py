@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc._validate import check_choice, check_int_matrix, dtype_name, first_true
 from posenc.errors import InvalidArgument, TokenOutOfRange
 from posenc.sinusoidal import sinusoidal_table
 
@@ -31,23 +32,10 @@ Positional = Literal["learned", "sinusoidal", "none"]
 _POSITIONALS: tuple[str, ...] = get_args(Positional)
 
 
-def _first_true(bad: Tensor) -> tuple[int, int]:
-    """Row and column of the first (row-major) True of a ``(B, T)`` bool tensor."""
-    row, col = torch.nonzero(bad)[0].tolist()
-    return int(row), int(col)
-
-
 def _check_ids(
     x: Tensor, field: str, shape: torch.Size | None = None, *, ints: bool = True
 ) -> None:
-    if x.dim() != 2:
-        raise InvalidArgument(
-            f"{field} must be 2-D (B, T), got shape {tuple(x.shape)}", field=field
-        )
-    if ints and (x.dtype.is_floating_point or x.dtype.is_complex):
-        raise InvalidArgument(
-            f"{field} must hold ints, got dtype {str(x.dtype).removeprefix('torch.')}", field=field
-        )
+    check_int_matrix(x, field, ints=ints)
     if shape is not None and x.shape != shape:
         raise InvalidArgument(
             f"{field} must have the shape of input_ids {tuple(shape)}, got {tuple(x.shape)}",
@@ -62,7 +50,7 @@ def _check_table(table: Tensor, field: str) -> None:
         )
     if not table.dtype.is_floating_point:
         raise InvalidArgument(
-            f"{field} must be floating point, got dtype {str(table.dtype).removeprefix('torch.')}",
+            f"{field} must be floating point, got dtype {dtype_name(table.dtype)}",
             field=field,
         )
 
@@ -107,11 +95,7 @@ def embed_tokens(
         InvalidArgument: a real position outside ``[0, P)`` (``field`` ``position_ids[ROW][COL]``),
             mismatched shapes or widths, an unknown ``positional``.
     """
-    if positional not in _POSITIONALS:
-        raise InvalidArgument(
-            f"positional must be one of {list(_POSITIONALS)}, got {positional!r}",
-            field="positional",
-        )
+    check_choice("positional", positional, _POSITIONALS)
     _check_table(token_table, "token_table")
     _check_ids(input_ids, "input_ids")
     vocab_size, d_model = token_table.shape
@@ -125,7 +109,7 @@ def embed_tokens(
         mask = attention_mask.to(device=device)
         bad_mask = (mask != 0) & (mask != 1)
         if bool(bad_mask.any()):
-            row, col = _first_true(bad_mask)
+            row, col = first_true(bad_mask)
             raise InvalidArgument(
                 f"attention_mask must hold 0 or 1, got {mask[row, col].item()} at "
                 f"attention_mask[{row}][{col}]",
@@ -135,7 +119,7 @@ def embed_tokens(
 
     bad = real & ((ids < 0) | (ids >= vocab_size))
     if bool(bad.any()):
-        row, col = _first_true(bad)
+        row, col = first_true(bad)
         raise TokenOutOfRange(
             f"token id {int(ids[row, col])} at input_ids[{row}][{col}] is outside "
             f"[0, {vocab_size}) (vocab_size {vocab_size})",
@@ -163,7 +147,7 @@ def embed_tokens(
         num_positions = position_table.shape[0]
         bad_pos = real & ((pos < 0) | (pos >= num_positions))
         if bool(bad_pos.any()):
-            row, col = _first_true(bad_pos)
+            row, col = first_true(bad_pos)
             raise InvalidArgument(
                 f"position {int(pos[row, col])} at position_ids[{row}][{col}] is outside the "
                 f"learned position table of {num_positions} positions [0, {num_positions})",
@@ -174,7 +158,7 @@ def embed_tokens(
         if positional == "sinusoidal":
             bad_pos = real & (pos < 0)
             if bool(bad_pos.any()):
-                row, col = _first_true(bad_pos)
+                row, col = first_true(bad_pos)
                 raise InvalidArgument(
                     f"position {int(pos[row, col])} at position_ids[{row}][{col}] must be >= 0",
                     field=f"position_ids[{row}][{col}]",
@@ -228,11 +212,7 @@ class TokenPositionEmbedding(nn.Module):
         sinusoidal_base: float = 10000.0,
     ) -> None:
         super().__init__()
-        if positional not in _POSITIONALS:
-            raise InvalidArgument(
-                f"positional must be one of {list(_POSITIONALS)}, got {positional!r}",
-                field="positional",
-            )
+        check_choice("positional", positional, _POSITIONALS)
         if positional == "learned" and position_table is None:
             raise InvalidArgument(
                 "positional 'learned' needs a position_table, got None", field="position_table"

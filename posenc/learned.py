@@ -13,16 +13,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from posenc.device import resolve_device
+from posenc._validate import check_int_at_least, device_or_cpu
 from posenc.errors import InvalidArgument
 
 _SEED_MIN = -(2**63)
 _SEED_MAX = 2**64 - 1
-
-
-def _check_positive(name: str, value: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(f"{name} must be an int >= 1, got {value!r}", field=name)
 
 
 def seeded_normal(rows: int, cols: int, *, seed: int = 0) -> Tensor:
@@ -39,8 +34,8 @@ def seeded_normal(rows: int, cols: int, *, seed: int = 0) -> Tensor:
     Raises:
         InvalidArgument: ``rows`` or ``cols`` < 1, or ``seed`` out of range.
     """
-    _check_positive("rows", rows)
-    _check_positive("cols", cols)
+    check_int_at_least("rows", rows, 1)
+    check_int_at_least("cols", cols, 1)
     if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed <= _SEED_MAX:
         raise InvalidArgument(
             f"seed must be an int in [{_SEED_MIN}, {_SEED_MAX}], got {seed!r}", field="seed"
@@ -74,12 +69,8 @@ def learned_table(
     Returns:
         ``(P, D)`` tensor of ``dtype``.
     """
-    if isinstance(num_positions, bool) or not isinstance(num_positions, int) or num_positions < 1:
-        raise InvalidArgument(
-            f"num_positions must be an int >= 1, got {num_positions!r}", field="num_positions"
-        )
-    if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-        raise InvalidArgument(f"d_model must be an int >= 1, got {d_model!r}", field="d_model")
+    check_int_at_least("num_positions", num_positions, 1)
+    check_int_at_least("d_model", d_model, 1)
     table = seeded_normal(num_positions, d_model, seed=seed)
-    dev = torch.device("cpu") if device is None else resolve_device(device)
+    dev = device_or_cpu(device)
     return table.to(device=dev, dtype=dtype)

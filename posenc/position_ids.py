@@ -19,7 +19,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc.device import resolve_device
+from posenc._validate import check_choice, check_int_matrix, device_or_cpu, dtype_name, first_true
 from posenc.errors import InvalidArgument
 
 PaddingSide = Literal["right", "left"]
@@ -45,14 +45,6 @@ class PaddedBatch:
     position_ids: Tensor
 
 
-def _check_side(padding_side: str) -> None:
-    if padding_side not in _SIDES:
-        raise InvalidArgument(
-            f"padding_side must be one of {list(_SIDES)}, got {padding_side!r}",
-            field="padding_side",
-        )
-
-
 def _row_lengths(rows: Rows, field: str) -> list[int]:
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
         raise InvalidArgument(
@@ -73,7 +65,7 @@ def _row_lengths(rows: Rows, field: str) -> list[int]:
 
 def _pad(rows: Rows, *, pad_value: int, padding_side: str, field: str) -> tuple[Tensor, Tensor]:
     """``pad_rows`` with the name of the argument used in error messages."""
-    _check_side(padding_side)
+    check_choice("padding_side", padding_side, _SIDES)
     lengths = torch.tensor(_row_lengths(rows, field), dtype=torch.int64)  # (B,)
     try:
         flat = torch.tensor(list(itertools.chain.from_iterable(rows)))
@@ -88,7 +80,7 @@ def _pad(rows: Rows, *, pad_value: int, padding_side: str, field: str) -> tuple[
         )
     if flat.dtype.is_floating_point or flat.dtype.is_complex:
         raise InvalidArgument(
-            f"{field} must hold ints, got dtype {str(flat.dtype).removeprefix('torch.')}",
+            f"{field} must hold ints, got dtype {dtype_name(flat.dtype)}",
             field=field,
         )
     batch, seq_len = lengths.numel(), int(lengths.max())
@@ -157,7 +149,7 @@ def position_ids_from_mask(
 def _check_binary(mask: Tensor, field: str) -> None:
     bad = (mask != 0) & (mask != 1)
     if bool(bad.any()):
-        b, t = (int(v) for v in torch.nonzero(bad)[0])
+        b, t = first_true(bad)
         raise InvalidArgument(
             f"{field} must hold 0 or 1, got {int(mask[b, t])} at {field}[{b}][{t}]",
             field=f"{field}[{b}][{t}]",
@@ -165,15 +157,7 @@ def _check_binary(mask: Tensor, field: str) -> None:
 
 
 def _as_int_matrix(x: Tensor, field: str) -> Tensor:
-    if x.dim() != 2:
-        raise InvalidArgument(
-            f"{field} must be 2-D (B, T), got shape {tuple(x.shape)}", field=field
-        )
-    if x.dtype.is_floating_point or x.dtype.is_complex:
-        raise InvalidArgument(
-            f"{field} must hold ints, got dtype {str(x.dtype).removeprefix('torch.')}",
-            field=field,
-        )
+    check_int_matrix(x, field)
     return x.to(device="cpu", dtype=torch.int64)
 
 
@@ -209,7 +193,7 @@ def build_batch(
         InvalidArgument: bad ids, a mask row whose length differs from its ``input_ids`` row
             (``field`` ``attention_mask[ROW]``), a mask value other than 0/1.
     """
-    _check_side(padding_side)
+    check_choice("padding_side", padding_side, _SIDES)
     pad_value = 0 if pad_token_id is None else pad_token_id
     if isinstance(input_ids, Tensor):
         ids = _as_int_matrix(input_ids, "input_ids")
@@ -254,7 +238,7 @@ def build_batch(
         mask = slots
 
     positions = position_ids_from_mask(mask, start=start, pad_position=pad_position)
-    dev = torch.device("cpu") if device is None else resolve_device(device)
+    dev = device_or_cpu(device)
     return PaddedBatch(
         input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev)
     )

@@ -23,7 +23,8 @@ from typing import Literal
 
 import torch
 
-from posenc.device import resolve_device, resolve_dtype
+from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
 
@@ -32,29 +33,10 @@ Bucketing = Literal["log", "clip"]
 _BUCKETINGS: tuple[str, ...] = ("log", "clip")
 
 
-def _device_or_cpu(device: str | torch.device | None) -> torch.device:
-    return torch.device("cpu") if device is None else resolve_device(device)
-
-
-def _check_int(name: str, value: object, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
-    if value < minimum:
-        raise InvalidArgument(f"{name} must be >= {minimum}, got {value}", field=name)
-    return value
-
-
-def _check_bucketing(bucketing: str) -> None:
-    if bucketing not in _BUCKETINGS:
-        raise InvalidArgument(
-            f"bucketing must be one of {list(_BUCKETINGS)}, got {bucketing!r}", field="bucketing"
-        )
-
-
 def _check_log_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
     """T5's formula needs at least one exact bucket and ``max_distance > max_exact``."""
-    _check_int("num_buckets", num_buckets, 2)
-    _check_int("max_distance", max_distance, 1)
+    check_int("num_buckets", num_buckets, 2)
+    check_int("max_distance", max_distance, 1)
     minimum = 4 if bidirectional else 2
     if num_buckets < minimum:
         raise InvalidArgument(
@@ -98,15 +80,8 @@ def relative_positions(
     Raises:
         InvalidArgument: a length below 1, or ``key_len < seq_len``.
     """
-    seq_len = _check_int("seq_len", seq_len, 1)
-    key_len = seq_len if key_len is None else _check_int("key_len", key_len, 1)
-    if key_len < seq_len:
-        raise InvalidArgument(
-            f"key_len must be >= seq_len (the queries are the last seq_len of key_len "
-            f"positions), got key_len={key_len} and seq_len={seq_len}",
-            field="key_len",
-        )
-    dev = _device_or_cpu(device)
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    dev = device_or_cpu(device)
     query_pos = torch.arange(seq_len, dtype=torch.int64, device=dev) + (key_len - seq_len)  # (T,)
     key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
     return key_pos[None, :] - query_pos[:, None]  # (T, S)
@@ -192,7 +167,7 @@ def clipped_bucket(
     Raises:
         InvalidArgument: non-integer positions or ``max_distance < 0``.
     """
-    max_distance = _check_int("max_distance", max_distance, 0)
+    max_distance = check_int("max_distance", max_distance, 0)
     rp = _as_positions(relative_position)
     upper = max_distance if bidirectional else 0
     return rp.clamp(-max_distance, upper) + max_distance
@@ -203,10 +178,10 @@ def num_relative_buckets(
 ) -> int:
     """Number of buckets ``NB`` (rows of the bias table): ``num_buckets`` for ``"log"``,
     ``2 * max_distance + 1`` for ``"clip"``."""
-    _check_bucketing(bucketing)
+    check_choice("bucketing", bucketing, _BUCKETINGS)
     if bucketing == "clip":
-        return 2 * _check_int("max_distance", max_distance, 0) + 1
-    return _check_int("num_buckets", num_buckets, 2)
+        return 2 * check_int("max_distance", max_distance, 0) + 1
+    return check_int("num_buckets", num_buckets, 2)
 
 
 def relative_buckets(
@@ -233,11 +208,11 @@ def relative_buckets(
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
-    _check_bucketing(bucketing)
+    check_choice("bucketing", bucketing, _BUCKETINGS)
     if bucketing == "log":
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
-        _check_int("max_distance", max_distance, 0)
+        check_int("max_distance", max_distance, 0)
     rel = relative_positions(seq_len, key_len, device=device)  # (T, S)
     if bucketing == "clip":
         return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
@@ -259,8 +234,8 @@ def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> t
     Returns:
         (NB, H) float32 CPU tensor.
     """
-    num_buckets = _check_int("num_buckets", num_buckets, 1)
-    num_heads = _check_int("num_heads", num_heads, 1)
+    num_buckets = check_int("num_buckets", num_buckets, 1)
+    num_heads = check_int("num_heads", num_heads, 1)
     return seeded_normal(num_buckets, num_heads, seed=seed)
 
 

@@ -52,6 +52,7 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from posenc._validate import check_choice, check_finite, check_int, check_int_at_least, first_true
 from posenc.errors import InvalidArgument
 
 RopeLayout = Literal["half", "interleaved"]
@@ -184,24 +185,9 @@ class RopeTables:
     attention_scaling: float
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _check_positive(name: str, value: Any) -> None:
-    if not _is_number(value) or not math.isfinite(value) or value <= 0:
-        raise InvalidArgument(
-            f"scaling.{name} must be a finite number > 0, got {value!r}", field=f"scaling.{name}"
-        )
-
-
 def _validate_scaling(s: RopeScaling) -> None:
     """Check the parameters of ``s`` for its type; raise InvalidArgument naming the field."""
-    if s.type not in SCALING_TYPES:
-        raise InvalidArgument(
-            f"scaling.type must be one of {list(SCALING_TYPES)}, got {s.type!r}",
-            field="scaling.type",
-        )
+    check_choice("scaling.type", s.type, SCALING_TYPES)
     for name in _REQUIRED[s.type]:
         if getattr(s, name) is None:
             raise InvalidArgument(
@@ -224,19 +210,14 @@ def _validate_scaling(s: RopeScaling) -> None:
     ):
         value = getattr(s, name)
         if value is not None:
-            _check_positive(name, value)
+            check_finite(f"scaling.{name}", value, greater_than=0)
     for name in ("mscale", "mscale_all_dim"):
         value = getattr(s, name)
-        if value is not None and (not _is_number(value) or not math.isfinite(value)):
-            raise InvalidArgument(
-                f"scaling.{name} must be a finite number, got {value!r}", field=f"scaling.{name}"
-            )
+        if value is not None:
+            check_finite(f"scaling.{name}", value)
     omax = s.original_max_position_embeddings
-    if omax is not None and (not isinstance(omax, int) or isinstance(omax, bool) or omax < 1):
-        raise InvalidArgument(
-            f"scaling.original_max_position_embeddings must be an integer >= 1, got {omax!r}",
-            field="scaling.original_max_position_embeddings",
-        )
+    if omax is not None:
+        check_int_at_least("scaling.original_max_position_embeddings", omax, 1, noun="an integer")
     if s.truncate is not None and not isinstance(s.truncate, bool):
         raise InvalidArgument(
             f"scaling.truncate must be true or false, got {s.truncate!r}", field="scaling.truncate"
@@ -246,11 +227,7 @@ def _validate_scaling(s: RopeScaling) -> None:
         if values is None:
             continue
         for i, v in enumerate(values):
-            if not _is_number(v) or not math.isfinite(v) or v <= 0:
-                raise InvalidArgument(
-                    f"scaling.{name}[{i}] must be a finite number > 0, got {v!r}",
-                    field=f"scaling.{name}",
-                )
+            check_finite(f"scaling.{name}[{i}]", v, greater_than=0, field=f"scaling.{name}")
     if s.type == "yarn":
         fast = s.beta_fast if s.beta_fast is not None else _YARN_BETA_FAST
         slow = s.beta_slow if s.beta_slow is not None else _YARN_BETA_SLOW
@@ -269,23 +246,10 @@ def _validate_scaling(s: RopeScaling) -> None:
 
 
 def _check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
-    if not isinstance(rotary_dim, int) or isinstance(rotary_dim, bool):
-        raise InvalidArgument(f"{field} must be an integer, got {rotary_dim!r}", field=field)
+    check_int(field, rotary_dim)
     if rotary_dim <= 0 or rotary_dim % 2:
         raise InvalidArgument(
             f"{field} must be an even integer >= 2, got {rotary_dim}", field=field
-        )
-
-
-def _check_base(base: Any) -> None:
-    if not _is_number(base) or not math.isfinite(base) or base <= 1:
-        raise InvalidArgument(f"base must be a finite number > 1, got {base!r}", field="base")
-
-
-def _check_layout(layout: Any) -> None:
-    if layout not in ROPE_LAYOUTS:
-        raise InvalidArgument(
-            f"layout must be one of {list(ROPE_LAYOUTS)}, got {layout!r}", field="layout"
         )
 
 
@@ -374,11 +338,9 @@ def rope_inv_freq(
             ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``.
     """
     _check_rotary_dim(rotary_dim)
-    _check_base(base)
-    if seq_len is not None and (
-        not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1
-    ):
-        raise InvalidArgument(f"seq_len must be an integer >= 1, got {seq_len!r}", field="seq_len")
+    check_finite("base", base, greater_than=1)
+    if seq_len is not None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
     if scaling is not None and not isinstance(scaling, RopeScaling):
         raise InvalidArgument(
             f"scaling must be a RopeScaling or None, got {type(scaling).__name__}", field="scaling"
@@ -449,10 +411,7 @@ def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | N
             field="positions",
         )
     if seq_len is not None:
-        if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1:
-            raise InvalidArgument(
-                f"seq_len must be an integer >= 1, got {seq_len!r}", field="seq_len"
-            )
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
         return torch.arange(seq_len, dtype=torch.int64)
     if isinstance(positions, Tensor):
         if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
@@ -476,7 +435,7 @@ def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | N
         raise InvalidArgument("positions must not be empty", field="positions")
     low = int(pos.min())
     if low < 0:
-        i = int((pos < 0).nonzero()[0, 0])
+        (i,) = first_true(pos < 0)
         raise InvalidArgument(
             f"positions must be >= 0, got positions[{i}] = {int(pos[i])}", field=f"positions[{i}]"
         )
@@ -539,7 +498,7 @@ def rope_cos_sin(
         InvalidArgument: see :func:`rope_inv_freq`; also a bad layout, negative or non-integer
             positions, or both / neither of ``positions`` and ``seq_len``.
     """
-    _check_layout(layout)
+    check_choice("layout", layout, ROPE_LAYOUTS)
     pos = _positions_tensor(positions, seq_len)
     length = int(pos.max()) + 1
     inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
@@ -586,7 +545,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
     Raises:
         InvalidArgument: shapes that do not fit, an odd ``R``, or ``R > Dh``.
     """
-    _check_layout(layout)
+    check_choice("layout", layout, ROPE_LAYOUTS)
     if x.dim() != 4:
         raise InvalidArgument(f"x must be (B, H, T, Dh), got shape {tuple(x.shape)}", field="x")
     if cos.shape != sin.shape:
@@ -660,7 +619,7 @@ class RotaryEmbedding(nn.Module):
                 f"head_dim={head_dim}",
                 field="rotary_dim",
             )
-        _check_layout(layout)
+        check_choice("layout", layout, ROPE_LAYOUTS)
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.base = base

@@ -23,7 +23,14 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
-from posenc.device import resolve_device
+from posenc._validate import (
+    check_choice,
+    check_int,
+    check_int_at_least,
+    device_or_cpu,
+    dtype_name,
+    first_true,
+)
 from posenc.errors import InvalidArgument
 
 SinusoidalLayout = Literal["interleaved", "concat", "tensor2tensor"]
@@ -32,10 +39,7 @@ _LAYOUTS: tuple[str, ...] = get_args(SinusoidalLayout)
 
 
 def _check_d_model(d_model: int) -> None:
-    if isinstance(d_model, bool) or not isinstance(d_model, int):
-        raise InvalidArgument(f"d_model must be an int, got {d_model!r}", field="d_model")
-    if d_model < 2:
-        raise InvalidArgument(f"d_model must be >= 2, got {d_model}", field="d_model")
+    check_int("d_model", d_model, 2, noun="an int")
     if d_model % 2:
         raise InvalidArgument(f"d_model must be even, got {d_model}", field="d_model")
 
@@ -43,18 +47,6 @@ def _check_d_model(d_model: int) -> None:
 def _check_base(base: float) -> None:
     if not math.isfinite(base) or base <= 0:
         raise InvalidArgument(f"base must be a finite number > 0, got {base}", field="base")
-
-
-def _check_layout(layout: str) -> None:
-    if layout not in _LAYOUTS:
-        raise InvalidArgument(
-            f"layout must be one of {list(_LAYOUTS)}, got {layout!r}", field="layout"
-        )
-
-
-def _library_device(device: str | torch.device | None) -> torch.device:
-    """``None`` means the CPU for library calls; anything else goes through ``resolve_device``."""
-    return torch.device("cpu") if device is None else resolve_device(device)
 
 
 def sinusoidal_frequencies(
@@ -76,7 +68,7 @@ def sinusoidal_frequencies(
     """
     _check_d_model(d_model)
     _check_base(base)
-    _check_layout(layout)
+    check_choice("layout", layout, _LAYOUTS)
     half = d_model // 2
     i = torch.arange(half, dtype=torch.float64)
     exponent = -i / max(half - 1, 1) if layout == "tensor2tensor" else -2.0 * i / d_model
@@ -87,8 +79,7 @@ def _positions_tensor(
     positions: Sequence[int] | Tensor | None, seq_len: int | None, offset: int
 ) -> Tensor:
     """The int64 positions ``(T,)`` on the CPU, validated."""
-    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-        raise InvalidArgument(f"offset must be an int >= 0, got {offset!r}", field="offset")
+    check_int_at_least("offset", offset, 0)
     if (positions is None) == (seq_len is None):
         raise InvalidArgument(
             "give exactly one of positions or seq_len, got "
@@ -96,8 +87,7 @@ def _positions_tensor(
             field="positions",
         )
     if seq_len is not None:
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            raise InvalidArgument(f"seq_len must be an int >= 1, got {seq_len!r}", field="seq_len")
+        check_int_at_least("seq_len", seq_len, 1)
         return torch.arange(offset, offset + seq_len, dtype=torch.int64)
     try:
         pos = torch.as_tensor(positions).to("cpu")
@@ -109,7 +99,7 @@ def _positions_tensor(
         raise InvalidArgument("positions must not be empty, got 0 positions", field="positions")
     if pos.dtype.is_floating_point or pos.dtype.is_complex or pos.dtype == torch.bool:
         raise InvalidArgument(
-            f"positions must be ints, got dtype {str(pos.dtype).removeprefix('torch.')}",
+            f"positions must be ints, got dtype {dtype_name(pos.dtype)}",
             field="positions",
         )
     if pos.dim() != 1:
@@ -118,7 +108,7 @@ def _positions_tensor(
         )
     pos = pos.to(torch.int64)
     if bool((pos < 0).any()):
-        k = int(torch.nonzero(pos < 0)[0, 0])
+        (k,) = first_true(pos < 0)
         raise InvalidArgument(
             f"positions must be >= 0, got {int(pos[k])} at positions[{k}]",
             field=f"positions[{k}]",
@@ -161,7 +151,7 @@ def sinusoidal_table(
     """
     pos = _positions_tensor(positions, seq_len, offset)
     freqs = sinusoidal_frequencies(d_model, base, layout)
-    dev = _library_device(device)
+    dev = device_or_cpu(device)
     angles = pos.to(dev, torch.float64)[:, None] * freqs.to(dev)[None, :]  # (T, D/2)
     sin, cos = torch.sin(angles), torch.cos(angles)
     if layout == "interleaved":
