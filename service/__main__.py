@@ -2,7 +2,8 @@
 
 The configuration (``POSENC_*``) and the device are checked before uvicorn starts, so a bad
 setting (e.g. ``POSENC_DEVICE=cuda`` on a machine without CUDA) ends the process with exit
-status 2 and one clear line on stderr, not a traceback.
+status 2 and one clear line on stderr, not a traceback. SIGTERM and SIGINT let in-flight
+requests finish, then exit 0.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 
 from pydantic import ValidationError
@@ -18,6 +20,10 @@ from pydantic import ValidationError
 def _fail(message: str) -> int:
     print(f"posenc: cannot start: {message}", file=sys.stderr)
     return 2
+
+
+def _exit_cleanly(signum: int, frame: object) -> None:
+    sys.exit(0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -69,6 +75,12 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     import uvicorn
+
+    # uvicorn shuts down gracefully on SIGTERM / SIGINT, then re-raises the signal with the
+    # handler that was there before it: make that a clean exit 0, not death by signal or a
+    # KeyboardInterrupt traceback (orchestrators read 0 as a clean stop).
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, _exit_cleanly)
 
     if args.workers > 1:
         # Workers are separate processes: each imports the app (and reads POSENC_*) itself.

@@ -19,6 +19,7 @@ at input_ids[1][3] is outside [0, 50257)``; the field is prefixed where the mess
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import torch
@@ -82,16 +83,27 @@ async def _not_acceptable(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": detail, "available": available}, status_code=406)
 
 
+def _finite(value: Any) -> Any:
+    """JSON has no NaN or Infinity (Python's json module reads them): echo them as text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
 def _clean_validation_error(err: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"type": err.get("type", "value_error"), "loc": list(err.get("loc", ()))}
     out["msg"] = str(err.get("msg", ""))
     if "input" in err and len(repr(err["input"])) <= _MAX_ECHOED_INPUT:
-        out["input"] = err["input"]
+        out["input"] = _finite(err["input"])
     ctx = err.get("ctx")
     if ctx:
         # ctx may hold the raised exception object; keep only JSON-able values.
         out["ctx"] = {
-            k: (v if isinstance(v, str | int | float | bool | type(None)) else str(v))
+            k: (_finite(v) if isinstance(v, str | int | float | bool | type(None)) else str(v))
             for k, v in ctx.items()
         }
     return out

@@ -424,6 +424,22 @@ def test_malformed_json_is_422(api: httpx.Client) -> None:
     assert r.status_code == 422 and r.json()["detail"]
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"seq_len": NaN, "d_model": 8}',
+        b'{"seq_len": 2, "d_model": 8, "base": Infinity}',
+        b'{"positions": [-Infinity], "d_model": 8}',
+        b"[NaN]",
+    ],
+)
+def test_nan_and_infinity_in_bodies_are_422(api: httpx.Client, raw: bytes) -> None:
+    """Python's json reads NaN and Infinity; echoing them back must not break the 422 body."""
+    r = api.post(SIN, content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][0] == "body"
+
+
 def test_unexpected_errors_are_json_500_without_a_traceback(
     gpt2_file, monkeypatch: pytest.MonkeyPatch
 ) -> None:
