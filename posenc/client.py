@@ -39,9 +39,9 @@ import base64 as _base64
 import io
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import httpx
 import numpy as np
@@ -311,7 +311,9 @@ def _convert(arrays: dict[str, Any], as_: ArrayKind, device: str | None) -> dict
     return out
 
 
-def _decode_safetensors(body: bytes, as_: ArrayKind, device: str | None) -> tuple[dict, dict]:
+def _decode_safetensors(
+    body: bytes, as_: ArrayKind, device: str | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     header = _safetensors_header(body)
     meta_text = header.get("__metadata__", {}).get("meta")
     meta = json.loads(meta_text) if meta_text else {}
@@ -455,57 +457,222 @@ class _Call:
     device: str | None = None
     retry_on_status: bool = True  # False for healthz/readyz: their status is the answer
 
+    def decode(self, response: httpx.Response) -> TensorResult:
+        """The :class:`TensorResult` of this call's ``response``."""
+        return _decode(response, self.path, self.fmt or "json", self.as_, self.device)
+
+
+def _check_output(format: str, as_: str, device: str | None) -> None:
+    """Reject an unknown format or array kind, and a device for numpy arrays.
+
+    Raises:
+        ValueError: naming the bad value.
+    """
+    if format not in MEDIA_TYPES:
+        raise ValueError(f"format must be one of {list(MEDIA_TYPES)}, got {format!r}")
+    if as_ not in ("numpy", "torch"):
+        raise ValueError(f"as_ must be 'numpy' or 'torch', got {as_!r}")
+    if device is not None and as_ != "torch":
+        raise ValueError(f"device={device!r} needs as_='torch' (numpy arrays live on the CPU)")
+
+
+# --------------------------------------------------------------------------------------- retries
+
+_Outcome = httpx.Response | httpx.TransportError  # what one attempt gives: an answer or an error
+
+
+class _Policy(Protocol):
+    """Decides, after each attempt, whether a call is over or is tried again.
+
+    Policies hold all the retry logic and do no I/O, so each client's ``_send`` is only the
+    transport call and the sleep, sync or async.
+    """
+
+    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+        """The response that ends the call, or the seconds to wait before the next attempt."""
+        ...
+
+
+@dataclass(frozen=True)
+class _Config:
+    """Retry settings shared by both clients (see :class:`PosencClient` for their meaning)."""
+
+    base_url: str
+    max_attempts: int
+    backoff: float
+    backoff_max: float
+    retry_statuses: frozenset[int]
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt number ``attempt`` (1-based): exponential."""
+        return float(min(self.backoff * (2 ** (attempt - 1)), self.backoff_max))
+
+
+class _Backoff:
+    """The endpoints' policy: up to ``max_attempts`` attempts, exponential backoff between.
+
+    Connection errors are retried, and so are the ``retry_statuses`` unless the call opts out
+    (``healthz``, ``readyz``).
+    """
+
+    def __init__(self, cfg: _Config, call: _Call) -> None:
+        self.cfg, self.call, self.attempt = cfg, call, 0
+
+    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+        """The successful response, or the seconds to wait before the next attempt.
+
+        Raises:
+            PosencConnectionError: a connection error on the last attempt.
+            PosencHTTPError: an error status that is not retried, or the last attempt's.
+        """
+        self.attempt += 1
+        cfg, call, last = self.cfg, self.call, self.attempt == self.cfg.max_attempts
+        if isinstance(outcome, httpx.TransportError):
+            if last:
+                raise PosencConnectionError(
+                    f"{call.method} {cfg.base_url}{call.path} failed after {cfg.max_attempts} "
+                    f"attempt(s): {type(outcome).__name__}: {outcome}",
+                    attempts=cfg.max_attempts,
+                ) from outcome
+        elif last or not (call.retry_on_status and outcome.status_code in cfg.retry_statuses):
+            _raise_for_status(outcome)
+            return outcome
+        return cfg.delay(self.attempt)
+
+
+class _Poll:
+    """``wait_ready``'s policy: every ``interval`` seconds until a 2xx, for ``timeout`` seconds."""
+
+    def __init__(self, base_url: str, timeout: float, interval: float) -> None:
+        self.base_url, self.timeout, self.interval = base_url, timeout, interval
+        self.deadline = time.monotonic() + timeout
+
+    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+        """The 2xx response, or ``interval`` while the deadline is ahead.
+
+        Raises:
+            PosencConnectionError: still unreachable, or not ready, at the deadline.
+        """
+        try:
+            if isinstance(outcome, httpx.TransportError):
+                raise outcome
+            return outcome.raise_for_status()
+        except (httpx.TransportError, httpx.HTTPStatusError) as exc:
+            if time.monotonic() >= self.deadline:
+                raise PosencConnectionError(
+                    f"{self.base_url}/readyz not ready after {self.timeout} s: {exc}", attempts=0
+                ) from exc
+        return self.interval
+
+
+def _version() -> str:
+    try:
+        from posenc import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
 
 # --------------------------------------------------------------------------------------- endpoints
 
 T = TypeVar("T")  # a TensorResult, or an Awaitable of one
 J = TypeVar("J")  # a JSON document, or an Awaitable of one
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
 
 
-class _Endpoints(Generic[T, J]):
-    """The contract's endpoints, shared by the sync and the async client.
+class _BaseClient(Generic[T, J, HttpT, TransportT]):
+    """Everything the sync and the async client share: settings, requests, endpoints.
 
-    Each method prepares a :class:`_Call`; ``_tensor`` and ``_json`` (the sync or async
-    transport) send it. In :class:`AsyncPosencClient` every method returns an awaitable.
+    Each endpoint method prepares a :class:`_Call`; ``_tensor`` and ``_json`` (the subclass's
+    sync or async transport) send it and decode the answer. In :class:`AsyncPosencClient`
+    every endpoint method returns an awaitable.
+
+    Type parameters: ``T`` what a tensor endpoint returns, ``J`` what a JSON endpoint returns,
+    ``HttpT`` the ``httpx`` client and ``TransportT`` its transport.
     """
 
-    _format: Format
-    _as: ArrayKind
-    _device: str | None
+    _http: HttpT
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = 60.0,
+        max_attempts: int = 3,
+        backoff: float = 0.25,
+        backoff_max: float = 8.0,
+        retry_statuses: Sequence[int] = (502, 503, 504),
+        format: Format = "safetensors",
+        as_: ArrayKind = "numpy",
+        device: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: TransportT | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if backoff < 0 or backoff_max < 0:
+            raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff}, {backoff_max}")
+        _check_output(format, as_, device)
+        self._format, self._as, self._device = format, as_, device
+        self._cfg = _Config(
+            base_url.rstrip("/"), max_attempts, backoff, backoff_max, frozenset(retry_statuses)
+        )
+        sent = {"User-Agent": f"posenc-client/{_version()}", **(headers or {})}
+        if api_key is not None:
+            sent["Authorization"] = f"Bearer {api_key}"
+        self._http = self._connect(
+            base_url=self._cfg.base_url, headers=sent, timeout=timeout, transport=transport
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The service's root URL."""
+        return self._cfg.base_url
+
+    def _connect(self, **options: Any) -> HttpT:  # pragma: no cover - overridden
+        """The ``httpx`` client (connection pool) made with ``options``, that requests go through."""
+        raise NotImplementedError
 
     def _tensor(self, call: _Call) -> T:  # pragma: no cover - overridden
+        """Send ``call`` and decode its answer as a :class:`TensorResult`."""
         raise NotImplementedError
 
     def _json(self, call: _Call) -> J:  # pragma: no cover - overridden
+        """Send ``call`` and return its answer's JSON."""
         raise NotImplementedError
 
-    def _table_call(
+    def _request(self, call: _Call) -> httpx.Request:
+        """The ``httpx.Request`` of one attempt at ``call``."""
+        return self._http.build_request(
+            call.method, call.path, json=call.json_body, params=call.params, headers=call.headers
+        )
+
+    def _table(
         self,
         path: str,
         fields: Mapping[str, Any],
-        *,
         extra: Mapping[str, Any] | None,
         format: Format | None,
         as_: ArrayKind | None,
         device: str | None,
         method: Method = "POST",
         query: Mapping[str, Any] | None = None,
-    ) -> _Call:
+    ) -> T:
+        """Call a tensor endpoint: the endpoint methods' arguments, the client's defaults
+        filling those left as ``None``."""
         fmt = format or self._format
-        if fmt not in MEDIA_TYPES:
-            raise ValueError(f"format must be one of {list(MEDIA_TYPES)}, got {fmt!r}")
         kind = as_ or self._as
-        if kind not in ("numpy", "torch"):
-            raise ValueError(f"as_ must be 'numpy' or 'torch', got {kind!r}")
         dev = device if device is not None else self._device
-        if dev is not None and kind != "torch":
-            raise ValueError(f"device={dev!r} needs as_='torch' (numpy arrays live on the CPU)")
+        _check_output(fmt, kind, dev)
         if method not in ("POST", "GET"):
             raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
         body = _body(fields, extra)
         params = _query(body) if method == "GET" else {}
         params.update(_query(_body(query or {}, None)))
-        return _Call(
+        call = _Call(
             method=method,
             path=path,
             json_body=body if method == "POST" else None,
@@ -515,6 +682,7 @@ class _Endpoints(Generic[T, J]):
             as_=kind,
             device=None if dev is None else str(dev),
         )
+        return self._tensor(call)
 
     # -- encodings -------------------------------------------------------------------------
 
@@ -565,17 +733,8 @@ class _Endpoints(Generic[T, J]):
             offset=offset,
             dtype=dtype,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/encodings/sinusoidal",
-                fields,
-                extra=extra,
-                format=format,
-                as_=as_,
-                device=device,
-                method=method,
-                query=query,
-            )
+        return self._table(
+            "/v1/encodings/sinusoidal", fields, extra, format, as_, device, method, query
         )
 
     def learned(
@@ -612,17 +771,8 @@ class _Endpoints(Generic[T, J]):
             A :class:`TensorResult` with ``encoding`` ``(T, D)``.
         """
         fields = dict(seq_len=seq_len, d_model=d_model, model=model, seed=seed, dtype=dtype)
-        return self._tensor(
-            self._table_call(
-                "/v1/encodings/learned",
-                fields,
-                extra=extra,
-                format=format,
-                as_=as_,
-                device=device,
-                method=method,
-                query=query,
-            )
+        return self._table(
+            "/v1/encodings/learned", fields, extra, format, as_, device, method, query
         )
 
     def rope(
@@ -679,18 +829,7 @@ class _Endpoints(Generic[T, J]):
             preset=preset,
             dtype=dtype,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/encodings/rope",
-                fields,
-                extra=extra,
-                format=format,
-                as_=as_,
-                device=device,
-                method=method,
-                query=query,
-            )
-        )
+        return self._table("/v1/encodings/rope", fields, extra, format, as_, device, method, query)
 
     # -- biases ----------------------------------------------------------------------------
 
@@ -740,18 +879,7 @@ class _Endpoints(Generic[T, J]):
             preset=preset,
             dtype=dtype,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/biases/alibi",
-                fields,
-                extra=extra,
-                format=format,
-                as_=as_,
-                device=device,
-                method=method,
-                query=query,
-            )
-        )
+        return self._table("/v1/biases/alibi", fields, extra, format, as_, device, method, query)
 
     def relative(
         self,
@@ -809,18 +937,7 @@ class _Endpoints(Generic[T, J]):
             preset=preset,
             dtype=dtype,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/biases/relative",
-                fields,
-                extra=extra,
-                format=format,
-                as_=as_,
-                device=device,
-                method=method,
-                query=query,
-            )
-        )
+        return self._table("/v1/biases/relative", fields, extra, format, as_, device, method, query)
 
     # -- token batches ---------------------------------------------------------------------
 
@@ -864,11 +981,7 @@ class _Endpoints(Generic[T, J]):
             start=start,
             pad_position=pad_position,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/position-ids", fields, extra=extra, format=format, as_=as_, device=device
-            )
-        )
+        return self._table("/v1/position-ids", fields, extra, format, as_, device)
 
     def embed(
         self,
@@ -919,11 +1032,7 @@ class _Endpoints(Generic[T, J]):
             position_ids=position_ids,
             dtype=dtype,
         )
-        return self._tensor(
-            self._table_call(
-                "/v1/embed", fields, extra=extra, format=format, as_=as_, device=device
-            )
-        )
+        return self._table("/v1/embed", fields, extra, format, as_, device)
 
     # -- catalogue and operations ------------------------------------------------------------
 
@@ -955,72 +1064,7 @@ class _Endpoints(Generic[T, J]):
 # --------------------------------------------------------------------------------------- clients
 
 
-class _Config:
-    """Settings shared by both clients (see :class:`PosencClient` for the arguments)."""
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        api_key: str | None,
-        timeout: float | httpx.Timeout | None,
-        max_attempts: int,
-        backoff: float,
-        backoff_max: float,
-        retry_statuses: Sequence[int],
-        format: Format,
-        as_: ArrayKind,
-        device: str | None,
-        headers: Mapping[str, str] | None,
-    ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if backoff < 0 or backoff_max < 0:
-            raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff}, {backoff_max}")
-        if format not in MEDIA_TYPES:
-            raise ValueError(f"format must be one of {list(MEDIA_TYPES)}, got {format!r}")
-        if as_ not in ("numpy", "torch"):
-            raise ValueError(f"as_ must be 'numpy' or 'torch', got {as_!r}")
-        if device is not None and as_ != "torch":
-            raise ValueError(f"device={device!r} needs as_='torch' (numpy arrays live on the CPU)")
-        self.base_url = base_url.rstrip("/")
-        self.max_attempts = max_attempts
-        self.backoff = backoff
-        self.backoff_max = backoff_max
-        self.retry_statuses = frozenset(retry_statuses)
-        self.headers = {"User-Agent": f"posenc-client/{_version()}", **(headers or {})}
-        if api_key is not None:
-            self.headers["Authorization"] = f"Bearer {api_key}"
-        self.timeout = timeout
-
-    def delay(self, attempt: int) -> float:
-        """Seconds to wait after failed attempt number ``attempt`` (1-based): exponential."""
-        return float(min(self.backoff * (2 ** (attempt - 1)), self.backoff_max))
-
-    def retryable_status(self, call: _Call, response: httpx.Response) -> bool:
-        return call.retry_on_status and response.status_code in self.retry_statuses
-
-
-def _version() -> str:
-    try:
-        from posenc import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover
-        return "unknown"
-
-
-def _connection_error(cfg: _Config, call: _Call, exc: Exception) -> PosencConnectionError:
-    err = PosencConnectionError(
-        f"{call.method} {cfg.base_url}{call.path} failed after {cfg.max_attempts} attempt(s): "
-        f"{type(exc).__name__}: {exc}",
-        attempts=cfg.max_attempts,
-    )
-    err.__cause__ = exc
-    return err
-
-
-class PosencClient(_Endpoints[TensorResult, Any]):
+class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransport]):
     """Synchronous client of the posenc service.
 
     Every compute endpoint of the service is deterministic (identical requests give
@@ -1050,73 +1094,27 @@ class PosencClient(_Endpoints[TensorResult, Any]):
         ...     r.slopes          # array([0.5, 0.25, ..., 0.00390625], dtype=float32)
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float | httpx.Timeout | None = 60.0,
-        max_attempts: int = 3,
-        backoff: float = 0.25,
-        backoff_max: float = 8.0,
-        retry_statuses: Sequence[int] = (502, 503, 504),
-        format: Format = "safetensors",
-        as_: ArrayKind = "numpy",
-        device: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self._cfg = _Config(
-            base_url,
-            api_key=api_key,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            backoff_max=backoff_max,
-            retry_statuses=retry_statuses,
-            format=format,
-            as_=as_,
-            device=device,
-            headers=headers,
-        )
-        self._format, self._as, self._device = format, as_, device
-        self._http = httpx.Client(
-            base_url=self._cfg.base_url,
-            headers=self._cfg.headers,
-            timeout=timeout,
-            transport=transport,
-        )
-        self._sleep: Callable[[float], None] = time.sleep
+    def _connect(self, **options: Any) -> httpx.Client:
+        return httpx.Client(**options)
 
-    @property
-    def base_url(self) -> str:
-        """The service's root URL."""
-        return self._cfg.base_url
+    def _sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
-    def _send(self, call: _Call) -> httpx.Response:
-        cfg = self._cfg
-        for attempt in range(1, cfg.max_attempts + 1):
+    def _send(self, call: _Call, policy: _Policy | None = None) -> httpx.Response:
+        """Send ``call`` until ``policy`` (default: the client's retries) settles it."""
+        policy = policy or _Backoff(self._cfg, call)
+        while True:
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json_body,
-                    params=call.params,
-                    headers=call.headers,
-                )
+                outcome: _Outcome = self._http.send(self._request(call))
             except httpx.TransportError as exc:
-                if attempt == cfg.max_attempts:
-                    raise _connection_error(cfg, call, exc) from exc
-            else:
-                if attempt == cfg.max_attempts or not cfg.retryable_status(call, response):
-                    _raise_for_status(response)
-                    return response
-            self._sleep(cfg.delay(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+                outcome = exc
+            step = policy.settle(outcome)
+            if isinstance(step, httpx.Response):
+                return step
+            self._sleep(step)
 
     def _tensor(self, call: _Call) -> TensorResult:
-        response = self._send(call)
-        return _decode(response, call.path, call.fmt or "json", call.as_, call.device)
+        return call.decode(self._send(call))
 
     def _json(self, call: _Call) -> Any:
         return self._send(call).json()
@@ -1131,16 +1129,7 @@ class PosencClient(_Endpoints[TensorResult, Any]):
         Raises:
             PosencConnectionError: still unreachable, or not ready, after ``timeout``.
         """
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                return self._http.get("/readyz").raise_for_status().json()
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                if time.monotonic() >= deadline:
-                    raise PosencConnectionError(
-                        f"{self.base_url}/readyz not ready after {timeout} s: {exc}", attempts=0
-                    ) from exc
-            time.sleep(interval)
+        return self._send(_Call("GET", "/readyz"), _Poll(self.base_url, timeout, interval)).json()
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -1153,7 +1142,11 @@ class PosencClient(_Endpoints[TensorResult, Any]):
         self.close()
 
 
-class AsyncPosencClient(_Endpoints[Awaitable[TensorResult], Awaitable[Any]]):
+class AsyncPosencClient(
+    _BaseClient[
+        Awaitable[TensorResult], Awaitable[Any], httpx.AsyncClient, httpx.AsyncBaseTransport
+    ]
+):
     """Asynchronous client of the posenc service: :class:`PosencClient`'s methods, awaited.
 
     Takes the same arguments as :class:`PosencClient` (``transport`` an
@@ -1166,98 +1159,35 @@ class AsyncPosencClient(_Endpoints[Awaitable[TensorResult], Awaitable[Any]]):
         ...     r = await client.rope(preset="llama-2-7b", seq_len=4096)
     """
 
-    def __init__(
-        self,
-        base_url: str = DEFAULT_BASE_URL,
-        *,
-        api_key: str | None = None,
-        timeout: float | httpx.Timeout | None = 60.0,
-        max_attempts: int = 3,
-        backoff: float = 0.25,
-        backoff_max: float = 8.0,
-        retry_statuses: Sequence[int] = (502, 503, 504),
-        format: Format = "safetensors",
-        as_: ArrayKind = "numpy",
-        device: str | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self._cfg = _Config(
-            base_url,
-            api_key=api_key,
-            timeout=timeout,
-            max_attempts=max_attempts,
-            backoff=backoff,
-            backoff_max=backoff_max,
-            retry_statuses=retry_statuses,
-            format=format,
-            as_=as_,
-            device=device,
-            headers=headers,
-        )
-        self._format, self._as, self._device = format, as_, device
-        self._http = httpx.AsyncClient(
-            base_url=self._cfg.base_url,
-            headers=self._cfg.headers,
-            timeout=timeout,
-            transport=transport,
-        )
-        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    def _connect(self, **options: Any) -> httpx.AsyncClient:
+        return httpx.AsyncClient(**options)
 
-    @property
-    def base_url(self) -> str:
-        """The service's root URL."""
-        return self._cfg.base_url
+    async def _sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
 
-    async def _send(self, call: _Call) -> httpx.Response:
-        cfg = self._cfg
-        for attempt in range(1, cfg.max_attempts + 1):
+    async def _send(self, call: _Call, policy: _Policy | None = None) -> httpx.Response:
+        """Send ``call`` until ``policy`` (default: the client's retries) settles it."""
+        policy = policy or _Backoff(self._cfg, call)
+        while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json_body,
-                    params=call.params,
-                    headers=call.headers,
-                )
+                outcome: _Outcome = await self._http.send(self._request(call))
             except httpx.TransportError as exc:
-                if attempt == cfg.max_attempts:
-                    raise _connection_error(cfg, call, exc) from exc
-            else:
-                if attempt == cfg.max_attempts or not cfg.retryable_status(call, response):
-                    _raise_for_status(response)
-                    return response
-            await self._sleep(cfg.delay(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+                outcome = exc
+            step = policy.settle(outcome)
+            if isinstance(step, httpx.Response):
+                return step
+            await self._sleep(step)
 
-    async def _tensor_async(self, call: _Call) -> TensorResult:
-        response = await self._send(call)
-        return await asyncio.to_thread(
-            _decode, response, call.path, call.fmt or "json", call.as_, call.device
-        )
+    async def _tensor(self, call: _Call) -> TensorResult:
+        return await asyncio.to_thread(call.decode, await self._send(call))
 
-    def _tensor(self, call: _Call) -> Awaitable[TensorResult]:
-        return self._tensor_async(call)
-
-    async def _json_async(self, call: _Call) -> Any:
+    async def _json(self, call: _Call) -> Any:
         return (await self._send(call)).json()
-
-    def _json(self, call: _Call) -> Awaitable[Any]:
-        return self._json_async(call)
 
     async def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> Any:
         """Poll ``/readyz`` until it answers 200; return its JSON (see :meth:`PosencClient.wait_ready`)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            try:
-                return (await self._http.get("/readyz")).raise_for_status().json()
-            except (httpx.TransportError, httpx.HTTPStatusError) as exc:
-                if loop.time() >= deadline:
-                    raise PosencConnectionError(
-                        f"{self.base_url}/readyz not ready after {timeout} s: {exc}", attempts=0
-                    ) from exc
-            await asyncio.sleep(interval)
+        poll = _Poll(self.base_url, timeout, interval)
+        return (await self._send(_Call("GET", "/readyz"), poll)).json()
 
     async def aclose(self) -> None:
         """Close the connection pool."""
