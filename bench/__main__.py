@@ -678,7 +678,8 @@ def table(res: Results) -> list[str]:
     ]
     for r in res.rows:
         lines.append(
-            f"| {r.case} | {r.posenc_ms:.2f} | {r.other} | {r.other_ms:.2f} | {r.ratio:.2f}x "
+            f"| {r.case} | {r.posenc_ms:.2f} | {r.other} | {r.other_ms:.2f} "
+            f"| {r.ratio:.{2 if r.ratio >= 10 else 3}f}x "
             f"| {r.target} | {_verdict(r.met)} | {r.note} |"
         )
     if res.extra:
@@ -699,7 +700,18 @@ def machine() -> list[str]:
     mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
     import torch
 
+    def git(*args: str) -> str:
+        try:
+            out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+        except OSError:
+            return ""
+        return out.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "service", "posenc")
     return [
+        f"- code: commit {commit}"
+        + (" plus uncommitted changes in service/ or posenc/" if dirty else ""),
         f"- machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {cpu}, "
         f"{mem_kib / 1024 / 1024:.1f} GiB memory",
         f"- python {platform.python_version()}, torch {torch.__version__}, httpx {httpx.__version__}",
