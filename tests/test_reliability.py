@@ -267,6 +267,7 @@ def _load(
     return failures, sum(counts)
 
 
+@pytest.mark.slow
 def test_eight_clients_under_load_get_identical_answers_without_memory_growth(
     server: LiveServer, client: httpx.Client
 ) -> None:
@@ -640,6 +641,7 @@ _request = st.sampled_from(sorted(FIELDS)).flatmap(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(request=_request)
 def test_fuzzed_bodies_never_get_a_5xx(
