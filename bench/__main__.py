@@ -369,12 +369,22 @@ def run(args: argparse.Namespace) -> Results:
             return lambda i: Call(posenc.url + path, body, accept)
 
         def ceiling_for(name: str, r: httpx.Response, body: bytes) -> Callable[[int], Call]:
-            media = r.headers["content-type"]
+            store_ceiling(name, r)
+            return lambda i: Call(f"{baseline.url}/ceiling/{name}", body, r.headers["content-type"])
+
+        def store_ceiling(name: str, r: httpx.Response) -> None:
+            """Make the ceiling answer ``name`` with posenc's response: body and headers."""
+            own = {"content-type", "content-length", "date", "server"}  # set by the server
+            headers = {k: v for k, v in r.headers.items() if k.lower() not in own}
             put = client.put(
-                f"{baseline.url}/ceiling/{name}", content=r.content, headers={"content-type": media}
+                f"{baseline.url}/ceiling/{name}",
+                content=r.content,
+                headers={
+                    "content-type": r.headers["content-type"],
+                    "x-ceiling-headers": json.dumps(headers),
+                },
             )
             put.raise_for_status()
-            return lambda i: Call(f"{baseline.url}/ceiling/{name}", body, media)
 
         sin_path = "/v1/encodings/sinusoidal"
         big = _body({"seq_len": 2048, "d_model": 768})
@@ -548,13 +558,9 @@ def run(args: argparse.Namespace) -> Results:
                 _body({"input_ids": _ids(32, 512, int(default["vocab_size"]), s)})
                 for s in range(1, n + 1)
             ]
-            first = Call(posenc.url + "/v1/embed", embed_body, RAW).send(client)
-            put = client.put(
-                f"{baseline.url}/ceiling/embed_fresh",
-                content=first.content,
-                headers={"content-type": first.headers["content-type"]},
+            store_ceiling(
+                "embed_fresh", Call(posenc.url + "/v1/embed", embed_body, RAW).send(client)
             )
-            put.raise_for_status()
             tp, tc, r = compare(
                 client,
                 lambda i: Call(posenc.url + "/v1/embed", bodies[i % n], RAW),

@@ -6,10 +6,11 @@ once at start-up), turns the tensor into nested lists with ``tensor.tolist()`` a
 that FastAPI encodes (``jsonable_encoder`` then ``json.dumps``). The request bodies are posenc's
 (``POST /v1/encodings/sinusoidal``, ``POST /v1/embed``); the response has posenc's JSON shape.
 
-Ceiling: ``PUT /ceiling/{name}`` stores a body and its media type; ``POST /ceiling/{name}`` reads
-the request body and answers the stored bytes. The benchmark stores posenc's own response for each
-case, so the ceiling sends exactly the bytes posenc sends: the cost of HTTP on this machine with
-no work at all, against which posenc's overhead is measured.
+Ceiling: ``PUT /ceiling/{name}`` stores a body, its media type and response headers; ``POST
+/ceiling/{name}`` reads the request body and answers the stored bytes and headers. The benchmark
+stores posenc's own response for each case, so the ceiling sends exactly the bytes posenc sends
+(body and headers): the cost of HTTP on this machine with no work at all, against which
+posenc's overhead is measured.
 
 Run with ``uvicorn bench.baseline:app``; ``BENCH_VOCAB_SIZE``, ``BENCH_D_MODEL`` and
 ``BENCH_MAX_POSITIONS`` size the embedding model (``python -m bench`` copies posenc's default
@@ -18,6 +19,7 @@ model's sizes into them).
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -112,7 +114,7 @@ _embedder = TransformerEmbedding(
     int(os.environ.get("BENCH_MAX_POSITIONS", "2048")),
 ).eval()
 
-_ceiling: dict[str, tuple[bytes, str]] = {}
+_ceiling: dict[str, tuple[bytes, str, dict[str, str]]] = {}
 
 
 @app.get("/healthz")
@@ -166,8 +168,11 @@ def sinusoidal_typed(body: SinusoidalBody) -> dict[str, Any]:
 
 @app.put("/ceiling/{name}", status_code=204)
 async def store_ceiling(name: str, request: Request) -> Response:
+    """Store the body to answer, its media type, and (``X-Ceiling-Headers``, JSON) the other
+    response headers to send with it, so the ceiling's response is posenc's byte for byte."""
     media_type = request.headers.get("content-type", "application/octet-stream")
-    _ceiling[name] = (await request.body(), media_type)
+    headers = json.loads(request.headers.get("x-ceiling-headers", "{}"))
+    _ceiling[name] = (await request.body(), media_type, headers)
     return Response(status_code=204)
 
 
@@ -176,5 +181,5 @@ async def ceiling(name: str, request: Request) -> Response:
     await request.body()
     if name not in _ceiling:
         raise HTTPException(404, f"no ceiling body stored under {name!r}")
-    content, media_type = _ceiling[name]
-    return Response(content=content, media_type=media_type)
+    content, media_type, headers = _ceiling[name]
+    return Response(content=content, media_type=media_type, headers=headers)
