@@ -55,6 +55,15 @@ def _check_table(table: Tensor, field: str) -> None:
         )
 
 
+def _common_range_start(pos: Tensor) -> int | None:
+    """``s`` when every row of the ``(B, T)`` positions is ``s, s+1, …, s+T-1``, else None."""
+    if pos.numel() == 0:
+        return None
+    start = int(pos[0, 0])
+    expected = torch.arange(start, start + pos.shape[1], device=pos.device, dtype=pos.dtype)
+    return start if bool((pos == expected).all()) else None
+
+
 def embed_tokens(
     input_ids: Tensor,
     *,
@@ -169,21 +178,31 @@ def embed_tokens(
     out_dtype = work if dtype is None else dtype
 
     # Padded slots are looked up at id/position 0 (always valid) and zeroed at the end.
-    safe_ids = ids.masked_fill(~real, 0)
-    safe_pos = pos.masked_fill(~real, 0)
+    all_real = bool(real.all())
+    safe_ids = ids if all_real else ids.masked_fill(~real, 0)  # (B, T)
+    safe_pos = pos if all_real else pos.masked_fill(~real, 0)  # (B, T)
 
-    out = F.embedding(safe_ids, token_table).to(work)  # (B, T, D)
+    # One (B, T, D) buffer, gathered into and then updated in place: a batch is tens of MB, and
+    # every out-of-place step would allocate (and page-fault) another buffer of that size.
+    out = F.embedding(safe_ids, token_table)  # (B, T, D), a fresh tensor
+    if out.dtype != work:
+        out = out.to(work)
     if scale:
-        out = out * math.sqrt(d_model)
+        out.mul_(math.sqrt(d_model))
     if positional == "learned":
-        out = out + F.embedding(safe_pos, position_table).to(work)  # (B, T, D)
+        start = _common_range_start(safe_pos) if all_real else None
+        if start is not None:  # every row is start … start+T-1: add one (T, D) slice
+            out.add_(position_table[start : start + safe_pos.shape[1]].to(work))
+        else:
+            out.add_(F.embedding(safe_pos, position_table).to(work))  # (B, T, D)
     elif positional == "sinusoidal" and safe_pos.numel() > 0:
         unique, inverse = torch.unique(safe_pos, return_inverse=True)  # (U,), (B, T)
         table = sinusoidal_table(
             unique, d_model=d_model, base=sinusoidal_base, device=device, dtype=torch.float64
         )  # (U, D)
-        out = out + F.embedding(inverse, table.to(work))  # (B, T, D)
-    out = out.masked_fill(~real[..., None], 0)
+        out.add_(F.embedding(inverse, table.to(work)))  # (B, T, D)
+    if not all_real:
+        out.masked_fill_(~real[..., None], 0)
     return out.to(out_dtype)
 
 

@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.torch import save_file
 
 from posenc import (
@@ -223,3 +225,55 @@ def test_a_batch_of_empty_rows_embeds_to_nothing(gpt2_file, positional):
         attention_mask=batch.attention_mask,
     )
     assert out.shape == (2, 0, D)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    data=st.data(),
+    batch=st.integers(1, 4),
+    width=st.integers(1, 6),
+    scale=st.booleans(),
+    table_dtype=st.sampled_from([torch.float32, torch.float16, torch.bfloat16]),
+    out_dtype=st.sampled_from([None, torch.float32, torch.float64]),
+)
+def test_in_place_path_is_bit_exact_to_out_of_place_indexing(
+    data, batch, width, scale, table_dtype, out_dtype
+):
+    """Whatever shortcut embed_tokens takes (one (T, D) slice for shared ranges, in-place
+    updates, masking only with pads), it equals the plain out-of-place formula bit for bit."""
+    g = torch.Generator().manual_seed(data.draw(st.integers(0, 2**16), label="seed"))
+    wte = torch.randn(V, D, generator=g).to(table_dtype)
+    wpe = torch.randn(P, D, generator=g).to(table_dtype)
+    ids = torch.randint(0, V, (batch, width), generator=g)
+    mask = None
+    if data.draw(st.booleans(), label="mask"):
+        mask = torch.randint(0, 2, (batch, width), generator=g)
+    kind = data.draw(st.sampled_from(["default", "shared_range", "random"]), label="positions")
+    if kind == "default":
+        pos = None
+    elif kind == "shared_range":
+        start = data.draw(st.integers(0, P - width), label="start")
+        pos = (torch.arange(width) + start).expand(batch, width)
+    else:
+        pos = torch.randint(0, P, (batch, width), generator=g)
+
+    out = embed_tokens(
+        ids,
+        token_table=wte,
+        position_table=wpe,
+        position_ids=pos,
+        attention_mask=mask,
+        scale=scale,
+        dtype=out_dtype,
+    )
+
+    real = torch.ones(batch, width, dtype=torch.bool) if mask is None else mask.bool()
+    ref_pos = (real.long().cumsum(1) - 1).clamp_min(0) if pos is None else pos
+    work = torch.float64 if out_dtype == torch.float64 else table_dtype
+    expected = wte[ids].to(work)
+    if scale:
+        expected = expected * math.sqrt(D)
+    expected = expected + wpe[ref_pos.where(real, 0)].to(work)
+    expected = expected.masked_fill(~real[..., None], 0).to(out_dtype or work)
+    assert out.dtype == expected.dtype
+    assert torch.equal(out, expected)
