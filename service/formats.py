@@ -136,12 +136,13 @@ class Encoded:
     """An encoded body and what the response needs to carry it.
 
     Attributes:
-        body: the response body.
+        body: the response body: ``bytes``, or for raw a ``memoryview`` of the tensor's own
+            memory (no copy; it keeps the tensor alive, and cached tensors are never mutated).
         media_type: its ``Content-Type``.
         headers: extra headers (``X-Tensor-Name`` / ``-Shape`` / ``-Dtype`` for raw and npy).
     """
 
-    body: bytes
+    body: bytes | memoryview
     media_type: str
     headers: dict[str, str] = field(default_factory=dict)
 
@@ -415,7 +416,7 @@ def _encode_npy(bundle: Bundle) -> Encoded:
 
 def _encode_raw(bundle: Bundle) -> Encoded:
     name, tensor = bundle.primary_name, bundle.primary
-    body = _byte_view(_storage_array(tensor)).tobytes()
+    body = memoryview(_byte_view(_storage_array(tensor)))  # zero-copy: Starlette sends it as is
     return Encoded(body, FORMAT_MEDIA_TYPES["raw"], _tensor_headers(name, tensor))
 
 
