@@ -24,11 +24,11 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import orjson
 import torch
-from fastapi import Depends, Query, Request
+from fastapi import Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 import posenc
 from posenc.errors import TooLarge, UnknownName
@@ -78,11 +78,16 @@ class ServiceState:
             ) from None
 
 
-async def get_state(request: Request) -> ServiceState:
+def read_state(request: Request) -> ServiceState:
+    """The ready service state; NotReady (503) while the lifespan is still loading models."""
     state: ServiceState | None = getattr(request.app.state, "posenc", None)
     if state is None or not state.ready:
         raise NotReady("the service is starting: models are still loading")
     return state
+
+
+async def get_state(request: Request) -> ServiceState:
+    return read_state(request)
 
 
 State = Annotated[ServiceState, Depends(get_state)]
@@ -100,28 +105,54 @@ class OutputOptions:
     index: int | None
 
 
-async def output_options(
-    format: Annotated[
-        str | None,
-        Query(
-            description="output format; wins over Accept: json, safetensors, npy, raw or png "
-            "(anything else is a 406 listing what is available)",
-            json_schema_extra={"enum": list(FORMAT_MEDIA_TYPES)},
-        ),
-    ] = None,
-    encoding: Annotated[
-        Literal["float", "base64"] | None,
-        Query(description="JSON only: base64 gives each tensor's data as base64 of its raw bytes"),
-    ] = None,
-    index: Annotated[
-        int | None,
-        Query(ge=0, description="png only: the leading index of a 3-D tensor to draw"),
-    ] = None,
-) -> OutputOptions:
-    return OutputOptions(format=format, encoding=encoding, index=index)
+class _OutputQuery(BaseModel):
+    format: str | None = None
+    encoding: Literal["float", "base64"] | None = None
+    index: int | None = Field(default=None, ge=0)
 
 
-Output = Annotated[OutputOptions, Depends(output_options)]
+_NO_OUTPUT_OPTIONS = OutputOptions(format=None, encoding=None, index=None)
+
+
+def read_output(request: Request) -> OutputOptions:
+    """The output options from the query string; a bad value is FastAPI's 422 under ``query``.
+
+    Compute routes read these here rather than through a FastAPI dependency: solving
+    dependencies is most of the framework's per-request cost on a cache hit.
+    """
+    params = request.query_params
+    given = {k: params[k] for k in OUTPUT_PARAMS if k in params}
+    if not given:
+        return _NO_OUTPUT_OPTIONS
+    q = revalidate(_OutputQuery, given, "query")
+    return OutputOptions(format=q.format, encoding=q.encoding, index=q.index)
+
+
+# How read_output's parameters appear in the OpenAPI document of every compute operation.
+OUTPUT_OPENAPI_PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "description": "output format; wins over Accept: json, safetensors, npy, raw or png "
+        "(anything else is a 406 listing what is available)",
+        "schema": {"type": "string", "enum": list(FORMAT_MEDIA_TYPES)},
+    },
+    {
+        "name": "encoding",
+        "in": "query",
+        "required": False,
+        "description": "JSON only: base64 gives each tensor's data as base64 of its raw bytes",
+        "schema": {"type": "string", "enum": ["float", "base64"]},
+    },
+    {
+        "name": "index",
+        "in": "query",
+        "required": False,
+        "description": "png only: the leading index of a 3-D tensor to draw",
+        "schema": {"type": "integer", "minimum": 0},
+    },
+]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ takes the same fields as query parameters and gives the same bytes.
 must see their annotations as objects, not as strings naming a local variable.)
 """
 
+import copy
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -14,13 +15,14 @@ from pydantic import BaseModel
 
 from service.formats import FORMAT_MEDIA_TYPES
 from service.routes.common import (
-    Output,
+    OUTPUT_OPENAPI_PARAMETERS,
     Plan,
     ServiceState,
     Source,
-    State,
     parse_query,
     query_openapi,
+    read_output,
+    read_state,
     respond_async,
 )
 from service.schemas import (
@@ -87,10 +89,13 @@ def add_compute_routes(
     stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
     # async handlers: the torch work (a cache miss) goes to the thread pool in respond_async,
-    # a cache hit, a 304 or an error is answered on the event loop without a thread hop.
-    async def post_handler(
-        body: model_cls, request: Request, state: State, out: Output
-    ) -> Response:  # type: ignore[valid-type]
+    # a cache hit, a 304 or an error is answered on the event loop without a thread hop. The
+    # body is the only thing FastAPI resolves; the state and the output options are read from
+    # the request directly (documented by OUTPUT_OPENAPI_PARAMETERS), which keeps FastAPI's
+    # dependency solving, most of its per-request cost, to one parameter.
+    async def post_handler(body: model_cls, request: Request) -> Response:  # type: ignore[valid-type]
+        out = read_output(request)
+        state = read_state(request)
         return await respond_async(request, state, plan(body, state, "body"), out)
 
     post_handler.__name__ = f"post_{stem}"
@@ -102,12 +107,15 @@ def add_compute_routes(
         description=description,
         responses=responses,
         response_class=Response,
+        openapi_extra={"parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)},
         operation_id=f"post_{stem}",
     )
     if not get:
         return
 
-    async def get_handler(request: Request, state: State, out: Output) -> Response:
+    async def get_handler(request: Request) -> Response:
+        out = read_output(request)
+        state = read_state(request)
         req = parse_query(request, model_cls)
         return await respond_async(request, state, plan(req, state, "query"), out)
 
@@ -122,6 +130,9 @@ def add_compute_routes(
         "text); the same bytes as the POST, and cacheable.",
         responses=responses,
         response_class=Response,
-        openapi_extra=query_openapi(model_cls),
+        openapi_extra={
+            "parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)
+            + query_openapi(model_cls)["parameters"]
+        },
         operation_id=f"get_{stem}",
     )
