@@ -40,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["UNMATCHED", "Metrics", "MetricsMiddleware"]
 
 UNMATCHED = "unmatched"  # route label of requests that matched no route (404s)
+# Methods counted under their own name; any other is counted as OTHER (bounded label sets).
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
 
 # Seconds: from sub-millisecond cache hits to multi-second large tables.
 LATENCY_BUCKETS = (
@@ -123,11 +125,28 @@ class Metrics:
         )
         self._caches = _CacheCollector()
         self.registry.register(self._caches)
+        self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
-        """Count one finished request and record its latency."""
-        self.requests.labels(route=route, method=method, status=str(status)).inc()
-        self.latency.labels(route=route, method=method).observe(seconds)
+        """Count one finished request and record its latency.
+
+        A method outside the standard ones is counted as ``OTHER``, so clients cannot grow the
+        label sets without bound. The labelled children are looked up once per label set
+        (``labels()`` costs more than the increment it leads to).
+        """
+        if method not in _HTTP_METHODS:
+            method = "OTHER"
+        key = (route, method, status)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(route=route, method=method, status=str(status)),
+                self.latency.labels(route=route, method=method),
+            )
+            self._request_children[key] = children
+        count, latency = children
+        count.inc()
+        latency.observe(seconds)
 
     def record_cache(self, cache: str, hit: bool) -> None:
         """Count one lookup in the cache named ``cache`` as a hit or a miss."""
