@@ -99,6 +99,16 @@ def test_unmatched_paths_and_wrong_methods(client_and_metrics):
     assert requests_of(samples, "/v1/things/{thing_id}", "DELETE", "405") == 1
 
 
+def test_made_up_methods_share_one_label(client_and_metrics):
+    client, _ = client_and_metrics
+    for method in ("FROB", "XYZZY", "PLUGH"):
+        assert client.request(method, "/nowhere").status_code in (404, 405)
+    samples = scrape(client)
+    methods = {dict(k)["method"] for k in samples["posenc_requests_total"]}
+    assert {"FROB", "XYZZY", "PLUGH"}.isdisjoint(methods)
+    assert requests_of(samples, "unmatched", "OTHER", "404") == 3
+
+
 def test_unhandled_exceptions_count_as_500(client_and_metrics):
     client, _ = client_and_metrics
     assert client.get("/boom").status_code == 500
