@@ -12,6 +12,7 @@ import argparse
 import logging
 import os
 import signal
+import subprocess
 import sys
 
 from pydantic import ValidationError
@@ -24,6 +25,45 @@ def _fail(message: str) -> int:
 
 def _exit_cleanly(signum: int, frame: object) -> None:
     sys.exit(0)
+
+
+_CHECK_DEVICE = """
+import sys
+from posenc.device import resolve_device
+from posenc.errors import PosencError
+try:
+    resolve_device(sys.argv[1])
+except PosencError as exc:
+    print(exc.message)
+    sys.exit(3)
+"""
+
+
+def device_problem(device: str, *, isolated: bool) -> str | None:
+    """Why ``device`` cannot be used (e.g. ``cuda`` without CUDA), or None when it can.
+
+    ``isolated`` checks in a short-lived child process, so that this process never imports
+    torch: with ``--workers N > 1`` it becomes uvicorn's supervisor, which serves nothing and
+    would otherwise hold torch's ~200 MiB for its whole life.
+    """
+    if not isolated:
+        from posenc.device import resolve_device
+        from posenc.errors import PosencError
+
+        try:
+            resolve_device(device)
+        except PosencError as exc:
+            return exc.message
+        return None
+    result = subprocess.run(
+        [sys.executable, "-c", _CHECK_DEVICE, device], capture_output=True, text=True, check=False
+    )
+    if result.returncode == 0:
+        return None
+    lines = (
+        result.stdout.strip() or result.stderr.strip() or "the device check failed"
+    ).splitlines()
+    return lines[-1]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -57,13 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         lines = [f"POSENC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()]
         return _fail("invalid configuration: " + "; ".join(lines))
 
-    from posenc.device import resolve_device
-    from posenc.errors import PosencError
-
-    try:
-        resolve_device(settings.device)
-    except PosencError as exc:
-        return _fail(f"POSENC_DEVICE={settings.device!r}: {exc.message}")
+    problem = device_problem(settings.device, isolated=args.workers > 1)
+    if problem is not None:
+        return _fail(f"POSENC_DEVICE={settings.device!r}: {problem}")
     for name, path in settings.model_paths.items():
         if not os.path.isfile(path):
             return _fail(f"POSENC_MODELS: model {name!r}: no such file {path!r}")
@@ -90,11 +126,18 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             workers=args.workers,
             log_level=log_level,
+            access_log=settings.access_log,
         )
     else:
         from service.app import create_app
 
-        uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=log_level)
+        uvicorn.run(
+            create_app(settings),
+            host=args.host,
+            port=args.port,
+            log_level=log_level,
+            access_log=settings.access_log,
+        )
     return 0
 
 

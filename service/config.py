@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*': any)")
     log_level: LogLevel = Field("info", description="uvicorn and service log level")
+    access_log: bool = Field(
+        True, description="log one line per request (uvicorn's access log); false saves CPU"
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

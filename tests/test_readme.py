@@ -150,6 +150,8 @@ def test_configuration_table_lists_every_setting():
         default = row.group(1).strip("`")
         if field.default in (None, ""):
             assert default in ("unset", "empty")
+        elif isinstance(field.default, bool):
+            assert default == str(field.default).lower(), (name, default, field.default)
         else:
             assert default == str(field.default), (name, default, field.default)
 

@@ -255,9 +255,59 @@ def test_workers_serve_through_the_import_string(tmp_path: Path, gpt2_file: Path
             for _ in range(6)
         }
         assert len(bodies) == 1  # every worker gives the same bytes
+        # uvicorn's supervisor serves nothing: it must not import torch (~200 MiB) to check
+        # POSENC_DEVICE; a child process does that check.
+        assert _rss_mib(proc.pid) < 150, f"supervisor RSS {_rss_mib(proc.pid)} MiB"
     finally:
         stop_service(proc)
     assert proc.returncode == 0, log.read_text()
+
+
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+@pytest.mark.parametrize("device", ["cpu", "auto", "cuda:99", "tpu"])
+def test_device_check_in_a_child_process_says_what_the_in_process_check_says(device: str) -> None:
+    from service.__main__ import device_problem
+
+    in_process = device_problem(device, isolated=False)
+    assert device_problem(device, isolated=True) == in_process
+    assert (in_process is None) == (device in ("cpu", "auto"))
+
+
+def test_workers_with_an_unusable_device_stop_with_one_clear_line() -> None:
+    result = _run_service(clean_env(POSENC_DEVICE="cuda:99"), "--workers", "2")
+    assert result.returncode == 2
+    assert "POSENC_DEVICE='cuda:99'" in result.stderr and "cuda:99" in result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize("access_log", ["true", "false"])
+def test_access_log_setting_turns_the_per_request_line_on_and_off(
+    tmp_path: Path, access_log: str
+) -> None:
+    port = free_port()
+    log = tmp_path / "service.log"
+    env = clean_env(POSENC_DEVICE="cpu", POSENC_ACCESS_LOG=access_log)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "service", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, log)
+        assert httpx.get(url + "/v1/info").status_code == 200
+    finally:
+        stop_service(proc)
+    logged = '"GET /v1/info HTTP/1.1" 200' in log.read_text()
+    assert logged is (access_log == "true"), log.read_text()[-2000:]
 
 
 def test_live_server_answers_errors_without_tracebacks(
