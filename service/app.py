@@ -4,7 +4,8 @@ The lifespan picks the device (``POSENC_DEVICE``; CUDA asked for where there is 
 start-up), loads the built-in default model and the ``POSENC_MODELS`` files, and only then marks
 the service ready (``/readyz``). Middleware, outermost first: metrics, CORS (when
 ``POSENC_CORS_ORIGINS`` is set), ``Vary``/``Server-Timing`` on every response, bearer auth on
-``/v1/`` (when ``POSENC_API_KEY`` is set). ``/docs`` is Swagger UI served from the
+``/v1/`` (when ``POSENC_API_KEY`` is set), and the replay of cached responses to repeated
+compute requests (``service.replay``). ``/docs`` is Swagger UI served from the
 ``swagger_ui_bundle`` package by this process: no CDN, no internet.
 """
 
@@ -38,6 +39,7 @@ from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.metrics import Metrics, MetricsMiddleware
+from service.replay import ReplayMiddleware
 from service.routes import biases, catalog, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
 
@@ -355,6 +357,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.openapi = _custom_openapi(app, settings)  # type: ignore[method-assign]
 
     # add_middleware puts each new one outside the previous: this is innermost first.
+    app.add_middleware(ReplayMiddleware, fastapi_app=app)
     if settings.api_key is not None:
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key)
     app.add_middleware(ResponseHeadersMiddleware)

@@ -38,6 +38,7 @@ from service.config import Settings
 from service.errors import NotReady
 from service.formats import FORMAT_MEDIA_TYPES, Bundle, Encoded, encode_bundle, negotiate
 from service.metrics import Metrics
+from service.replay import REPLAY_SCOPE_KEY
 
 Source = Literal["body", "query"]
 M = TypeVar("M", bound=BaseModel)
@@ -447,7 +448,7 @@ def prepare(request: Request, state: ServiceState, plan: Plan, out: OutputOption
     state.metrics.record_cache("body", cached is not None)
     if cached is not None:
         headers["Server-Timing"] = _timing(0.0, 0.0, "hit")
-        return Prepared(_response(cached, fmt, plan, headers))
+        return Prepared(_response(cached, fmt, plan, headers), fmt, body_key=body_key)
     return Prepared(None, fmt, base64, index, table_text, body_key, headers)
 
 
@@ -497,11 +498,18 @@ async def respond_async(
     request: Request, state: ServiceState, plan: Plan, out: OutputOptions
 ) -> Response:
     """As :func:`respond`, with only a cache miss (compute and encode) in the thread pool: a
-    repeated request is answered on the event loop without a thread hop."""
+    repeated request is answered on the event loop without a thread hop. A 200 whose body is
+    in the cache is marked for :class:`service.replay.ReplayMiddleware`, which answers the
+    same request next time without running the route at all."""
     prepared = prepare(request, state, plan, out)
     if prepared.response is not None:
+        if prepared.response.status_code == 200:  # a body-cache hit
+            request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
         return prepared.response
-    return await run_in_threadpool(finish, state, plan, prepared)
+    response = await run_in_threadpool(finish, state, plan, prepared)
+    if prepared.body_key in state.cache:  # the body fitted the cache: replayable
+        request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
+    return response
 
 
 def fields_dump(model: BaseModel, *, exclude: set[str] | None = None) -> dict[str, Any]:
