@@ -324,6 +324,7 @@ class Results:
     rows: list[Row] = field(default_factory=list)
     extra: list[tuple[str, str]] = field(default_factory=list)  # (what, figure)
     loads: list[str] = field(default_factory=list)
+    device: str = "unknown"  # where posenc computed its tables (/v1/info)
 
 
 def load_average() -> str:
@@ -358,6 +359,7 @@ def run(args: argparse.Namespace) -> Results:
     servers = [posenc]
     try:
         wait_ready(posenc, "/readyz")
+        res.device = describe_device(httpx.get(posenc.url + "/v1/info", timeout=10).json())
         models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
         default = next(m for m in models["models"] if m["name"] == models["default"])
         baseline = start_baseline(default)
@@ -694,6 +696,17 @@ def table(res: Results) -> list[str]:
     return lines
 
 
+def describe_device(info: dict[str, object]) -> str:
+    """posenc's device from its /v1/info, with the GPU's name when it is a CUDA device."""
+    device = str(info.get("device", "unknown"))
+    if device.startswith("cuda"):
+        import torch
+
+        index = int(device.partition(":")[2] or 0)
+        device += f" ({torch.cuda.get_device_name(index)})"
+    return device + " (POSENC_DEVICE; CUDA when available)"
+
+
 def machine() -> list[str]:
     cpu = next(
         (
@@ -736,6 +749,7 @@ def write_markdown(path: Path, res: Results, argv: list[str], started: dt.dateti
         f"- date: {started:%Y-%m-%d %H:%M} UTC",
         f"- command: `{shlex.join(argv)}`",
         *machine(),
+        f"- posenc device: {res.device}",
         f"- load average (1, 5, 15 min): {'; '.join(res.loads)}",
         "- each figure: median wall time of a whole request over loopback (persistent httpx "
         "client, warm-up first, posenc and the other side alternated request by request); "
