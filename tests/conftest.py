@@ -61,10 +61,13 @@ def gpt2_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def start_service(port: int, log_path: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_service(
+    port: int, log_path: Path, env: dict[str, str], *args: str
+) -> subprocess.Popen[bytes]:
+    """``python -m service`` on ``HOST:port`` with ``args`` (e.g. ``--workers 2``) added."""
     with log_path.open("wb") as log:  # a file, not a pipe: a full pipe would block the server
         return subprocess.Popen(
-            [sys.executable, "-m", "service", "--host", HOST, "--port", str(port)],
+            [sys.executable, "-m", "service", "--host", HOST, "--port", str(port), *args],
             cwd=ROOT,
             env=env,
             stdout=log,

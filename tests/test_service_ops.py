@@ -11,7 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from conftest import ROOT, clean_env, free_port, make_settings, stop_service, wait_ready
+from conftest import (
+    ROOT,
+    clean_env,
+    free_port,
+    make_settings,
+    start_service,
+    stop_service,
+    wait_ready,
+)
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -238,13 +246,7 @@ def test_workers_serve_through_the_import_string(tmp_path: Path, gpt2_file: Path
     port = free_port()
     log = tmp_path / "workers.log"
     env = clean_env(POSENC_DEVICE="cpu", POSENC_MODELS=f"tiny-gpt2={gpt2_file}")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port), "--workers", "2"],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_service(port, log, env, "--workers", "2")
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, log)
@@ -293,13 +295,7 @@ def test_access_log_setting_turns_the_per_request_line_on_and_off(
     port = free_port()
     log = tmp_path / "service.log"
     env = clean_env(POSENC_DEVICE="cpu", POSENC_ACCESS_LOG=access_log)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "service", "--port", str(port)],
-        cwd=ROOT,
-        env=env,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    proc = start_service(port, log, env)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_ready(proc, url, log)
