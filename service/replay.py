@@ -86,25 +86,24 @@ def request_digest(scope: Scope, body: bytes) -> bytes | None:
     method = scope.get("method")
     if method not in ("GET", "POST"):
         return None
-    accept = content_type = b""
+    # Every Accept and Content-Type header, in order, with its name: a request that repeats one
+    # is another request (the route reads the first; a digest of only the last would mix them).
+    chosen: list[bytes] = []
     for name, value in scope.get("headers", []):
         if name == b"if-none-match":
             return None
-        if name == b"accept":
-            accept = value
-        elif name == b"content-type":
-            content_type = value
+        if name in (b"accept", b"content-type"):
+            chosen += (name, value)
     h = hashlib.blake2b(digest_size=16)
     for part in (
         method.encode(),
         scope.get("path", "").encode(),
         scope.get("query_string", b""),
-        accept,
-        content_type,
-    ):
+        *chosen,
+        body,
+    ):  # each part length-prefixed: no two requests give the same byte stream
         h.update(len(part).to_bytes(8, "little"))
         h.update(part)
-    h.update(body)
     return h.digest()
 
 

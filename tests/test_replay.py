@@ -95,6 +95,19 @@ def test_the_same_body_as_another_content_type_gets_the_routes_answer(client, gp
     assert (odd.status_code, odd.content) == (expected.status_code, expected.content)
 
 
+def test_a_repeated_accept_header_is_part_of_the_request(client) -> None:
+    """The route negotiates on the first ``Accept``; a request that repeats the header is not
+    the same request as one that sends only its last value."""
+    two = [("Accept", "application/json"), ("Accept", "application/octet-stream")]
+    for _ in range(2):
+        assert client.post(SIN, json=BODY, headers=two).headers["content-type"] == (
+            "application/json"
+        )
+    raw = client.post(SIN, json=BODY, headers={"Accept": "application/octet-stream"})
+    assert raw.headers["content-type"] == "application/octet-stream"
+    assert len(raw.content) == 16 * 8 * 4
+
+
 def test_conditional_requests_take_the_route(client) -> None:
     for _ in range(3):
         answer = client.get(f"{SIN}?seq_len=4&d_model=8")
