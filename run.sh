@@ -41,7 +41,7 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     serve)
-        ensure_env service
+        ensure_env service,client  # the client extra too: the README's client example runs here
         exec "$VENV/bin/python" -m service "$@"
         ;;
     test)

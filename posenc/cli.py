@@ -17,8 +17,8 @@ fields (``--seq-len`` is ``seq_len``...); flags left out are not sent, so the sa
 
 - ``.npy``: the primary tensor (``encoding``, ``cos``, ``bias``, ``buckets``); no bfloat16.
 - ``.safetensors``: every tensor of the bundle, ``meta`` as JSON under ``__metadata__["meta"]``.
-- ``.png``: a heatmap of the primary tensor, drawn by the service's encoder
-  (``service.formats``, the ``service`` extra); ``--index`` picks one head of a 3-D bias.
+- ``.png``: a heatmap of the primary tensor (:mod:`posenc.heatmap`, needs Pillow);
+  ``--index`` picks one head of a 3-D bias.
 
 Outputs of more than ``PROGRESS_ELEMENTS`` elements are computed in chunks of positions (query
 rows for the biases), with a progress line on stderr (``--quiet`` hides it). Exit status: 0 on
@@ -29,7 +29,9 @@ validation errors), 1 for other failures (server unreachable, other HTTP errors)
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -429,18 +431,16 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
         )
     else:  # png
         try:
-            from service.formats import Bundle as ServiceBundle
-            from service.formats import NotAcceptable, encode_bundle
+            from posenc.heatmap import heatmap_png
         except ImportError as exc:
             raise CliError(
-                f"writing .png needs the service extra (its heatmap encoder, service.formats): "
-                f"pip install 'posenc[service]' ({exc})"
+                f"writing .png needs Pillow: pip install 'posenc[client]' ({exc})"
             ) from exc
         try:
-            encoded = encode_bundle(ServiceBundle(dict(tensors), dict(meta)), "png", index=index)
-        except (NotAcceptable, PosencError, ValueError) as exc:
+            body = heatmap_png(primary_name, primary, dict(meta), index)
+        except (PosencError, ValueError) as exc:
             raise CliError(str(getattr(exc, "detail", exc)), code=2) from exc
-        path.write_bytes(encoded.body)
+        path.write_bytes(body)
 
 
 def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> bytes:
@@ -574,23 +574,12 @@ def _serve(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None:
             argv += [f"--{name}", str(value)]
-    try:
-        import service.__main__ as service_main
-    except ImportError as exc:
-        raise CliError(f"posenc serve needs the service extra: pip install 'posenc[service]' ({exc})") from exc  # fmt: skip
-    entry = getattr(service_main, "main", None)
-    if entry is None:  # a __main__ that only runs at import time
-        import runpy
-
-        saved = sys.argv
-        sys.argv = ["posenc serve", *argv]
-        try:
-            runpy.run_module("service", run_name="__main__", alter_sys=True)
-        finally:
-            sys.argv = saved
-        return 0
-    result = entry(argv)
-    return int(result or 0)
+    # The service is a separate package: run it as `python -m service` in this process's
+    # place (the library never imports it), so signals reach uvicorn directly.
+    if importlib.util.find_spec("service") is None or importlib.util.find_spec("uvicorn") is None:
+        raise CliError("posenc serve needs the service extra: pip install 'posenc[service]'")
+    os.execv(sys.executable, [sys.executable, "-m", "service", *argv])
+    return 0  # only reached where execv is replaced (tests)
 
 
 def _table(args: argparse.Namespace) -> int:

@@ -294,13 +294,16 @@ def test_installed_entry_point(tmp_path: Path) -> None:
 
 
 def test_serve_delegates_to_python_m_service(monkeypatch) -> None:
-    import service.__main__ as service_main
-
+    """``posenc serve`` becomes ``python -m service`` (exec, no import of the service package)."""
     seen: list[list[str]] = []
-    monkeypatch.setattr(service_main, "main", lambda argv: seen.append(argv) or 0)
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append([path, *argv]))
     assert cli.main(["serve", "--port", "8123", "--workers", "2"]) == 0
     assert cli.main(["serve"]) == 0
-    assert seen == [["--port", "8123", "--workers", "2"], []]
+    py = sys.executable
+    assert seen == [
+        [py, py, "-m", "service", "--port", "8123", "--workers", "2"],
+        [py, py, "-m", "service"],
+    ]
 
 
 def test_posenc_serve_process_answers(tmp_path: Path) -> None:

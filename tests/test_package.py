@@ -44,3 +44,14 @@ def test_bad_device_and_dtype_names_state_what_is_allowed():
         resolve_dtype("int8")
     assert resolve_dtype(None) is torch.float32
     assert resolve_dtype("bfloat16") is torch.bfloat16
+
+
+def test_the_library_never_imports_the_service() -> None:
+    """Layering: posenc/ is the library; service/ depends on it, never the other way round."""
+    import re
+    from pathlib import Path
+
+    pattern = re.compile(r"^\s*(from\s+service(\.|\s)|import\s+service\b)", re.M)
+    root = Path(__file__).resolve().parent.parent / "posenc"
+    offenders = [p.name for p in root.rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []
