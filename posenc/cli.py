@@ -387,9 +387,16 @@ def compute_table(
     Raises:
         PosencError: a bad argument (the library's message, naming the field).
     """
-    if kind not in _COMPUTE:
-        raise PosencError(f"kind must be one of {list(_COMPUTE)}, got {kind!r}", field="kind")
     given = {k: v for k, v in fields.items() if v is not None}
+    if kind not in _COMPUTE:
+        from posenc import kinds
+
+        spec = kinds.REGISTRY.get(kind)
+        if spec is None:
+            known = [*_COMPUTE, *kinds.REGISTRY]
+            raise PosencError(f"kind must be one of {known}, got {kind!r}", field="kind")
+        params = kinds.resolve_fields(spec, given)
+        return kinds.compute(spec, params), spec.make_meta(params)
     merged = {**_preset_params(kind, given.get("preset")), **given}
     from posenc.device import resolve_dtype
 
@@ -453,14 +460,25 @@ def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str
     query = {"index": args.index} if args.index is not None and fmt == "png" else None
     try:
         with PosencClient(args.url, api_key=args.api_key, timeout=args.timeout) as client:
-            method = getattr(client, kind)
-            result = method(**fields, format=fmt, query=query)
+            if kind in _COMPUTE:
+                result = getattr(client, kind)(**fields, format=fmt, query=query)
+            else:  # a kind of the registry
+                result = client.compute(kind, **fields, format=fmt, query=query)
     except PosencHTTPError as exc:
         code = 2 if exc.status_code in (400, 404, 406, 413, 422) else 1
         raise CliError(f"the server at {args.url} refused the request: {exc}", code=code) from exc
     except PosencClientError as exc:
         raise CliError(str(exc)) from exc
     return result.content
+
+
+def _field_names(kind: str) -> tuple[str, ...]:
+    """The request fields of ``kind``: the built-in kinds' or a registered kind's."""
+    if kind in FIELDS:
+        return FIELDS[kind]
+    from posenc.kinds import REGISTRY
+
+    return REGISTRY[kind].field_names
 
 
 # ------------------------------------------------------------------------------------ parser
@@ -527,6 +545,17 @@ def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
     p.add_argument(flag, dest=name, **kw)
 
 
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    """The options every ``posenc table KIND`` has: where to write, and where to compute."""
+    p.add_argument("-o", "--output", required=True, type=Path,
+                   help="output file: .npy (primary tensor), .safetensors (all), .png (heatmap)")  # fmt: skip
+    p.add_argument("--url", help="compute on this posenc service instead of locally")
+    p.add_argument("--api-key", help="bearer key for --url (servers with POSENC_API_KEY)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
+    p.add_argument("--index", type=int, help="png: the leading index (head) to draw")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``posenc`` argument parser (``serve`` and ``table`` subcommands)."""
     parser = argparse.ArgumentParser(
@@ -554,15 +583,35 @@ def build_parser() -> argparse.ArgumentParser:
         p = kinds.add_parser(kind, help=f"the {kind} table (POST /v1/... {kind})")
         for name in FIELDS[kind]:
             _add_field(p, kind, name)
-        p.add_argument("-o", "--output", required=True, type=Path,
-                       help="output file: .npy (primary tensor), .safetensors (all), .png (heatmap)")  # fmt: skip
-        p.add_argument("--url", help="compute on this posenc service instead of locally")
-        p.add_argument("--api-key", help="bearer key for --url (servers with POSENC_API_KEY)")
-        p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
-        p.add_argument("--index", type=int, help="png: the leading index (head) to draw")
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+        _add_output_options(p)
+        p.set_defaults(kind_parser=p)
+    from posenc.kinds import REGISTRY
+
+    for name, spec in REGISTRY.items():
+        if name in FIELDS:
+            continue
+        p = kinds.add_parser(name, help=f"{spec.summary} ({spec.path})")
+        for field_spec in spec.fields:
+            _add_registered_field(p, field_spec)
+        _add_output_options(p)
         p.set_defaults(kind_parser=p)
     return parser
+
+
+def _add_registered_field(p: argparse.ArgumentParser, spec: Any) -> None:
+    """One option for a field of a registered kind (:class:`posenc.kinds.FieldSpec`)."""
+    kw: dict[str, Any] = {"dest": spec.name, "default": None, "help": spec.description}
+    if spec.type == "bool":
+        kw["action"] = argparse.BooleanOptionalAction
+    elif spec.type == "ints":
+        kw["type"] = _positions_arg
+    elif spec.type in ("int", "float"):
+        kw["type"] = int if spec.type == "int" else float
+    elif spec.choices is not None:
+        kw["choices"] = list(spec.choices)
+    if spec.default is not None and not spec.required:
+        kw["help"] += f" (default {spec.default})"
+    p.add_argument("--" + spec.name.replace("_", "-"), **kw)
 
 
 # ------------------------------------------------------------------------------------ commands
@@ -590,7 +639,7 @@ def _table(args: argparse.Namespace) -> int:
             f"argument -o/--output: the extension must be one of {sorted(EXTENSIONS)}, "
             f"got {args.output.name!r}"
         )
-    fields = {name: getattr(args, name) for name in FIELDS[args.kind]}
+    fields = {name: getattr(args, name) for name in _field_names(args.kind)}
     fields = {k: v for k, v in fields.items() if v is not None}
     if args.output.parent and not args.output.parent.exists():
         parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
@@ -610,7 +659,7 @@ def _table(args: argparse.Namespace) -> int:
         )
     except PosencError as exc:
         flag = (exc.field or "").split("[")[0].split(".")[0]
-        if flag in FIELDS[args.kind]:
+        if flag in _field_names(args.kind):
             parser.error(f"argument --{flag.replace('_', '-')}: {exc}")
         parser.error(str(exc))
     except (MemoryError, RuntimeError) as exc:  # torch reports a failed allocation as either

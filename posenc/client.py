@@ -278,8 +278,20 @@ class TensorResult:
 # --------------------------------------------------------------------------------------- decoding
 
 
+def _tensor_order(path: str) -> tuple[str, ...]:
+    """The endpoint's tensor names, primary first (the registry's kinds included)."""
+    if path in _TENSOR_ORDER:
+        return _TENSOR_ORDER[path]
+    from posenc.kinds import REGISTRY
+
+    for kind in REGISTRY.values():
+        if kind.path == path:
+            return tuple(t.name for t in kind.tensors)
+    return ()
+
+
 def _ordered(path: str, tensors: dict[str, Any]) -> dict[str, Any]:
-    order = _TENSOR_ORDER.get(path, ())
+    order = _tensor_order(path)
     out = {name: tensors[name] for name in order if name in tensors}
     out.update((k, v) for k, v in tensors.items() if k not in out)
     return out
@@ -365,7 +377,7 @@ def _numpy_dtype(dtype: str, name: str) -> np.dtype[Any]:
 
 
 def _decode_raw(response: httpx.Response, path: str) -> dict[str, Any]:
-    name = response.headers.get("X-Tensor-Name") or _TENSOR_ORDER.get(path, ("tensor",))[0]
+    name = response.headers.get("X-Tensor-Name") or (_tensor_order(path) or ("tensor",))[0]
     shape_text = response.headers.get("X-Tensor-Shape", "")
     shape = tuple(int(s) for s in shape_text.split(",") if s.strip())
     dtype = response.headers.get("X-Tensor-Dtype", "float32")
@@ -393,7 +405,7 @@ def _decode(
             {k: _json_array(v, k) for k, v in body.get("tensors", {}).items()}, as_, device
         )
     elif fmt == "npy":
-        name = _TENSOR_ORDER.get(path, ("tensor",))[0]
+        name = (_tensor_order(path) or ("tensor",))[0]
         a = np.load(io.BytesIO(response.content), allow_pickle=False)
         tensors = _convert({name: a}, as_, device)
     elif fmt == "raw":
@@ -683,6 +695,40 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             device=None if dev is None else str(dev),
         )
         return self._tensor(call)
+
+    def compute(
+        self,
+        kind: str,
+        *,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> T:
+        """Any kind of the library's registry (:data:`posenc.kinds.REGISTRY`) by name.
+
+        Args:
+            kind: the kind's name, e.g. a convention registered with :func:`posenc.kinds.register`.
+            format, as_, device, method, query: as for the endpoint methods.
+            **fields: the kind's request fields (``None`` values are not sent).
+
+        Returns:
+            A :class:`TensorResult` with the kind's tensors in its order.
+
+        Raises:
+            ValueError: an unknown kind, or a field the kind does not have (before any request).
+        """
+        from posenc.kinds import REGISTRY
+
+        spec = REGISTRY.get(kind)
+        if spec is None:
+            raise ValueError(f"unknown kind {kind!r}; registered: {', '.join(REGISTRY) or '(none)'}")
+        unknown = sorted(set(fields) - set(spec.field_names))
+        if unknown:
+            raise ValueError(f"{kind} has no field(s) {unknown}; its fields: {spec.field_names}")
+        return self._table(spec.path, fields, None, format, as_, device, method, query)
 
     # -- encodings -------------------------------------------------------------------------
 

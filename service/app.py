@@ -42,6 +42,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.replay import ReplayMiddleware
 from service.routes import biases, catalog, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
+from service.routes.registered import include_registered_kinds
 
 logger = logging.getLogger("service")
 
@@ -353,6 +354,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (encodings, biases, position_ids, embed, catalog, ops):
         app.include_router(module.router)
+    include_registered_kinds(app)  # every kind of posenc.kinds.REGISTRY, derived
     _install_docs(app)
     app.openapi = _custom_openapi(app, settings)  # type: ignore[method-assign]
 

@@ -1,0 +1,120 @@
+"""Routes derived from the library's registry of kinds (:mod:`posenc.kinds`).
+
+For every registered kind this module makes the request model (pydantic, from the kind's field
+specs, with the bounds as JSON Schema keywords and the kind's example), a plan that resolves the
+fields, sizes the bundle from the numbers and computes it, and the POST (and GET) routes through
+:func:`service.routes.tables.add_compute_routes`, like the hand-written endpoints. Nothing here is
+specific to one kind: registering a kind in the library is all it takes to serve it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, FastAPI
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+
+from posenc import kinds as registry
+from posenc.device import resolve_dtype
+from service.formats import Bundle
+from service.routes.common import Plan, ServiceState, Source
+from service.routes.tables import add_compute_routes
+
+
+def _not_bool(value: Any) -> Any:
+    """JSON ``true`` is not the number 1."""
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+def _annotation(spec: registry.FieldSpec) -> Any:
+    """The pydantic type of one field spec, its bounds inside (so they reach the JSON schema)."""
+    bounds: dict[str, Any] = {}
+    if spec.minimum is not None:
+        bounds["ge"] = spec.minimum
+    if spec.exclusive_minimum is not None:
+        bounds["gt"] = spec.exclusive_minimum
+    if spec.multiple_of is not None:
+        bounds["multiple_of"] = spec.multiple_of
+    if spec.type in ("int", "ints"):
+        bounds["le"] = spec.maximum if spec.maximum is not None else 2**53
+        # the bounds before the validator: pydantic then writes them as JSON Schema keywords
+        number: Any = Annotated[int, Field(**bounds), BeforeValidator(_not_bool)]
+        return number if spec.type == "int" else Annotated[list[number], Field(min_length=1)]
+    if spec.type == "float":
+        if spec.maximum is not None:
+            bounds["le"] = spec.maximum
+        return Annotated[float, Field(allow_inf_nan=False, **bounds), BeforeValidator(_not_bool)]
+    if spec.type == "bool":
+        return bool
+    if spec.choices is not None:
+        return Literal[spec.choices]  # type: ignore[valid-type]
+    return str
+
+
+def request_model(kind: registry.Kind) -> type[BaseModel]:
+    """The request body model of ``kind``: one field per spec, unknown fields refused (422)."""
+    definitions: dict[str, Any] = {}
+    for spec in kind.fields:
+        annotation = _annotation(spec)
+        if spec.required:
+            definitions[spec.name] = (annotation, Field(..., description=spec.description))
+        elif spec.default is None:
+            definitions[spec.name] = (annotation | None, Field(None, description=spec.description))
+        else:
+            definitions[spec.name] = (
+                annotation,
+                Field(spec.default, description=spec.description),
+            )
+    example = {s.name: s.example for s in kind.fields if s.example is not None}
+    name = "".join(part.capitalize() for part in kind.name.replace("-", "_").split("_"))
+    return create_model(
+        f"{name}Request",
+        __config__=ConfigDict(extra="forbid", json_schema_extra={"examples": [example]}),
+        __doc__=f"``{'POST'} {kind.path}``: {kind.summary}.",
+        **definitions,
+    )
+
+
+def _plan_for(kind: registry.Kind) -> Any:
+    names = tuple(t.name for t in kind.tensors)
+
+    def plan(req: BaseModel, state: ServiceState, source: Source) -> Plan:
+        params = registry.resolve_fields(kind, req.model_dump(exclude_none=True))
+        shapes = kind.shapes(params)
+        dtype = resolve_dtype(params.get("dtype"))
+        meta = kind.make_meta(params)
+
+        def compute() -> Bundle:
+            tensors = registry.compute(kind, params, device=state.device, dtype=dtype)
+            return Bundle(tensors, meta)
+
+        return Plan(
+            route=kind.path,
+            params=dict(params),
+            elements=sum(math.prod(s) for s in shapes.values()),
+            compute=compute,
+            names=names,
+        )
+
+    return plan
+
+
+def include_registered_kinds(app: FastAPI) -> None:
+    """Serve every kind of :data:`posenc.kinds.REGISTRY` on ``app`` (POST, and GET if asked)."""
+    for kind in registry.REGISTRY.values():
+        router = APIRouter(tags=[kind.tag])
+        axes = ", ".join(f"`{t.name}` ({', '.join(t.axes)})" for t in kind.tensors)
+        add_compute_routes(
+            router,
+            kind.path,
+            request_model(kind),
+            _plan_for(kind),
+            names=tuple(t.name for t in kind.tensors),
+            summary=kind.summary,
+            description=f"{kind.description} Tensors: {axes}.",
+            get=kind.get,
+        )
+        app.include_router(router)
