@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from posenc import kinds as registry
@@ -102,8 +102,9 @@ def _plan_for(kind: registry.Kind) -> Any:
     return plan
 
 
-def include_registered_kinds(app: FastAPI) -> None:
-    """Serve every kind of :data:`posenc.kinds.REGISTRY` on ``app`` (POST, and GET if asked)."""
+def registered_kind_routers() -> list[APIRouter]:
+    """One router per kind of :data:`posenc.kinds.REGISTRY`: POST, and GET where the kind asks."""
+    routers = []
     for kind in registry.REGISTRY.values():
         router = APIRouter(tags=[kind.tag])
         axes = ", ".join(f"`{t.name}` ({', '.join(t.axes)})" for t in kind.tensors)
@@ -117,4 +118,5 @@ def include_registered_kinds(app: FastAPI) -> None:
             description=f"{kind.description} Tensors: {axes}.",
             get=kind.get,
         )
-        app.include_router(router)
+        routers.append(router)
+    return routers

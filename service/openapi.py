@@ -1,0 +1,126 @@
+"""The OpenAPI document and the ``/docs`` explorer.
+
+``/openapi.json`` is FastAPI's OpenAPI 3.1 document (plus the bearer scheme when
+``POSENC_API_KEY`` is set); ``/docs`` is Swagger UI served from the ``swagger_ui_bundle`` package
+by this process (no CDN, no internet), which renders only OpenAPI 3.0, so it loads the copy that
+:func:`openapi_30` makes at ``/docs/openapi.json``. Both documents validate
+(``tests/test_openapi.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
+
+from service.config import Settings
+
+__all__ = ["custom_openapi", "install_docs", "openapi_30"]
+
+
+def openapi_30(spec: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an OpenAPI 3.1 document that Swagger UI 4 (OpenAPI 3.0 only) can render.
+
+    ``anyOf [X, null]`` becomes ``nullable``, schema ``examples`` lists become ``example``,
+    ``const`` becomes a one-value ``enum`` and numeric ``exclusiveMinimum`` the 3.0 boolean form.
+    """
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items()}
+        any_of = out.get("anyOf")
+        if isinstance(any_of, list) and {"type": "null"} in any_of:
+            rest = [s for s in any_of if s != {"type": "null"}]
+            del out["anyOf"]
+            if len(rest) == 1 and "$ref" not in rest[0]:
+                out = {**rest[0], **out}
+            elif len(rest) == 1:
+                out["allOf"] = rest
+            else:
+                out["anyOf"] = rest
+            out["nullable"] = True
+        if isinstance(out.get("type"), list):
+            types = [t for t in out["type"] if t != "null"]
+            out["type"] = types[0] if len(types) == 1 else types
+            if len(types) < len(node["type"]):
+                out["nullable"] = True
+        if isinstance(out.get("examples"), list) and out["examples"]:
+            out["example"] = out.pop("examples")[0]
+        if "const" in out:
+            out["enum"] = [out.pop("const")]
+        for bound, plain in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+            value = out.get(bound)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                out[plain] = value
+                out[bound] = True
+        return out
+
+    doc = walk(copy.deepcopy(spec))
+    doc["openapi"] = "3.0.3"
+    return doc
+
+
+def install_docs(app: FastAPI) -> None:
+    """Serve ``/docs``: Swagger UI from the ``swagger_ui_bundle`` package (no CDN), on the 3.0 copy."""
+    app.mount("/docs/static", StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "").rstrip("/")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}/docs/openapi.json",
+            title="posenc API",
+            swagger_js_url=f"{root}/docs/static/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}/docs/static/swagger-ui.css",
+            swagger_favicon_url=f"{root}/docs/static/favicon-32x32.png",
+            swagger_ui_parameters={
+                "tryItOutEnabled": True,
+                "deepLinking": True,
+                "displayRequestDuration": True,
+                "defaultModelsExpandDepth": 0,
+            },
+        )
+
+    @app.get("/docs/openapi.json", include_in_schema=False)
+    def swagger_openapi() -> JSONResponse:
+        """The schema as OpenAPI 3.0 for the bundled Swagger UI (4.x renders no 3.1)."""
+        return JSONResponse(openapi_30(app.openapi()))
+
+
+def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
+    """``app.openapi``: the generated document, with the bearer scheme when a key is set."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                description=app.description,
+                routes=app.routes,
+                tags=app.openapi_tags,
+            )
+            if settings.api_key is not None:
+                components = schema.setdefault("components", {})
+                components.setdefault("securitySchemes", {})["bearerAuth"] = {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "POSENC_API_KEY",
+                }
+                for path, operations in schema.get("paths", {}).items():
+                    if path.startswith("/v1/"):
+                        for operation in operations.values():
+                            operation["security"] = [{"bearerAuth": []}]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    return openapi
