@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import numpy as np
 import torch
@@ -44,6 +44,9 @@ import torch
 from posenc import __version__
 from posenc._validate import check_int, check_lengths, first_true
 from posenc.errors import InvalidArgument, PosencError
+
+if TYPE_CHECKING:
+    from posenc.client import Format
 
 __all__ = ["PROGRESS_ELEMENTS", "compute_table", "main"]
 
@@ -463,7 +466,7 @@ def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str
             if kind in _COMPUTE:
                 result = getattr(client, kind)(**fields, format=fmt, query=query)
             else:  # a kind of the registry
-                result = client.compute(kind, **fields, format=fmt, query=query)
+                result = client.compute(kind, **fields, format=cast("Format", fmt), query=query)
     except PosencHTTPError as exc:
         code = 2 if exc.status_code in (400, 404, 406, 413, 422) else 1
         raise CliError(f"the server at {args.url} refused the request: {exc}", code=code) from exc

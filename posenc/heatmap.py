@@ -355,8 +355,8 @@ def heatmap_png(name: str, tensor: torch.Tensor, meta: dict[str, Any], index: in
             (bar_x0, sw_y, bar_x0 + bar_w - 1, sw_y + 11), fill=_MASKED_RGB, outline=_INK
         )
         non_finite = panels[~finite]
-        label = "-inf" if bool(np.all(np.isneginf(non_finite))) else "-inf/inf/NaN"
-        draw.text((text_x, sw_y + 6), label, fill=_INK, font=tick_font, anchor="lm")
+        masked = "-inf" if bool(np.all(np.isneginf(non_finite))) else "-inf/inf/NaN"
+        draw.text((text_x, sw_y + 6), masked, fill=_INK, font=tick_font, anchor="lm")
 
     # Machine-readable layout (tEXt chunks), so that a client can map pixels back to indices.
     info = PngInfo()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any
 
 import torch
@@ -14,7 +15,7 @@ from service.routes.common import State
 from service.schemas import ErrorBody, Info, Status
 
 router = APIRouter()
-OPERATIONS = ["operations"]
+OPERATIONS: list[str | Enum] = ["operations"]
 
 
 @router.get("/healthz", response_model=Status, tags=OPERATIONS, summary="Liveness")

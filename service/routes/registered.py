@@ -50,7 +50,7 @@ def _annotation(spec: registry.FieldSpec) -> Any:
     if spec.type == "bool":
         return bool
     if spec.choices is not None:
-        return Literal[spec.choices]  # type: ignore[valid-type]
+        return Literal[spec.choices]
     return str
 
 
