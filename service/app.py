@@ -42,6 +42,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.replay import ReplayMiddleware
 from service.routes import biases, catalog, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
+from service.routes.mrope import router as mrope_router
 
 logger = logging.getLogger("service")
 
@@ -353,6 +354,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     for module in (encodings, biases, position_ids, embed, catalog, ops):
         app.include_router(module.router)
+    app.include_router(mrope_router)
     _install_docs(app)
     app.openapi = _custom_openapi(app, settings)  # type: ignore[method-assign]
 
