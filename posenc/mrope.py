@@ -101,9 +101,7 @@ class MRopeSettings:
         }
 
 
-def _config_value(
-    config: Mapping[str, Any], sub: str | None, key: str
-) -> tuple[bool, Any, str]:
+def _config_value(config: Mapping[str, Any], sub: str | None, key: str) -> tuple[bool, Any, str]:
     """``(found, value, field)`` for ``config[sub][key]`` (or ``config[key]`` when sub is None)."""
     holder: Any = config
     field = f"config.{key}"
@@ -166,16 +164,18 @@ def mrope_settings(config: Mapping[str, Any]) -> MRopeSettings:
         if not found:
             value, field = default, f"config.{key}"
             defaulted.append(field)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InvalidArgument(f"{field} must be a token id (int >= 0), got {value!r}", field=field)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            raise InvalidArgument(
+                f"{field} must be a token id (int64 >= 0), got {value!r}", field=field
+            )
         ids[key] = value
 
     found, merge, field = _config_value(config, "vision_config", "spatial_merge_size")
     if not found:
         merge = _DEFAULT_SPATIAL_MERGE_SIZE
         defaulted.append(field)
-    if isinstance(merge, bool) or not isinstance(merge, int) or merge < 1:
-        raise InvalidArgument(f"{field} must be an int >= 1, got {merge!r}", field=field)
+    if isinstance(merge, bool) or not isinstance(merge, int) or not 1 <= merge < _MAX_POSITION:
+        raise InvalidArgument(f"{field} must be an int in [1, 2**53), got {merge!r}", field=field)
 
     found, tps, field = _config_value(config, "vision_config", "tokens_per_second")
     if not found:
@@ -185,9 +185,7 @@ def mrope_settings(config: Mapping[str, Any]) -> MRopeSettings:
         if rule == "qwen2_5_vl":
             defaulted.append(field)
     if not is_number(tps) or not 0 <= tps < _MAX_POSITION:
-        raise InvalidArgument(
-            f"{field} must be a finite number >= 0, got {tps!r}", field=field
-        )
+        raise InvalidArgument(f"{field} must be a finite number >= 0, got {tps!r}", field=field)
     return MRopeSettings(
         rule=rule,
         model_type=model_type,
@@ -298,13 +296,15 @@ def mrope_position_ids(
         )
     check_int_matrix(input_ids, "input_ids")
     for name, value in (("image_token_id", image_token_id), ("video_token_id", video_token_id)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidArgument(f"{name} must be an int, got {value!r}", field=name)
-    if isinstance(spatial_merge_size, bool) or not isinstance(spatial_merge_size, int) or (
-        spatial_merge_size < 1
+        if isinstance(value, bool) or not isinstance(value, int) or not -(2**63) <= value < 2**63:
+            raise InvalidArgument(f"{name} must be an int64, got {value!r}", field=name)
+    if (
+        isinstance(spatial_merge_size, bool)
+        or not isinstance(spatial_merge_size, int)
+        or not 1 <= spatial_merge_size < _MAX_POSITION
     ):
         raise InvalidArgument(
-            f"spatial_merge_size must be an int >= 1, got {spatial_merge_size!r}",
+            f"spatial_merge_size must be an int in [1, 2**53), got {spatial_merge_size!r}",
             field="spatial_merge_size",
         )
     if not is_number(tokens_per_second) or not 0 <= tokens_per_second < _MAX_POSITION:
@@ -365,7 +365,7 @@ def mrope_position_ids(
             secs = secs.to(torch.float32)
             if not bool(torch.isfinite(secs).all()) or bool((secs < 0).any()):
                 raise InvalidArgument(
-                    f"second_per_grid_ts must be finite and >= 0, got {secs.tolist()}",
+                    f"second_per_grid_ts must be finite and >= 0 (read as float32), got {secs.tolist()}",
                     field="second_per_grid_ts",
                 )
             interval = tokens_per_second * secs  # (N_vid,) float32

@@ -249,7 +249,9 @@ def test_random_batches_equal_transformers(rule: str):
         seen["video"] += kwargs["video_grid_thw"] is not None
         seen["padded"] += int((kwargs["attention_mask"] == 0).any())
         # transformers' Qwen3-VL edits video_grid_thw in place: give it its own copy.
-        ref_kwargs = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()}
+        ref_kwargs = {
+            k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in kwargs.items()
+        }
         want_pos, want_deltas = reference(rule, ids, **ref_kwargs)
         got_pos, got_deltas = ours(rule, ids, **kwargs)
         assert torch.equal(got_pos, want_pos), (ids, kwargs)
@@ -271,14 +273,15 @@ def test_qwen2_5_vl_float32_time_products_match():
     secs = [0.1, 0.7, 1 / 3, 2.9]
     for s in secs:
         ids = torch.tensor([[VS] + [VID] * 10 + [VE]])
-        kwargs = {"video_grid_thw": torch.tensor([[10, 2, 2]]), "second_per_grid_ts": torch.tensor([s])}
+        kwargs = {
+            "video_grid_thw": torch.tensor([[10, 2, 2]]),
+            "second_per_grid_ts": torch.tensor([s]),
+        }
         want = reference("qwen2_5_vl", ids, **kwargs)
         got = ours("qwen2_5_vl", ids, **kwargs)
         assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), s
     # Lists are read as float32 too.
-    got_list = ours(
-        "qwen2_5_vl", ids, video_grid_thw=[[10, 2, 2]], second_per_grid_ts=[secs[-1]]
-    )
+    got_list = ours("qwen2_5_vl", ids, video_grid_thw=[[10, 2, 2]], second_per_grid_ts=[secs[-1]])
     assert torch.equal(got_list[0], got[0])
 
 
@@ -319,10 +322,17 @@ def test_more_runs_than_grids_and_empty_rows_are_invalid():
     with pytest.raises(InvalidArgument, match="stands for 1 image tokens, but input_ids hold 2"):
         ours("qwen2_vl", ids, image_grid_thw=[[1, 2, 2]])
     with pytest.raises(InvalidArgument, match=r"attention_mask\[1\] has no real token"):
-        ours("qwen2_vl", torch.tensor([[1, 2], [3, 4]]), attention_mask=torch.tensor([[1, 1], [0, 0]]))
+        ours(
+            "qwen2_vl",
+            torch.tensor([[1, 2], [3, 4]]),
+            attention_mask=torch.tensor([[1, 1], [0, 0]]),
+        )
     with pytest.raises(InvalidArgument, match="one entry per video"):
         ours(
-            "qwen2_5_vl", torch.tensor([[VID]]), video_grid_thw=[[1, 2, 2]], second_per_grid_ts=[1, 2]
+            "qwen2_5_vl",
+            torch.tensor([[VID]]),
+            video_grid_thw=[[1, 2, 2]],
+            second_per_grid_ts=[1, 2],
         )
 
 
@@ -345,7 +355,10 @@ def test_settings_read_as_transformers_reads_them():
     custom = copy.deepcopy(QWEN2_5_VL_3B)
     custom["vision_config"]["spatial_merge_size"] = 1
     custom["image_token_id"] = 7
-    assert (mrope_settings(custom).spatial_merge_size, mrope_settings(custom).image_token_id) == (1, 7)
+    assert (mrope_settings(custom).spatial_merge_size, mrope_settings(custom).image_token_id) == (
+        1,
+        7,
+    )
 
 
 @pytest.mark.parametrize(

@@ -109,13 +109,18 @@ def mrope_plan(req: MRopeRequest, state: ServiceState, source: Source) -> Plan:
             **settings.kwargs(),
         )  # (3, B, T), (B, 1)
         return Bundle(
-            {"position_ids": position_ids.to(state.device), "rope_deltas": rope_deltas.to(state.device)},
+            {
+                "position_ids": position_ids.to(state.device),
+                "rope_deltas": rope_deltas.to(state.device),
+            },
             meta,
         )
 
     return Plan(
         route="/v1/position-ids/mrope",
-        params=req.model_dump(mode="json"),
+        # The settings read, not the raw config: configs differing only in keys not read give
+        # the same key (and ETag), and unread keys never reach the canonical JSON.
+        params={**req.model_dump(mode="json", exclude={"config"}), "settings": settings.kwargs()},
         elements=3 * batch_size * seq_len + batch_size,
         compute=compute,
         names=_NAMES,
