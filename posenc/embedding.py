@@ -220,8 +220,9 @@ class TokenPositionEmbedding(nn.Module):
         token_table: ``(V, D)``.
         position_table: ``(P, D)``, needed for ``positional="learned"``.
         positional: ``"learned"``, ``"sinusoidal"`` or ``"none"``.
-        scale: multiply the token part by ``sqrt(D)``.
+        scale: multiply the token part by ``sqrt(D)`` (or ``scale_value``).
         sinusoidal_base: the wavelength base of the sinusoidal table.
+        scale_value: the multiplier when ``scale``, e.g. Gemma's ``sqrt(D)`` in the table dtype.
     """
 
     def __init__(
@@ -232,6 +233,7 @@ class TokenPositionEmbedding(nn.Module):
         positional: Positional = "learned",
         scale: bool = False,
         sinusoidal_base: float = 10000.0,
+        scale_value: float | None = None,
     ) -> None:
         super().__init__()
         check_choice("positional", positional, _POSITIONALS)
@@ -242,6 +244,7 @@ class TokenPositionEmbedding(nn.Module):
         self.positional: Positional = positional
         self.scale = scale
         self.sinusoidal_base = sinusoidal_base
+        self.scale_value = scale_value
         self.register_buffer("token_table", token_table)  # (V, D)
         self.register_buffer("position_table", position_table)  # (P, D) or None
 
@@ -250,11 +253,15 @@ class TokenPositionEmbedding(nn.Module):
         """The input layer of a loaded :class:`~posenc.models.EmbeddingModel`.
 
         A RoPE model adds nothing to its token embeddings (its attention rotates by cos/sin), so
-        its layer has ``positional="none"``; Gemma's own multiplier is not kept here.
+        its layer has ``positional="none"``. The model's own multiplier (Gemma) is kept.
         """
         positional = "none" if model.positional == "rope" else model.positional
         return cls(
-            model.token_table, model.position_table, positional=positional, scale=model.scale
+            model.token_table,
+            model.position_table,
+            positional=positional,
+            scale=model.scale,
+            scale_value=model.embed_scale,
         )
 
     def forward(
@@ -276,4 +283,5 @@ class TokenPositionEmbedding(nn.Module):
             scale=self.scale,
             sinusoidal_base=self.sinusoidal_base,
             dtype=dtype,
+            scale_value=self.scale_value,
         )

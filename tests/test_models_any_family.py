@@ -268,6 +268,12 @@ def test_gemma_normaliser_is_rounded_to_the_model_dtype(checkpoints: dict[str, P
     assert model.token_table.dtype == torch.bfloat16
     assert model.pad_token_id == 0
     assert abs(model.embed_scale - math.sqrt(48)) > 1e-3
+    # The nn.Module built from it multiplies by the same rounded value.
+    from posenc.embedding import TokenPositionEmbedding
+
+    ids = torch.tensor([[3, 4, 5]])
+    out = TokenPositionEmbedding.from_model(model)(ids)
+    assert torch.equal(out, model.token_table[ids] * torch.tensor(6.9375, dtype=torch.bfloat16))
 
 
 def test_models_lists_the_new_fields(family_api: httpx.Client) -> None:
