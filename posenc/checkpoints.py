@@ -284,10 +284,12 @@ def rope_spec_from_config(config: Mapping[str, Any], where: str = "config") -> R
     ``rope_theta``, else GPT-NeoX's ``rotary_emb_base``, else 10000; ``partial_rotary_factor``
     (also inside ``rope_parameters``) or GPT-NeoX's ``rotary_pct`` (default 0.25 for
     ``gpt_neox``, else 1), or GPT-J's integer ``rotary_dim``; ``head_dim``, else
-    ``hidden_size // num_attention_heads`` (GPT-J: ``n_embd // n_head``). For
-    ``yarn`` and ``dynamic`` a missing ``original_max_position_embeddings`` is the config's
-    ``max_position_embeddings`` (as transformers takes it); a missing yarn / longrope ``factor``
-    is ``max_position_embeddings / original_max_position_embeddings``. ``mrope_section`` and
+    ``hidden_size // num_attention_heads`` (GPT-J: ``n_embd // n_head``). For ``yarn`` and
+    ``longrope`` a missing ``original_max_position_embeddings`` is the config's top-level one,
+    else its ``max_position_embeddings``; ``dynamic`` always uses ``max_position_embeddings``, as
+    transformers rescales above it. A missing yarn / longrope ``factor`` is
+    ``max_position_embeddings / original_max_position_embeddings`` (Phi-3, DeepSeek); Phi-3's
+    legacy ``su`` / ``yarn`` mean longrope. ``mrope_section`` and
     ``mrope_interleaved`` are not scaling parameters and are left out.
 
     Raises:
@@ -347,26 +349,23 @@ def rope_spec_from_config(config: Mapping[str, Any], where: str = "config") -> R
     if isinstance(explicit, int) and not isinstance(explicit, bool) and 2 <= explicit <= head_dim:
         rotary_dim = explicit
     rope_type = str(rope.get("rope_type", rope.get("type", "default")))
+    if model_type == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = "longrope"  # Phi3Config reads its early "su" / "yarn" configs as longrope
     scaling = None
     if rope_type not in ("default", "mrope"):
         known = {f.name for f in dataclasses.fields(RopeScaling)} - {"type"}
         values = {k: v for k, v in rope.items() if k in known}
         max_pos = _number(cfg, "max_position_embeddings", where)
-        if (
-            rope_type in ("yarn", "dynamic")
-            and values.get("original_max_position_embeddings") is None
-        ):
-            original = cfg.get("original_max_position_embeddings") or cfg.get(
-                "max_position_embeddings"
-            )
-            values["original_max_position_embeddings"] = original
-        if rope_type in ("yarn", "longrope") and values.get("factor") is None and max_pos:
-            original = values.get("original_max_position_embeddings") or cfg.get(
-                "original_max_position_embeddings"
-            )
-            values.setdefault("original_max_position_embeddings", original)
-            if original:
-                values["factor"] = max_pos / float(original)
+        if rope_type == "dynamic":  # transformers rescales above config.max_position_embeddings
+            values["original_max_position_embeddings"] = cfg.get("max_position_embeddings")
+        elif rope_type in ("yarn", "longrope"):
+            if values.get("original_max_position_embeddings") is None:
+                values["original_max_position_embeddings"] = cfg.get(
+                    "original_max_position_embeddings"
+                ) or cfg.get("max_position_embeddings")
+            original = values["original_max_position_embeddings"]
+            if values.get("factor") is None and max_pos and original:
+                values["factor"] = max_pos / float(original)  # Phi-3, DeepSeek: the ratio
         try:
             scaling = RopeScaling.from_dict({"type": rope_type, **values})
         except InvalidArgument as exc:

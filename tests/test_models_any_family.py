@@ -31,10 +31,11 @@ from conftest import (
     wait_ready,
 )
 from safetensors.torch import save_file
-from transformers import GemmaConfig, GPTNeoXConfig, LlamaConfig, Qwen2Config
+from transformers import GemmaConfig, GPTNeoXConfig, LlamaConfig, Phi3Config, Qwen2Config
 from transformers.models.gemma.modeling_gemma import GemmaModel
 from transformers.models.gpt_neox.modeling_gpt_neox import GPTNeoXModel
 from transformers.models.llama.modeling_llama import LlamaModel
+from transformers.models.phi3.modeling_phi3 import Phi3Model
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
 from posenc.checkpoints import read_checkpoint, rope_spec_from_config
@@ -108,6 +109,32 @@ FAMILIES: dict[str, dict[str, Any]] = {
                 "original_max_position_embeddings": 32768,
                 "type": "yarn",
             },
+        },
+    },
+    # microsoft/Phi-3-mini-128k-instruct config.json, tiny: longrope without factor (the ratio
+    # 131072 / 4096 = 32 gives the attention factor), top-level original length.
+    "tiny-phi3": {
+        "cls": (Phi3Config, Phi3Model, "model.embed_tokens.weight", torch.float32),
+        "config": {
+            "architectures": ["Phi3ForCausalLM"],
+            "model_type": "phi3",
+            "hidden_size": 32,
+            "intermediate_size": 32,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 4,
+            "num_hidden_layers": 1,
+            "vocab_size": 79,
+            "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "type": "longrope",
+                "long_factor": [1.0, 1.5, 9.0, 40.0],
+                "short_factor": [1.0, 1.02, 1.2, 1.9],
+            },
+            "pad_token_id": 0,  # 32000 in the published file; inside the tiny vocabulary here
+            "bos_token_id": 1,
+            "eos_token_id": 2,
         },
     },
     # EleutherAI/pythia-70m config.json, tiny: rotary_pct 0.25, rotary_emb_base.
@@ -259,6 +286,36 @@ def test_embed_equals_transformers_first_layer_input(
     )
     rope = rope_spec_from_config(FAMILIES[name]["config"])
     assert body["meta"]["rope"]["rotary_dim"] == rope.rotary_dim == cos.shape[-1]
+
+
+@pytest.mark.parametrize("name", ["tiny-phi3", "tiny-llama"])
+def test_explicit_positions_past_the_original_length(
+    family_inprocess: httpx.Client, checkpoints: dict[str, Path], name: str
+) -> None:
+    """Positions past 4096 switch Phi-3's longrope to its long factors, as transformers does."""
+    positions = [[0, 1, 4095, 4096, 5000, 9000]]
+    ids = [[3, 4, 5, 6, 7, 8]]
+    r = family_inprocess.post(
+        "/v1/embed", json={"input_ids": ids, "model": name, "position_ids": positions}
+    )
+    assert r.status_code == 200, r.text
+    body = r.json()
+    pos = torch.tensor(positions)
+    hidden, cos, sin = _reference(
+        name, checkpoints[name], torch.tensor(ids), torch.ones_like(pos), pos
+    )
+    assert torch.equal(torch.from_numpy(json_tensor(body, "embeddings")).float(), hidden.float())
+    # transformers' float32 angles drift with the position (~ position · 2^-24): within 1e-3 here.
+    ours_cos = torch.from_numpy(json_tensor(body, "cos")).float()
+    torch.testing.assert_close(ours_cos, cos, atol=1e-3, rtol=0)
+    torch.testing.assert_close(
+        torch.from_numpy(json_tensor(body, "sin")).float(), sin, atol=1e-3, rtol=0
+    )
+    if name == "tiny-phi3":
+        scaling = math.sqrt(1 + math.log(32) / math.log(4096))
+        assert body["meta"]["rope"]["attention_scaling"] == pytest.approx(scaling, rel=1e-12)
+        # Long factors: channel 1 at 9000 turns by 9000 / (1.5 · 10000^(2/8)) = 600 (short: 1.02).
+        assert float(ours_cos[0, 5, 1]) == pytest.approx(math.cos(600.0) * scaling, abs=1e-6)
 
 
 def test_gemma_normaliser_is_rounded_to_the_model_dtype(checkpoints: dict[str, Path]) -> None:
