@@ -167,6 +167,13 @@ class ResponseHeadersMiddleware:
 def _file_fingerprint(name: str, path: str) -> str:
     stat = os.stat(path)
     key = f"{name}|{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
+    # The config.json beside the weights decides positions, rope and normaliser: it counts too.
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    for extra in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+        extra_path = os.path.join(folder, extra)
+        if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):
+            extra_stat = os.stat(extra_path)
+            key += f"|{extra}|{extra_stat.st_size}|{extra_stat.st_mtime_ns}"
     return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 

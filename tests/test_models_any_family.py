@@ -505,3 +505,15 @@ def test_learned_config_without_table_and_bad_configs_are_invalid(tmp_path):
     )
     with pytest.raises(InvalidArgument, match="head_dim, or hidden_size and num_attention_heads"):
         load_safetensors_model("d", path)
+
+
+def test_fingerprint_follows_the_config_beside_the_weights(tmp_path):
+    """The ETag's model fingerprint changes when config.json does (it decides rope and scale)."""
+    from service.app import _file_fingerprint
+
+    config = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2}
+    path = _write(tmp_path / "fp", {"model.embed_tokens.weight": torch.randn(4, 8)}, config)
+    before = {_file_fingerprint("m", str(path)), _file_fingerprint("m", str(tmp_path / "fp"))}
+    (tmp_path / "fp" / "config.json").write_text(json.dumps({**config, "rope_theta": 500000.0}))
+    after = {_file_fingerprint("m", str(path)), _file_fingerprint("m", str(tmp_path / "fp"))}
+    assert len(before) == len(after) == 2 and not before & after
