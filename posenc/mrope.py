@@ -365,7 +365,8 @@ def mrope_position_ids(
             secs = secs.to(torch.float32)
             if not bool(torch.isfinite(secs).all()) or bool((secs < 0).any()):
                 raise InvalidArgument(
-                    f"second_per_grid_ts must be finite and >= 0 (read as float32), got {secs.tolist()}",
+                    "second_per_grid_ts must be finite and >= 0 (read as float32), got "
+                    f"{secs.tolist()}",
                     field="second_per_grid_ts",
                 )
             interval = tokens_per_second * secs  # (N_vid,) float32
@@ -398,12 +399,14 @@ def mrope_position_ids(
                 f"(id {token_id}) in real slots",
                 field=name,
             )
-        if interval is not None and k == 2 and g.shape[0]:
-            top = (g[:, 0] - 1).double() * interval.double()  # (N_vid,) last temporal step
+        if rule == "qwen2_5_vl" and k == 2 and g.shape[0]:
+            steps = interval.double() if interval is not None else torch.full((g.shape[0],), 1.0)
+            top = (g[:, 0] - 1).double() * steps * (1 if interval is not None else int_step)
             if not bool(torch.isfinite(top).all()) or float(top.max()) >= _MAX_POSITION:
                 raise InvalidArgument(
                     f"tokens_per_second {tokens_per_second} x second_per_grid_ts "
-                    f"{interval.tolist()} gives temporal ids beyond 2**53",
+                    f"{second_per_grid_ts} gives temporal ids beyond 2**53 for video_grid_thw "
+                    f"{g.tolist()}",
                     field="second_per_grid_ts",
                 )
 
@@ -428,8 +431,7 @@ def mrope_position_ids(
     run_id = torch.cumsum(new_run.to(torch.int64), 0) - 1  # (N_real,)
 
     # Each vision run takes the next grid of its modality (across the batch, in order).
-    run_t = torch.ones_like(run_len)  # (R,) grid of each run (text runs: 1 × 1 × len)
-    run_h = torch.ones_like(run_len)
+    run_h = torch.ones_like(run_len)  # (R,) merged grid of each run (text runs: 1 × len)
     run_w = run_len.clone()
     run_interval_idx = torch.full_like(run_len, -1)  # (R,) video index for Qwen2.5-VL
     for k, name, noun in ((1, "image_grid_thw", "image"), (2, "video_grid_thw", "video")):
@@ -459,7 +461,6 @@ def mrope_position_ids(
                 f"input_ids[{row}][{col}] has {int(got[i])}",
                 field=name,
             )
-        run_t[runs] = grid[:, 0]
         run_h[runs] = grid[:, 1] // m
         run_w[runs] = grid[:, 2] // m
         if k == 2:
