@@ -75,6 +75,7 @@ def embed_tokens(
     scale: bool = False,
     sinusoidal_base: float = 10000.0,
     dtype: torch.dtype | None = None,
+    scale_value: float | None = None,
 ) -> Tensor:
     """Embed a padded batch of token ids and add the positional encoding.
 
@@ -94,6 +95,8 @@ def embed_tokens(
         scale: multiply the token part by ``sqrt(D)`` (Vaswani et al., §3.4).
         sinusoidal_base: the wavelength base of the sinusoidal table.
         dtype: the output dtype; ``None`` keeps the tables' dtype.
+        scale_value: the multiplier used when ``scale`` (default ``sqrt(D)``), e.g. Gemma's
+            ``sqrt(hidden_size)`` already rounded to the table dtype.
 
     Returns:
         ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.
@@ -188,7 +191,7 @@ def embed_tokens(
     if out.dtype != work:
         out = out.to(work)
     if scale:
-        out.mul_(math.sqrt(d_model))
+        out.mul_(math.sqrt(d_model) if scale_value is None else scale_value)
     if positional == "learned":
         start = _common_range_start(safe_pos) if all_real else None
         if start is not None:  # every row is start … start+T-1: add one (T, D) slice
@@ -217,8 +220,9 @@ class TokenPositionEmbedding(nn.Module):
         token_table: ``(V, D)``.
         position_table: ``(P, D)``, needed for ``positional="learned"``.
         positional: ``"learned"``, ``"sinusoidal"`` or ``"none"``.
-        scale: multiply the token part by ``sqrt(D)``.
+        scale: multiply the token part by ``sqrt(D)`` (or ``scale_value``).
         sinusoidal_base: the wavelength base of the sinusoidal table.
+        scale_value: the multiplier when ``scale``, e.g. Gemma's ``sqrt(D)`` in the table dtype.
     """
 
     def __init__(
@@ -229,6 +233,7 @@ class TokenPositionEmbedding(nn.Module):
         positional: Positional = "learned",
         scale: bool = False,
         sinusoidal_base: float = 10000.0,
+        scale_value: float | None = None,
     ) -> None:
         super().__init__()
         check_choice("positional", positional, _POSITIONALS)
@@ -239,14 +244,24 @@ class TokenPositionEmbedding(nn.Module):
         self.positional: Positional = positional
         self.scale = scale
         self.sinusoidal_base = sinusoidal_base
+        self.scale_value = scale_value
         self.register_buffer("token_table", token_table)  # (V, D)
         self.register_buffer("position_table", position_table)  # (P, D) or None
 
     @classmethod
     def from_model(cls, model: EmbeddingModel) -> TokenPositionEmbedding:
-        """The input layer of a loaded :class:`~posenc.models.EmbeddingModel`."""
+        """The input layer of a loaded :class:`~posenc.models.EmbeddingModel`.
+
+        A RoPE model adds nothing to its token embeddings (its attention rotates by cos/sin), so
+        its layer has ``positional="none"``. The model's own multiplier (Gemma) is kept.
+        """
+        positional = "none" if model.positional == "rope" else model.positional
         return cls(
-            model.token_table, model.position_table, positional=model.positional, scale=model.scale
+            model.token_table,
+            model.position_table,
+            positional=positional,
+            scale=model.scale,
+            scale_value=model.embed_scale,
         )
 
     def forward(
@@ -268,4 +283,5 @@ class TokenPositionEmbedding(nn.Module):
             scale=self.scale,
             sinusoidal_base=self.sinusoidal_base,
             dtype=dtype,
+            scale_value=self.scale_value,
         )

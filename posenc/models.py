@@ -1,8 +1,10 @@
 """The embedding models the service's ``/v1/models`` and ``/v1/embed`` use.
 
-A built-in default (seeded random tables, no download) and models read from safetensors files
-with GPT-2 (``wte.weight``, ``wpe.weight``) or BERT (``embeddings.word_embeddings.weight``,
-``embeddings.position_embeddings.weight``) tensor names. Tables keep their stored dtype.
+A built-in default (seeded random tables, no download) and models read from Hugging Face
+checkpoints of any common family (see :mod:`posenc.checkpoints`: GPT-2, BERT, Llama, Mistral,
+Qwen, Gemma, Phi, GPT-NeoX, Falcon, BLOOM, OPT, T5 tensor names, single files or sharded), with the
+positional scheme, RoPE settings and embedding normaliser read from the ``config.json`` beside
+the weights. Tables keep their stored dtype.
 
 Notation used for tensor shapes: ``V`` vocabulary size, ``P`` table positions, ``D`` model
 dimension.
@@ -13,12 +15,13 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
-from posenc.embedding import Positional
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
 
@@ -26,18 +29,9 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "posenc-base"
 
-# (family, token-table name, position-table name, pad_token_id), tried in this order.
-_LAYOUTS: tuple[tuple[str, str, str, int | None], ...] = (
-    ("GPT-2", "wte.weight", "wpe.weight", None),
-    ("GPT-2", "transformer.wte.weight", "transformer.wpe.weight", None),
-    ("BERT", "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight", 0),
-    (
-        "BERT",
-        "bert.embeddings.word_embeddings.weight",
-        "bert.embeddings.position_embeddings.weight",
-        0,
-    ),
-)
+# What a model's input layer adds to its token embeddings: a table ("learned", "sinusoidal"),
+# nothing ("none"), or nothing while its attention rotates by cos/sin ("rope").
+ModelPositional = Literal["learned", "sinusoidal", "none", "rope"]
 
 _NAMES_SHOWN = 20
 
@@ -51,24 +45,41 @@ class EmbeddingModel:
         vocab_size: ``V``, rows of ``token_table``.
         d_model: ``D``, the embedding width.
         max_positions: ``P``, rows of ``position_table`` (the longest sequence it embeds).
-        positional: its own positional encoding (``"learned"``, ``"sinusoidal"``, ``"none"``).
-        scale: whether the token part is multiplied by ``sqrt(D)``.
+        positional: what its input layer adds (``"learned"``, ``"sinusoidal"``, ``"none"``), or
+            ``"rope"``: nothing added, its attention rotates by ``cos``/``sin`` (``rope``).
+        scale: whether the token part is multiplied by ``embed_scale`` (default ``sqrt(D)``).
         pad_token_id: its padding token, or ``None`` (GPT-2 has none).
         source: where the tables come from, for ``/v1/models``.
         token_table: ``(V, D)``.
         position_table: ``(P, D)`` for learned, else ``None``.
+        position_scheme: the model's positional scheme from its config (``learned``, ``rope``,
+            ``alibi``, ``relative``, ``none``): alibi and relative models add nothing here.
+        embed_scale: the multiplier of the token part when ``scale``, as the model computes it
+            (Gemma: ``sqrt(hidden_size)`` rounded to the table dtype); None means ``sqrt(D)``.
+        rope: the RoPE settings of a ``rope`` model (read from its config), else None.
+        family: the tensor-naming scheme recognised (``Llama``, ``GPT-2``, ``built-in`` ...).
+        model_type: the config's ``model_type``, or None.
     """
 
     name: str
     vocab_size: int
     d_model: int
     max_positions: int
-    positional: Positional
+    positional: ModelPositional
     scale: bool
     pad_token_id: int | None
     source: str
     token_table: Tensor
     position_table: Tensor | None
+    position_scheme: PositionScheme | None = None
+    embed_scale: float | None = None
+    rope: RopeSpec | None = None
+    family: str = "built-in"
+    model_type: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.position_scheme is None:
+            self.position_scheme = self.positional
 
 
 def _library_device(device: str | torch.device | None) -> torch.device:
@@ -113,29 +124,37 @@ def _listing(names: list[str]) -> str:
 def load_safetensors_model(
     name: str, path: str | os.PathLike[str], device: str | torch.device | None = None
 ) -> EmbeddingModel:
-    """Read the embedding tables of a GPT-2 or BERT checkpoint from a safetensors file.
+    """Read the input layer of a checkpoint, and what its ``config.json`` says about positions.
 
-    Recognised tensor names: GPT-2 ``wte.weight`` / ``wpe.weight`` (also under
-    ``transformer.``) give learned positions, no scaling, no pad token; BERT
-    ``embeddings.word_embeddings.weight`` / ``embeddings.position_embeddings.weight`` (also
-    under ``bert.``) give learned positions, no scaling, pad token 0. Only those two tensors are
-    read; they keep their stored dtype. Needs the ``safetensors`` package (imported here).
+    ``path`` is a ``.safetensors`` file, a ``model.safetensors.index.json`` (sharded) or a folder
+    holding one; the token table is found by the names of :data:`posenc.checkpoints.TOKEN_LAYOUTS`
+    (GPT-2 ``wte.weight`` / ``wpe.weight``, also under ``transformer.``; BERT
+    ``embeddings.word_embeddings.weight`` / ``embeddings.position_embeddings.weight``, also under
+    ``bert.``; Llama-style ``model.embed_tokens.weight``; ``gpt_neox.embed_in.weight``;
+    ``transformer.word_embeddings.weight``; OPT; T5 ``shared.weight``; ...). The ``config.json``
+    beside it gives the positional scheme (learned, rope with its parameters, alibi, relative,
+    none), the pad token and the normaliser (Gemma: ``sqrt(hidden_size)`` in the table dtype).
+    Without a config, GPT-2 and BERT files keep their learned tables (BERT: pad token 0) and
+    the other families get ``positional "none"``. Only the tables are read; they keep their
+    stored dtype. Needs the ``safetensors`` package (imported here).
 
     Args:
         name: the model's name in requests.
-        path: the ``.safetensors`` file.
+        path: the checkpoint (file, index or folder).
         device: where the tables go; ``None`` means the CPU.
 
     Returns:
-        :class:`EmbeddingModel` with ``(V, D)`` and ``(P, D)`` tables.
+        :class:`EmbeddingModel`; ``positional`` is ``"learned"`` with a ``(P, D)`` table,
+        ``"rope"`` with ``rope`` settings, or ``"none"``.
 
     Raises:
-        InvalidArgument: the file cannot be read, holds neither naming scheme (the message lists
-            the tensor names found), or its tables are not 2-D floating point of one width.
+        InvalidArgument: the file cannot be read, holds no recognised token table (the message
+            lists the tensor names found), lacks the position table its scheme needs, its
+            tables are not 2-D floating point of one width, or its config has a bad key.
         ImportError: ``safetensors`` is not installed.
     """
     try:
-        from safetensors import SafetensorError, safe_open
+        import safetensors  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError(
             "loading a safetensors model needs the 'safetensors' package "
@@ -144,63 +163,59 @@ def load_safetensors_model(
 
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"model name must be a non-empty string, got {name!r}", field="name")
-    path_str = os.fspath(path)
     dev = _library_device(device)
-    try:
-        with safe_open(path_str, framework="pt", device="cpu") as f:
-            names = sorted(f.keys())
-            found = next(
-                (layout for layout in _LAYOUTS if layout[1] in names and layout[2] in names), None
-            )
-            if found is None:
-                raise InvalidArgument(
-                    f"{path_str}: no GPT-2 (wte.weight, wpe.weight) or BERT "
-                    "(embeddings.word_embeddings.weight, embeddings.position_embeddings.weight) "
-                    f"tensor names; found {len(names)} tensor(s): {_listing(names)}",
-                    field="path",
-                )
-            family, token_name, position_name, pad_token_id = found
-            token_table = f.get_tensor(token_name)
-            position_table = f.get_tensor(position_name)
-    except (OSError, SafetensorError) as exc:
-        raise InvalidArgument(
-            f"{path_str}: cannot read as a safetensors file: {exc}", field="path"
-        ) from exc
-
-    for tensor_name, table in ((token_name, token_table), (position_name, position_table)):
-        if table.dim() != 2 or not table.dtype.is_floating_point:
-            raise InvalidArgument(
-                f"{path_str}: {tensor_name} must be a 2-D floating-point table, got shape "
-                f"{tuple(table.shape)} dtype {str(table.dtype).removeprefix('torch.')}",
-                field="path",
-            )
-    if token_table.shape[1] != position_table.shape[1]:
-        raise InvalidArgument(
-            f"{path_str}: {token_name} has width {token_table.shape[1]} but {position_name} has "
-            f"width {position_table.shape[1]}; they must match",
-            field="path",
-        )
+    ckpt = read_checkpoint(path)
+    token_table, position_table = ckpt.token_table, ckpt.position_table
     vocab_size, d_model = token_table.shape
-    max_positions = position_table.shape[0]
+    if ckpt.scheme == "learned":
+        positional: ModelPositional = "learned"
+        max_positions = int(position_table.shape[0])  # type: ignore[union-attr]
+    elif ckpt.scheme == "rope":
+        positional = "rope"
+        max_positions = _config_max_positions(ckpt.config)
+    else:
+        positional = "none"
+        max_positions = _config_max_positions(ckpt.config)
+    tables = ckpt.token_name + (f", {ckpt.position_name}" if ckpt.position_name else "")
+    config_note = f"; config {ckpt.config_path}" if ckpt.config_path else "; no config.json"
     logger.info(
-        "loaded %s model %r from %s: V=%d P=%d D=%d %s",
-        family,
+        "loaded %s model %r from %s: V=%d D=%d %s, positions %s%s",
+        ckpt.family,
         name,
-        path_str,
+        ckpt.where,
         vocab_size,
-        max_positions,
         d_model,
         token_table.dtype,
+        ckpt.scheme,
+        config_note,
     )
     return EmbeddingModel(
         name=name,
         vocab_size=int(vocab_size),
         d_model=int(d_model),
-        max_positions=int(max_positions),
-        positional="learned",
-        scale=False,
-        pad_token_id=pad_token_id,
-        source=f"safetensors {path_str} ({family} tensor names {token_name}, {position_name})",
+        max_positions=max_positions,
+        positional=positional,
+        scale=ckpt.embed_scale is not None,
+        pad_token_id=ckpt.pad_token_id,
+        source=f"safetensors {ckpt.where} ({ckpt.family} tensor names {tables}){config_note}",
         token_table=token_table.to(dev),
-        position_table=position_table.to(dev),
+        position_table=None if position_table is None else position_table.to(dev),
+        position_scheme=ckpt.scheme,
+        embed_scale=ckpt.embed_scale,
+        rope=ckpt.rope,
+        family=ckpt.family,
+        model_type=ckpt.model_type,
     )
+
+
+def _config_max_positions(config: dict[str, Any] | None) -> int:
+    """``max_position_embeddings`` (or ``n_positions``) of the config, else 0 (no limit known)."""
+    if config is None:
+        return 0
+    text = config.get("text_config")
+    merged = {**config, **(text if isinstance(text, dict) else {})}
+    for key in ("max_position_embeddings", "n_positions"):
+        value = merged.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0

@@ -31,7 +31,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.openapi import custom_openapi, install_docs
 from service.replay import ReplayMiddleware
-from service.routes import biases, catalog, embed, encodings, ops, position_ids
+from service.routes import biases, catalog, embed, encodings, mrope, ops, position_ids
 from service.routes.common import ServiceState
 from service.routes.registered import registered_kind_routers
 
@@ -56,6 +56,13 @@ acceptable format can be made, 401 without the bearer token when `POSENC_API_KEY
 def _file_fingerprint(name: str, path: str) -> str:
     stat = os.stat(path)
     key = f"{name}|{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
+    # The config.json beside the weights decides positions, rope and normaliser: it counts too.
+    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    for extra in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+        extra_path = os.path.join(folder, extra)
+        if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):
+            extra_stat = os.stat(extra_path)
+            key += f"|{extra}|{extra_stat.st_size}|{extra_stat.st_mtime_ns}"
     return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
 
 
@@ -140,7 +147,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    routers = [m.router for m in (encodings, biases, position_ids, embed, catalog, ops)]
+    modules = (encodings, biases, position_ids, mrope, embed, catalog, ops)
+    routers = [m.router for m in modules]
     routers += registered_kind_routers()  # every kind of posenc.kinds.REGISTRY, derived
     for router in routers:
         app.include_router(router)

@@ -27,7 +27,9 @@ class Settings(BaseSettings):
     )
     models: str = Field(
         "",
-        description="extra models, 'name=path,name=path' of safetensors files (GPT-2 or BERT names)",
+        description="extra models, 'name=path,name=path' of safetensors checkpoints (a file, a "
+        "model.safetensors.index.json or a folder; GPT-2, BERT, Llama, Mistral, Qwen, Gemma, Phi, "
+        "GPT-NeoX, Falcon, BLOOM, OPT, T5 tensor names), with the config.json beside them read",
     )
     max_elements: int = Field(
         67_108_864, ge=1, description="largest output, in elements over all tensors, of one request"

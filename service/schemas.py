@@ -49,7 +49,7 @@ RopeLayout = Literal["half", "interleaved"]
 ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
 AlibiMode = Literal["causal", "symmetric"]
 Bucketing = Literal["log", "clip"]
-Positional = Literal["learned", "sinusoidal", "none"]
+Positional = Literal["learned", "sinusoidal", "none", "rope"]
 
 _DTYPE_DESC = (
     "dtype of the float tensors: float32 (default), float16, bfloat16 or float64; integer "
@@ -351,7 +351,7 @@ class EmbedRequest(RequestModel):
     pad_token_id: TokenId | None = Field(None, description="tokens equal to it are padding")
     padding_side: PaddingSide = Field("right", description="where short rows are padded")
     positional: Positional | None = Field(
-        None, description="learned, sinusoidal or none (default: the model's own)"
+        None, description="learned, sinusoidal, none or rope (default: the model's own)"
     )
     scale: bool | None = Field(
         None, description="multiply token embeddings by sqrt(D) (default: the model's own)"
@@ -407,6 +407,11 @@ class ModelInfo(BaseModel):
     scale: bool
     pad_token_id: int | None
     source: str
+    position_scheme: str | None = None
+    embed_scale: float | None = None
+    rope: dict[str, Any] | None = None
+    family: str | None = None
+    model_type: str | None = None
 
 
 class ModelList(BaseModel):

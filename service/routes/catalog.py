@@ -31,6 +31,11 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
         "scale": model.scale,
         "pad_token_id": model.pad_token_id,
         "source": model.source,
+        "position_scheme": model.position_scheme,
+        "embed_scale": model.embed_scale,
+        "rope": None if model.rope is None else model.rope.as_dict(),
+        "family": model.family,
+        "model_type": model.model_type,
     }
 
 

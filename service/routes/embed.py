@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import torch
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
 from posenc.embedding import embed_tokens
 from posenc.errors import InvalidArgument
 from posenc.position_ids import build_batch, pad_rows
+from posenc.rope import rope_cos_sin
 from service.formats import Bundle
 from service.routes.common import Plan, ServiceState, Source
 from service.routes.tables import add_compute_routes
@@ -26,6 +28,13 @@ def embed_plan(req: EmbedRequest, state: ServiceState, source: Source) -> Plan:
             "use 'sinusoidal' or 'none'",
             field="positional",
         )
+    rope = model.rope if positional == "rope" else None
+    if positional == "rope" and rope is None:
+        raise InvalidArgument(
+            f"positional 'rope' needs a RoPE model, and model {model.name!r} is "
+            f"{model.position_scheme}; use 'sinusoidal' or 'none'",
+            field="positional",
+        )
     batch_size = len(req.input_ids)
     seq_len = max(len(row) for row in req.input_ids)
     d_model = model.d_model
@@ -42,6 +51,8 @@ def embed_plan(req: EmbedRequest, state: ServiceState, source: Source) -> Plan:
         "padding_side": req.padding_side,
         "dtype": req.dtype,
     }
+    if rope is not None:  # cos/sin (B, T, R) follow the tensors above
+        meta["rope"] = rope.as_dict()
 
     def compute() -> Bundle:
         batch = build_batch(
@@ -59,26 +70,40 @@ def embed_plan(req: EmbedRequest, state: ServiceState, source: Source) -> Plan:
         embeddings = embed_tokens(
             batch.input_ids,
             token_table=model.token_table,
-            positional=positional,
+            positional="none" if rope is not None else positional,
             position_table=model.position_table,
             position_ids=position_ids,
             attention_mask=batch.attention_mask,
             scale=scale,
             dtype=dtype,
+            scale_value=model.embed_scale,
         )  # (B, T, D)
-        return Bundle(
-            {
-                "embeddings": embeddings,
-                "position_ids": position_ids,
-                "attention_mask": batch.attention_mask,
-            },
-            meta,
-        )
+        tensors = {
+            "embeddings": embeddings,
+            "position_ids": position_ids,
+            "attention_mask": batch.attention_mask,
+        }
+        if rope is not None:
+            unique, inverse = torch.unique(position_ids, return_inverse=True)  # (U,), (B, T)
+            tables = rope_cos_sin(
+                unique.cpu(),
+                rotary_dim=rope.rotary_dim,
+                base=rope.base,
+                layout=rope.layout,
+                scaling=rope.scaling,
+                device=state.device,
+                dtype=dtype,
+            )  # cos, sin (U, R), from max(positions) + 1 as the model's own rotary embedding
+            tensors["cos"] = tables.cos[inverse.to(state.device)]  # (B, T, R)
+            tensors["sin"] = tables.sin[inverse.to(state.device)]  # (B, T, R)
+            meta["rope"]["attention_scaling"] = tables.attention_scaling
+        return Bundle(tensors, meta)
 
+    rope_elements = 0 if rope is None else 2 * batch_size * seq_len * rope.rotary_dim
     return Plan(
         route="/v1/embed",
         params={**req.model_dump(mode="json"), "model": model.name},
-        elements=batch_size * seq_len * d_model + 2 * batch_size * seq_len,
+        elements=batch_size * seq_len * d_model + 2 * batch_size * seq_len + rope_elements,
         compute=compute,
         names=("embeddings", "position_ids", "attention_mask"),
         model=model.name,
@@ -97,7 +122,8 @@ add_compute_routes(
         "Token embedding (× √D when `scale`) plus the positional encoding, for a ragged batch; "
         "padded slots are zeros. A token id outside [0, vocab_size) is a 422 naming "
         "`input_ids[ROW][COL]`. Tensors: `embeddings` (B, T, D), `position_ids` (B, T), "
-        "`attention_mask` (B, T)."
+        "`attention_mask` (B, T); for a RoPE model (positional `rope`, its default) also "
+        "`cos` and `sin` (B, T, R) at the position ids, from the rope settings of its config."
     ),
     get=False,
 )

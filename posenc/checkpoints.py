@@ -1,0 +1,507 @@
+"""Reading the input layer of a Hugging Face checkpoint of any common family.
+
+What a decoder or encoder feeds its first layer is the token embedding (times the model's own
+normaliser where it has one: Gemma's ``sqrt(hidden_size)`` rounded to the model dtype, BART's
+``scale_embedding``), plus, depending on the positional scheme in its ``config.json``:
+
+- ``learned``: a position table added to it (GPT-2 ``wpe``, BERT ``position_embeddings``, OPT
+  ``embed_positions`` whose first two rows are an offset that transformers skips);
+- ``rope``: nothing added; the attention layers rotate queries and keys by ``cos`` / ``sin`` of
+  the position ids (transformers' ``*RotaryEmbedding``), whose parameters come from the config;
+- ``alibi`` (BLOOM, MPT, Falcon with ``alibi``), ``relative`` (T5): nothing added; a bias in the
+  attention scores;
+- ``none``: nothing.
+
+Token-table names recognised (with and without the usual prefixes): ``model.embed_tokens``
+(Llama, Mistral, Qwen, Gemma, Phi), ``model.language_model.embed_tokens`` (transformers 5
+multimodal layouts), ``transformer.wte`` / ``wte`` (GPT-2, GPT-J), ``gpt_neox.embed_in``,
+``transformer.word_embeddings`` (BLOOM, Falcon), ``model.decoder.embed_tokens`` (OPT),
+``shared`` (T5), ``embeddings.word_embeddings`` (BERT), ``tok_embeddings`` (InternLM, Meta's
+original Llama). A sharded checkpoint is read through its ``model.safetensors.index.json``.
+
+The RoPE settings are read by a small private reader of the few keys the tables need
+(``rope_parameters`` / legacy ``rope_scaling``, ``rope_theta`` and GPT-NeoX's
+``rotary_emb_base``, ``partial_rotary_factor`` / ``rotary_pct``, ``head_dim``), with
+``text_config`` read where a multimodal config nests the language model's settings.
+
+Notation used for tensor shapes: ``V`` vocabulary size, ``P`` table positions, ``D`` model
+dimension, ``R`` rotary dimension.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from posenc.errors import InvalidArgument
+from posenc.rope import RopeLayout, RopeScaling
+
+logger = logging.getLogger(__name__)
+
+PositionScheme = Literal["learned", "sinusoidal", "rope", "alibi", "relative", "none"]
+
+# (family, token-table name, position-table name or None, rows of the position table to skip).
+TOKEN_LAYOUTS: tuple[tuple[str, str, str | None, int], ...] = (
+    ("GPT-2", "wte.weight", "wpe.weight", 0),
+    ("GPT-2", "transformer.wte.weight", "transformer.wpe.weight", 0),
+    ("BERT", "embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight", 0),
+    (
+        "BERT",
+        "bert.embeddings.word_embeddings.weight",
+        "bert.embeddings.position_embeddings.weight",
+        0,
+    ),
+    (
+        "RoBERTa",
+        "roberta.embeddings.word_embeddings.weight",
+        "roberta.embeddings.position_embeddings.weight",
+        0,
+    ),
+    ("OPT", "model.decoder.embed_tokens.weight", "model.decoder.embed_positions.weight", 2),
+    ("OPT", "decoder.embed_tokens.weight", "decoder.embed_positions.weight", 2),
+    ("Llama", "model.embed_tokens.weight", None, 0),
+    ("Llama", "model.language_model.embed_tokens.weight", None, 0),
+    ("Llama", "language_model.model.embed_tokens.weight", None, 0),
+    ("Llama", "embed_tokens.weight", None, 0),
+    ("GPT-NeoX", "gpt_neox.embed_in.weight", None, 0),
+    ("GPT-NeoX", "embed_in.weight", None, 0),
+    ("BLOOM/Falcon", "transformer.word_embeddings.weight", None, 0),
+    ("BLOOM/Falcon", "word_embeddings.weight", None, 0),
+    ("T5", "shared.weight", None, 0),
+    ("T5", "encoder.embed_tokens.weight", None, 0),
+    ("InternLM", "model.tok_embeddings.weight", None, 0),
+    ("InternLM", "tok_embeddings.weight", None, 0),
+    ("ChatGLM", "transformer.embedding.word_embeddings.weight", None, 0),
+)
+
+# Families whose files name a learned table: without a config, that table is required.
+_LEARNED_FAMILIES = {"GPT-2", "BERT", "RoBERTa", "OPT"}
+
+_ALIBI_TYPES = {"bloom", "mpt"}
+_RELATIVE_TYPES = {"t5", "mt5", "umt5", "longt5", "switch_transformers"}
+_LEARNED_TYPES = {
+    "gpt2", "bert", "roberta", "xlm-roberta", "opt", "gpt_bigcode", "distilbert", "electra",
+    "bart", "mbart", "whisper", "biogpt", "xglm",
+}  # fmt: skip
+_INTERLEAVED_TYPES = {"gptj", "codegen", "chatglm", "glm", "glm4"}
+# Gemma family: token embeddings x sqrt(hidden_size), rounded to the model dtype.
+_GEMMA_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text"}
+_ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rotary_pct")
+
+_NAMES_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class RopeSpec:
+    """The RoPE tables a model's attention applies, as read from its config.
+
+    Attributes:
+        head_dim: ``Dh``.
+        rotary_dim: ``R = int(Dh · partial_rotary_factor)``.
+        base: ``rope_theta``.
+        layout: ``half`` (GPT-NeoX, Llama) or ``interleaved`` (GPT-J, GLM).
+        rope_type: ``default`` or the scaling type.
+        scaling: the scaling scheme, or None.
+    """
+
+    head_dim: int
+    rotary_dim: int
+    base: float
+    layout: RopeLayout
+    rope_type: str
+    scaling: RopeScaling | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-able form (for ``/v1/models``)."""
+        scaling = None
+        if self.scaling is not None:
+            scaling = {
+                k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(self.scaling).items()
+                if v is not None
+            }
+        return {
+            "head_dim": self.head_dim,
+            "rotary_dim": self.rotary_dim,
+            "base": self.base,
+            "layout": self.layout,
+            "rope_type": self.rope_type,
+            "scaling": scaling,
+        }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The input layer of a checkpoint, before it goes to a device.
+
+    Attributes:
+        family: the naming scheme recognised (``Llama``, ``GPT-2``, ...).
+        token_name: the token table's tensor name.
+        position_name: the learned position table's name, or None.
+        token_table: ``(V, D)`` in its stored dtype.
+        position_table: ``(P, D)`` (offset rows dropped), or None.
+        scheme: the model's positional scheme.
+        rope: its RoPE settings where ``scheme`` is ``rope``.
+        embed_scale: the multiplier of the token embeddings (already in the value the model
+            uses, e.g. ``sqrt(D)`` rounded to the table dtype for Gemma), or None.
+        pad_token_id: from the config, else the family's (BERT 0), else None.
+        model_type: the config's ``model_type``, or None without a config.
+        config_path: the ``config.json`` read, or None.
+        config: its contents, or None.
+        where: the file(s) read, for messages.
+    """
+
+    family: str
+    token_name: str
+    position_name: str | None
+    token_table: Tensor
+    position_table: Tensor | None
+    scheme: PositionScheme
+    rope: RopeSpec | None
+    embed_scale: float | None
+    pad_token_id: int | None
+    model_type: str | None
+    config_path: str | None
+    config: dict[str, Any] | None
+    where: str
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_NAMES_SHOWN])
+    more = len(names) - _NAMES_SHOWN
+    return shown + (f", … and {more} more" if more > 0 else "") if names else "(none)"
+
+
+def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, str]:
+    """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder."""
+    from safetensors import SafetensorError, safe_open
+
+    if os.path.isdir(path):
+        single = os.path.join(path, "model.safetensors")
+        index = os.path.join(path, "model.safetensors.index.json")
+        if os.path.exists(single):
+            path = single
+        elif os.path.exists(index):
+            path = index
+        else:
+            raise InvalidArgument(
+                f"{path}: a folder without model.safetensors or model.safetensors.index.json",
+                field="path",
+            )
+    folder = os.path.dirname(os.path.abspath(path))
+    if path.endswith(".json"):
+        try:
+            with open(path, encoding="utf-8") as fh:
+                weight_map = json.load(fh)["weight_map"]
+            if not isinstance(weight_map, Mapping):
+                raise TypeError(f"weight_map is a {type(weight_map).__name__}, not an object")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InvalidArgument(
+                f"{path}: cannot read as a safetensors index (model.safetensors.index.json with "
+                f"a weight_map): {exc}",
+                field="path",
+            ) from exc
+
+        def get_sharded(name: str) -> Tensor:
+            shard = os.path.join(folder, str(weight_map[name]))
+            try:
+                with safe_open(shard, framework="pt", device="cpu") as f:
+                    return f.get_tensor(name)
+            except (OSError, SafetensorError) as exc:
+                raise InvalidArgument(
+                    f"{shard} (shard of {path}): cannot read {name}: {exc}", field="path"
+                ) from exc
+
+        return sorted(weight_map), get_sharded, path, folder
+
+    try:
+        with safe_open(path, framework="pt", device="cpu") as f:
+            names = sorted(f.keys())
+    except (OSError, SafetensorError) as exc:
+        raise InvalidArgument(
+            f"{path}: cannot read as a safetensors file: {exc}", field="path"
+        ) from exc
+
+    def get(name: str) -> Tensor:
+        try:
+            with safe_open(path, framework="pt", device="cpu") as f:
+                return f.get_tensor(name)
+        except (OSError, SafetensorError) as exc:
+            raise InvalidArgument(f"{path}: cannot read {name}: {exc}", field="path") from exc
+
+    return names, get, path, folder
+
+
+def read_config(folder: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The ``config.json`` in ``folder`` (None when there is none); InvalidArgument if unparsable."""
+    path = os.path.join(folder, "config.json")
+    if not os.path.exists(path):
+        return None, None
+    try:
+        with open(path, encoding="utf-8") as fh:
+            config = json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise InvalidArgument(f"{path}: cannot read as JSON: {exc}", field="config") from exc
+    if not isinstance(config, dict):
+        raise InvalidArgument(
+            f"{path}: must hold a JSON object, got {type(config).__name__}", field="config"
+        )
+    return config, path
+
+
+def _text_settings(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's settings: ``text_config`` over the top level where it exists."""
+    merged = dict(config)
+    text = config.get("text_config")
+    if isinstance(text, Mapping):
+        merged.update(text)
+    return merged
+
+
+def _number(cfg: Mapping[str, Any], key: str, where: str) -> float | None:
+    value = cfg.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidArgument(f"{where}: {key} must be a number, got {value!r}", field=key)
+    return float(value)
+
+
+def rope_spec_from_config(config: Mapping[str, Any], where: str = "config") -> RopeSpec:
+    """The RoPE settings of a config, read as transformers 5 reads the few keys needed.
+
+    ``rope_parameters`` (nested by layer type: the ``full_attention`` entry) or the legacy
+    ``rope_scaling`` (``type`` meaning ``rope_type``); ``rope_theta`` there, else top-level
+    ``rope_theta``, else GPT-NeoX's ``rotary_emb_base``, else 10000; ``partial_rotary_factor``
+    (also inside ``rope_parameters``) or GPT-NeoX's ``rotary_pct`` (default 0.25 for
+    ``gpt_neox``, else 1), or GPT-J's integer ``rotary_dim``; ``head_dim``, else
+    ``hidden_size // num_attention_heads`` (GPT-J: ``n_embd // n_head``). For ``yarn`` and
+    ``longrope`` a missing ``original_max_position_embeddings`` is the config's top-level one,
+    else its ``max_position_embeddings``; ``dynamic`` always uses ``max_position_embeddings``, as
+    transformers rescales above it. A missing yarn / longrope ``factor`` is
+    ``max_position_embeddings / original_max_position_embeddings`` (Phi-3, DeepSeek); Phi-3's
+    legacy ``su`` / ``yarn`` mean longrope. ``mrope_section`` and
+    ``mrope_interleaved`` are not scaling parameters and are left out.
+
+    Raises:
+        InvalidArgument: a key of the wrong type, an unknown scaling type, no head size.
+    """
+    cfg = _text_settings(config)
+    model_type = str(cfg.get("model_type", ""))
+    params = cfg.get("rope_parameters")
+    if (
+        isinstance(params, Mapping)
+        and params
+        and all(isinstance(v, Mapping) for v in params.values())
+    ):
+        params = params.get("full_attention") or next(iter(params.values()))
+    if params is not None and not isinstance(params, Mapping):
+        raise InvalidArgument(
+            f"{where}: rope_parameters must be an object, got {type(params).__name__}",
+            field="rope_parameters",
+        )
+    legacy = cfg.get("rope_scaling")
+    if legacy is not None and not isinstance(legacy, Mapping):
+        raise InvalidArgument(
+            f"{where}: rope_scaling must be an object, got {type(legacy).__name__}",
+            field="rope_scaling",
+        )
+    rope = dict(params or legacy or {})
+    theta = (
+        _number(rope, "rope_theta", where)
+        or _number(cfg, "rope_theta", where)
+        or _number(cfg, "rotary_emb_base", where)
+        or 10000.0
+    )
+    partial = (
+        _number(cfg, "partial_rotary_factor", where)
+        or _number(rope, "partial_rotary_factor", where)
+        or _number(cfg, "rotary_pct", where)
+        or (0.25 if model_type == "gpt_neox" else 1.0)
+    )
+    head_dim = cfg.get("head_dim")
+    if head_dim is None:
+        hidden = cfg.get("hidden_size", cfg.get("n_embd"))
+        heads = cfg.get("num_attention_heads", cfg.get("n_head"))
+        if not isinstance(hidden, int) or not isinstance(heads, int) or heads < 1:
+            raise InvalidArgument(
+                f"{where}: the RoPE head size needs head_dim, or hidden_size and "
+                f"num_attention_heads; got head_dim None, hidden_size {hidden!r}, "
+                f"num_attention_heads {heads!r}",
+                field="head_dim",
+            )
+        head_dim = hidden // heads
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
+        raise InvalidArgument(
+            f"{where}: head_dim must be an int >= 2, got {head_dim!r}", field="head_dim"
+        )
+    rotary_dim = int(head_dim * partial)
+    explicit = cfg.get("rotary_dim")  # GPT-J, CodeGen: the rotated channels, not a fraction
+    if isinstance(explicit, int) and not isinstance(explicit, bool) and 2 <= explicit <= head_dim:
+        rotary_dim = explicit
+    rope_type = str(rope.get("rope_type", rope.get("type", "default")))
+    if model_type == "phi3" and rope_type in ("su", "yarn"):
+        rope_type = "longrope"  # Phi3Config reads its early "su" / "yarn" configs as longrope
+    scaling = None
+    if rope_type not in ("default", "mrope"):
+        known = {f.name for f in dataclasses.fields(RopeScaling)} - {"type"}
+        values = {k: v for k, v in rope.items() if k in known}
+        max_pos = _number(cfg, "max_position_embeddings", where)
+        if rope_type == "dynamic":  # transformers rescales above config.max_position_embeddings
+            values["original_max_position_embeddings"] = cfg.get("max_position_embeddings")
+        elif rope_type in ("yarn", "longrope"):
+            if values.get("original_max_position_embeddings") is None:
+                values["original_max_position_embeddings"] = cfg.get(
+                    "original_max_position_embeddings"
+                ) or cfg.get("max_position_embeddings")
+            original = values["original_max_position_embeddings"]
+            if values.get("factor") is None and max_pos and original:
+                values["factor"] = max_pos / float(original)  # Phi-3, DeepSeek: the ratio
+        try:
+            scaling = RopeScaling.from_dict({"type": rope_type, **values})
+        except InvalidArgument as exc:
+            raise InvalidArgument(f"{where}: rope scaling: {exc.message}", field=exc.field) from exc
+    layout: RopeLayout = "interleaved" if model_type in _INTERLEAVED_TYPES else "half"
+    return RopeSpec(
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        base=theta,
+        layout=layout,
+        rope_type="default" if scaling is None else rope_type,
+        scaling=scaling,
+    )
+
+
+def _scheme(cfg: Mapping[str, Any] | None, family: str, has_table: bool) -> PositionScheme:
+    if cfg is None:
+        return "learned" if has_table else "none"
+    model_type = str(cfg.get("model_type", ""))
+    attn = cfg.get("attn_config")
+    if (
+        model_type in _ALIBI_TYPES
+        or cfg.get("alibi") is True
+        or (isinstance(attn, Mapping) and attn.get("alibi") is True)
+    ):
+        return "alibi"
+    if model_type in _RELATIVE_TYPES:
+        return "relative"
+    if has_table or model_type in _LEARNED_TYPES:
+        return "learned"
+    if model_type in ("falcon", *_INTERLEAVED_TYPES) or any(key in cfg for key in _ROPE_KEYS):
+        return "rope"
+    if family not in _LEARNED_FAMILIES and model_type:
+        return "rope"  # Llama-style decoders without rope keys take the default theta
+    return "none"
+
+
+def _scale_value(d_model: int, dtype: torch.dtype) -> float:
+    """``sqrt(D)`` as Gemma computes it: a float32 tensor cast to the table dtype."""
+    return float(torch.tensor(d_model**0.5, dtype=torch.float32).to(dtype).item())
+
+
+def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
+    """Find the input layer of a checkpoint and read what its ``config.json`` says about it.
+
+    Args:
+        path: a ``.safetensors`` file, a ``model.safetensors.index.json``, or a folder holding
+            one of them; a ``config.json`` beside it is read when present.
+
+    Returns:
+        :class:`Checkpoint` (tables on the CPU, stored dtype).
+
+    Raises:
+        InvalidArgument: unreadable files, no recognised token table (the message lists the
+            names looked for and the tensors found), a learned scheme whose table is missing,
+            tables that are not 2-D floating point or whose widths differ, a bad config key.
+    """
+    path_str = os.fspath(path)
+    names, get, where, folder = _open_tensors(path_str)
+    present = set(names)
+    found = next((layout for layout in TOKEN_LAYOUTS if layout[1] in present), None)
+    config, config_path = read_config(folder)
+    if found is None:
+        looked = ", ".join(dict.fromkeys(name for _, name, _, _ in TOKEN_LAYOUTS))
+        raise InvalidArgument(
+            f"{where}: no token embedding table among the names recognised ({looked}); found "
+            f"{len(names)} tensor(s): {_listing(names)}",
+            field="path",
+        )
+    family, token_name, position_name, skip = found
+    has_table = position_name is not None and position_name in present
+    cfg = _text_settings(config) if config is not None else None
+    scheme = _scheme(cfg, family, has_table)
+    if family in _LEARNED_FAMILIES and cfg is None and not has_table:
+        raise InvalidArgument(
+            f"{where}: {token_name} ({family} tensor names) needs its position table "
+            f"{position_name} (or a config.json beside it that names another scheme); found "
+            f"{len(names)} tensor(s): {_listing(names)}",
+            field="path",
+        )
+    if scheme == "learned" and not has_table:
+        raise InvalidArgument(
+            f"{where}: {config_path} describes a model with learned positions, but "
+            f"{position_name or 'no position table name of the ' + family + ' layout'} is not "
+            f"in the file; found {len(names)} tensor(s): {_listing(names)}",
+            field="path",
+        )
+    token_table = get(token_name)
+    position_table = get(position_name) if has_table and scheme == "learned" else None  # type: ignore[arg-type]
+    for tensor_name, table in ((token_name, token_table), (position_name, position_table)):
+        if table is not None and (table.dim() != 2 or not table.dtype.is_floating_point):
+            raise InvalidArgument(
+                f"{where}: {tensor_name} must be a 2-D floating-point table, got shape "
+                f"{tuple(table.shape)} dtype {str(table.dtype).removeprefix('torch.')}",
+                field="path",
+            )
+    if position_table is not None:
+        if token_table.shape[1] != position_table.shape[1]:
+            raise InvalidArgument(
+                f"{where}: {token_name} has width {token_table.shape[1]} but {position_name} has "
+                f"width {position_table.shape[1]}; they must match",
+                field="path",
+            )
+        if skip:
+            if position_table.shape[0] <= skip:
+                raise InvalidArgument(
+                    f"{where}: {position_name} has {position_table.shape[0]} rows, fewer than "
+                    f"the {skip} offset rows {family} skips",
+                    field="path",
+                )
+            position_table = position_table[skip:]
+
+    rope = rope_spec_from_config(config, config_path or where) if scheme == "rope" else None  # type: ignore[arg-type]
+    d_model = int(token_table.shape[1])
+    embed_scale = None
+    model_type = None if cfg is None else str(cfg.get("model_type", "")) or None
+    if model_type in _GEMMA_TYPES:
+        embed_scale = _scale_value(int(cfg.get("hidden_size", d_model)), token_table.dtype)  # type: ignore[union-attr]
+    elif cfg is not None and cfg.get("scale_embedding") is True:
+        embed_scale = math.sqrt(d_model)
+    pad_token_id = 0 if family in ("BERT", "RoBERTa") and cfg is None else None
+    if cfg is not None:
+        pad = cfg.get("pad_token_id")
+        pad_token_id = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
+    return Checkpoint(
+        family=family,
+        token_name=token_name,
+        position_name=position_name if position_table is not None else None,
+        token_table=token_table,
+        position_table=position_table,
+        scheme=scheme,
+        rope=rope,
+        embed_scale=embed_scale,
+        pad_token_id=pad_token_id,
+        model_type=model_type,
+        config_path=config_path,
+        config=config,
+        where=where,
+    )
