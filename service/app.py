@@ -40,6 +40,7 @@ from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.metrics import Metrics, MetricsMiddleware
 from service.replay import ReplayMiddleware
+from service.request_id import RequestIdMiddleware
 from service.routes import biases, catalog, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
 
@@ -374,9 +375,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-Tensor-Shape",
                 "X-Tensor-Dtype",
                 "Content-Disposition",
+                "X-Request-ID",
             ],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    # Outermost: X-Request-ID on every response (401, 404, 500 included) and the access log.
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
 
 

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     access_log: bool = Field(
         True, description="log one line per request (uvicorn's access log); false saves CPU"
     )
+    log_format: Literal["text", "json"] = Field(
+        "text", description="text, or json: one JSON object per log line (service.logs)"
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod
