@@ -104,8 +104,10 @@ def model_problem(name: str, path: str) -> str | None:
     try:
         load_safetensors_model(name, path, device="cpu")
     except PosencError as exc:
+        logging.getLogger("service").debug("%s", where, exc_info=True)
         return f"{where}: {exc.message}"
     except Exception as exc:  # safetensors' own errors on a damaged file
+        logging.getLogger("service").debug("%s", where, exc_info=True)
         return f"{where}: not a readable safetensors file ({type(exc).__name__}: {exc})"
     return None
 
