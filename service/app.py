@@ -43,6 +43,8 @@ from service.replay import ReplayMiddleware
 from service.request_id import RequestIdMiddleware
 from service.routes import biases, catalog, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
+from service.tracing import TracingMiddleware
+from service.tracing import setup as setup_tracing
 
 logger = logging.getLogger("service")
 
@@ -379,6 +381,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if setup_tracing():  # OTEL_* (the otel extra): a SERVER span per request
+        app.add_middleware(TracingMiddleware)
     # Outermost: X-Request-ID on every response (401, 404, 500 included) and the access log.
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
