@@ -25,6 +25,7 @@ gauges are then set by each worker as it serves requests instead of read at scra
 
 from __future__ import annotations
 
+import glob
 import os
 import time
 from collections.abc import Iterator
@@ -211,9 +212,29 @@ class Metrics:
         if self.multiprocess_dir is None:
             return generate_latest(self.registry), CONTENT_TYPE_LATEST
         self._refresh_cache_gauges()
+        _forget_dead_workers(self.multiprocess_dir)
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=self.multiprocess_dir)
         return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _forget_dead_workers(folder: str) -> None:
+    """Drop the live-gauge files of worker processes that are gone (uvicorn replaces a worker
+    that died without telling prometheus-client), so ``livesum`` gauges count live ones only."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    pids = set()
+    for path in glob.glob(os.path.join(folder, "gauge_live*_*.db")):
+        pid = os.path.basename(path)[: -len(".db")].rsplit("_", 1)[-1]
+        if pid.isdigit():
+            pids.add(int(pid))
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            mark_process_dead(pid, folder)
+        except PermissionError:  # alive, another user's
+            pass
 
 
 def _route_label(scope: Scope, root_path: str) -> str:

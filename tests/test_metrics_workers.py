@@ -70,3 +70,47 @@ def test_two_workers_scrapes_always_see_the_total(tmp_path: Path) -> None:
     records = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     pids = {r["message"] for r in records if "Started server process" in r["message"]}
     assert len(pids) == 2, pids
+
+
+DEAD_WORKER = """
+from service.metrics import Metrics
+m = Metrics()
+m.in_progress.inc(5)  # a worker that dies with 5 requests in flight
+m.observe_request("/healthz", "GET", 200, 0.001)
+"""
+SCRAPER = """
+from service.metrics import Metrics
+body, _ = Metrics().render()
+print(body.decode())
+"""
+
+
+def test_gauges_of_a_dead_worker_are_dropped_and_its_counts_kept(tmp_path: Path) -> None:
+    """uvicorn replaces a worker that died; its in-flight gauge must not stay in the sum, and
+    the requests it served must stay counted (counters never go down)."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = clean_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path))
+    for script in (DEAD_WORKER, DEAD_WORKER):
+        subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, check=True)
+    dead = set(tmp_path.glob("gauge_livesum_*.db"))
+    assert len(dead) == 2
+    out = subprocess.run(
+        [sys.executable, "-c", SCRAPER],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(out)
+        for s in family.samples
+    }
+    assert samples[("posenc_requests_in_progress", ())] == 0  # not 10
+    assert samples[HEALTHZ] == 2
+    assert not dead & set(tmp_path.glob("gauge_livesum_*.db"))  # the scraper's own may stay
