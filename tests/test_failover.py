@@ -205,7 +205,12 @@ def test_killing_a_replica_under_load_fails_no_request(tmp_path: Path) -> None:
 
         load = Load(url, expected, per_thread=150, threads=4)
         threads = load.run_in_background()
+        deadline = time.monotonic() + 120
         while load.done < 150:  # a quarter of the load, then the kill
+            assert any(t.is_alive() for t in threads) and time.monotonic() < deadline, (
+                load.done,
+                load.failed[:3],
+            )
             time.sleep(0.02)
         victim = replicas[0]
         done_at_kill = load.done
