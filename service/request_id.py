@@ -103,9 +103,11 @@ class RequestIdMiddleware:
                 sent += len(message.get("body", b""))
             await send(message)
 
+        failed = False
         try:
             await self.app(scope, receive, send_with_id)
         except Exception as exc:
+            failed = True
             if not started:
                 # Starlette's ServerErrorMiddleware (outside every user middleware) logs it and
                 # sees that a response has started; the body is the one service.errors gives.
@@ -129,7 +131,10 @@ class RequestIdMiddleware:
         finally:
             if self.access_log:
                 self._log(scope, request_id, status or 500, sent, cache, start)
-            request_id_var.reset(token)
+            if not failed:
+                # After an exception the id stays set: ServerErrorMiddleware logs it next, in
+                # this request's own task (and context), so its record carries the id too.
+                request_id_var.reset(token)
 
     @staticmethod
     def _log(

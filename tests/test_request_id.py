@@ -12,6 +12,7 @@ from conftest import make_settings
 from fastapi.testclient import TestClient
 
 from service.app import create_app
+from service.logs import RequestIdFilter
 from service.request_id import sane_request_id
 
 SIN = "/v1/encodings/sinusoidal"
@@ -58,7 +59,7 @@ def test_only_one_x_request_id_header(api: httpx.Client) -> None:
     assert r.headers.get_list("x-request-id") == ["one"]
 
 
-def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     """401 (auth, before routing), 404, 405, 413, 422 and an unhandled 500 all carry the id."""
     import service.routes.encodings as encodings
 
@@ -83,6 +84,7 @@ def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch) -> Non
         assert r.status_code == 401 and r.headers["x-request-id"] == "mine-401"
 
         monkeypatch.setattr(encodings, "sinusoidal_table", broken)
+        caplog.handler.addFilter(RequestIdFilter())
         r = client.post(
             SIN,
             json={"seq_len": 3, "d_model": 2, "base": 7.0},
@@ -91,6 +93,8 @@ def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch) -> Non
         assert r.status_code == 500 and "RuntimeError" in r.json()["detail"]
         assert r.headers["x-request-id"] == "mine-500"
         assert r.headers.get_list("content-type") == ["application/json"]
+    (logged,) = [rec for rec in caplog.records if rec.name == "service.errors"]
+    assert logged.exc_info is not None and logged.request_id == "mine-500"
 
 
 def test_replayed_cache_hits_carry_the_callers_id(gpt2_file) -> None:  # type: ignore[no-untyped-def]
