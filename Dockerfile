@@ -26,7 +26,7 @@
 #
 # Configuration is by POSENC_* environment variables (see README.md): POSENC_DEVICE,
 # POSENC_MODELS, POSENC_MAX_ELEMENTS, POSENC_CACHE_BYTES, POSENC_API_KEY, POSENC_CORS_ORIGINS,
-# POSENC_LOG_LEVEL.
+# POSENC_LOG_LEVEL, POSENC_LOG_FORMAT (text or json). Kubernetes: deploy/kubernetes/.
 
 # VARIANT has no default here but `${VARIANT:-cpu}` below: podman/buildah 4.x decides which stages
 # to build before it applies ARG defaults, and would skip base-cpu for `ARG VARIANT=cpu`.

@@ -37,6 +37,14 @@ ensure_chromium() {  # the /docs browser test drives Debian's chromium; it skips
     fi
 }
 
+ensure_nginx() {  # the failover test runs Debian's nginx in front of two replicas; it skips where there is none
+    command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] && return 0
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx >/dev/null) \
+            || echo "run.sh: could not install nginx; the failover test will be skipped" >&2
+    fi
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -47,6 +55,7 @@ case "$cmd" in
     test)
         ensure_env test
         ensure_chromium
+        ensure_nginx
         "$VENV/bin/ruff" check posenc service tests bench
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import logging.config
 import os
 import signal
 import subprocess
 import sys
 
 from pydantic import ValidationError
+
+from service.logs import logging_config
 
 
 def _fail(message: str) -> int:
@@ -29,22 +32,29 @@ def _exit_cleanly(signum: int, frame: object) -> None:
 
 _CHECK_DEVICE = """
 import sys
-from posenc.device import resolve_device
-from posenc.errors import PosencError
-try:
-    resolve_device(sys.argv[1])
-except PosencError as exc:
-    print(exc.message)
+from service.__main__ import device_problem, model_problem
+problem = device_problem(sys.argv[1], isolated=False)
+if problem is None:
+    for entry in sys.argv[2:]:
+        name, _, path = entry.partition("=")
+        problem = model_problem(name, path)
+        if problem is not None:
+            break
+if problem is not None:
+    print(problem)
     sys.exit(3)
 """
 
 
-def device_problem(device: str, *, isolated: bool) -> str | None:
+def device_problem(
+    device: str, *, isolated: bool, models: dict[str, str] | None = None
+) -> str | None:
     """Why ``device`` cannot be used (e.g. ``cuda`` without CUDA), or None when it can.
 
     ``isolated`` checks in a short-lived child process, so that this process never imports
     torch: with ``--workers N > 1`` it becomes uvicorn's supervisor, which serves nothing and
-    would otherwise hold torch's ~200 MiB for its whole life.
+    would otherwise hold torch's ~200 MiB for its whole life. The child also checks ``models``
+    (``{name: path}``, see :func:`model_problem`); the message it prints names the setting.
     """
     if not isolated:
         from posenc.device import resolve_device
@@ -53,17 +63,97 @@ def device_problem(device: str, *, isolated: bool) -> str | None:
         try:
             resolve_device(device)
         except PosencError as exc:
-            return exc.message
+            return f"POSENC_DEVICE={device!r}: {exc.message}"
         return None
+    entries = [f"{name}={path}" for name, path in (models or {}).items()]
     result = subprocess.run(
-        [sys.executable, "-c", _CHECK_DEVICE, device], capture_output=True, text=True, check=False
+        [sys.executable, "-c", _CHECK_DEVICE, device, *entries],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if result.returncode == 0:
         return None
+    logging.getLogger("service").debug("start-up check failed:\n%s", result.stderr)
     lines = (
         result.stdout.strip() or result.stderr.strip() or "the device check failed"
     ).splitlines()
     return lines[-1]
+
+
+def model_problem(name: str, path: str) -> str | None:
+    """Why the ``POSENC_MODELS`` entry ``name=path`` cannot be served, or None when it can.
+
+    Missing, unreadable, not a file, or not a safetensors checkpoint with GPT-2 or BERT
+    embedding tables: the file is opened and its two tables read exactly as the service will
+    (on the CPU), so a corrupt file stops the start instead of failing the lifespan.
+    """
+    where = f"POSENC_MODELS: model {name!r} at {path!r}"
+    if not os.path.exists(path):
+        return f"{where}: no such file"
+    if not os.path.isfile(path):
+        return f"{where}: not a regular file"
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        return f"{where}: cannot be read ({exc.strerror})"
+    from posenc.errors import PosencError
+    from posenc.models import load_safetensors_model
+
+    try:
+        load_safetensors_model(name, path, device="cpu")
+    except PosencError as exc:
+        logging.getLogger("service").debug("%s", where, exc_info=True)
+        return f"{where}: {exc.message}"
+    except Exception as exc:  # safetensors' own errors on a damaged file
+        logging.getLogger("service").debug("%s", where, exc_info=True)
+        return f"{where}: not a readable safetensors file ({type(exc).__name__}: {exc})"
+    return None
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why uvicorn could not listen on ``host:port`` (e.g. in use), or None when it can.
+
+    Bound and closed again with the options uvicorn uses (``SO_REUSEADDR``), before anything
+    loads, so a port in use stops the start with one line instead of after "ready".
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except OSError as exc:
+        return f"--host {host!r}: {exc.strerror or exc}"
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        return f"--port {port} (--host {host}): {exc.strerror or exc}"
+    finally:
+        sock.close()
+    return None
+
+
+def _prepare_multiprocess_metrics() -> str:
+    """Set ``PROMETHEUS_MULTIPROC_DIR`` for the workers: the operator's folder, emptied of the
+    files of an earlier run, or a new temporary one removed at exit. Returns the folder."""
+    import atexit
+    import glob
+    import shutil
+    import tempfile
+
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        os.makedirs(folder, exist_ok=True)
+        for stale in glob.glob(os.path.join(folder, "*.db")):
+            os.remove(stale)
+    else:
+        folder = tempfile.mkdtemp(prefix="posenc-metrics-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = folder
+    return folder
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -94,21 +184,27 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
     except ValidationError as exc:
-        lines = [f"POSENC_{'_'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()]
+        lines = [
+            f"POSENC_{'_'.join(map(str, e['loc'])).upper()}={e.get('input')!r}: {e['msg']}"
+            for e in exc.errors()
+        ]
         return _fail("invalid configuration: " + "; ".join(lines))
 
-    problem = device_problem(settings.device, isolated=args.workers > 1)
-    if problem is not None:
-        return _fail(f"POSENC_DEVICE={settings.device!r}: {problem}")
-    for name, path in settings.model_paths.items():
-        if not os.path.isfile(path):
-            return _fail(f"POSENC_MODELS: model {name!r}: no such file {path!r}")
-
     log_level = args.log_level or settings.log_level
-    logging.basicConfig(
-        level=logging.DEBUG if log_level == "trace" else getattr(logging, log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    logging.config.dictConfig(logging_config(log_level, settings.log_format))
+
+    problem = port_problem(args.host, args.port)
+    if problem is not None:
+        return _fail(problem)
+    isolated = args.workers > 1
+    problem = device_problem(settings.device, isolated=isolated, models=settings.model_paths)
+    if problem is None and not isolated:
+        for name, path in settings.model_paths.items():
+            problem = model_problem(name, path)
+            if problem is not None:
+                break
+    if problem is not None:
+        return _fail(problem)
 
     import uvicorn
 
@@ -119,14 +215,18 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signum, _exit_cleanly)
 
     if args.workers > 1:
-        # Workers are separate processes: each imports the app (and reads POSENC_*) itself.
+        # Workers are separate processes: each imports the app (and reads POSENC_*) itself,
+        # and writes its metrics where /metrics (in any worker) sums them.
+        _prepare_multiprocess_metrics()
         uvicorn.run(
             "service.app:app",
             host=args.host,
             port=args.port,
             workers=args.workers,
             log_level=log_level,
-            access_log=settings.access_log,
+            log_config=logging_config(log_level, settings.log_format),
+            # the access log is service.request_id's (with the request id), not uvicorn's
+            access_log=False,
         )
     else:
         from service.app import create_app
@@ -136,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             log_level=log_level,
-            access_log=settings.access_log,
+            log_config=logging_config(log_level, settings.log_format),
+            # the access log is service.request_id's (with the request id), not uvicorn's
+            access_log=False,
         )
     return 0
 

@@ -31,9 +31,12 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.openapi import custom_openapi, install_docs
 from service.replay import ReplayMiddleware
+from service.request_id import RequestIdMiddleware
 from service.routes import biases, catalog, embed, encodings, mrope, ops, position_ids
 from service.routes.common import ServiceState
 from service.routes.registered import registered_kind_routers
+from service.tracing import TracingMiddleware
+from service.tracing import setup as setup_tracing
 
 logger = logging.getLogger("service")
 
@@ -174,9 +177,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "X-Tensor-Shape",
                 "X-Tensor-Dtype",
                 "Content-Disposition",
+                "X-Request-ID",
             ],
         )
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if setup_tracing():  # OTEL_* (the otel extra): a SERVER span per request
+        app.add_middleware(TracingMiddleware)
+    # Outermost: X-Request-ID on every response (401, 404, 500 included) and the access log.
+    app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
 
 

@@ -13,10 +13,20 @@ Exposed (``GET /metrics``):
 - ``posenc_cache_hits_total{cache}`` / ``posenc_cache_misses_total{cache}``;
 - ``posenc_cache_bytes{cache}`` / ``posenc_cache_items{cache}`` for caches registered with
   :meth:`Metrics.watch_cache`, read at scrape time.
+
+With ``--workers N > 1`` every worker is its own process with its own counters, and a scrape
+lands on one of them: Prometheus would see each switch of worker as a counter reset.
+``python -m service`` then sets ``PROMETHEUS_MULTIPROC_DIR`` (an emptied folder) before the
+workers start, and :class:`Metrics` switches to prometheus-client's multiprocess mode: every
+worker writes its values to files there, and :meth:`Metrics.render` sums all workers' files
+(``MultiProcessCollector``). Gauges are summed over live workers (``livesum``); the cache size
+gauges are then set by each worker as it serves requests instead of read at scrape time.
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -30,6 +40,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -39,6 +50,7 @@ if TYPE_CHECKING:
 
 __all__ = ["UNMATCHED", "Metrics", "MetricsMiddleware"]
 
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 UNMATCHED = "unmatched"  # route label of requests that matched no route (404s)
 # Methods counted under their own name; any other is counted as OTHER (bounded label sets).
 _HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"})
@@ -98,6 +110,8 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
+        # prometheus-client decides at import whether values live in files; follow it
+        self.multiprocess_dir = os.environ.get(MULTIPROC_ENV) or None
         self.requests = Counter(
             "posenc_requests",
             "HTTP requests by route template, method and status code.",
@@ -112,7 +126,10 @@ class Metrics:
             registry=self.registry,
         )
         self.in_progress = Gauge(
-            "posenc_requests_in_progress", "HTTP requests being served.", registry=self.registry
+            "posenc_requests_in_progress",
+            "HTTP requests being served.",
+            registry=self.registry,
+            multiprocess_mode="livesum",
         )
         self.cache_hits = Counter(
             "posenc_cache_hits",
@@ -124,7 +141,26 @@ class Metrics:
             "posenc_cache_misses", "Cache lookups that did not.", ["cache"], registry=self.registry
         )
         self._caches = _CacheCollector()
-        self.registry.register(self._caches)
+        self._cache_gauges: tuple[Gauge, Gauge] | None = None
+        if self.multiprocess_dir is None:
+            self.registry.register(self._caches)
+        else:
+            self._cache_gauges = (
+                Gauge(
+                    "posenc_cache_bytes",
+                    "Bytes held by each cache (its own accounting), summed over live workers.",
+                    ["cache"],
+                    registry=self.registry,
+                    multiprocess_mode="livesum",
+                ),
+                Gauge(
+                    "posenc_cache_items",
+                    "Items held by each cache, summed over live workers.",
+                    ["cache"],
+                    registry=self.registry,
+                    multiprocess_mode="livesum",
+                ),
+            )
         self._request_children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
     def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
@@ -147,6 +183,18 @@ class Metrics:
         count, latency = children
         count.inc()
         latency.observe(seconds)
+        if self._cache_gauges is not None:
+            self._refresh_cache_gauges()
+
+    def _refresh_cache_gauges(self) -> None:
+        """Multiprocess mode: this worker's cache sizes into the gauge files."""
+        if self._cache_gauges is None:
+            return
+        size, items = self._cache_gauges
+        for name, cache in self._caches.caches.items():
+            stats = cache.stats()
+            size.labels(cache=name).set(stats["bytes"])
+            items.labels(cache=name).set(stats["items"])
 
     def record_cache(self, cache: str, hit: bool) -> None:
         """Count one lookup in the cache named ``cache`` as a hit or a miss."""
@@ -157,8 +205,36 @@ class Metrics:
         self._caches.caches[name] = cache
 
     def render(self) -> tuple[bytes, str]:
-        """The Prometheus text exposition of the registry, and its content type."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        """The Prometheus text exposition of the registry, and its content type.
+
+        In multiprocess mode: of every worker's values, summed (``MultiProcessCollector``).
+        """
+        if self.multiprocess_dir is None:
+            return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        self._refresh_cache_gauges()
+        _forget_dead_workers(self.multiprocess_dir)
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=self.multiprocess_dir)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _forget_dead_workers(folder: str) -> None:
+    """Drop the live-gauge files of worker processes that are gone (uvicorn replaces a worker
+    that died without telling prometheus-client), so ``livesum`` gauges count live ones only."""
+    from prometheus_client.multiprocess import mark_process_dead
+
+    pids = set()
+    for path in glob.glob(os.path.join(folder, "gauge_live*_*.db")):
+        pid = os.path.basename(path)[: -len(".db")].rsplit("_", 1)[-1]
+        if pid.isdigit():
+            pids.add(int(pid))
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            mark_process_dead(pid, folder)
+        except PermissionError:  # alive, another user's
+            pass
 
 
 def _route_label(scope: Scope, root_path: str) -> str:

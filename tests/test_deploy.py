@@ -1,5 +1,5 @@
-"""The deployment files: Dockerfile, .dockerignore, docker-compose.yml, deploy/nginx.conf and the
-Kubernetes example in docs/deployment.md.
+"""The deployment files: Dockerfile, .dockerignore, docker-compose.yml, deploy/nginx.conf and
+docs/deployment.md (the Kubernetes manifests have tests/test_kubernetes.py).
 
 No Docker engine runs here (the image itself is built and started by ../shared/tools/container-check),
 so these tests read the files and check what a build or `docker compose up` would rely on: the
@@ -481,23 +481,18 @@ def test_scale_profile_balances_replicas_by_their_service_name():
 # ---------------------------------------------------------------- docs/deployment.md
 
 
-def test_kubernetes_example_probes_readyz_and_healthz():
+def test_deployment_guide_points_at_the_kubernetes_manifests():
+    """The guide's Kubernetes section applies the overlays under deploy/kubernetes (which
+    tests/test_kubernetes.py renders and validates); every repository path it names exists."""
     text = DEPLOYMENT_DOC.read_text()
-    blocks = re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
-    documents = [d for block in blocks for d in yaml.safe_load_all(block) if isinstance(d, dict)]
-    kinds = {d.get("kind"): d for d in documents}
-    assert {"Deployment", "Service", "HorizontalPodAutoscaler"} <= set(kinds)
-    deployment = kinds["Deployment"]
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-    assert container["ports"][0]["containerPort"] == PORT
-    assert any(e["name"] == "POSENC_MODELS" for e in container["env"])
-    (models,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/models"]
-    assert models["readOnly"] is True
-    assert deployment["spec"]["replicas"] >= 2
-    labels = deployment["spec"]["template"]["metadata"]["labels"]
-    assert kinds["Service"]["spec"]["selector"].items() <= labels.items()
-    target = kinds["HorizontalPodAutoscaler"]["spec"]["scaleTargetRef"]
-    assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
+    for overlay in ("cpu", "gpu"):
+        assert f"deploy/kubernetes/overlays/{overlay}" in text
+        kustomization = ROOT / "deploy" / "kubernetes" / "overlays" / overlay / "kustomization.yaml"
+        assert kustomization.is_file()
+    assert "kubectl apply -k deploy/kubernetes/overlays/cpu" in text
+    named = set(re.findall(r"`((?:deploy|bench|tests|docs)/[\w./-]+)`", text))
+    assert named
+    for path in named:
+        assert (ROOT / path.rstrip("/")).exists(), path
+    for probe in ("/readyz", "/healthz"):
+        assert probe in text

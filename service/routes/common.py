@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 import posenc
 from posenc.errors import TooLarge, UnknownName
 from posenc.models import EmbeddingModel
+from service import tracing
 from service.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
@@ -463,14 +464,16 @@ def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
         metrics.record_cache("tensors", bundle is not None)
     if bundle is None:
         t0 = time.perf_counter()
-        bundle = plan.compute()
-        if state.device.type == "cuda":
-            torch.cuda.synchronize(state.device)
+        with tracing.span("posenc.compute", **{"posenc.route": plan.route}):
+            bundle = plan.compute()
+            if state.device.type == "cuda":
+                torch.cuda.synchronize(state.device)
         compute_s = time.perf_counter() - t0
         if plan.cache_tensors:
             cache.put(tensor_key, bundle, bundle.nbytes)
     t0 = time.perf_counter()
-    encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
+    with tracing.span("posenc.encode", **{"posenc.format": prepared.fmt}):
+        encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
     encode_s = time.perf_counter() - t0
     cache.put(prepared.body_key, encoded, len(encoded.body))
     headers = {**prepared.headers, "Server-Timing": _timing(compute_s, encode_s, "miss")}
