@@ -99,6 +99,7 @@ def add_compute_routes(
         return await respond_async(request, state, plan(body, state, "body"), out)
 
     post_handler.__name__ = f"post_{stem}"
+    post_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
     router.add_api_route(
         path,
         post_handler,
@@ -120,6 +121,7 @@ def add_compute_routes(
         return await respond_async(request, state, plan(req, state, "query"), out)
 
     get_handler.__name__ = f"get_{stem}"
+    get_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
     router.add_api_route(
         path,
         get_handler,
