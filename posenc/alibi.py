@@ -24,6 +24,7 @@ import torch
 from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu, is_number
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
 
 AlibiMode = Literal["causal", "symmetric"]
 
@@ -59,6 +60,7 @@ def alibi_slopes(
     *,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Per-head ALiBi slopes ``m_h`` (Press et al. 2022; BLOOM, MPT).
 
@@ -80,6 +82,7 @@ def alibi_slopes(
         InvalidArgument: ``num_heads < 1`` or ``max_bias`` not a finite positive number.
     """
     num_heads = check_int("num_heads", num_heads, 1)
+    check_elements(num_heads, what=f"the slopes (H={num_heads})", max_elements=max_elements)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
     slopes = _slopes64(num_heads, max_bias)  # (H,) float64
@@ -95,6 +98,7 @@ def alibi_bias(
     max_bias: float = 8.0,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """The ALiBi attention bias added to the (H, T, S) attention logits.
 
@@ -126,6 +130,11 @@ def alibi_bias(
     """
     num_heads = check_int("num_heads", num_heads, 1)
     seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        num_heads * seq_len * key_len,
+        what=f"the ALiBi bias (H={num_heads}, T={seq_len}, S={key_len})",
+        max_elements=max_elements,
+    )
     check_choice("mode", mode, _MODES)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)

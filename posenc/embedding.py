@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_choice, check_int_matrix, dtype_name, first_true
 from posenc.errors import InvalidArgument, TokenOutOfRange
+from posenc.limits import check_elements
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ def embed_tokens(
     scale: bool = False,
     sinusoidal_base: float = 10000.0,
     dtype: torch.dtype | None = None,
+    max_elements: int | None = None,
 ) -> Tensor:
     """Embed a padded batch of token ids and add the positional encoding.
 
@@ -108,6 +110,12 @@ def embed_tokens(
     _check_table(token_table, "token_table")
     _check_ids(input_ids, "input_ids")
     vocab_size, d_model = token_table.shape
+    batch, length = input_ids.shape
+    check_elements(
+        batch * length * d_model,
+        what=f"the embeddings (B={batch}, T={length}, D={d_model})",
+        max_elements=max_elements,
+    )
     device = token_table.device
     ids = input_ids.to(device=device, dtype=torch.int64)  # (B, T)
 

@@ -27,6 +27,7 @@ from posenc._validate import check_choice, check_int, check_lengths, device_or_c
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
+from posenc.limits import check_elements
 
 Bucketing = Literal["log", "clip"]
 
@@ -64,7 +65,11 @@ def _as_positions(relative_position: torch.Tensor | int | list[int]) -> torch.Te
 
 
 def relative_positions(
-    seq_len: int, key_len: int | None = None, *, device: str | torch.device | None = None
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    device: str | torch.device | None = None,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Relative positions ``j - (i + S - T)`` of every key ``j`` from every query ``i``.
 
@@ -81,6 +86,11 @@ def relative_positions(
         InvalidArgument: a length below 1, or ``key_len < seq_len``.
     """
     seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        seq_len * key_len,
+        what=f"the (T={seq_len}, S={key_len}) relative positions",
+        max_elements=max_elements,
+    )
     dev = device_or_cpu(device)
     query_pos = torch.arange(seq_len, dtype=torch.int64, device=dev) + (key_len - seq_len)  # (T,)
     key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
@@ -193,6 +203,7 @@ def relative_buckets(
     bidirectional: bool = True,
     bucketing: Bucketing = "log",
     device: str | torch.device | None = None,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Bucket id of every (query, key) pair, from :func:`relative_positions`.
 
@@ -213,7 +224,9 @@ def relative_buckets(
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
         check_int("max_distance", max_distance, 0)
-    rel = relative_positions(seq_len, key_len, device=device)  # (T, S)
+    rel = relative_positions(
+        seq_len, key_len, device=device, max_elements=max_elements
+    )  # (T, S)
     if bucketing == "clip":
         return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
     return relative_position_bucket(
@@ -221,7 +234,9 @@ def relative_buckets(
     )
 
 
-def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> torch.Tensor:
+def relative_bias_table(
+    num_buckets: int, num_heads: int, *, seed: int = 0, max_elements: int | None = None
+) -> torch.Tensor:
     """A seeded bias table, the same numbers as
     ``torch.manual_seed(seed); nn.Embedding(num_buckets, num_heads).weight`` (T5's
     ``relative_attention_bias`` at initialisation), made without touching the global RNG.
@@ -236,11 +251,15 @@ def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> t
     """
     num_buckets = check_int("num_buckets", num_buckets, 1)
     num_heads = check_int("num_heads", num_heads, 1)
-    return seeded_normal(num_buckets, num_heads, seed=seed)
+    return seeded_normal(num_buckets, num_heads, seed=seed, max_elements=max_elements)
 
 
 def relative_bias(
-    buckets: torch.Tensor, table: torch.Tensor, *, dtype: torch.dtype = torch.float32
+    buckets: torch.Tensor,
+    table: torch.Tensor,
+    *,
+    dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Per-head bias gathered from the table: ``bias[h, i, j] = table[buckets[i, j], h]``.
 
@@ -271,6 +290,11 @@ def relative_bias(
         raise InvalidArgument(
             f"buckets must hold integers, got dtype {buckets.dtype}", field="buckets"
         )
+    check_elements(
+        buckets.numel() * table.shape[1],
+        what=f"the bias (H={table.shape[1]}, T={buckets.shape[0]}, S={buckets.shape[1]})",
+        max_elements=max_elements,
+    )
     n_rows = table.shape[0]
     if buckets.numel() > 0:
         low, high = int(buckets.min()), int(buckets.max())
