@@ -311,7 +311,7 @@ class RelativeRequest(RequestModel):
 # Token batches
 # ---------------------------------------------------------------------------------------------
 
-Rows = list[Annotated[list[TokenId], Field(min_length=1)]]
+Rows = list[list[TokenId]]  # an empty row is a row of padding
 MaskRows = list[list[MaskValue]]
 
 
