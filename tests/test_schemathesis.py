@@ -50,3 +50,87 @@ def test_no_5xx_and_responses_conform(case) -> None:  # type: ignore[no-untyped-
         ],
         timeout=60,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# What schemathesis' generator rarely reaches and found issue 11: bodies of arbitrary bytes and
+# media types, and huge dimensions with tiny lengths. Driven by hypothesis directly.
+# ---------------------------------------------------------------------------------------------
+
+from fastapi.testclient import TestClient  # noqa: E402
+from hypothesis import given  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_POSTS = [
+    "/v1/encodings/sinusoidal",
+    "/v1/encodings/learned",
+    "/v1/encodings/rope",
+    "/v1/biases/alibi",
+    "/v1/biases/relative",
+    "/v1/embed",
+    "/v1/position-ids",
+]
+_CONTENT_TYPES = [
+    None,
+    "application/json",
+    "application/json; charset=utf-16",
+    "application/x-npy",
+    "application/vnd.safetensors",
+    "application/octet-stream",
+    "text/plain",
+    "multipart/form-data; boundary=x",
+    "application/x-www-form-urlencoded",
+]
+
+
+@pytest.fixture(scope="module")
+def fuzz_client():  # type: ignore[no-untyped-def]
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    path=st.sampled_from(_POSTS),
+    content_type=st.sampled_from(_CONTENT_TYPES),
+    body=st.one_of(
+        st.binary(max_size=512),
+        st.binary(max_size=64).map(lambda b: b"\x93NUMPY\x01\x00" + b),
+        st.binary(max_size=64).map(lambda b: len(b).to_bytes(8, "little") + b),
+        st.text(max_size=64).map(lambda t: t.encode("utf-8", "surrogatepass")),
+    ),
+)
+def test_arbitrary_bytes_of_any_media_type_never_5xx(fuzz_client, path, content_type, body) -> None:  # type: ignore[no-untyped-def]
+    headers = {} if content_type is None else {"content-type": content_type}
+    r = fuzz_client.post(path, content=body, headers=headers)
+    assert r.status_code < 500, (path, content_type, body[:80], r.text[:300])
+    assert r.status_code == 200 or r.json()["detail"]
+
+
+_SIZE = st.one_of(st.integers(1, 4), st.integers(2**20, 2**53))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@given(
+    path=st.sampled_from(_POSTS[:5]),
+    a=_SIZE,
+    b=_SIZE,
+    c=_SIZE,
+)
+def test_huge_dimensions_with_tiny_lengths_are_413_or_422(fuzz_client, path, a, b, c) -> None:  # type: ignore[no-untyped-def]
+    """Every combination of tiny and huge sizes is answered from the numbers (413/422) or, when
+    all fit, computed: never a 5xx, never an allocation of the asked size."""
+    even = a + a % 2
+    fields = {
+        "/v1/encodings/sinusoidal": {"seq_len": b, "d_model": even},
+        "/v1/encodings/learned": {"seq_len": b, "d_model": a},
+        "/v1/encodings/rope": {"seq_len": b, "head_dim": even},
+        "/v1/biases/alibi": {"num_heads": a, "seq_len": b, "key_len": b + c},
+        "/v1/biases/relative": {"seq_len": b, "num_heads": a, "num_buckets": c + 1},
+    }[path]
+    r = fuzz_client.post(path, json=fields)
+    assert r.status_code in (200, 413, 422), (path, fields, r.status_code, r.text[:300])
+    if r.status_code == 413:
+        assert r.json()["requested"] > r.json()["limit"]
