@@ -74,6 +74,9 @@ def alibi_slopes(
         max_bias: the exponent scale (MPT's ``alibi_bias_max``; 8 in the paper and BLOOM).
         device: where the result lives (None: CPU).
         dtype: floating dtype of the result (computed in float64, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H,) slopes, all in ``(0, 1)`` for ``max_bias > 0``.
@@ -121,6 +124,9 @@ def alibi_bias(
         max_bias: the slope exponent scale, see :func:`alibi_slopes`.
         device: where the result lives (None: CPU).
         dtype: floating dtype of the result (computed in float64, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H, T, S) bias.

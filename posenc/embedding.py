@@ -96,6 +96,9 @@ def embed_tokens(
         scale: multiply the token part by ``sqrt(D)`` (Vaswani et al., §3.4).
         sinusoidal_base: the wavelength base of the sinusoidal table.
         dtype: the output dtype; ``None`` keeps the tables' dtype.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.

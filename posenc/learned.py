@@ -30,6 +30,9 @@ def seeded_normal(
         rows: number of rows (``P`` or ``V``), >= 1.
         cols: number of columns (``D``), >= 1.
         seed: as ``torch.manual_seed`` takes it, in ``[-2**63, 2**64)``.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(rows, cols)`` float32 CPU tensor, without grad.
@@ -70,6 +73,9 @@ def learned_table(
         seed: the seed given to ``torch.manual_seed``.
         device: where the table goes; ``None`` means the CPU. Drawn on the CPU either way.
         dtype: the output dtype (drawn in float32, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(P, D)`` tensor of ``dtype``.

@@ -122,6 +122,9 @@ def pad_rows(
         rows: ``B`` lists of ints, lengths may differ (``T`` is the longest).
         pad_value: value written into the padded slots.
         padding_side: ``"right"`` pads after a short row's end, ``"left"`` before its start.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(ids, slots)``: ``(B, T)`` int64 values and ``(B, T)`` int64 mask, 1 where the row had
@@ -211,6 +214,9 @@ def build_batch(
         start: position of each row's first real token (RoBERTa: ``padding_idx + 1``).
         pad_position: position id of padded slots (RoBERTa: ``padding_idx``).
         device: where the tensors go; ``None`` means the CPU.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         :class:`PaddedBatch` of ``(B, T)`` int64 tensors.

@@ -78,6 +78,9 @@ def relative_positions(
         key_len: number of keys ``S`` (>= ``T``; default ``T``). The queries are the last ``T``
             of the ``S`` positions, as in cached decoding.
         device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (T, S) int64; 0 on the (shifted) diagonal, negative for keys before the query.
@@ -215,6 +218,9 @@ def relative_buckets(
         bidirectional: see :func:`relative_position_bucket` and :func:`clipped_bucket`.
         bucketing: ``"log"`` (T5, default) or ``"clip"``.
         device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
@@ -245,6 +251,9 @@ def relative_bias_table(
         num_buckets: rows ``NB`` (>= 1).
         num_heads: columns ``H`` (>= 1).
         seed: the seed, as ``torch.manual_seed`` takes it.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (NB, H) float32 CPU tensor.
@@ -270,6 +279,9 @@ def relative_bias(
         buckets: (T, S) integer bucket ids in ``[0, NB)``.
         table: (NB, H) bias table.
         dtype: floating dtype of the result.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H, T, S) bias on ``buckets``' device.

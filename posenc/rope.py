@@ -331,6 +331,9 @@ def rope_inv_freq(
             ``L0 = original_max_position_embeddings``; ``longrope`` uses ``long_factor`` only
             then, else ``short_factor``. None means "within the original length". Ignored by the
             other types.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(inv_freq, attention_scaling)``: ``(R/2,)`` float64 on the CPU, and a float.
@@ -495,6 +498,9 @@ def rope_cos_sin(
         scaling: the scaling scheme, or None.
         device: where the tables are computed and returned (None: CPU).
         dtype: the dtype of the returned tensors (all arithmetic is float64 before it).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         :class:`RopeTables` with ``cos`` and ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``, all in

@@ -64,6 +64,9 @@ def sinusoidal_frequencies(
         base: the wavelength base (10000 in the paper).
         layout: ``"interleaved"`` and ``"concat"`` use ``w_i = base**(-2i/D)`` (Vaswani et al.);
             ``"tensor2tensor"`` uses ``w_i = base**(-i/max(D/2-1, 1))`` (tensor2tensor, fairseq).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(D/2,)`` float64 CPU tensor; ``w_0`` is exactly 1.
@@ -149,6 +152,9 @@ def sinusoidal_table(
         offset: int >= 0 added to every position.
         device: where the table is built; ``None`` means the CPU.
         dtype: the output dtype.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(T, D)`` tensor of ``dtype``.
