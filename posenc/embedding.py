@@ -77,6 +77,7 @@ def embed_tokens(
     sinusoidal_base: float = 10000.0,
     dtype: torch.dtype | None = None,
     max_elements: int | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """Embed a padded batch of token ids and add the positional encoding.
 
@@ -99,6 +100,9 @@ def embed_tokens(
         max_elements: refuse a call whose output would exceed this many elements
             (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
             ``posenc.limits.MAX_ELEMENTS`` (2**31).
+        out: an optional preallocated ``(B, T, D)`` C-contiguous tensor of the output dtype on
+            the token table's device: the tokens are gathered straight into it (no fresh
+            buffer to page-fault), and it is returned. A server can reuse one per shape.
 
     Returns:
         ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.
@@ -195,9 +199,26 @@ def embed_tokens(
 
     # One (B, T, D) buffer, gathered into and then updated in place: a batch is tens of MB, and
     # every out-of-place step would allocate (and page-fault) another buffer of that size.
-    out = F.embedding(safe_ids, token_table)  # (B, T, D), a fresh tensor
-    if out.dtype != work:
-        out = out.to(work)
+    if out is not None:
+        want = (batch, length, d_model)
+        if tuple(out.shape) != want or out.dtype != out_dtype or out_dtype != work:
+            raise InvalidArgument(
+                f"out must be a {want} tensor of dtype {dtype_name(work)} (the working dtype), "
+                f"got {tuple(out.shape)} {dtype_name(out.dtype)}",
+                field="out",
+            )
+        if out.device != device or not out.is_contiguous():
+            raise InvalidArgument(
+                f"out must be C-contiguous on {device}, got {out.device}", field="out"
+            )
+        if token_table.dtype == work:
+            torch.index_select(token_table, 0, safe_ids.reshape(-1), out=out.view(-1, d_model))
+        else:
+            out.copy_(F.embedding(safe_ids, token_table))
+    else:
+        out = F.embedding(safe_ids, token_table)  # (B, T, D), a fresh tensor
+        if out.dtype != work:
+            out = out.to(work)
     if scale:
         out.mul_(math.sqrt(d_model))
     if positional == "learned":

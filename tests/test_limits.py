@@ -107,3 +107,29 @@ def test_batches_are_counted_from_row_lengths() -> None:
     with pytest.raises(TooLarge) as info:
         relative_bias(buckets, torch.zeros(5, 2), max_elements=23)  # H = 2
     assert info.value.requested == 24
+
+
+def test_embed_tokens_into_a_preallocated_output() -> None:
+    """``out=`` is filled and returned, equal to the fresh result; a wrong buffer is refused."""
+    g = torch.Generator().manual_seed(0)
+    table, pos_table = torch.randn(50, 8, generator=g), torch.randn(16, 8, generator=g)
+    ids = torch.randint(0, 50, (3, 5), generator=g)
+    mask = torch.ones(3, 5, dtype=torch.int64)
+    mask[1, 3:] = 0
+    kwargs = dict(token_table=table, position_table=pos_table, attention_mask=mask, scale=True)
+    fresh = embed_tokens(ids, **kwargs)
+    buf = torch.full((3, 5, 8), float("nan"))
+    got = embed_tokens(ids, out=buf, **kwargs)
+    assert got.data_ptr() == buf.data_ptr()
+    torch.testing.assert_close(got, fresh, rtol=0, atol=0)
+    # independent: row 0, slot 2 = table[id] * sqrt(8) + pos_table[2]
+    torch.testing.assert_close(
+        got[0, 2], table[ids[0, 2]] * 8**0.5 + pos_table[2], rtol=1e-6, atol=1e-6
+    )
+    assert not got[1, 3:].any()
+    from posenc.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match=r"out must be a \(3, 5, 8\) tensor"):
+        embed_tokens(ids, out=torch.empty(3, 5, 7), **kwargs)
+    with pytest.raises(InvalidArgument, match="float32"):
+        embed_tokens(ids, out=torch.empty(3, 5, 8, dtype=torch.float64), **kwargs)
