@@ -144,7 +144,9 @@ def parse_npy(body: bytes) -> dict[str, torch.Tensor]:
             type, a shape that is not (B, T), or data shorter or longer than the header claims.
     """
     name = "input_ids"
-    if len(body) < 10 or not body.startswith(_NPY_MAGIC):
+    if body.startswith(_NPY_MAGIC) and len(body) < 10:
+        raise BadBody(f"the npy body is truncated: {len(body)} bytes, under the 10 of its preamble")
+    if not body.startswith(_NPY_MAGIC):
         raise BadBody(
             f"the body is not an .npy file: it must start with b'\\x93NUMPY', got "
             f"{body[:8]!r} ({len(body)} bytes)"

@@ -156,6 +156,7 @@ MALFORMED = [
     (NPY, npy_with_header("__import__('os').system('true')", b""), "not a Python literal"),
     (NPY, npy_with_header("{'descr': '<i8'}", b""), "keys descr, fortran_order and shape"),
     (NPY, b"\x93NUMPY\x01\x00\xff\xff{", "truncated"),
+    (NPY, b"\x93NUMPY\x01\x00", "under the 10 of its preamble"),
     (SAFETENSORS, b"\x01", "under 8"),
     (SAFETENSORS, struct.pack("<Q", 2**40) + b"{}", "over"),
     (SAFETENSORS, struct.pack("<Q", 100) + b"{}", "truncated"),
