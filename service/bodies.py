@@ -32,7 +32,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from posenc.errors import InvalidArgument
+from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.routes.common import (
     OUTPUT_OPENAPI_PARAMETERS,
@@ -277,6 +277,28 @@ def parse_safetensors(body: bytes, accepted: Sequence[str]) -> dict[str, torch.T
     return out
 
 
+def _check_declared_length(request: Request) -> None:
+    """413 before reading a binary body whose ``Content-Length`` cannot fit the output limit.
+
+    Every output has at least 2 elements per token (mask and positions), so a body can usefully
+    hold at most ``max_elements / 2`` tokens, each at most 8 bytes in each of 3 tensors.
+    """
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        return
+    limit = read_state(request).settings.max_elements
+    most = 12 * limit + MAX_SAFETENSORS_HEADER + 8
+    if int(declared) > most:
+        raise TooLarge(
+            f"the body declares {declared} bytes (Content-Length); a binary body can hold at most "
+            f"{limit // 2} tokens within the output limit of {limit} elements "
+            f"(POSENC_MAX_ELEMENTS), at most {most} bytes",
+            limit=limit,
+            requested=2 * (int(declared) // 24),
+            field="body",
+        )
+
+
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.blake2b(digest_size=16)
     for name in TENSOR_FIELDS:
@@ -312,9 +334,11 @@ async def read_token_request(
         BadBody: 400 for a body that cannot be read, 415 for another media type.
         RequestValidationError: 422 for an invalid field.
     """
-    raw = await request.body()
     content_type = request.headers.get("content-type")
     kind = media_type(content_type)
+    if kind in (NPY_TYPE, SAFETENSORS_TYPE):
+        _check_declared_length(request)
+    raw = await request.body()
     accepted = [n for n in TENSOR_FIELDS if n in model_cls.model_fields]
     if kind is None and not raw:
         raise validation_error(

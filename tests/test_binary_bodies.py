@@ -235,3 +235,28 @@ def test_binary_body_over_the_limit_is_413_from_the_header(api: httpx.Client) ->
     r = api.post("/v1/embed", params={"model": GPT2_NAME}, content=npy_bytes(ids), headers=NPY)
     assert r.status_code == 413, r.text
     assert r.json()["requested"] == 64 * 2**16 * (GPT2_SHAPE["d_model"] + 2)
+
+
+def test_a_binary_body_declaring_too_many_bytes_is_413_before_it_is_read(
+    live_server: str,
+) -> None:
+    """Content-Length over 12 x POSENC_MAX_ELEMENTS (+ header room): refused unread (the client
+    sends only the headers and a first chunk; the server answers without waiting for more)."""
+    import socket
+    from urllib.parse import urlparse
+
+    url = urlparse(live_server)
+    declared = 12 * 67_108_864 + (1 << 20) + 9
+    with socket.create_connection((url.hostname, url.port), timeout=30) as sock:
+        sock.sendall(
+            b"POST /v1/embed HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-npy\r\n"
+            + f"Content-Length: {declared}\r\nConnection: close\r\n\r\n".encode()
+            + b"\x93NUMPY"
+        )
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), reply[:300]
+    detail = orjson.loads(body)["detail"]
+    assert f"declares {declared} bytes" in detail and "67108864" in detail
