@@ -24,6 +24,7 @@ import torch
 from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu, is_number
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
 
 AlibiMode = Literal["causal", "symmetric"]
 
@@ -59,6 +60,7 @@ def alibi_slopes(
     *,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Per-head ALiBi slopes ``m_h`` (Press et al. 2022; BLOOM, MPT).
 
@@ -72,6 +74,9 @@ def alibi_slopes(
         max_bias: the exponent scale (MPT's ``alibi_bias_max``; 8 in the paper and BLOOM).
         device: where the result lives (None: CPU).
         dtype: floating dtype of the result (computed in float64, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H,) slopes, all in ``(0, 1)`` for ``max_bias > 0``.
@@ -80,6 +85,7 @@ def alibi_slopes(
         InvalidArgument: ``num_heads < 1`` or ``max_bias`` not a finite positive number.
     """
     num_heads = check_int("num_heads", num_heads, 1)
+    check_elements(num_heads, what=f"the slopes (H={num_heads})", max_elements=max_elements)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
     slopes = _slopes64(num_heads, max_bias)  # (H,) float64
@@ -95,6 +101,7 @@ def alibi_bias(
     max_bias: float = 8.0,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """The ALiBi attention bias added to the (H, T, S) attention logits.
 
@@ -117,6 +124,9 @@ def alibi_bias(
         max_bias: the slope exponent scale, see :func:`alibi_slopes`.
         device: where the result lives (None: CPU).
         dtype: floating dtype of the result (computed in float64, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H, T, S) bias.
@@ -126,6 +136,11 @@ def alibi_bias(
     """
     num_heads = check_int("num_heads", num_heads, 1)
     seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        num_heads * seq_len * key_len,
+        what=f"the ALiBi bias (H={num_heads}, T={seq_len}, S={key_len})",
+        max_elements=max_elements,
+    )
     check_choice("mode", mode, _MODES)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)

@@ -46,6 +46,8 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import httpx
 import numpy as np
 
+from posenc._token_bodies import TOKEN_PATHS, token_body
+
 __all__ = [
     "DEFAULT_BASE_URL",
     "AsyncPosencClient",
@@ -463,6 +465,7 @@ class _Call:
     path: str
     json_body: dict[str, Any] | None = None
     params: dict[str, str] | None = None
+    content: bytes | None = None  # a binary body (token ids as npy / safetensors)
     headers: dict[str, str] = field(default_factory=dict)
     fmt: str | None = None  # None: a JSON endpoint (models, info...)
     as_: ArrayKind = "numpy"
@@ -658,6 +661,10 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
 
     def _request(self, call: _Call) -> httpx.Request:
         """The ``httpx.Request`` of one attempt at ``call``."""
+        if call.content is not None:
+            return self._http.build_request(
+                call.method, call.path, content=call.content, params=call.params, headers=call.headers
+            )
         return self._http.build_request(
             call.method, call.path, json=call.json_body, params=call.params, headers=call.headers
         )
@@ -681,15 +688,21 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         _check_output(fmt, kind, dev)
         if method not in ("POST", "GET"):
             raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
-        body = _body(fields, extra)
-        params = _query(body) if method == "GET" else {}
+        # numpy / torch token ids go as an npy or safetensors body, the other fields as query
+        tokens = token_body(fields) if method == "POST" and path in TOKEN_PATHS else None
+        body = _body(fields if tokens is None else tokens.fields, extra)
+        params = _query(body) if method == "GET" or tokens is not None else {}
         params.update(_query(_body(query or {}, None)))
+        headers = {"Accept": MEDIA_TYPES[fmt]}
+        if tokens is not None:
+            headers["Content-Type"] = tokens.content_type
         call = _Call(
             method=method,
             path=path,
-            json_body=body if method == "POST" else None,
+            json_body=body if method == "POST" and tokens is None else None,
             params=params or None,
-            headers={"Accept": MEDIA_TYPES[fmt]},
+            content=None if tokens is None else tokens.content,
+            headers=headers,
             fmt=fmt,
             as_=kind,
             device=None if dev is None else str(dev),
@@ -1004,7 +1017,10 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """``POST /v1/position-ids``: position ids and attention mask of a (ragged) batch.
 
         Args:
-            input_ids: ``B`` rows of token ids; rows may differ in length.
+            input_ids: ``B`` rows of token ids; rows may differ in length. A 2-D numpy array
+                or torch tensor is sent as an ``application/x-npy`` body (with an array
+                ``attention_mask``: ``application/vnd.safetensors``), the other fields as query
+                parameters; lists are sent as JSON.
             pad_token_id: the padding token.
             attention_mask: same (ragged) shape as ``input_ids``; wins over ``pad_token_id``.
             padding_side: ``"right"`` (default) or ``"left"``.
@@ -1049,7 +1065,10 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """``POST /v1/embed``: token embedding (× √D when ``scale``) + positional encoding.
 
         Args:
-            input_ids: ``B`` rows of token ids (ragged allowed).
+            input_ids: ``B`` rows of token ids (ragged allowed). A 2-D numpy array or torch
+                tensor is sent as an ``application/x-npy`` body (with array ``attention_mask`` /
+                ``position_ids``: ``application/vnd.safetensors``), the other fields as query
+                parameters; lists are sent as JSON.
             model: a name from :meth:`models` (default: the service's default model).
             attention_mask: wins over ``pad_token_id``.
             pad_token_id: tokens equal to it are padding.

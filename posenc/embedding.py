@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_choice, check_int_matrix, dtype_name, first_true
 from posenc.errors import InvalidArgument, TokenOutOfRange
+from posenc.limits import check_elements
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -76,6 +77,8 @@ def embed_tokens(
     sinusoidal_base: float = 10000.0,
     dtype: torch.dtype | None = None,
     scale_value: float | None = None,
+    max_elements: int | None = None,
+    out: Tensor | None = None,
 ) -> Tensor:
     """Embed a padded batch of token ids and add the positional encoding.
 
@@ -97,6 +100,12 @@ def embed_tokens(
         dtype: the output dtype; ``None`` keeps the tables' dtype.
         scale_value: the multiplier used when ``scale`` (default ``sqrt(D)``), e.g. Gemma's
             ``sqrt(hidden_size)`` already rounded to the table dtype.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+        out: an optional preallocated ``(B, T, D)`` C-contiguous tensor of the output dtype on
+            the token table's device: the tokens are gathered straight into it (no fresh
+            buffer to page-fault), and it is returned. A server can reuse one per shape.
 
     Returns:
         ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.
@@ -111,6 +120,12 @@ def embed_tokens(
     _check_table(token_table, "token_table")
     _check_ids(input_ids, "input_ids")
     vocab_size, d_model = token_table.shape
+    batch, length = input_ids.shape
+    check_elements(
+        batch * length * d_model,
+        what=f"the embeddings (B={batch}, T={length}, D={d_model})",
+        max_elements=max_elements,
+    )
     device = token_table.device
     ids = input_ids.to(device=device, dtype=torch.int64)  # (B, T)
 
@@ -187,9 +202,26 @@ def embed_tokens(
 
     # One (B, T, D) buffer, gathered into and then updated in place: a batch is tens of MB, and
     # every out-of-place step would allocate (and page-fault) another buffer of that size.
-    out = F.embedding(safe_ids, token_table)  # (B, T, D), a fresh tensor
-    if out.dtype != work:
-        out = out.to(work)
+    if out is not None:
+        want = (batch, length, d_model)
+        if tuple(out.shape) != want or out.dtype != out_dtype or out_dtype != work:
+            raise InvalidArgument(
+                f"out must be a {want} tensor of dtype {dtype_name(work)} (the working dtype), "
+                f"got {tuple(out.shape)} {dtype_name(out.dtype)}",
+                field="out",
+            )
+        if out.device != device or not out.is_contiguous():
+            raise InvalidArgument(
+                f"out must be C-contiguous on {device}, got {out.device}", field="out"
+            )
+        if token_table.dtype == work:
+            torch.index_select(token_table, 0, safe_ids.reshape(-1), out=out.view(-1, d_model))
+        else:
+            out.copy_(F.embedding(safe_ids, token_table))
+    else:
+        out = F.embedding(safe_ids, token_table)  # (B, T, D), a fresh tensor
+        if out.dtype != work:
+            out = out.to(work)
     if scale:
         out.mul_(math.sqrt(d_model) if scale_value is None else scale_value)
     if positional == "learned":

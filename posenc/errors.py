@@ -7,6 +7,9 @@ place (``service/errors.py``). Every message states the numbers involved, e.g.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class PosencError(ValueError):
     """Base class of every error posenc raises on bad input.
@@ -47,5 +50,36 @@ class DeviceUnavailable(PosencError):
     """A device was asked for that this machine does not have (e.g. ``cuda`` without a GPU)."""
 
 
+def closest_name(name: object, known: Iterable[str]) -> str | None:
+    """The known name closest to ``name`` (difflib ratio >= 0.6, case-insensitive), or None.
+
+    >>> closest_name("llama-3.1-8", ["llama-2-7b", "llama-3.1-8b"])
+    'llama-3.1-8b'
+    """
+    if not isinstance(name, str):
+        return None
+    names = list(known)
+    by_lower = {n.lower(): n for n in names}
+    match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[match[0]] if match else None
+
+
 class UnknownName(PosencError):
-    """A model or preset name that is not known (HTTP 404 or 422 depending on where it appears)."""
+    """A model or preset name that is not known (HTTP 404 or 422 depending on where it appears).
+
+    Given ``name`` and ``known``, the message gains ``did you mean 'X'?`` for the closest known
+    name (:func:`closest_name`), and ``suggestion`` holds it (None when nothing is close).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        name: object = None,
+        known: Iterable[str] = (),
+    ) -> None:
+        self.suggestion = closest_name(name, known)
+        if self.suggestion is not None:
+            message = f"{message}; did you mean {self.suggestion!r}?"
+        super().__init__(message, field=field)

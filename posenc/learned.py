@@ -15,18 +15,24 @@ from torch import Tensor
 
 from posenc._validate import check_int_at_least, device_or_cpu
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
 
 _SEED_MIN = -(2**63)
 _SEED_MAX = 2**64 - 1
 
 
-def seeded_normal(rows: int, cols: int, *, seed: int = 0) -> Tensor:
+def seeded_normal(
+    rows: int, cols: int, *, seed: int = 0, max_elements: int | None = None
+) -> Tensor:
     """A ``N(0, 1)`` table equal to ``torch.manual_seed(seed); nn.Embedding(rows, cols).weight``.
 
     Args:
         rows: number of rows (``P`` or ``V``), >= 1.
         cols: number of columns (``D``), >= 1.
         seed: as ``torch.manual_seed`` takes it, in ``[-2**63, 2**64)``.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(rows, cols)`` float32 CPU tensor, without grad.
@@ -36,6 +42,7 @@ def seeded_normal(rows: int, cols: int, *, seed: int = 0) -> Tensor:
     """
     check_int_at_least("rows", rows, 1)
     check_int_at_least("cols", cols, 1)
+    check_elements(rows * cols, what=f"the table ({rows}, {cols})", max_elements=max_elements)
     if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed <= _SEED_MAX:
         raise InvalidArgument(
             f"seed must be an int in [{_SEED_MIN}, {_SEED_MAX}], got {seed!r}", field="seed"
@@ -52,6 +59,7 @@ def learned_table(
     seed: int = 0,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> Tensor:
     """A seeded learned position table, as a freshly initialised ``nn.Embedding(P, D)``.
 
@@ -65,12 +73,15 @@ def learned_table(
         seed: the seed given to ``torch.manual_seed``.
         device: where the table goes; ``None`` means the CPU. Drawn on the CPU either way.
         dtype: the output dtype (drawn in float32, cast once).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(P, D)`` tensor of ``dtype``.
     """
     check_int_at_least("num_positions", num_positions, 1)
     check_int_at_least("d_model", d_model, 1)
-    table = seeded_normal(num_positions, d_model, seed=seed)
+    table = seeded_normal(num_positions, d_model, seed=seed, max_elements=max_elements)
     dev = device_or_cpu(device)
     return table.to(device=dev, dtype=dtype)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from posenc._validate import check_choice, check_int_matrix, device_or_cpu, dtype_name, first_true
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
 
 PaddingSide = Literal["right", "left"]
 
@@ -63,10 +64,24 @@ def _row_lengths(rows: Rows, field: str) -> list[int]:
     return lengths
 
 
-def _pad(rows: Rows, *, pad_value: int, padding_side: str, field: str) -> tuple[Tensor, Tensor]:
+def _pad(
+    rows: Rows,
+    *,
+    pad_value: int,
+    padding_side: str,
+    field: str,
+    max_elements: int | None = None,
+) -> tuple[Tensor, Tensor]:
     """``pad_rows`` with the name of the argument used in error messages."""
     check_choice("padding_side", padding_side, _SIDES)
-    lengths = torch.tensor(_row_lengths(rows, field), dtype=torch.int64)  # (B,)
+    row_lengths = _row_lengths(rows, field)
+    check_elements(
+        2 * len(row_lengths) * max(row_lengths),
+        what=f"the padded {field} and its mask (2 x B={len(row_lengths)} x T={max(row_lengths)})",
+        max_elements=max_elements,
+        field=field,
+    )
+    lengths = torch.tensor(row_lengths, dtype=torch.int64)  # (B,)
     try:
         flat = torch.tensor(list(itertools.chain.from_iterable(rows)))
     except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
@@ -95,7 +110,11 @@ def _pad(rows: Rows, *, pad_value: int, padding_side: str, field: str) -> tuple[
 
 
 def pad_rows(
-    rows: Rows, *, pad_value: int = 0, padding_side: PaddingSide = "right"
+    rows: Rows,
+    *,
+    pad_value: int = 0,
+    padding_side: PaddingSide = "right",
+    max_elements: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Pad a ragged list of rows into a rectangle.
 
@@ -103,6 +122,9 @@ def pad_rows(
         rows: ``B`` lists of ints, lengths may differ (``T`` is the longest).
         pad_value: value written into the padded slots.
         padding_side: ``"right"`` pads after a short row's end, ``"left"`` before its start.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(ids, slots)``: ``(B, T)`` int64 values and ``(B, T)`` int64 mask, 1 where the row had
@@ -111,7 +133,13 @@ def pad_rows(
     Raises:
         InvalidArgument: not a list of lists of ints, no rows, or an unknown padding side.
     """
-    return _pad(rows, pad_value=pad_value, padding_side=padding_side, field="rows")
+    return _pad(
+        rows,
+        pad_value=pad_value,
+        padding_side=padding_side,
+        field="rows",
+        max_elements=max_elements,
+    )
 
 
 def position_ids_from_mask(
@@ -170,6 +198,7 @@ def build_batch(
     start: int = 0,
     pad_position: int = 0,
     device: str | torch.device | None = None,
+    max_elements: int | None = None,
 ) -> PaddedBatch:
     """Pad a batch and work out its attention mask and position ids.
 
@@ -185,6 +214,9 @@ def build_batch(
         start: position of each row's first real token (RoBERTa: ``padding_idx + 1``).
         pad_position: position id of padded slots (RoBERTa: ``padding_idx``).
         device: where the tensors go; ``None`` means the CPU.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         :class:`PaddedBatch` of ``(B, T)`` int64 tensors.
@@ -201,6 +233,12 @@ def build_batch(
         lengths = [ids.shape[1]] * ids.shape[0]
     else:
         lengths = _row_lengths(input_ids, "input_ids")
+        check_elements(
+            3 * len(lengths) * max(lengths),
+            what=f"the batch (3 tensors of B={len(lengths)} x T={max(lengths)})",
+            max_elements=max_elements,
+            field="input_ids",
+        )
         ids, slots = _pad(
             input_ids, pad_value=pad_value, padding_side=padding_side, field="input_ids"
         )

@@ -241,7 +241,10 @@ def get_preset(name: str) -> Preset:
         return PRESETS[name]
     except (KeyError, TypeError):
         raise UnknownName(
-            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}", field="preset"
+            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}",
+            field="preset",
+            name=name,
+            known=PRESETS,
         ) from None
 
 

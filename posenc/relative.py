@@ -27,6 +27,7 @@ from posenc._validate import check_choice, check_int, check_lengths, device_or_c
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
+from posenc.limits import check_elements
 
 Bucketing = Literal["log", "clip"]
 
@@ -64,7 +65,11 @@ def _as_positions(relative_position: torch.Tensor | int | list[int]) -> torch.Te
 
 
 def relative_positions(
-    seq_len: int, key_len: int | None = None, *, device: str | torch.device | None = None
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    device: str | torch.device | None = None,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Relative positions ``j - (i + S - T)`` of every key ``j`` from every query ``i``.
 
@@ -73,6 +78,9 @@ def relative_positions(
         key_len: number of keys ``S`` (>= ``T``; default ``T``). The queries are the last ``T``
             of the ``S`` positions, as in cached decoding.
         device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (T, S) int64; 0 on the (shifted) diagonal, negative for keys before the query.
@@ -81,6 +89,11 @@ def relative_positions(
         InvalidArgument: a length below 1, or ``key_len < seq_len``.
     """
     seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        seq_len * key_len,
+        what=f"the (T={seq_len}, S={key_len}) relative positions",
+        max_elements=max_elements,
+    )
     dev = device_or_cpu(device)
     query_pos = torch.arange(seq_len, dtype=torch.int64, device=dev) + (key_len - seq_len)  # (T,)
     key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
@@ -193,6 +206,7 @@ def relative_buckets(
     bidirectional: bool = True,
     bucketing: Bucketing = "log",
     device: str | torch.device | None = None,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Bucket id of every (query, key) pair, from :func:`relative_positions`.
 
@@ -204,6 +218,9 @@ def relative_buckets(
         bidirectional: see :func:`relative_position_bucket` and :func:`clipped_bucket`.
         bucketing: ``"log"`` (T5, default) or ``"clip"``.
         device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
@@ -213,7 +230,9 @@ def relative_buckets(
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
         check_int("max_distance", max_distance, 0)
-    rel = relative_positions(seq_len, key_len, device=device)  # (T, S)
+    rel = relative_positions(
+        seq_len, key_len, device=device, max_elements=max_elements
+    )  # (T, S)
     if bucketing == "clip":
         return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
     return relative_position_bucket(
@@ -221,7 +240,9 @@ def relative_buckets(
     )
 
 
-def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> torch.Tensor:
+def relative_bias_table(
+    num_buckets: int, num_heads: int, *, seed: int = 0, max_elements: int | None = None
+) -> torch.Tensor:
     """A seeded bias table, the same numbers as
     ``torch.manual_seed(seed); nn.Embedding(num_buckets, num_heads).weight`` (T5's
     ``relative_attention_bias`` at initialisation), made without touching the global RNG.
@@ -230,17 +251,24 @@ def relative_bias_table(num_buckets: int, num_heads: int, *, seed: int = 0) -> t
         num_buckets: rows ``NB`` (>= 1).
         num_heads: columns ``H`` (>= 1).
         seed: the seed, as ``torch.manual_seed`` takes it.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (NB, H) float32 CPU tensor.
     """
     num_buckets = check_int("num_buckets", num_buckets, 1)
     num_heads = check_int("num_heads", num_heads, 1)
-    return seeded_normal(num_buckets, num_heads, seed=seed)
+    return seeded_normal(num_buckets, num_heads, seed=seed, max_elements=max_elements)
 
 
 def relative_bias(
-    buckets: torch.Tensor, table: torch.Tensor, *, dtype: torch.dtype = torch.float32
+    buckets: torch.Tensor,
+    table: torch.Tensor,
+    *,
+    dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Per-head bias gathered from the table: ``bias[h, i, j] = table[buckets[i, j], h]``.
 
@@ -251,6 +279,9 @@ def relative_bias(
         buckets: (T, S) integer bucket ids in ``[0, NB)``.
         table: (NB, H) bias table.
         dtype: floating dtype of the result.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         (H, T, S) bias on ``buckets``' device.
@@ -271,6 +302,11 @@ def relative_bias(
         raise InvalidArgument(
             f"buckets must hold integers, got dtype {buckets.dtype}", field="buckets"
         )
+    check_elements(
+        buckets.numel() * table.shape[1],
+        what=f"the bias (H={table.shape[1]}, T={buckets.shape[0]}, S={buckets.shape[1]})",
+        max_elements=max_elements,
+    )
     n_rows = table.shape[0]
     if buckets.numel() > 0:
         low, high = int(buckets.min()), int(buckets.max())

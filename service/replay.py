@@ -128,7 +128,10 @@ class ReplayMiddleware:
             or state is None
             or not state.ready
             or not scope.get("path", "").startswith(REPLAY_PREFIXES)
+            or _declared_length(scope) > MAX_REPLAY_BODY
         ):
+            # (a body declared too large to replay goes straight on: the route may refuse it
+            # from its headers, 413, without anything of it being read here first)
             await self.app(scope, receive, send)
             return
 
@@ -163,6 +166,14 @@ class ReplayMiddleware:
         if digest is not None and body_key is not None and status == 200:
             kept = [(n, v) for n, v in headers if n.lower() != b"server-timing"]
             self.index.put(digest, _Entry(body_key, status, kept, scope.get("route")))
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's ``Content-Length`` (0 when absent or not a number)."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 async def _buffer_body(receive: Receive) -> tuple[bytes, bool, Receive]:

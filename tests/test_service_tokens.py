@@ -74,7 +74,7 @@ def test_position_ids_attention_mask_wins_over_pad_token(api: httpx.Client) -> N
     ("body", "where"),
     [
         ({"input_ids": []}, "input_ids"),
-        ({"input_ids": [[]]}, "input_ids"),
+        # ({"input_ids": [[]]}) is a 200 since issue 11: an empty row is a row of padding
         ({"input_ids": [[1, 2]], "attention_mask": [[1]]}, "attention_mask[0]"),
         ({"input_ids": [[1, 2]], "attention_mask": [[1, 2]]}, "attention_mask"),
         ({"input_ids": [[1, 2]], "padding_side": "middle"}, "padding_side"),

@@ -77,6 +77,8 @@ class ServiceState:
             raise UnknownName(
                 f"unknown model {name!r}; loaded models: {', '.join(self.models) or '(none)'}",
                 field=field_name,
+                name=name,
+                known=self.models,
             ) from None
 
 

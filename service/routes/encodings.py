@@ -140,9 +140,12 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         if req.scaling is not None
         else None
     )
-    # Validates the scaling against rotary_dim (longrope factors) and gives the attention
-    # scaling for meta; R/2 numbers, cheap.
-    _, attention_scaling = rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
+    elements = 2 * seq_len * rotary_dim + rotary_dim // 2
+    if elements <= state.settings.max_elements:
+        # Validates the scaling against rotary_dim (longrope factors) before the size check:
+        # R/2 numbers, within the limit. Over it, nothing is made here: respond's check_size
+        # answers 413 from the numbers alone (head_dim 1,121,509,132 once took 4.5 GB and 40 s).
+        rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
     dtype = resolve_dtype(req.dtype)
     meta = {
         "kind": "rope",
@@ -153,7 +156,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         "layout": req.layout,
         "scaling": req.scaling.model_dump(mode="json", exclude_none=True) if req.scaling else None,
         "preset": req.preset,
-        "attention_scaling": attention_scaling,
+        "attention_scaling": None,  # set by compute, from the tables
         "dtype": req.dtype,
     }
 
@@ -168,12 +171,15 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
             device=state.device,
             dtype=dtype,
         )
-        return Bundle({"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta)
+        return Bundle(
+            {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq},
+            {**meta, "attention_scaling": tables.attention_scaling},
+        )
 
     return Plan(
         route="/v1/encodings/rope",
         params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim},
-        elements=2 * seq_len * rotary_dim + rotary_dim // 2,
+        elements=elements,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
     )

@@ -5,17 +5,33 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from posenc.position_ids import build_batch
+from service.bodies import TokenTensors, add_token_route
 from service.formats import Bundle
 from service.routes.common import Plan, ServiceState, Source
-from service.routes.tables import add_compute_routes
 from service.schemas import PositionIdsRequest
 
 router = APIRouter(prefix="/v1", tags=["tokens"])
 
 
-def position_ids_plan(req: PositionIdsRequest, state: ServiceState, source: Source) -> Plan:
-    batch_size = len(req.input_ids)
-    seq_len = max(len(row) for row in req.input_ids)
+def position_ids_plan(
+    req: PositionIdsRequest,
+    state: ServiceState,
+    source: Source,
+    tensors: TokenTensors | None = None,
+) -> Plan:
+    """The plan of one request; ``tensors`` (a binary body) replace the JSON rows when given."""
+    if tensors is None:
+        batch_size = len(req.input_ids)
+        seq_len = max(len(row) for row in req.input_ids)  # 0 when every row is empty
+        ids_in, mask_in = req.input_ids, req.attention_mask
+        params = req.model_dump(mode="json")
+    else:
+        batch_size, seq_len = tensors.shape
+        ids_in, mask_in = tensors.input_ids, tensors.attention_mask
+        params = {
+            **req.model_dump(mode="json", exclude={"input_ids", "attention_mask"}),
+            "tensors": tensors.key,
+        }
     meta = {
         "kind": "position_ids",
         "batch_size": batch_size,
@@ -28,9 +44,9 @@ def position_ids_plan(req: PositionIdsRequest, state: ServiceState, source: Sour
 
     def compute() -> Bundle:
         batch = build_batch(
-            req.input_ids,
+            ids_in,
             pad_token_id=req.pad_token_id,
-            attention_mask=req.attention_mask,
+            attention_mask=mask_in,
             padding_side=req.padding_side,
             start=req.start,
             pad_position=req.pad_position,
@@ -42,7 +58,7 @@ def position_ids_plan(req: PositionIdsRequest, state: ServiceState, source: Sour
 
     return Plan(
         route="/v1/position-ids",
-        params=req.model_dump(mode="json"),
+        params=params,
         elements=2 * batch_size * seq_len,
         compute=compute,
         names=("position_ids", "attention_mask"),
@@ -50,7 +66,7 @@ def position_ids_plan(req: PositionIdsRequest, state: ServiceState, source: Sour
     )
 
 
-add_compute_routes(
+add_token_route(
     router,
     "/position-ids",
     PositionIdsRequest,
@@ -61,7 +77,8 @@ add_compute_routes(
         "Pads a ragged batch and numbers its real tokens from `start` in order; padded slots get "
         "`pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`; "
         "else the slots beyond a short row's end. Tensors: `position_ids` (B, T) int64, "
-        "`attention_mask` (B, T) int64."
+        "`attention_mask` (B, T) int64. An empty row is a row of padding.\n\nThe token ids "
+        "may also be sent as `application/x-npy` (input_ids) or `application/vnd.safetensors` "
+        "(input_ids, attention_mask), with the other fields as query parameters."
     ),
-    get=False,
 )

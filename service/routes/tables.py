@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from service.errors import UnsupportedMediaTypeBody
 from service.formats import FORMAT_MEDIA_TYPES
 from service.routes.common import (
     OUTPUT_OPENAPI_PARAMETERS,
@@ -67,6 +68,11 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
         401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid bearer token"},
         406: {"model": NotAcceptableBody, "description": "no acceptable format; lists the types"},
         412: {"model": ErrorBody, "description": "POST with an If-None-Match that matches"},
+        415: {
+            "model": UnsupportedMediaTypeBody,
+            "description": "a body in a media type the endpoint does not read (or without "
+            "Content-Type); lists the types it reads",
+        },
         413: {"model": TooLargeBody, "description": "output over POSENC_MAX_ELEMENTS elements"},
         422: {"model": ValidationErrorBody, "description": "a field is invalid"},
         503: {"model": ErrorBody, "description": "starting up, or out of device memory"},
@@ -99,6 +105,7 @@ def add_compute_routes(
         return await respond_async(request, state, plan(body, state, "body"), out)
 
     post_handler.__name__ = f"post_{stem}"
+    post_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
     router.add_api_route(
         path,
         post_handler,
@@ -120,6 +127,7 @@ def add_compute_routes(
         return await respond_async(request, state, plan(req, state, "query"), out)
 
     get_handler.__name__ = f"get_{stem}"
+    get_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
     router.add_api_route(
         path,
         get_handler,

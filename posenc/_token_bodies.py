@@ -1,0 +1,72 @@
+"""Token ids as binary request bodies, for the client (private).
+
+``/v1/embed`` and ``/v1/position-ids`` read ``application/x-npy`` (``input_ids`` alone) and
+``application/vnd.safetensors`` (``input_ids`` with ``attention_mask`` / ``position_ids``), the
+other fields as query parameters (``shared/API.md``, "Binary request bodies"). Sending a numpy
+array or torch tensor this way skips turning every id into JSON text and back: the bytes go as
+they are (one cast to int64 where the array holds another type).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+TOKEN_PATHS = ("/v1/embed", "/v1/position-ids")
+TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids")
+NPY_TYPE = "application/x-npy"
+SAFETENSORS_TYPE = "application/vnd.safetensors"
+
+
+@dataclass(frozen=True)
+class TokenBody:
+    """A binary body and the fields left for the query string."""
+
+    content: bytes
+    content_type: str
+    fields: dict[str, Any]
+
+
+def _as_array(value: Any) -> np.ndarray | None:
+    """A 2-D integer (or bool) numpy array of a numpy array or torch tensor, else None."""
+    if isinstance(value, np.ndarray):
+        array = value
+    elif type(value).__module__.startswith("torch") and hasattr(value, "numpy"):
+        array = value.detach().cpu().numpy()
+    else:
+        return None
+    if array.ndim != 2 or array.dtype.kind not in "iub":
+        return None
+    return array
+
+
+def token_body(fields: Mapping[str, Any]) -> TokenBody | None:
+    """The binary body of a token request whose ``input_ids`` is a 2-D integer numpy array or
+    torch tensor (and whose ``attention_mask`` / ``position_ids``, when given, are too); None
+    otherwise (lists stay JSON).
+
+    npy when ``input_ids`` is the only tensor, else safetensors.
+    """
+    arrays = {n: _as_array(fields.get(n)) for n in TENSOR_FIELDS}
+    given = [n for n in TENSOR_FIELDS if fields.get(n) is not None]
+    if arrays["input_ids"] is None or any(arrays[n] is None for n in given):
+        return None
+    rest = {k: v for k, v in fields.items() if k not in TENSOR_FIELDS}
+    if given == ["input_ids"]:
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(arrays["input_ids"]), allow_pickle=False)
+        return TokenBody(buf.getvalue(), NPY_TYPE, rest)
+    from safetensors.numpy import save
+
+    tensors = {}
+    for n in given:
+        array = arrays[n]
+        assert array is not None  # for the type checker: every given name has an array
+        tensors[n] = np.ascontiguousarray(
+            array if array.dtype.kind != "b" or n == "attention_mask" else array.astype(np.int64)
+        )
+    return TokenBody(save(tensors), SAFETENSORS_TYPE, rest)

@@ -1,0 +1,468 @@
+"""Request bodies of the token endpoints (``/v1/embed``, ``/v1/position-ids``): JSON, or token
+ids as binary (``shared/API.md``, "Binary request bodies").
+
+| Content-Type | body | other fields |
+| --- | --- | --- |
+| ``application/json`` | the request model as JSON | in the body |
+| ``application/x-npy`` | one ``.npy`` array: ``input_ids`` (B, T), any integer dtype | query parameters |
+| ``application/vnd.safetensors`` | tensors ``input_ids`` (B, T), optional ``attention_mask`` and (``/v1/embed``) ``position_ids``, same shape | query parameters |
+
+A binary body is parsed from its header first: dtype, rank and shape are checked, and the data
+length must be exactly what the header claims, before any data is read (a header that claims
+2**40 elements is a 400 at once, without touching the rest). The ids then come straight from the
+buffer (``numpy.frombuffer``, one cast to int64), with no Python work per row or per int; the
+other fields, from the query string, go through the same pydantic model as the JSON body. A
+malformed body is a 400, another media type a 415, each saying what is wrong and what is read.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import hashlib
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ValidationError
+
+from posenc.errors import InvalidArgument, TooLarge
+from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service.routes.common import (
+    OUTPUT_OPENAPI_PARAMETERS,
+    Plan,
+    ServiceState,
+    Source,
+    query_fields,
+    read_output,
+    read_state,
+    respond_async,
+    revalidate,
+    validation_error,
+)
+
+JSON_TYPE = "application/json"
+NPY_TYPE = "application/x-npy"
+SAFETENSORS_TYPE = "application/vnd.safetensors"
+BODY_TYPES = [JSON_TYPE, NPY_TYPE, SAFETENSORS_TYPE]
+
+# The tensors a binary body may hold; the first is required (npy holds only it).
+TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids")
+INT64_MAX = 2**63 - 1
+MAX_NPY_HEADER = 1 << 16
+MAX_SAFETENSORS_HEADER = 1 << 20
+
+_NPY_MAGIC = b"\x93NUMPY"
+_SAFETENSORS_DTYPES = {
+    "BOOL": np.dtype(np.bool_),
+    "U8": np.dtype("<u1"),
+    "I8": np.dtype("<i1"),
+    "U16": np.dtype("<u2"),
+    "I16": np.dtype("<i2"),
+    "U32": np.dtype("<u4"),
+    "I32": np.dtype("<i4"),
+    "U64": np.dtype("<u8"),
+    "I64": np.dtype("<i8"),
+}
+
+
+@dataclass(frozen=True)
+class TokenTensors:
+    """The tensors of a binary body, each ``(B, T)`` int64 on the CPU.
+
+    Attributes:
+        input_ids: the token ids.
+        attention_mask: 0/1 where given (else None).
+        position_ids: explicit positions where given (else None).
+        key: a digest of the values (not of the encoding: an int32 npy and an int64
+            safetensors body of the same ids share it), standing in for the ids in the cache key.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor | None
+    position_ids: torch.Tensor | None
+    key: str
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        b, t = self.input_ids.shape
+        return int(b), int(t)
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_int_dtype(dtype: np.dtype, name: str, *, allow_bool: bool) -> None:
+    if dtype.kind in "iu" or (allow_bool and dtype.kind == "b"):
+        return
+    allowed = "an integer dtype (int8 … int64, uint8 … uint64)"
+    if allow_bool:
+        allowed += " or bool"
+    raise BadBody(f"{name} must have {allowed}, got dtype {dtype.name} ({dtype.str})")
+
+
+def _check_shape(shape: Any, name: str) -> tuple[int, int]:
+    if (
+        not isinstance(shape, tuple | list)
+        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    ):
+        raise BadBody(f"{name}: the shape must be a list of ints >= 0, got {shape!r}")
+    if len(shape) != 2:
+        raise BadBody(
+            f"{name} must be 2-D (B, T), got {len(shape)}-D shape {tuple(shape)}"
+            + ("; send one sequence as shape (1, T)" if len(shape) == 1 else "")
+        )
+    if shape[0] < 1:
+        raise BadBody(f"{name} must have at least 1 row, got shape {tuple(shape)}")
+    return int(shape[0]), int(shape[1])
+
+
+def _as_int64(array: np.ndarray, name: str) -> torch.Tensor:
+    """One cast to a fresh, writable, C-ordered int64 array, then zero-copy into torch."""
+    if array.dtype == np.uint64 and array.size and int(array.max()) > INT64_MAX:
+        row, col = (int(i) for i in np.argwhere(array > INT64_MAX)[0])
+        raise InvalidArgument(
+            f"{name}[{row}][{col}] = {int(array[row, col])} is above the int64 range",
+            field=f"{name}[{row}][{col}]",
+        )
+    return torch.from_numpy(array.astype(np.int64, order="C"))  # always a writable copy
+
+
+def parse_npy(body: bytes) -> dict[str, torch.Tensor]:
+    """``input_ids`` from a ``.npy`` file (format versions 1.0, 2.0, 3.0).
+
+    Raises:
+        BadBody: not an npy file, a header that cannot be read, a dtype that is not an integer
+            type, a shape that is not (B, T), or data shorter or longer than the header claims.
+    """
+    name = "input_ids"
+    if body.startswith(_NPY_MAGIC) and len(body) < 10:
+        raise BadBody(f"the npy body is truncated: {len(body)} bytes, under the 10 of its preamble")
+    if not body.startswith(_NPY_MAGIC):
+        raise BadBody(
+            f"the body is not an .npy file: it must start with b'\\x93NUMPY', got "
+            f"{body[:8]!r} ({len(body)} bytes)"
+        )
+    major, minor = body[6], body[7]
+    if major == 1:
+        (header_len,), start = struct.unpack_from("<H", body, 8), 10
+    elif major in (2, 3) and len(body) >= 12:
+        (header_len,), start = struct.unpack_from("<I", body, 8), 12
+    else:
+        raise BadBody(f"npy format version {major}.{minor} is not read; send 1.0, 2.0 or 3.0")
+    if header_len > MAX_NPY_HEADER:
+        raise BadBody(f"the npy header claims {header_len} bytes, over {MAX_NPY_HEADER}")
+    if start + header_len > len(body):
+        raise BadBody(
+            f"the npy body is truncated: the header claims {header_len} bytes but only "
+            f"{len(body) - start} follow"
+        )
+    raw = body[start : start + header_len]
+    try:
+        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
+        raise BadBody(f"the npy header is not a Python literal: {type(exc).__name__}") from None
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise BadBody(
+            "the npy header must be a dict with the keys descr, fortran_order and shape, got "
+            f"{sorted(header) if isinstance(header, dict) else type(header).__name__}"
+        )
+    descr, fortran = header["descr"], header["fortran_order"]
+    if not isinstance(descr, str):
+        raise BadBody(f"{name}: a structured dtype is not read, got descr {descr!r}")
+    try:
+        dtype = np.dtype(descr)
+    except (TypeError, ValueError):
+        raise BadBody(f"{name}: the npy descr {descr!r} is not a dtype") from None
+    _check_int_dtype(dtype, name, allow_bool=False)
+    b, t = _check_shape(header["shape"], name)
+    data = len(body) - start - header_len
+    expected = b * t * dtype.itemsize
+    if data != expected:
+        raise BadBody(
+            f"{name}: the npy header claims shape ({b}, {t}) of {dtype.name} = {expected} bytes "
+            f"of data, but the body holds {data}"
+            + (" (truncated)" if data < expected else " (extra bytes after the array)")
+        )
+    array = np.frombuffer(body, dtype=dtype, count=b * t, offset=start + header_len)
+    array = array.reshape((t, b)).T if fortran is True else array.reshape((b, t))
+    return {name: _as_int64(array, name)}
+
+
+def parse_safetensors(body: bytes, accepted: Sequence[str]) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file: ``input_ids`` and optionally the other ``accepted``.
+
+    Raises:
+        BadBody: a header that cannot be read, an unknown tensor name, a dtype that is not an
+            integer type (bool too for ``attention_mask``), a shape that is not (B, T), offsets
+            that do not match the shape or lie outside the body, shapes that differ.
+    """
+    if len(body) < 8:
+        raise BadBody(f"the body is not a safetensors file: {len(body)} bytes, under 8")
+    (header_len,) = struct.unpack_from("<Q", body, 0)
+    if header_len > MAX_SAFETENSORS_HEADER:
+        raise BadBody(
+            f"the safetensors header claims {header_len} bytes, over {MAX_SAFETENSORS_HEADER}"
+        )
+    if 8 + header_len > len(body):
+        raise BadBody(
+            f"the safetensors body is truncated: the header claims {header_len} bytes but only "
+            f"{len(body) - 8} follow"
+        )
+    try:
+        header = orjson.loads(body[8 : 8 + header_len])
+    except orjson.JSONDecodeError as exc:
+        raise BadBody(f"the safetensors header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise BadBody(f"the safetensors header must be a JSON object, got {type(header).__name__}")
+    header.pop("__metadata__", None)
+    unknown = [k for k in header if k not in accepted]
+    if unknown:
+        raise BadBody(
+            f"unknown tensor {unknown[0]!r} in the safetensors body; this endpoint reads "
+            f"{', '.join(accepted)}"
+        )
+    if "input_ids" not in header:
+        raise BadBody(
+            f"the safetensors body has no input_ids tensor (it has {', '.join(header) or 'none'})"
+        )
+    data_start, data_len = 8 + header_len, len(body) - 8 - header_len
+    out: dict[str, torch.Tensor] = {}
+    shapes: dict[str, tuple[int, int]] = {}
+    for name in TENSOR_FIELDS:
+        if name not in header:
+            continue
+        info = header[name]
+        if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
+            raise BadBody(f"{name}: the safetensors entry needs dtype, shape and data_offsets")
+        dtype = _SAFETENSORS_DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+        if dtype is None:
+            allowed = [d for d in _SAFETENSORS_DTYPES if d != "BOOL" or name == "attention_mask"]
+            raise BadBody(f"{name} must have dtype {', '.join(allowed)}, got {info['dtype']!r}")
+        _check_int_dtype(dtype, name, allow_bool=name == "attention_mask")
+        b, t = _check_shape(info["shape"], name)
+        offsets = info["data_offsets"]
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1] <= data_len
+        ):
+            raise BadBody(
+                f"{name}: data_offsets must be [begin, end] within the {data_len} data bytes, "
+                f"got {offsets!r}"
+            )
+        expected = b * t * dtype.itemsize
+        if offsets[1] - offsets[0] != expected:
+            raise BadBody(
+                f"{name}: shape ({b}, {t}) of {info['dtype']} needs {expected} bytes, but "
+                f"data_offsets {offsets} hold {offsets[1] - offsets[0]}"
+            )
+        array = np.frombuffer(body, dtype=dtype, count=b * t, offset=data_start + offsets[0])
+        out[name] = _as_int64(array.reshape((b, t)), name)
+        shapes[name] = (b, t)
+    for name, shape in shapes.items():
+        if shape != shapes["input_ids"]:
+            raise BadBody(
+                f"{name} has shape {shape} but input_ids has {shapes['input_ids']}: they must match"
+            )
+    return out
+
+
+def _check_declared_length(request: Request) -> None:
+    """413 before reading a binary body whose ``Content-Length`` cannot fit the output limit.
+
+    Every output has at least 2 elements per token (mask and positions), so a body can usefully
+    hold at most ``max_elements / 2`` tokens, each at most 8 bytes in each of 3 tensors.
+    """
+    declared = request.headers.get("content-length", "")
+    if not declared.isdigit():
+        return
+    limit = read_state(request).settings.max_elements
+    most = 12 * limit + MAX_SAFETENSORS_HEADER + 8
+    if int(declared) > most:
+        raise TooLarge(
+            f"the body declares {declared} bytes (Content-Length); a binary body can hold at most "
+            f"{limit // 2} tokens within the output limit of {limit} elements "
+            f"(POSENC_MAX_ELEMENTS), at most {most} bytes",
+            limit=limit,
+            requested=2 * (int(declared) // 24),
+            field="body",
+        )
+
+
+def _digest(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for name in TENSOR_FIELDS:
+        t = tensors.get(name)
+        if t is not None:
+            h.update(f"{name}:{tuple(t.shape)}:".encode())
+            h.update(t.numpy().tobytes())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading a request
+# ---------------------------------------------------------------------------------------------
+
+
+def media_type(content_type: str | None) -> str | None:
+    """``application/x-npy; foo=1`` -> ``application/x-npy`` (lower case), None when absent."""
+    if not content_type:
+        return None
+    return content_type.split(";", 1)[0].strip().lower() or None
+
+
+async def read_token_request(
+    request: Request, model_cls: type[BaseModel]
+) -> tuple[Any, TokenTensors | None]:
+    """The validated request model and, for a binary body, its tensors.
+
+    A JSON body is validated whole by ``model_cls`` (pydantic's own JSON parser). A binary body
+    gives the tensors; every other field comes from the query string and is validated by the
+    same model (its ``input_ids`` stand-in is never used).
+
+    Raises:
+        BadBody: 400 for a body that cannot be read, 415 for another media type.
+        RequestValidationError: 422 for an invalid field.
+    """
+    content_type = request.headers.get("content-type")
+    kind = media_type(content_type)
+    if kind in (NPY_TYPE, SAFETENSORS_TYPE):
+        _check_declared_length(request)
+    raw = await request.body()
+    accepted = [n for n in TENSOR_FIELDS if n in model_cls.model_fields]
+    if kind is None and not raw:
+        raise validation_error(
+            "body",
+            [
+                {
+                    "type": "missing",
+                    "loc": (),
+                    "msg": f"a body is required: JSON ({JSON_TYPE}), or token ids as "
+                    f"{NPY_TYPE} or {SAFETENSORS_TYPE}",
+                }
+            ],
+        )
+    if kind is not None and is_json_media_type(content_type):
+        try:
+            return model_cls.model_validate_json(raw), None
+        except ValidationError as exc:
+            raise validation_error("body", exc.errors(include_url=False)) from None
+    if kind == NPY_TYPE:
+        tensors = parse_npy(raw)
+    elif kind == SAFETENSORS_TYPE:
+        tensors = parse_safetensors(raw, accepted)
+    else:
+        raise media_type_refusal(content_type, BODY_TYPES)
+
+    fields = query_fields(request, model_cls)
+    in_query = [n for n in TENSOR_FIELDS if n in fields]
+    if in_query:
+        raise validation_error(
+            "query",
+            [
+                {
+                    "type": "value_error",
+                    "loc": (in_query[0],),
+                    "msg": f"{in_query[0]} is a tensor: send it in the {SAFETENSORS_TYPE} body, "
+                    "not in the query",
+                }
+            ],
+        )
+    # The model validates the query fields; the ids stand in as one token (never used).
+    req = revalidate(model_cls, {**fields, "input_ids": [[0]]}, "query")
+    return req, TokenTensors(
+        input_ids=tensors["input_ids"],
+        attention_mask=tensors.get("attention_mask"),
+        position_ids=tensors.get("position_ids"),
+        key=_digest(tensors),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Registering a token endpoint
+# ---------------------------------------------------------------------------------------------
+
+TokenPlanFn = Callable[[Any, ServiceState, Source, TokenTensors | None], Plan]
+
+
+def request_body_openapi(model_cls: type[BaseModel], *, tensors: Sequence[str]) -> dict[str, Any]:
+    """The ``requestBody`` of a token endpoint: the JSON model (inline), npy and safetensors."""
+    schema = model_cls.model_json_schema(ref_template="#/components/schemas/{model}")
+    binary = {"type": "string", "format": "binary"}
+    others = ", ".join(tensors[1:])
+    return {
+        "required": True,
+        "description": (
+            f"JSON ({JSON_TYPE}), or the token ids as binary with every other field as a query "
+            f"parameter: {NPY_TYPE} (input_ids, an integer array of shape (B, T)) or "
+            f"{SAFETENSORS_TYPE} (tensors input_ids and optionally {others}, integer, (B, T)). "
+            "A malformed binary body is a 400, another media type a 415."
+        ),
+        "content": {
+            JSON_TYPE: {"schema": schema},
+            NPY_TYPE: {"schema": binary},
+            SAFETENSORS_TYPE: {"schema": binary},
+        },
+    }
+
+
+def add_token_route(
+    router: APIRouter,
+    path: str,
+    model_cls: type[BaseModel],
+    plan: TokenPlanFn,
+    *,
+    names: Sequence[str],
+    summary: str,
+    description: str,
+) -> None:
+    """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`)."""
+    from service.routes.tables import compute_responses
+
+    responses = compute_responses(names)
+    stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")
+
+    async def post_handler(request: Request) -> Response:
+        out = read_output(request)
+        state = read_state(request)
+        req, tensors = await read_token_request(request, model_cls)
+        return await respond_async(request, state, plan(req, state, "body", tensors), out)
+
+    post_handler.__name__ = f"post_{stem}"
+    post_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
+    router.add_api_route(
+        path,
+        post_handler,
+        methods=["POST"],
+        summary=summary,
+        description=description,
+        responses=responses,
+        response_class=Response,
+        openapi_extra={
+            "parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS),
+            "requestBody": request_body_openapi(
+                model_cls, tensors=[n for n in TENSOR_FIELDS if n in model_cls.model_fields]
+            ),
+        },
+        operation_id=f"post_{stem}",
+    )
+
+
+__all__ = [
+    "BODY_TYPES",
+    "TokenTensors",
+    "add_token_route",
+    "parse_npy",
+    "parse_safetensors",
+    "read_token_request",
+]
