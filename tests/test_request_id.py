@@ -75,7 +75,7 @@ def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch, caplog
             (client.delete(SIN, headers=auth), 405),
             (client.post(SIN, json={"seq_len": 100, "d_model": 4}, headers=auth), 413),
             (client.post(SIN, json={"seq_len": "x", "d_model": 4}, headers=auth), 422),
-            (client.post(SIN, content=b"{not json", headers=auth), 422),
+            (client.post(SIN, content=b"{not json", headers=auth), 415),  # no Content-Type
         ]
         for i, (r, status) in enumerate(cases):
             assert r.status_code == status, (i, r.status_code, r.text[:200])
