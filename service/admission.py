@@ -56,22 +56,19 @@ if TYPE_CHECKING:
     from service.metrics import Metrics
 
 __all__ = [
-    "BODY_CHUNK",
     "BYTES_PER_ELEMENT",
     "ByteBudget",
     "HeldResponse",
     "Overloaded",
     "OverloadedBody",
     "estimate_bytes",
+    "tune_allocator",
 ]
 
 logger = logging.getLogger("service.admission")
 
-# Bodies are sent in slices of this size: uvicorn waits for the socket to drain between two
-# sends, so the transport never buffers a second copy of a large body.
-BODY_CHUNK = 1 << 20
-# Bytes a request holds besides its tensors and body (headers, Python objects, one chunk).
-REQUEST_OVERHEAD = 2 * BODY_CHUNK
+# Bytes a request holds besides its tensors and body (headers, Python objects, the request).
+REQUEST_OVERHEAD = 1 << 20
 
 # Peak bytes per output element of compute + encode, by (format, dtype): the largest value
 # measured over rope, sinusoidal, learned, alibi and relative (docs/sizing.md), rounded up.
@@ -393,11 +390,14 @@ class ByteBudget:
 
 
 class HeldResponse(Response):
-    """A finished :class:`Response` that holds budget bytes until its body has been sent.
+    """A finished :class:`Response` (same status, headers, body) that holds budget bytes until
+    its body has been sent.
 
-    The body goes out in :data:`BODY_CHUNK` slices (same status, headers and Content-Length),
-    and the bytes are released after the last one, or when sending fails, is cancelled or the
-    client has gone: whichever way ``__call__`` ends.
+    The bytes are released once the body message has been handed to the server, or when
+    sending fails, is cancelled or the client has gone: whichever way ``__call__`` ends (and,
+    failing all of those, when the response is dropped unsent). The body goes as one message:
+    uvicorn's uvloop transport (``uvicorn[standard]``) keeps a reference to it, not a copy, and
+    slicing it would make each slice wait for the socket to drain (measured slower).
     """
 
     def __init__(self, inner: Response, budget: ByteBudget, nbytes: int, since: float) -> None:
@@ -426,20 +426,7 @@ class HeldResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
-            body = memoryview(self.body)
-            size = len(body)
-            if size <= BODY_CHUNK:
-                await send({"type": "http.response.body", "body": self.body})
-            else:
-                for start in range(0, size, BODY_CHUNK):
-                    end = min(size, start + BODY_CHUNK)
-                    await send(
-                        {
-                            "type": "http.response.body",
-                            "body": bytes(body[start:end]),
-                            "more_body": end < size,
-                        }
-                    )
+            await send({"type": "http.response.body", "body": self.body})
         finally:
             self.release()
         if self.background is not None:

@@ -26,7 +26,6 @@ from conftest import HOST, clean_env, free_port, start_service, stop_service, wa
 
 from posenc.client import PosencClient, TooManyRequests, retry_after_seconds
 from service.admission import (
-    BODY_CHUNK,
     REQUEST_OVERHEAD,
     ByteBudget,
     HeldResponse,
@@ -231,22 +230,36 @@ def _send_held(body: bytes, fail_after: int | None = None) -> tuple[ByteBudget, 
     return run(main()), sent
 
 
-def test_held_response_sends_the_body_in_chunks_then_releases() -> None:
-    body = bytes(range(256)) * (3 * BODY_CHUNK // 256 + 7)  # 3 chunks and a bit
+def test_held_response_sends_the_same_response_then_releases() -> None:
+    body = bytes(range(256)) * 4099
     budget, sent = _send_held(body)
     assert budget.in_flight == 0 and budget.holders == 0
-    start, *chunks = sent
+    start, message = sent
     assert start["type"] == "http.response.start" and start["status"] == 200
-    assert dict(start["headers"])[b"content-length"] == str(len(body)).encode()
-    assert b"".join(c["body"] for c in chunks) == body
-    assert [c.get("more_body", False) for c in chunks] == [True, True, True, False]
-    assert max(len(c["body"]) for c in chunks) == BODY_CHUNK
+    headers = dict(start["headers"])
+    assert headers[b"content-length"] == str(len(body)).encode()
+    assert headers[b"content-type"] == b"application/json"
+    assert message["body"] == body and not message.get("more_body", False)
 
 
-def test_held_response_releases_when_the_client_disconnects_mid_body() -> None:
-    body = b"x" * (2 * BODY_CHUNK + 1)
-    budget, sent = _send_held(body, fail_after=2)  # start and one chunk, then the socket is gone
-    assert len(sent) == 2
+def test_held_response_releases_when_the_client_disconnects_mid_response() -> None:
+    budget, sent = _send_held(b"x" * 1000, fail_after=1)  # headers sent, then the socket is gone
+    assert len(sent) == 1
+    assert budget.in_flight == 0 and budget.holders == 0
+
+
+def test_held_response_dropped_unsent_releases_on_its_loop() -> None:
+    from starlette.responses import Response
+
+    async def main() -> ByteBudget:
+        budget = ByteBudget(100, 1.0)
+        await budget.acquire(60)
+        held = HeldResponse(Response(b"{}"), budget, 60, time.monotonic())
+        del held  # e.g. a middleware answered instead
+        await settle()
+        return budget
+
+    budget = run(main())
     assert budget.in_flight == 0 and budget.holders == 0
 
 
@@ -507,3 +520,59 @@ def test_client_retries_429_until_admitted(tight_server: tuple[str, int]) -> Non
         errors = list(pool.map(one, range(10)))
     assert max(errors) < 2e-4
     assert not math.isnan(max(errors))
+
+
+@pytest.fixture(scope="module")
+def cached_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, int]]:
+    """A real service with a 64 MiB cache (a 22 MB JSON body stays in it)."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("overload-hits") / "service.log"
+    env = clean_env(
+        POSENC_DEVICE="cpu", POSENC_CACHE_BYTES=str(64 * MiB), POSENC_ACCESS_LOG="false"
+    )
+    proc = start_service(port, log_path, env)
+    url = f"http://{HOST}:{port}"
+    try:
+        wait_ready(proc, url, log_path)
+        yield url, proc.pid
+    finally:
+        stop_service(proc)
+
+
+def test_slow_readers_of_a_cached_body_do_not_each_hold_a_copy(
+    cached_server: tuple[str, int],
+) -> None:
+    """Cache hits take no budget: 24 readers of one cached 22 MB body that do not read for a
+    while must share the cached bytes, not hold a copy each (uvloop's transport keeps a
+    reference to the body it could not send yet)."""
+    import socket
+
+    url, pid = cached_server
+    path = "/v1/encodings/sinusoidal?seq_len=2048&d_model=1024"
+    first = httpx.get(url + path, timeout=60)  # computed and cached
+    assert first.status_code == 200 and len(first.content) > 20_000_000
+    assert httpx.get(url + path, timeout=60).headers["server-timing"].endswith('"hit"')
+    baseline = _rss(pid, "VmRSS")
+
+    port = int(url.rsplit(":", 1)[1])
+    readers = 24
+    socks = []
+    for _ in range(readers):
+        s = socket.create_connection((HOST, port))
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        socks.append(s)
+    time.sleep(1.0)  # the server has sent what the sockets take; the rest waits
+    stalled = _rss(pid, "VmRSS")
+    bodies = []
+    for s in socks:
+        with s:
+            chunks = []
+            while chunk := s.recv(1 << 20):
+                chunks.append(chunk)
+            bodies.append(b"".join(chunks))
+    for raw in bodies:
+        head, _, body = raw.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200") and body == first.content
+
+    assert stalled - baseline <= readers * 2 * MiB + 32 * MiB, (stalled - baseline) / MiB

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field, ValidationError
 import posenc
 from posenc.errors import TooLarge, UnknownName
 from posenc.models import EmbeddingModel
-from service.admission import BODY_CHUNK, ByteBudget, HeldResponse, estimate_bytes
+from service.admission import REQUEST_OVERHEAD, ByteBudget, HeldResponse, estimate_bytes
 from service.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
@@ -530,7 +530,7 @@ async def respond_async(
     since = time.monotonic()
     try:
         response = await run_in_threadpool(finish, state, plan, prepared)
-        nbytes = budget.shrink(nbytes, len(response.body) + BODY_CHUNK)
+        nbytes = budget.shrink(nbytes, len(response.body) + REQUEST_OVERHEAD)
     except BaseException:
         budget.release(nbytes, _held_s=time.monotonic() - since)
         raise
