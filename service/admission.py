@@ -22,14 +22,12 @@ Streaming responses take a block's bytes at a time: ``await budget.acquire(n)`` 
 a block and ``budget.release(n)`` once it has been sent (or ``async with budget.hold(n):``), so a
 streamed response counts only the rows it holds.
 
-The estimate (bytes per output element, measured on CPU with :file:`docs/sizing.md`'s method, as
-the peak RSS of compute + encode over the element count, then rounded up):
-
-======================  ========  ========  ========  ========
-format                  float16   bfloat16  float32   float64
-======================  ========  ========  ========  ========
-json (numbers)          see :data:`BYTES_PER_ELEMENT`
-======================  ========  ========  ========  ========
+The estimate is ``elements x BYTES_PER_ELEMENT[(format, dtype)] + REQUEST_OVERHEAD``. The
+per-element figures are the largest peak RSS of compute + encode measured over every endpoint
+(16-18 M elements, a fresh process each, CPU; docs/sizing.md), plus about 15 %. The compute,
+not the body, sets them: sinusoidal builds its table in float64 (22-24 bytes per element at
+the peak for every output dtype); JSON text is 10-11 bytes per float32 element and 19-20 per
+float64 one (at most 15 and 25 for the longest numbers), base64 4/3 of the raw bytes.
 """
 
 from __future__ import annotations
@@ -75,22 +73,23 @@ REQUEST_OVERHEAD = 1 << 20
 # "json" writes numbers (shortest round-trip text), "json-base64" base64 of the raw bytes;
 # "binary" is safetensors, npy and raw.
 BYTES_PER_ELEMENT: Mapping[tuple[str, str], int] = {
-    ("json", "float16"): 20,
-    ("json", "bfloat16"): 24,
-    ("json", "float32"): 24,
-    ("json", "float64"): 40,
-    ("json-base64", "float16"): 20,
-    ("json-base64", "bfloat16"): 20,
-    ("json-base64", "float32"): 20,
-    ("json-base64", "float64"): 36,
-    ("binary", "float16"): 20,
-    ("binary", "bfloat16"): 20,
-    ("binary", "float32"): 20,
-    ("binary", "float64"): 28,
-    ("png", "float16"): 24,
-    ("png", "bfloat16"): 24,
-    ("png", "float32"): 24,
-    ("png", "float64"): 32,
+    # measured peaks (the largest endpoint) in the comments
+    ("json", "float16"): 26,  # 22.4 sinusoidal
+    ("json", "bfloat16"): 26,  # 22.4 sinusoidal
+    ("json", "float32"): 28,  # 24.4 sinusoidal
+    ("json", "float64"): 36,  # 28.9 relative; int64 position ids 30.8
+    ("json-base64", "float16"): 26,  # 22.4 sinusoidal
+    ("json-base64", "bfloat16"): 26,  # 22.4 sinusoidal
+    ("json-base64", "float32"): 28,  # 24.4 sinusoidal
+    ("json-base64", "float64"): 38,  # 32.7 relative; int64 position ids 32.2
+    ("binary", "float16"): 26,  # 22.4 sinusoidal
+    ("binary", "bfloat16"): 26,  # 22.4 sinusoidal
+    ("binary", "float32"): 28,  # 24.4 sinusoidal
+    ("binary", "float64"): 36,  # 26.2 relative; int64 position ids 30.8
+    ("png", "float16"): 28,
+    ("png", "bfloat16"): 28,
+    ("png", "float32"): 28,  # 24.3 sinusoidal
+    ("png", "float64"): 28,  # 20.3 sinusoidal
 }
 _BINARY_FORMATS = frozenset({"safetensors", "npy", "raw"})
 
