@@ -576,3 +576,34 @@ def test_slow_readers_of_a_cached_body_do_not_each_hold_a_copy(
         assert head.startswith(b"HTTP/1.1 200") and body == first.content
 
     assert stalled - baseline <= readers * 2 * MiB + 32 * MiB, (stalled - baseline) / MiB
+
+
+def test_openapi_documents_429_with_retry_after_on_compute_endpoints(
+    app_client: httpx.Client,
+) -> None:
+    spec = app_client.get("/openapi.json").json()
+    for path in ("/v1/encodings/rope", "/v1/biases/alibi", "/v1/embed"):
+        op = spec["paths"][path]["post"]
+        too_many = op["responses"]["429"]
+        assert "POSENC_MAX_INFLIGHT_BYTES" in too_many["description"]
+        assert too_many["headers"]["Retry-After"]["schema"]["type"] == "integer"
+        schema = too_many["content"]["application/json"]["schema"]
+        ref = schema["$ref"].rsplit("/", 1)[-1]
+        props = spec["components"]["schemas"][ref]["properties"]
+        assert {"detail", "limit", "requested", "in_flight", "retry_after"} <= set(props)
+
+
+def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.config import Settings
+
+    monkeypatch.delenv("POSENC_MAX_INFLIGHT_BYTES", raising=False)
+    monkeypatch.delenv("POSENC_QUEUE_TIMEOUT", raising=False)
+    s = Settings()
+    assert (s.max_inflight_bytes, s.queue_timeout) == (1 << 30, 2.0)
+    monkeypatch.setenv("POSENC_MAX_INFLIGHT_BYTES", "1234")
+    monkeypatch.setenv("POSENC_QUEUE_TIMEOUT", "0.5")
+    s = Settings()
+    assert (s.max_inflight_bytes, s.queue_timeout) == (1234, 0.5)
+    monkeypatch.setenv("POSENC_MAX_INFLIGHT_BYTES", "0")
+    with pytest.raises(ValueError, match="max_inflight_bytes"):
+        Settings()
