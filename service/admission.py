@@ -317,14 +317,15 @@ class ByteBudget:
                     return waited
                 raise self._refuse(nbytes, self.clock() - start) from None
             if granted:  # cancelled (e.g. the server is shutting down): give them back
-                self.release(nbytes, _held_s=None)
+                self.release(nbytes, held_s=None)
             raise
         waited = self.clock() - start
         self._observe_wait(waited)
         return waited
 
-    def release(self, nbytes: int, *, _held_s: float | None = None) -> None:
-        """Give back ``nbytes`` taken by one :meth:`acquire` and wake the queue."""
+    def release(self, nbytes: int, *, held_s: float | None = None) -> None:
+        """Give back ``nbytes`` taken by one :meth:`acquire` and wake the queue; ``held_s``,
+        how long they were held, feeds the ``Retry-After`` estimate."""
         self.in_flight -= nbytes
         self.holders -= 1
         if self.in_flight < 0 or self.holders < 0:
@@ -334,8 +335,8 @@ class ByteBudget:
                 self.holders,
             )
             self.in_flight, self.holders = max(0, self.in_flight), max(0, self.holders)
-        if _held_s is not None:
-            self._hold_s = 0.8 * self._hold_s + 0.2 * _held_s
+        if held_s is not None:
+            self._hold_s = 0.8 * self._hold_s + 0.2 * held_s
         if self.metrics is not None:
             self.metrics.inflight_bytes.set(self.in_flight)
         self._wake()
@@ -358,7 +359,7 @@ class ByteBudget:
         try:
             yield
         finally:
-            self.release(nbytes, _held_s=self.clock() - start)
+            self.release(nbytes, held_s=self.clock() - start)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -414,7 +415,7 @@ class HeldResponse(Response):
         """Give the bytes back (idempotent)."""
         if not self._released:
             self._released = True
-            self.budget.release(self.nbytes, _held_s=self.budget.clock() - self.since)
+            self.budget.release(self.nbytes, held_s=self.budget.clock() - self.since)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:

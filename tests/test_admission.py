@@ -607,3 +607,31 @@ def test_settings_defaults_and_environment(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("POSENC_MAX_INFLIGHT_BYTES", "0")
     with pytest.raises(ValueError, match="max_inflight_bytes"):
         Settings()
+
+
+def test_a_client_that_disconnects_mid_body_releases_its_bytes(
+    tight_server: tuple[str, int],
+) -> None:
+    """Clients that read a few bytes of a large miss and hang up: the budget is back to 0."""
+    import socket
+
+    url, _ = tight_server
+    port = int(url.rsplit(":", 1)[1])
+    for i in range(4):
+        with socket.create_connection((HOST, port)) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)
+            path = f"/v1/encodings/sinusoidal?seq_len=1024&d_model=1024&offset={777 + i}"
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert s.recv(12).startswith(b"HTTP/1.1 200")
+        # closed with most of the 11 MB body unsent
+    deadline = time.monotonic() + 60  # a bound on the wait, not a timing assertion
+    inflight = None
+    while time.monotonic() < deadline:
+        metrics = httpx.get(url + "/metrics", timeout=30).text
+        inflight = float(re.search(r"^posenc_inflight_bytes (\S+)$", metrics, re.M).group(1))
+        if inflight == 0:
+            break
+        time.sleep(0.05)
+    assert inflight == 0
+    ok = httpx.get(url + "/v1/encodings/sinusoidal?seq_len=4&d_model=4", timeout=30)
+    assert ok.status_code == 200

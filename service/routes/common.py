@@ -532,7 +532,7 @@ async def respond_async(
         response = await run_in_threadpool(finish, state, plan, prepared)
         nbytes = budget.shrink(nbytes, len(response.body) + REQUEST_OVERHEAD)
     except BaseException:
-        budget.release(nbytes, _held_s=time.monotonic() - since)
+        budget.release(nbytes, held_s=time.monotonic() - since)
         raise
     if prepared.body_key in state.cache:  # the body fitted the cache: replayable
         request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
