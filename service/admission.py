@@ -393,11 +393,12 @@ class HeldResponse(Response):
     """A finished :class:`Response` (same status, headers, body) that holds budget bytes until
     its body has been sent.
 
-    The bytes are released once the body message has been handed to the server, or when
-    sending fails, is cancelled or the client has gone: whichever way ``__call__`` ends (and,
-    failing all of those, when the response is dropped unsent). The body goes as one message:
-    uvicorn's uvloop transport (``uvicorn[standard]``) keeps a reference to it, not a copy, and
-    slicing it would make each slice wait for the socket to drain (measured slower).
+    The bytes are released once the server's transport has (nearly) drained the body into the
+    socket, or when sending fails, is cancelled or the client has gone: whichever way
+    ``__call__`` ends (and, failing all of those, when the response is dropped unsent). The body
+    goes as one message, then an empty last one that uvicorn accepts only after its write
+    buffer drained: uvloop's transport (``uvicorn[standard]``) keeps a reference to the body,
+    not a copy, and slicing it would make each slice wait for the socket (measured slower).
     """
 
     def __init__(self, inner: Response, budget: ByteBudget, nbytes: int, since: float) -> None:
@@ -426,7 +427,11 @@ class HeldResponse(Response):
                     "headers": self.raw_headers,
                 }
             )
-            await send({"type": "http.response.body", "body": self.body})
+            # The body whole (uvloop's transport keeps a reference, not a copy), then an empty
+            # last message: uvicorn takes it only once the transport has drained below its low
+            # water mark, so the bytes stay counted while a slow reader holds them in memory.
+            await send({"type": "http.response.body", "body": self.body, "more_body": True})
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
         finally:
             self.release()
         if self.background is not None:

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -234,12 +235,13 @@ def test_held_response_sends_the_same_response_then_releases() -> None:
     body = bytes(range(256)) * 4099
     budget, sent = _send_held(body)
     assert budget.in_flight == 0 and budget.holders == 0
-    start, message = sent
+    start, message, last = sent
     assert start["type"] == "http.response.start" and start["status"] == 200
     headers = dict(start["headers"])
     assert headers[b"content-length"] == str(len(body)).encode()
     assert headers[b"content-type"] == b"application/json"
-    assert message["body"] == body and not message.get("more_body", False)
+    assert message["body"] == body and message["more_body"]
+    assert last["body"] == b"" and not last["more_body"]
 
 
 def test_held_response_releases_when_the_client_disconnects_mid_response() -> None:
@@ -545,8 +547,6 @@ def test_slow_readers_of_a_cached_body_do_not_each_hold_a_copy(
     """Cache hits take no budget: 24 readers of one cached 22 MB body that do not read for a
     while must share the cached bytes, not hold a copy each (uvloop's transport keeps a
     reference to the body it could not send yet)."""
-    import socket
-
     url, pid = cached_server
     path = "/v1/encodings/sinusoidal?seq_len=2048&d_model=1024"
     first = httpx.get(url + path, timeout=60)  # computed and cached
@@ -613,8 +613,6 @@ def test_a_client_that_disconnects_mid_body_releases_its_bytes(
     tight_server: tuple[str, int],
 ) -> None:
     """Clients that read a few bytes of a large miss and hang up: the budget is back to 0."""
-    import socket
-
     url, _ = tight_server
     port = int(url.rsplit(":", 1)[1])
     for i in range(4):
@@ -635,3 +633,84 @@ def test_a_client_that_disconnects_mid_body_releases_its_bytes(
     assert inflight == 0
     ok = httpx.get(url + "/v1/encodings/sinusoidal?seq_len=4&d_model=4", timeout=30)
     assert ok.status_code == 200
+
+
+def _metric(url: str, name: str) -> float:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.M)
+    assert match is not None, name
+    return float(match.group(1))
+
+
+def test_slow_readers_keep_their_bytes_counted_until_sent(tight_server: tuple[str, int]) -> None:
+    """Ten clients that ask for fresh 11 MB JSON tables and do not read: their bodies sit in the
+    server's write buffers, so their bytes stay counted; the budget is full, the next request
+    gets a 429 with Retry-After, and a PosencClient retrying it (honouring Retry-After) gets the
+    right table once the readers have read. Then the budget is back to 0."""
+    url, _ = tight_server
+    port = int(url.rsplit(":", 1)[1])
+    estimate = estimate_bytes(1 << 20, "json")
+    socks: list[socket.socket] = []
+    in_flight = 0.0
+    try:
+        # one stalled reader at a time, until the next table's estimate no longer fits
+        while in_flight + estimate <= BUDGET and len(socks) < 20:
+            s = socket.socket()
+            socks.append(s)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16 * 1024)  # before connect
+            s.connect((HOST, port))
+            path = f"/v1/encodings/sinusoidal?seq_len=1024&d_model=1024&offset={5000 + len(socks)}"
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+            deadline = time.monotonic() + 30  # until it was computed and its estimate shrunk
+            now = in_flight
+            while time.monotonic() < deadline:
+                now = _metric(url, "posenc_inflight_bytes")
+                if now > in_flight and now - in_flight < estimate:
+                    break
+                time.sleep(0.05)
+            assert now > in_flight, "a stalled reader's body is not counted in flight"
+            in_flight = now
+        assert in_flight + estimate > BUDGET, in_flight / MiB
+        _check_refusal_and_client(url, socks, in_flight)
+    finally:
+        for s in socks:
+            s.close()
+    assert _metric(url, "posenc_inflight_bytes") == 0
+
+
+def _check_refusal_and_client(url: str, socks: list[socket.socket], in_flight: float) -> None:
+    probe = httpx.post(
+        url + "/v1/encodings/sinusoidal",
+        json={"seq_len": 1024, "d_model": 1024, "offset": 99},
+        timeout=60,
+    )
+    assert probe.status_code == 429
+    assert int(probe.headers["retry-after"]) >= 1
+    assert probe.json()["in_flight"] == in_flight
+
+    rejected_before = _metric(url, 'posenc_rejected_total{reason="overload"}')
+    result: dict[str, object] = {}
+
+    def call() -> None:
+        with PosencClient(url, max_attempts=20, backoff=0.1, backoff_max=2.0) as client:
+            result["r"] = client.sinusoidal(seq_len=1024, d_model=1024, offset=99, format="json")
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    deadline = time.monotonic() + 60  # until the client has been refused at least once
+    while time.monotonic() < deadline:
+        if _metric(url, 'posenc_rejected_total{reason="overload"}') > rejected_before:
+            break
+        time.sleep(0.05)
+    statuses = []
+    for s in socks:  # the readers read: their bytes are sent and released
+        with contextlib.closing(s):
+            chunks = []
+            while chunk := s.recv(1 << 20):
+                chunks.append(chunk)
+        statuses.append(b"".join(chunks)[:12])
+    caller.join(120)
+    assert _metric(url, 'posenc_rejected_total{reason="overload"}') > rejected_before
+    assert set(statuses) == {b"HTTP/1.1 200"}
+    got = np.asarray(result["r"].primary, dtype=np.float64)  # type: ignore[attr-defined]
+    np.testing.assert_allclose(got, _sinusoidal(1024, 1024, 99), atol=2e-4, rtol=0)
