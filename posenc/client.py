@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import base64 as _base64
+import email.utils
 import io
 import json
 import time
@@ -64,6 +65,7 @@ __all__ = [
     "ServerError",
     "ServiceUnavailable",
     "TensorResult",
+    "TooManyRequests",
     "Unauthorized",
     "ValidationError",
 ]
@@ -173,6 +175,11 @@ class ValidationError(PosencHTTPError):
     """422: a body field is missing, unknown or out of range; ``detail`` names it."""
 
 
+class TooManyRequests(PosencHTTPError):
+    """429: the server's in-flight byte budget (``POSENC_MAX_INFLIGHT_BYTES``) stayed full for
+    its ``POSENC_QUEUE_TIMEOUT``; raised once the retries (which honour ``Retry-After``) ran out."""
+
+
 class ServerError(PosencHTTPError):
     """5xx."""
 
@@ -189,6 +196,7 @@ _ERRORS: dict[int, type[PosencHTTPError]] = {
     412: PreconditionFailed,
     413: PayloadTooLarge,
     422: ValidationError,
+    429: TooManyRequests,
     503: ServiceUnavailable,
 }
 
@@ -523,11 +531,29 @@ class _Config:
         return float(min(self.backoff * (2 ** (attempt - 1)), self.backoff_max))
 
 
+def retry_after_seconds(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (RFC 9110: delay-seconds or an HTTP-date);
+    None when absent or unreadable, 0 for a date in the past."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
 class _Backoff:
     """The endpoints' policy: up to ``max_attempts`` attempts, exponential backoff between.
 
     Connection errors are retried, and so are the ``retry_statuses`` unless the call opts out
-    (``healthz``, ``readyz``).
+    (``healthz``, ``readyz``). A retried response's ``Retry-After`` (429 overload, 503) sets the
+    wait when it is longer than the backoff, up to ``backoff_max``.
     """
 
     def __init__(self, cfg: _Config, call: _Call) -> None:
@@ -552,6 +578,10 @@ class _Backoff:
         elif last or not (call.retry_on_status and outcome.status_code in cfg.retry_statuses):
             _raise_for_status(outcome)
             return outcome
+        else:  # the server's Retry-After (429, 503) over our backoff, within backoff_max
+            asked = retry_after_seconds(outcome.headers.get("retry-after"))
+            if asked is not None:
+                return min(max(asked, cfg.delay(self.attempt)), cfg.backoff_max)
         return cfg.delay(self.attempt)
 
 
@@ -619,7 +649,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         max_attempts: int = 3,
         backoff: float = 0.25,
         backoff_max: float = 8.0,
-        retry_statuses: Sequence[int] = (502, 503, 504),
+        retry_statuses: Sequence[int] = (429, 502, 503, 504),
         format: Format = "safetensors",
         as_: ArrayKind = "numpy",
         device: str | None = None,
@@ -1136,7 +1166,8 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
     byte-identical bodies, no state changes), so this client retries the POSTs as well as the
     GETs: on connection errors (refused, reset, timed out; any ``httpx.TransportError``) and on
     the statuses in ``retry_statuses``, waiting ``backoff * 2**(n-1)`` seconds (at most
-    ``backoff_max``) after the n-th failed attempt. ``healthz`` and ``readyz`` are retried on
+    ``backoff_max``) after the n-th failed attempt, or the response's ``Retry-After`` when that is
+    longer (still at most ``backoff_max``). ``healthz`` and ``readyz`` are retried on
     connection errors only: their status is the answer.
 
     Args:

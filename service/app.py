@@ -24,6 +24,7 @@ from fastapi.middleware.cors import CORSMiddleware
 import posenc
 from posenc.device import resolve_device
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
+from service.admission import tune_allocator
 from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
@@ -94,6 +95,7 @@ def _lifespan(
         except posenc.PosencError as exc:
             logger.error("cannot start: POSENC_DEVICE=%r: %s", settings.device, exc.message)
             raise
+        tune_allocator()  # freed tensors and bodies go back to the system (docs/sizing.md)
         cache = ByteLRU(settings.cache_bytes)
         metrics.watch_cache("responses", cache)
         state = ServiceState(settings=settings, device=device, metrics=metrics, cache=cache)

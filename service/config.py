@@ -37,6 +37,16 @@ class Settings(BaseSettings):
     cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="byte budget of the table and response cache (0: off)"
     )
+    max_inflight_bytes: int = Field(
+        1024 * 1024 * 1024,
+        ge=1,
+        description="bytes held at once by responses being computed and sent; a request that "
+        "does not fit waits (POSENC_QUEUE_TIMEOUT), then gets 429 (one larger than the whole "
+        "budget is admitted alone)",
+    )
+    queue_timeout: float = Field(
+        2.0, ge=0, description="seconds a request waits for room in the in-flight budget, then 429"
+    )
     api_key: str | None = Field(
         None, description="when set, every /v1/ request needs 'Authorization: Bearer <key>'"
     )

@@ -11,6 +11,7 @@
 | ``TooLarge`` | 413 | ``{"detail", "field", "limit", "requested"}`` (before any allocation) |
 | ``NotAcceptable`` (``service.formats``) | 406 | ``{"detail", "available": [media types]}`` |
 | ``DeviceUnavailable``, out of memory, ``NotReady`` | 503 | ``{"detail"}`` |
+| ``Overloaded`` (``service.admission``: no room in ``POSENC_MAX_INFLIGHT_BYTES``) | 429 | ``{"detail", "limit", "requested", "in_flight", "queued", "retry_after"}`` and ``Retry-After`` |
 | anything else | 500 | ``{"detail": "internal error ..."}``, the traceback only in the log |
 
 Domain errors give ``detail`` as one string that names the offending field (``token id 50257
@@ -37,6 +38,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
+from service.admission import Overloaded
 from service.formats import NotAcceptable
 
 logger = logging.getLogger("service.errors")
@@ -282,6 +284,12 @@ async def _out_of_memory(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+async def _overloaded(request: Request, exc: Exception) -> JSONResponse:
+    if not isinstance(exc, Overloaded):  # registered for Overloaded only
+        raise exc
+    return JSONResponse(exc.body(), status_code=429, headers={"Retry-After": str(exc.retry_after)})
+
+
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error serving %s %s", request.method, request.url.path)
     return JSONResponse(
@@ -298,6 +306,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(BadBody, _bad_body)
     app.add_exception_handler(StarletteHTTPException, _http_exception)
     app.add_exception_handler(NotReady, _not_ready)
+    app.add_exception_handler(Overloaded, _overloaded)
     app.add_exception_handler(torch.OutOfMemoryError, _out_of_memory)
     app.add_exception_handler(MemoryError, _out_of_memory)
     app.add_exception_handler(Exception, _internal_error)

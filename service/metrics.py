@@ -13,6 +13,10 @@ Exposed (``GET /metrics``):
 - ``posenc_cache_hits_total{cache}`` / ``posenc_cache_misses_total{cache}``;
 - ``posenc_cache_bytes{cache}`` / ``posenc_cache_items{cache}`` for caches registered with
   :meth:`Metrics.watch_cache`, read at scrape time.
+- ``posenc_inflight_bytes``: bytes held by responses being computed and sent (the budget
+  ``POSENC_MAX_INFLIGHT_BYTES`` of :mod:`service.admission`); ``posenc_queue_length``: requests
+  waiting for room in it; ``posenc_queue_wait_seconds``: how long admitted and refused requests
+  waited; ``posenc_rejected_total{reason}``: requests refused (``overload``: 429).
 
 With ``--workers N > 1`` every worker is its own process with its own counters, and a scrape
 lands on one of them: Prometheus would see each switch of worker as a counter reset.
@@ -106,6 +110,10 @@ class Metrics:
         in_progress: Gauge ``posenc_requests_in_progress``.
         cache_hits: Counter ``posenc_cache_hits_total{cache}``.
         cache_misses: Counter ``posenc_cache_misses_total{cache}``.
+        inflight_bytes: Gauge ``posenc_inflight_bytes``.
+        queue_length: Gauge ``posenc_queue_length``.
+        queue_wait: Histogram ``posenc_queue_wait_seconds``.
+        rejected: Counter ``posenc_rejected_total{reason}``.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -140,6 +148,31 @@ class Metrics:
         self.cache_misses = Counter(
             "posenc_cache_misses", "Cache lookups that did not.", ["cache"], registry=self.registry
         )
+        self.inflight_bytes = Gauge(
+            "posenc_inflight_bytes",
+            "Bytes held by responses being computed and sent (POSENC_MAX_INFLIGHT_BYTES budget).",
+            registry=self.registry,
+            multiprocess_mode="livesum",  # summed over live workers (--workers N)
+        )
+        self.queue_length = Gauge(
+            "posenc_queue_length",
+            "Requests waiting for room in the in-flight byte budget.",
+            registry=self.registry,
+            multiprocess_mode="livesum",  # summed over live workers (--workers N)
+        )
+        self.queue_wait = Histogram(
+            "posenc_queue_wait_seconds",
+            "Seconds a cache-missing request waited for the in-flight byte budget.",
+            buckets=(0.0, *LATENCY_BUCKETS),
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "posenc_rejected",
+            "Requests refused before any work, by reason (overload: 429 from the byte budget).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.rejected.labels(reason="overload")  # exposed at 0 before the first refusal
         self._caches = _CacheCollector()
         self._cache_gauges: tuple[Gauge, Gauge] | None = None
         if self.multiprocess_dir is None:

@@ -34,6 +34,7 @@ import posenc
 from posenc.errors import TooLarge, UnknownName
 from posenc.models import EmbeddingModel
 from service import tracing
+from service.admission import REQUEST_OVERHEAD, ByteBudget, HeldResponse, estimate_bytes
 from service.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
@@ -67,6 +68,19 @@ class ServiceState:
     fingerprints: dict[str, str] = field(default_factory=dict)
     default_model: str = ""
     ready: bool = False
+    _budget: ByteBudget | None = field(default=None, repr=False)
+
+    @property
+    def budget(self) -> ByteBudget:
+        """The in-flight byte budget (:mod:`service.admission`), built from the settings on
+        first use (on the event loop), shared by every request of this app."""
+        if self._budget is None:
+            self._budget = ByteBudget(
+                self.settings.max_inflight_bytes,
+                self.settings.queue_timeout,
+                metrics=self.metrics,
+            )
+        return self._budget
 
     def model(self, name: str | None, *, field_name: str = "model") -> EmbeddingModel:
         """The named model (the default for ``None``); UnknownName (422) lists the loaded ones."""
@@ -511,10 +525,23 @@ async def respond_async(
         if prepared.response.status_code == 200:  # a body-cache hit
             request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
         return prepared.response
-    response = await run_in_threadpool(finish, state, plan, prepared)
+    # A miss allocates: take its estimated peak bytes from the in-flight budget first (429 when
+    # none frees up in time), keep only the body's once encoded, release after the last byte.
+    budget = state.budget
+    nbytes = estimate_bytes(
+        plan.elements, prepared.fmt, base64=prepared.base64, dtype=plan.params.get("dtype", "")
+    )
+    await budget.acquire(nbytes)
+    since = time.monotonic()
+    try:
+        response = await run_in_threadpool(finish, state, plan, prepared)
+        nbytes = budget.shrink(nbytes, len(response.body) + REQUEST_OVERHEAD)
+    except BaseException:
+        budget.release(nbytes, held_s=time.monotonic() - since)
+        raise
     if prepared.body_key in state.cache:  # the body fitted the cache: replayable
         request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
-    return response
+    return HeldResponse(response, budget, nbytes, since)
 
 
 def fields_dump(model: BaseModel, *, exclude: set[str] | None = None) -> dict[str, Any]:

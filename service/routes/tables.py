@@ -13,6 +13,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from service.admission import OverloadedBody
 from service.errors import UnsupportedMediaTypeBody
 from service.formats import FORMAT_MEDIA_TYPES
 from service.routes.common import (
@@ -75,6 +76,17 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
         },
         413: {"model": TooLargeBody, "description": "output over POSENC_MAX_ELEMENTS elements"},
         422: {"model": ValidationErrorBody, "description": "a field is invalid"},
+        429: {
+            "model": OverloadedBody,
+            "description": "no room in POSENC_MAX_INFLIGHT_BYTES within POSENC_QUEUE_TIMEOUT "
+            "seconds; retry after Retry-After seconds",
+            "headers": {
+                "Retry-After": {
+                    "description": "whole seconds after which a retry is likely to be admitted",
+                    "schema": {"type": "integer", "minimum": 1},
+                }
+            },
+        },
         503: {"model": ErrorBody, "description": "starting up, or out of device memory"},
     }
 
