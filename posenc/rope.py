@@ -21,6 +21,13 @@ The inverse frequencies and attention scaling of every scaling type match transf
 - ``yarn``: YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of LLMs").
 - ``longrope``: LongRoPE (Ding et al., 2024; microsoft/LongRoPE, Phi-3).
 - ``llama3``: the frequency-band rescaling of Llama 3.1 (meta-llama/llama-models).
+- ``proportional``: Gemma 4's global layers: the first ``partial_rotary_factor`` of the
+  ``Dh/2`` frequencies are ``base^(−2i/Dh)`` (exponents over the whole head), the rest are 0
+  (those channels are not rotated), all divided by ``factor``; the table spans the whole head.
+
+The types are a table, as transformers' ``ROPE_INIT_FUNCTIONS``: :data:`ROPE_INIT_FUNCTIONS`
+maps each type to one function and :data:`ROPE_PARAMETER_KEYS` to its required and optional
+parameters, so a new type is one entry in each.
 
 Where transformers reads a value from the model config rather than from ``rope_parameters``,
 posenc takes it from :class:`RopeScaling` instead (the library has no model config):
@@ -45,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -56,7 +63,7 @@ from posenc._validate import check_choice, check_finite, check_int, check_int_at
 from posenc.errors import InvalidArgument
 
 RopeLayout = Literal["half", "interleaved"]
-ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
+ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
 ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
 SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
@@ -70,6 +77,22 @@ _REQUIRED: dict[str, tuple[str, ...]] = {
     "yarn": ("factor", "original_max_position_embeddings"),
     "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
     "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
+    "proportional": (),
+}
+
+#: Optional parameters of each type (transformers' validators' ``optional_keys``).
+_OPTIONAL: dict[str, tuple[str, ...]] = {
+    "linear": (),
+    "dynamic": (),
+    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
+    "longrope": ("factor", "attention_factor"),
+    "llama3": (),
+    "proportional": ("factor", "partial_rotary_factor"),
+}
+
+#: ``{type: (required, optional)}`` parameter names, as transformers' ``_validate_*``.
+ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    t: (_REQUIRED[t], _OPTIONAL[t]) for t in _REQUIRED
 }
 
 # transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
@@ -103,6 +126,8 @@ class RopeScaling:
         short_factor: LongRoPE: ``R/2`` per-frequency divisors used up to the original length.
         long_factor: LongRoPE: ``R/2`` per-frequency divisors used beyond the original length.
         truncate: YaRN: round the correction range outwards to whole dimensions (default True).
+        partial_rotary_factor: proportional (Gemma 4): the fraction of the head's frequencies
+            that rotate (default 1); the others are 0.
     """
 
     type: ScalingType
@@ -118,6 +143,7 @@ class RopeScaling:
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
     truncate: bool | None = None
+    partial_rotary_factor: float | None = None
 
     def __post_init__(self) -> None:
         _validate_scaling(self)
@@ -126,9 +152,9 @@ class RopeScaling:
     def from_dict(cls, d: Mapping[str, Any]) -> RopeScaling:
         """Build from a transformers-style ``rope_parameters`` / ``rope_scaling`` mapping.
 
-        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and
-        ``partial_rotary_factor`` are not scaling parameters here (they are ``base`` and
-        ``rotary_dim``) and are rejected like any other unknown key.
+        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and (except for
+        ``proportional``) ``partial_rotary_factor`` are not scaling parameters here (they are
+        ``base`` and ``rotary_dim``) and are rejected like any other unknown key.
 
         Raises:
             InvalidArgument: unknown keys, a missing or unknown type, a missing required parameter
@@ -215,6 +241,19 @@ def _validate_scaling(s: RopeScaling) -> None:
         value = getattr(s, name)
         if value is not None:
             check_finite(f"scaling.{name}", value)
+    if s.partial_rotary_factor is not None:
+        if s.type != "proportional":
+            raise InvalidArgument(
+                f"scaling.partial_rotary_factor is a parameter of proportional scaling only, "
+                f"got it with {s.type}; give the rotated fraction as rotary_dim",
+                field="scaling.partial_rotary_factor",
+            )
+        check_finite("scaling.partial_rotary_factor", s.partial_rotary_factor, greater_than=0)
+        if s.partial_rotary_factor > 1:
+            raise InvalidArgument(
+                f"scaling.partial_rotary_factor must be in (0, 1], got {s.partial_rotary_factor}",
+                field="scaling.partial_rotary_factor",
+            )
     omax = s.original_max_position_embeddings
     if omax is not None:
         check_int_at_least("scaling.original_max_position_embeddings", omax, 1, noun="an integer")
@@ -308,6 +347,103 @@ def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
     return torch.where(is_medium, smoothed, inv_freq)
 
 
+# Each scaling type: ``(base_inv_freq (R/2,), R, base, scaling, seq_len) -> (inv_freq, scale)``.
+RopeInitFn = Callable[[Tensor, int, float, RopeScaling, "int | None"], tuple[Tensor, float]]
+
+
+def _linear_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
+    return inv_freq / float(s.factor), 1.0  # type: ignore[arg-type]
+
+
+def _dynamic_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Dynamic NTK (``_compute_dynamic_ntk_parameters``): the base grows above ``L0``."""
+    if rotary_dim < 4:
+        raise InvalidArgument(
+            f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
+            f"got {rotary_dim}",
+            field="rotary_dim",
+        )
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    length = max(seq_len if seq_len is not None else omax, omax)
+    if length == omax:
+        return inv_freq, 1.0
+    factor = float(s.factor)  # type: ignore[arg-type]
+    new_base = base * ((factor * length / omax) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (new_base**exponents), 1.0
+
+
+def _yarn_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    return _yarn(inv_freq, rotary_dim, base, s)
+
+
+def _longrope_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """LongRoPE (``_compute_longrope_parameters``): per-frequency divisors, short or long."""
+    half = rotary_dim // 2
+    for name in ("short_factor", "long_factor"):
+        n = len(getattr(s, name))
+        if n != half:
+            raise InvalidArgument(
+                f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
+                field=f"scaling.{name}",
+            )
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    if s.attention_factor is not None:
+        attention_factor = float(s.attention_factor)
+    elif s.factor <= 1.0:  # type: ignore[operator]
+        attention_factor = 1.0
+    else:
+        attention_factor = math.sqrt(1 + math.log(s.factor) / math.log(omax))  # type: ignore[arg-type]
+    use_long = seq_len is not None and seq_len > omax
+    ext = s.long_factor if use_long else s.short_factor
+    ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (ext_factors * base**exponents), attention_factor
+
+
+def _llama3_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    return _llama3(inv_freq, s), 1.0
+
+
+def _proportional_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Gemma 4's proportional RoPE (``_compute_proportional_rope_parameters``).
+
+    ``rotary_dim`` is the whole head ``Dh``: the first ``int(p·Dh // 2)`` frequencies are
+    ``base^(−2i/Dh)`` and the remaining ones 0, all divided by ``factor`` (default 1).
+    """
+    p = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    rope_angles = int(p * rotary_dim // 2)
+    out = inv_freq.clone()
+    out[rope_angles:] = 0.0
+    factor = 1.0 if s.factor is None else float(s.factor)
+    return out / factor, 1.0
+
+
+#: Scaling type → function computing ``(inv_freq, attention_scaling)`` in float64, as
+#: transformers' ``ROPE_INIT_FUNCTIONS``.
+ROPE_INIT_FUNCTIONS: dict[str, RopeInitFn] = {
+    "linear": _linear_init,
+    "dynamic": _dynamic_init,
+    "yarn": _yarn_init,
+    "longrope": _longrope_init,
+    "llama3": _llama3_init,
+    "proportional": _proportional_init,
+}
+
+
 def rope_inv_freq(
     rotary_dim: int,
     base: float = 10000.0,
@@ -351,55 +487,7 @@ def rope_inv_freq(
     if scaling is None:
         return inv_freq, 1.0
 
-    kind = scaling.type
-    if kind == "linear":
-        return inv_freq / float(scaling.factor), 1.0  # type: ignore[arg-type]
-
-    if kind == "dynamic":
-        if rotary_dim < 4:
-            raise InvalidArgument(
-                f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
-                f"got {rotary_dim}",
-                field="rotary_dim",
-            )
-        omax = scaling.original_max_position_embeddings
-        length = max(seq_len if seq_len is not None else omax, omax)  # type: ignore[type-var]
-        if length == omax:
-            return inv_freq, 1.0
-        factor = float(scaling.factor)  # type: ignore[arg-type]
-        new_base = base * ((factor * length / omax) - (factor - 1)) ** (
-            rotary_dim / (rotary_dim - 2)
-        )
-        return 1.0 / (new_base**exponents), 1.0
-
-    if kind == "yarn":
-        return _yarn(inv_freq, rotary_dim, base, scaling)
-
-    if kind == "longrope":
-        half = rotary_dim // 2
-        for name in ("short_factor", "long_factor"):
-            n = len(getattr(scaling, name))
-            if n != half:
-                raise InvalidArgument(
-                    f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
-                    field=f"scaling.{name}",
-                )
-        omax = scaling.original_max_position_embeddings
-        if scaling.attention_factor is not None:
-            attention_factor = float(scaling.attention_factor)
-        elif scaling.factor <= 1.0:  # type: ignore[operator]
-            attention_factor = 1.0
-        else:
-            attention_factor = math.sqrt(
-                1 + math.log(scaling.factor) / math.log(omax)  # type: ignore[arg-type]
-            )
-        use_long = seq_len is not None and seq_len > omax  # type: ignore[operator]
-        ext = scaling.long_factor if use_long else scaling.short_factor
-        ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
-        return 1.0 / (ext_factors * base**exponents), attention_factor
-
-    # llama3
-    return _llama3(inv_freq, scaling), 1.0
+    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling, seq_len)
 
 
 def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | None) -> Tensor:
