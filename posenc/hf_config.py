@@ -160,6 +160,8 @@ _ROPE_MODEL_TYPES = frozenset(
         "qwen3_moe",
         "gemma",
         "gemma2",
+        "gemma4",
+        "gemma4_text",
         "phi",
         "phi3",
         "gpt_neox",

@@ -276,9 +276,11 @@ def _validate_scaling(s: RopeScaling) -> None:
                 f"beta_slow={slow}",
                 field="scaling.beta_fast",
             )
-    if s.type == "llama3" and s.high_freq_factor <= s.low_freq_factor:  # type: ignore[operator]
+    # equal factors (Llama 4 Scout publishes 1.0 and 1.0) leave no medium band: transformers
+    # warns and runs them; only a reversed band is refused
+    if s.type == "llama3" and s.high_freq_factor < s.low_freq_factor:  # type: ignore[operator]
         raise InvalidArgument(
-            f"scaling.high_freq_factor must be greater than scaling.low_freq_factor, got "
+            f"scaling.high_freq_factor must be >= scaling.low_freq_factor, got "
             f"high_freq_factor={s.high_freq_factor} and low_freq_factor={s.low_freq_factor}",
             field="scaling.high_freq_factor",
         )
@@ -344,6 +346,8 @@ def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
     smooth = (old_context_len / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    if high_ff == low_ff:  # no medium band (a 0/0 smooth factor): keep the two outer bands
+        return inv_freq
     return torch.where(is_medium, smoothed, inv_freq)
 
 
