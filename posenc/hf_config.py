@@ -202,6 +202,7 @@ class RopeLayerType:
         parameters: the scaling parameters in effect (transformers' names), without
             ``rope_type`` and ``rope_theta``; empty for ``default``.
         attention_scaling: the factor transformers multiplies cos and sin by.
+        partial_rotary_factor: the fraction of the head that rotates, as read.
     """
 
     rope_type: str
@@ -210,6 +211,7 @@ class RopeLayerType:
     rotary_dim: int
     parameters: Mapping[str, Any]
     attention_scaling: float
+    partial_rotary_factor: float = 1.0
 
     def scaling(self) -> RopeScaling | None:
         """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None)."""
@@ -218,14 +220,17 @@ class RopeLayerType:
         return RopeScaling.from_dict({"type": self.rope_type, **self.parameters})
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "rope_type": self.rope_type,
-            "rope_theta": self.rope_theta,
-            "head_dim": self.head_dim,
-            "rotary_dim": self.rotary_dim,
-            "parameters": _plain(self.parameters),
-            "attention_scaling": self.attention_scaling,
-        }
+        """Flat, as transformers' ``rope_parameters`` (plus dims and attention scaling)."""
+        out: dict[str, Any] = {"rope_type": self.rope_type, "rope_theta": self.rope_theta}
+        if self.partial_rotary_factor != 1.0:
+            out["partial_rotary_factor"] = self.partial_rotary_factor
+        out.update(_plain(dict(self.parameters)))
+        out.update(
+            head_dim=self.head_dim,
+            rotary_dim=self.rotary_dim,
+            attention_scaling=self.attention_scaling,
+        )
+        return out
 
 
 @dataclass(frozen=True)
@@ -754,6 +759,7 @@ def _rope_layer(
             rotary_dim=rotary_dim,
             parameters=MappingProxyType(frozen),
             attention_scaling=float(attention_scaling),
+            partial_rotary_factor=float(prf),
         ),
         mrope,
     )

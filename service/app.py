@@ -40,7 +40,7 @@ from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.metrics import Metrics, MetricsMiddleware
 from service.replay import ReplayMiddleware
-from service.routes import biases, catalog, embed, encodings, ops, position_ids
+from service.routes import biases, catalog, configs, embed, encodings, ops, position_ids
 from service.routes.common import ServiceState
 
 logger = logging.getLogger("service")
@@ -342,6 +342,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"name": "biases", "description": "attention biases"},
             {"name": "tokens", "description": "token batches: position ids and embeddings"},
             {"name": "catalog", "description": "models, presets, service info"},
+            {"name": "configs", "description": "what a model's config.json means for positions"},
             {"name": "operations", "description": "health, readiness, metrics"},
         ],
     )
@@ -351,7 +352,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    for module in (encodings, biases, position_ids, embed, catalog, ops):
+    for module in (encodings, biases, position_ids, embed, catalog, configs, ops):
         app.include_router(module.router)
     _install_docs(app)
     app.openapi = _custom_openapi(app, settings)  # type: ignore[method-assign]

@@ -250,7 +250,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
             )
             continue
         value = values[0]
-        if key == "scaling":
+        if key in ("scaling", "config"):  # JSON text
             try:
                 data[key] = json.loads(value)
             except ValueError as exc:
@@ -258,7 +258,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
                     {
                         "type": "json_invalid",
                         "loc": (key,),
-                        "msg": f"scaling must be JSON text (an object or null): {exc}",
+                        "msg": f"{key} must be JSON text (an object or null): {exc}",
                         "input": value,
                     }
                 )
@@ -289,6 +289,11 @@ def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
                 "type": "string",
                 "pattern": r"^[0-9]+(,[0-9]+)*$",
                 "description": "comma-separated positions, e.g. 0,1,2,4096",
+            }
+        elif name == "config":
+            param_schema = {
+                "type": "string",
+                "description": "JSON text of the model's config.json object",
             }
         elif name == "scaling":
             param_schema = {

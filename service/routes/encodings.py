@@ -10,7 +10,8 @@ from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
 from posenc.sinusoidal import sinusoidal_table
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source, merge_preset, missing
+from service.routes.common import Plan, ServiceState, Source, missing
+from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
 
@@ -53,9 +54,9 @@ def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source)
 
 
 def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "learned", source)
+    req, info = merge_sources(req, "learned", source)
     dtype = resolve_dtype(req.dtype)
-    params = req.model_dump(mode="json")
+    params = {**req.model_dump(mode="json"), **info}
     if req.model is not None:
         model = state.model(req.model)
         table = model.position_table
@@ -111,6 +112,7 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
         "d_model": d_model,
         "seed": seed,
         "dtype": req.dtype,
+        **info,
     }
 
     def compute_seeded() -> Bundle:
@@ -127,7 +129,7 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
 
 
 def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "rope", source)
+    req, info = merge_sources(req, "rope", source)
     if req.head_dim is None:
         raise missing(source, "head_dim", "Field required: give head_dim (or a rope preset)")
     rotary_dim = req.head_dim if req.rotary_dim is None else req.rotary_dim
@@ -142,7 +144,8 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     )
     # Validates the scaling against rotary_dim (longrope factors) and gives the attention
     # scaling for meta; R/2 numbers, cheap.
-    _, attention_scaling = rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
+    base = float(req.base)  # type: ignore[arg-type]  # merge_sources applied the default
+    _, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
     dtype = resolve_dtype(req.dtype)
     meta = {
         "kind": "rope",
@@ -153,8 +156,11 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         "layout": req.layout,
         "scaling": req.scaling.model_dump(mode="json", exclude_none=True) if req.scaling else None,
         "preset": req.preset,
+        "rope_type": scaling.type if scaling is not None else "default",
         "attention_scaling": attention_scaling,
+        "layer_type": req.layer_type,
         "dtype": req.dtype,
+        **info,
     }
 
     def compute() -> Bundle:
@@ -162,8 +168,8 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
             req.positions,
             seq_len=req.seq_len,
             rotary_dim=rotary_dim,
-            base=req.base,
-            layout=req.layout,
+            base=base,
+            layout=req.layout,  # type: ignore[arg-type]
             scaling=scaling,
             device=state.device,
             dtype=dtype,
@@ -172,7 +178,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
 
     return Plan(
         route="/v1/encodings/rope",
-        params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim},
+        params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim, **info},
         elements=2 * seq_len * rotary_dim + rotary_dim // 2,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
@@ -213,8 +219,9 @@ add_compute_routes(
     summary="Rotary position embedding tables",
     description=(
         "RoPE cos/sin tables with the scaling types of Hugging Face transformers (linear, "
-        "dynamic, yarn, longrope, llama3); cos and sin include the attention scaling "
-        "(`meta.attention_scaling`). Tensors: `cos` (T, rotary_dim), `sin` (T, rotary_dim), "
+        "dynamic, yarn, longrope, llama3, proportional); cos and sin include the attention "
+        "scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a model's "
+        "config.json (as transformers 5 reads it; `layer_type` for per-layer-type RoPE). Tensors: `cos` (T, rotary_dim), `sin` (T, rotary_dim), "
         "`inv_freq` (rotary_dim/2)."
     ),
 )
