@@ -437,19 +437,45 @@ def _hidden(r: _Reader) -> int | None:
     return None
 
 
+#: Bounds on what a config may ask for (a real model is far below both).
+MAX_HEAD_DIM = 2**16
+MAX_LAYERS = 2**16
+
+
 def _head_dim(r: _Reader) -> int | None:
     if r.has("head_dim"):
-        return r.int("head_dim")
-    hidden, heads = _hidden(r), _num_heads(r)
-    if hidden is None or heads is None:
-        return None
-    return hidden // heads
+        head_dim = r.int("head_dim")
+        key = "head_dim"
+    else:
+        hidden, heads = _hidden(r), _num_heads(r)
+        if hidden is None or heads is None:
+            return None
+        head_dim = hidden // heads
+        key = "num_attention_heads"
+        if head_dim < 1:
+            raise InvalidArgument(
+                f"hidden_size {hidden} / num_attention_heads {heads} gives a head dimension of "
+                f"{hidden / heads:g}; it must be at least 1",
+                field=r.field(key),
+            )
+    if head_dim is not None and head_dim > MAX_HEAD_DIM:
+        raise InvalidArgument(
+            f"the head dimension {head_dim} is over posenc's limit of {MAX_HEAD_DIM}",
+            field=r.field(key),
+        )
+    return head_dim
 
 
 def _layer_count(r: _Reader) -> int | None:
     for key in ("num_hidden_layers", "n_layer", "n_layers", "num_layers"):
         if r.has(key):
-            return r.int(key, minimum=0)
+            n = r.int(key, minimum=0)
+            if n is not None and n > MAX_LAYERS:
+                raise InvalidArgument(
+                    f"{r.field(key)} {n} is over posenc's limit of {MAX_LAYERS} layers",
+                    field=r.field(key),
+                )
+            return n
     return None
 
 
@@ -678,6 +704,14 @@ def _rope_layer(
         rotary_dim = head_dim
     else:
         rotary_dim = int(head_dim * prf)
+    if head_dim > MAX_HEAD_DIM or (rotary_dim is not None and rotary_dim > head_dim):
+        raise InvalidArgument(
+            f"the rotary dimension {rotary_dim} must be <= the head dimension {head_dim}, and "
+            f"that <= {MAX_HEAD_DIM}",
+            field=f"{where}.partial_rotary_factor"
+            if base not in ("gptj", "codegen")
+            else r.field("rotary_dim"),
+        )
     if rotary_dim is None or rotary_dim < 2 or rotary_dim % 2:
         raise InvalidArgument(
             f"the rotary dimension int(head_dim {head_dim} x partial_rotary_factor {prf}) = "
