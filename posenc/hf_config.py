@@ -799,17 +799,25 @@ def _rope_layer(
     )
 
 
+def _is_mla(base: str, r: _Reader) -> bool:
+    """Multi-head latent attention (DeepSeek V2/V3 and the models built like them): RoPE on
+    ``qk_rope_head_dim`` channels, scores over ``qk_nope_head_dim + qk_rope_head_dim``."""
+    return base in ("deepseek_v2", "deepseek_v3") or (
+        r.has("qk_rope_head_dim") and r.has("qk_nope_head_dim")
+    )
+
+
 def _softmax_scale(base: str, r: _Reader, head_dim: int | None, rope: RopeLayerType | None) -> float | None:
     c = r.config
-    if base in ("gemma2", *_GEMMA3_LIKE):
+    if base.startswith(("gemma4", "gemma3n")):
+        return 1.0  # their q/k norms stand in for the scale
+    if base in ("gemma2", *_GEMMA3_LIKE) or r.has("query_pre_attn_scalar"):
         return float(r.float("query_pre_attn_scalar", 256.0)) ** -0.5  # type: ignore[arg-type]
-    if base == "gemma4":
-        return 1.0
     if base in _RELATIVE_MODEL_TYPES:
         return 1.0  # T5 folds the scale into its initialisation
-    if base == "granite" and r.has("attention_multiplier"):
+    if r.has("attention_multiplier"):
         return r.float("attention_multiplier")
-    if base in ("deepseek_v2", "deepseek_v3"):
+    if _is_mla(base, r):
         qk = (r.int("qk_nope_head_dim", 128) or 0) + (r.int("qk_rope_head_dim", 64) or 0)
         scale = qk**-0.5
         if rope is not None and rope.rope_type != "default":
@@ -897,7 +905,9 @@ def _rope(
     shown_type: str, model_type: str, base: str, r: _Reader, max_pos: int | None, n_layers: int | None
 ) -> ModelPositions:
     c = r.config
-    if base in ("deepseek_v2", "deepseek_v3") and r.has("qk_rope_head_dim"):
+    if r.has("qk_rope_head_dim") and (
+        base in ("deepseek_v2", "deepseek_v3") or (_is_mla(base, r) and not r.has("head_dim"))
+    ):
         head_dim = r.int("qk_rope_head_dim")
     else:
         head_dim = _head_dim(r)
@@ -913,7 +923,7 @@ def _rope(
     mrope: dict[str, Any] = {}
     for name, d in dicts.items():
         hd = head_dim
-        if base == "gemma4" and name == "full_attention":
+        if name == "full_attention" and (base == "gemma4" or r.has("global_head_dim")):
             hd = r.int("global_head_dim", 512) or head_dim
         layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
         rope[name] = layer
@@ -927,8 +937,10 @@ def _rope(
     layout = "interleaved" if (
         base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES
     ) else "half"
-    if base in ("deepseek_v2", "deepseek_v3") and c.get("rope_interleave") is False:
+    if c.get("rope_interleave") is False:
         layout = "half"
+    elif c.get("rope_interleave") is True:
+        layout = "interleaved"
 
     section = mrope.get("mrope_section")
     if section is not None and (
@@ -952,10 +964,10 @@ def _rope(
                 "attn_scale": float(r.float("attn_scale", 0.1)),  # type: ignore[arg-type]
             }
         )
-    sliding = r.int("sliding_window")
+    sliding = r.int("sliding_window", minimum=0) or None
     if base in _QWEN_SLIDING and not c.get("use_sliding_window"):
         sliding = None
-    attn_head_dim = _head_dim(r) if base not in ("deepseek_v2", "deepseek_v3") else head_dim
+    attn_head_dim = head_dim if _is_mla(base, r) else _head_dim(r)
     return ModelPositions(
         model_type=shown_type,
         kind="rope",
