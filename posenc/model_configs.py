@@ -218,6 +218,27 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "max_window_layers": 28,
             },
         ),
+        "qwen3-vl-8b": (
+            "Qwen/Qwen3-VL-8B-Instruct",
+            {
+                "model_type": "qwen3_vl",
+                "text_config": {
+                    "model_type": "qwen3_vl_text",
+                    "hidden_size": 4096,
+                    "num_attention_heads": 32,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "num_hidden_layers": 36,
+                    "max_position_embeddings": 262144,
+                    "rope_theta": 5000000,
+                    "rope_scaling": {
+                        "mrope_interleaved": True,
+                        "mrope_section": [24, 20, 20],
+                        "rope_type": "default",
+                    },
+                },
+            },
+        ),
         # --- Gemma ------------------------------------------------------------------------
         "gemma-2-9b": (
             "google/gemma-2-9b",

@@ -207,6 +207,12 @@ class RopeScalingRequest(RequestModel):
         return data
 
 
+# M-RoPE positions: three rows (temporal, height, width), (3, T)
+MropePositions = Annotated[
+    list[Annotated[list[Position], Field(min_length=1)]], Field(min_length=3, max_length=3)
+]
+
+
 class RopeRequest(RequestModel):
     """``POST /v1/encodings/rope``: tensors ``cos`` (T, R), ``sin`` (T, R), ``inv_freq`` (R/2)."""
 
@@ -221,8 +227,11 @@ class RopeRequest(RequestModel):
     )
 
     seq_len: Int | None = Field(None, ge=1, le=MAX_SIZE, description="T: positions 0 … T−1")
-    positions: list[Position] | None = Field(
-        None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
+    positions: list[Position] | MropePositions | None = Field(
+        None,
+        min_length=1,
+        description="explicit positions (ints ≥ 0) instead of seq_len; or three lists "
+        "(temporal, height, width: (3, T)) with mrope_section",
     )
     head_dim: Int | None = Field(
         None,
@@ -254,6 +263,17 @@ class RopeRequest(RequestModel):
         None,
         description="for a config with RoPE parameters per layer type (Gemma 3: "
         "sliding_attention, full_attention): which type; required there, refused otherwise",
+    )
+    mrope_section: list[Annotated[Int, Field(ge=0, le=MAX_SIZE)]] | None = Field(
+        None,
+        min_length=3,
+        max_length=3,
+        description="M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2",
+    )
+    mrope_interleaved: bool | None = Field(
+        None,
+        description="M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's "
+        "interleaving",
     )
     dtype: DType = Field("float32", description=_DTYPE_DESC)
 

@@ -37,6 +37,7 @@ ROTARY = {
     "qwen2": ("qwen2", "Qwen2RotaryEmbedding", "Qwen2Attention"),
     "qwen3": ("qwen3", "Qwen3RotaryEmbedding", "Qwen3Attention"),
     "qwen2_5_vl_text": ("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding", "Qwen2_5_VLAttention"),
+    "qwen3_vl_text": ("qwen3_vl", "Qwen3VLTextRotaryEmbedding", "Qwen3VLTextAttention"),
     "gemma2": ("gemma2", "Gemma2RotaryEmbedding", "Gemma2Attention"),
     "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding", "Gemma3Attention"),
     "phi": ("phi", "PhiRotaryEmbedding", "PhiAttention"),
@@ -86,7 +87,7 @@ def _hf_rotary(tc, layer_type: str | None):
             freqs_cis = rot(x, pos)  # (1, T, R/2) complex, attention scaling included
             cos, sin = freqs_cis.real, freqs_cis.imag
             return inv, scale, cos[0].repeat_interleave(2, -1), sin[0].repeat_interleave(2, -1)
-        if mt == "qwen2_5_vl_text":
+        if mt in ("qwen2_5_vl_text", "qwen3_vl_text"):
             cos, sin = rot(x, pos[None].expand(3, 1, -1))
         else:
             cos, sin = rot(x, pos)
@@ -300,3 +301,38 @@ def test_sweep_of_transformers_default_configs() -> None:
         logging.disable(logging.NOTSET)
     assert not wrong, wrong
     assert checked >= 150, checked
+
+
+@pytest.mark.parametrize(
+    ("name", "module", "cls"),
+    [
+        ("qwen2.5-vl-7b", "qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding"),
+        ("qwen3-vl-8b", "qwen3_vl", "Qwen3VLTextRotaryEmbedding"),
+    ],
+)
+def test_mrope_sections_equal_transformers(name: str, module: str, cls: str) -> None:
+    """(3, T) positions over the config's mrope_section: Qwen2.5-VL contiguous, Qwen3-VL
+    interleaved, against the model's own text rotary embedding."""
+    from posenc.rope_sections import mrope_cos_sin
+
+    mp = read_positions(model_config(name))
+    f = rope_request_fields(mp)
+    assert f["mrope_interleaved"] is (name == "qwen3-vl-8b")
+    tc = _hf_text_config(model_config(name))
+    rot = getattr(_module(module), cls)(config=tc)
+    gen = torch.Generator().manual_seed(0)
+    pos = torch.randint(0, 50, (3, 1, 40), generator=gen)  # (3, B, T): distinct rows
+    cos_hf, sin_hf = rot(torch.zeros(1), pos)
+    ours = mrope_cos_sin(
+        pos[:, 0],
+        rotary_dim=f["rotary_dim"],
+        mrope_section=f["mrope_section"],
+        interleaved=f["mrope_interleaved"],
+        base=f["base"],
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(ours.cos.float(), cos_hf[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(ours.sin.float(), sin_hf[0], rtol=0, atol=2e-5)
+    # the sections matter: plain RoPE over the temporal row alone differs
+    plain = rope_cos_sin(pos[0, 0], rotary_dim=f["rotary_dim"], base=f["base"])
+    assert (plain.cos - cos_hf[0]).abs().max() > 0.1

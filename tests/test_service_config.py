@@ -241,3 +241,40 @@ def test_configs_positions_refusals(api: httpx.Client) -> None:
     bad["rope_theta"] = "big"
     r = api.post("/v1/configs/positions", json={"config": bad})
     assert r.status_code == 422 and "rope_theta" in r.text
+
+
+# ---------------------------------------------------------------------------------------------
+# M-RoPE: (3, T) positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mrope_positions_with_config_equal_transformers(api: httpx.Client) -> None:
+    from transformers import AutoConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
+
+    rows = [[0, 1, 2, 3, 3, 3], [0, 1, 2, 3, 4, 5], [0, 1, 2, 5, 6, 7]]
+    config = model_config("qwen2.5-vl-7b")
+    r = api.post("/v1/encodings/rope", json={"positions": rows, "config": config})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["mrope_section"] == [16, 24, 24]
+    tc = AutoConfig.for_model(**model_config("qwen2.5-vl-7b")).get_text_config()
+    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])
+    np.testing.assert_allclose(json_tensor(r.json(), "cos"), cos[0].numpy(), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(json_tensor(r.json(), "sin"), sin[0].numpy(), atol=2e-5, rtol=0)
+
+
+def test_mrope_section_in_the_body(api: httpx.Client) -> None:
+    """Interleaved sections [1, 1, 1] over rotary_dim 6: frequency j follows row j."""
+    rows = [[0, 7], [0, 11], [0, 13]]
+    body = {"positions": rows, "head_dim": 6, "mrope_section": [1, 1, 1], "mrope_interleaved": True}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    inv = _inv_freq(6, 10000.0)
+    angles = np.array([rows[j][1] * inv[j] for j in range(3)])
+    np.testing.assert_allclose(json_tensor(r.json(), "cos")[1], np.cos(np.concatenate([angles, angles])), atol=1e-6)
+    body["mrope_section"] = [1, 1, 2]
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 422 and "rotary_dim/2 = 3" in r.text
+    del body["mrope_section"]
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 422 and "mrope_section" in r.text

@@ -8,6 +8,7 @@ from posenc import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
+from posenc.rope_sections import mrope_channel_axes, mrope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 from service.formats import Bundle
 from service.routes.common import Plan, ServiceState, Source, missing
@@ -128,13 +129,45 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
     )
 
 
+def mrope_positions(req: RopeRequest) -> list[list[int]] | None:
+    """The ``(3, T)`` M-RoPE position rows of ``req``, or None for plain RoPE.
+
+    Three rows need ``mrope_section``; with ``mrope_section`` (from the body or a config), a
+    single row or ``seq_len`` is text: the same positions on all three axes, as transformers
+    expands them.
+    """
+    rows = req.positions
+    two_d = rows is not None and len(rows) > 0 and isinstance(rows[0], list)
+    if req.mrope_section is None:
+        if two_d:
+            raise InvalidArgument(
+                "positions given as three rows (temporal, height, width) need mrope_section "
+                "(three ints summing to rotary_dim/2), or a config that has one",
+                field="mrope_section",
+            )
+        return None
+    if two_d:
+        lengths = {len(r) for r in rows}  # type: ignore[union-attr, arg-type]
+        if len(lengths) != 1:
+            raise InvalidArgument(
+                f"the three position rows must have the same length, got {sorted(lengths)}",
+                field="positions",
+            )
+        return [list(r) for r in rows]  # type: ignore[union-attr, arg-type]
+    text = list(rows) if rows is not None else list(range(int(req.seq_len or 0)))
+    return [text, text, text]  # type: ignore[list-item]
+
+
 def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     req, info = merge_sources(req, "rope", source)
     if req.head_dim is None:
         raise missing(source, "head_dim", "Field required: give head_dim (or a rope preset)")
     rotary_dim = req.head_dim if req.rotary_dim is None else req.rotary_dim
-    if req.positions is not None:
-        seq_len, length = len(req.positions), max(req.positions) + 1
+    mrope_rows = mrope_positions(req)  # (3, T) rows, or None for plain RoPE
+    if mrope_rows is not None:
+        seq_len, length = len(mrope_rows[0]), max(max(r) for r in mrope_rows) + 1
+    elif req.positions is not None:
+        seq_len, length = len(req.positions), max(req.positions) + 1  # type: ignore[type-var]
     else:
         seq_len = length = int(req.seq_len or 0)
     scaling = (
@@ -162,8 +195,27 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         "dtype": req.dtype,
         **info,
     }
+    if mrope_rows is not None:
+        meta["mrope_section"] = req.mrope_section
+        meta["mrope_interleaved"] = bool(req.mrope_interleaved)
+        mrope_channel_axes(rotary_dim, req.mrope_section or (), interleaved=False)  # validates
 
     def compute() -> Bundle:
+        if mrope_rows is not None:
+            tables = mrope_cos_sin(
+                mrope_rows,
+                rotary_dim=rotary_dim,
+                mrope_section=req.mrope_section or (),
+                interleaved=bool(req.mrope_interleaved),
+                base=base,
+                layout=req.layout,  # type: ignore[arg-type]
+                scaling=scaling,
+                device=state.device,
+                dtype=dtype,
+            )
+            return Bundle(
+                {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta
+            )
         tables = rope_cos_sin(
             req.positions,
             seq_len=req.seq_len,

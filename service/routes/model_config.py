@@ -50,10 +50,7 @@ def _config_fields(kind: str, mp: ModelPositions, layer_type: str | None) -> dic
             field="config",
         )
     if kind == "rope":
-        fields = rope_request_fields(mp, layer_type)
-        fields.pop("mrope_section", None)
-        fields.pop("mrope_interleaved", None)
-        return fields
+        return rope_request_fields(mp, layer_type)
     if kind == "alibi":
         return dict(mp.alibi or {})
     if kind == "relative":
