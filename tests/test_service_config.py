@@ -278,3 +278,14 @@ def test_mrope_section_in_the_body(api: httpx.Client) -> None:
     del body["mrope_section"]
     r = api.post("/v1/encodings/rope", json=body)
     assert r.status_code == 422 and "mrope_section" in r.text
+
+
+def test_client_config_positions_and_rope_from_config(live_server: str) -> None:
+    from posenc.client import PosencClient
+
+    with PosencClient(live_server, timeout=60) as client:
+        info = client.config_positions(model_config("glm-4-9b"))
+        assert (info["rotary_dim"], info["layout"]) == (64, "interleaved")
+        result = client.rope(seq_len=3, extra={"config": model_config("glm-4-9b")})
+    assert result.cos.shape == (3, 64) and result.meta["config_model_type"] == "glm4"
+    np.testing.assert_allclose(result.inv_freq, _inv_freq(64, 10000.0), rtol=1e-6)
