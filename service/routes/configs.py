@@ -91,7 +91,11 @@ class ConfigPositions(BaseModel):
         "softmax scale, Llama 4's temperature settings, the sliding window, and warnings for "
         "legacy or ignored keys. An unreadable config is a 422 naming the key."
     ),
-    responses={422: {"model": ValidationErrorBody}, 401: {"model": ErrorBody}},
+    responses={
+        400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
+        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
+        422: {"model": ValidationErrorBody, "description": "a key of the config is unreadable"},
+    },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     return read_positions(body.config).to_dict()
