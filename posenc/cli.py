@@ -248,6 +248,8 @@ def _rope(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> T
         "kind": "rope", "seq_len": pos.numel(), "head_dim": head_dim, "rotary_dim": rotary_dim,
         "base": base, "layout": layout, "scaling": f.get("scaling"), "preset": f.get("preset"),
         "attention_scaling": head.attention_scaling, "dtype": f.get("dtype", "float32"),
+        # as the service's meta (v1.1): the scaling type applied, and the config's layer type
+        "rope_type": scaling.type if scaling is not None else "default", "layer_type": None,
     }  # fmt: skip
     return {"cos": cos, "sin": sin, "inv_freq": head.inv_freq}, meta
 
