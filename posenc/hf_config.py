@@ -419,8 +419,12 @@ def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return merged, "config.text_config."
 
 
+# model_type spellings of older files, as transformers maps them
+_MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
+
+
 def _base_type(model_type: str) -> str:
-    return model_type.removesuffix("_text")
+    return _MODEL_TYPE_ALIASES.get(model_type, model_type).removesuffix("_text")
 
 
 def _num_heads(r: _Reader) -> int | None:

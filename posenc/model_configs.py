@@ -358,6 +358,29 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 },
             },
         ),
+        "gpt-oss-20b": (
+            "openai/gpt-oss-20b",
+            {
+                "model_type": "gpt_oss",
+                "hidden_size": 2880,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "num_hidden_layers": 24,
+                "max_position_embeddings": 131072,
+                "rope_theta": 150000,
+                "rope_scaling": {
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "factor": 32.0,
+                    "original_max_position_embeddings": 4096,
+                    "rope_type": "yarn",
+                    "truncate": False,
+                },
+                "sliding_window": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 12,
+            },
+        ),
         # --- GPT-NeoX, GPT-J, OLMo, GLM, Falcon -----------------------------------------
         "gpt-neox-20b": (
             "EleutherAI/gpt-neox-20b",

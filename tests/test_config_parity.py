@@ -47,6 +47,7 @@ ROTARY = {
     "olmo2": ("olmo2", "Olmo2RotaryEmbedding", "Olmo2Attention"),
     "glm4": ("glm4", "Glm4RotaryEmbedding", "Glm4Attention"),
     "falcon": ("falcon", "FalconRotaryEmbedding", None),
+    "gpt_oss": ("gpt_oss", "GptOssRotaryEmbedding", "GptOssAttention"),
 }
 
 ROPE_NAMES = [n for n, (_, c) in MODEL_CONFIGS.items() if read_positions(c).kind == "rope"]
@@ -92,6 +93,8 @@ def _hf_rotary(tc, layer_type: str | None):
         else:
             cos, sin = rot(x, pos)
     cos, sin = cos[0], sin[0]  # (T, R) in cat(θ, θ) form
+    if cos.shape[-1] == inv.shape[-1]:  # GPT-OSS returns the half and rotates [x1 | x2]
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
     if mt in ("glm4", "glm", "deepseek_v3"):  # their attention interleaves the half table
         half = cos.shape[-1] // 2
         cos, sin = cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
@@ -336,3 +339,41 @@ def test_mrope_sections_equal_transformers(name: str, module: str, cls: str) -> 
     # the sections matter: plain RoPE over the temporal row alone differs
     plain = rope_cos_sin(pos[0, 0], rotary_dim=f["rotary_dim"], base=f["base"])
     assert (plain.cos - cos_hf[0]).abs().max() > 0.1
+
+
+def test_phi3_longrope_short_and_long_equal_transformers() -> None:
+    """Phi-3.5-mini's layout of keys (longrope in rope_scaling, a top-level
+    original_max_position_embeddings 4096, max_position_embeddings 131072). Its 48 published
+    short/long factors are not quoted here; the test uses made-up ones of the same shape."""
+    from transformers.models.phi3.modeling_phi3 import Phi3RotaryEmbedding
+
+    short = [1.0 + 0.01 * i for i in range(48)]
+    long = [1.0 + 0.5 * i for i in range(48)]
+    config = {
+        "model_type": "phi3",
+        "hidden_size": 3072,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "max_position_embeddings": 131072,
+        "original_max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"long_factor": long, "short_factor": short, "type": "longrope"},
+    }
+    mp = read_positions(config)
+    layer = mp.rope["full_attention"]
+    assert layer.parameters["factor"] == 32.0
+    assert layer.attention_scaling == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)))
+    f = rope_request_fields(mp)
+    rot = Phi3RotaryEmbedding(config=_hf_text_config(config))
+    for last in (100, 5000):  # within, then beyond, the original 4096
+        pos = torch.arange(last - 8, last)
+        cos_hf, _ = rot(torch.zeros(1), pos[None])
+        ours = rope_cos_sin(
+            pos,
+            rotary_dim=f["rotary_dim"],
+            base=f["base"],
+            scaling=RopeScaling.from_dict(f["scaling"]),
+            dtype=torch.float64,
+        )
+        # float32 angles near p = 5000 are off by ~5000·ulp(1) in transformers
+        torch.testing.assert_close(ours.cos.float(), cos_hf[0], rtol=0, atol=2e-3)
