@@ -68,36 +68,99 @@ ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "propor
 ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
 SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
 
-# Required parameters of each scaling type (besides ``type``), as transformers' validators
-# require them; yarn's and llama3's `original_max_position_embeddings` and dynamic's are required
-# here because transformers would otherwise take it from the model config.
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "linear": ("factor",),
-    "dynamic": ("factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings"),
-    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-    "proportional": (),
-}
 
-#: Optional parameters of each type (transformers' validators' ``optional_keys``).
-_OPTIONAL: dict[str, tuple[str, ...]] = {
-    "linear": (),
-    "dynamic": (),
-    "yarn": ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor", "truncate"),
-    "longrope": ("factor", "attention_factor"),
-    "llama3": (),
-    "proportional": ("factor", "partial_rotary_factor"),
-}
+def _param_keys(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    fields = dataclasses.fields(cls)
+    required = tuple(f.name for f in fields if f.default is dataclasses.MISSING)
+    optional = tuple(f.name for f in fields if f.default is not dataclasses.MISSING)
+    return required, optional
 
-#: ``{type: (required, optional)}`` parameter names, as transformers' ``_validate_*``.
-ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    t: (_REQUIRED[t], _OPTIONAL[t]) for t in _REQUIRED
-}
 
 # transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
 _YARN_BETA_FAST = 32.0
 _YARN_BETA_SLOW = 1.0
+
+
+# One frozen parameter class per scaling type (transformers' ``_validate_<type>_rope_parameters``
+# shape): a field without a default is required. ``RopeScaling.params()`` gives the instance
+# that the type's function in ROPE_INIT_FUNCTIONS reads.
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    """Position interpolation: every frequency divided by ``factor``."""
+
+    factor: float
+
+
+@dataclass(frozen=True)
+class DynamicParams:
+    """Dynamic NTK: the base grows with the length above ``original_max_position_embeddings``."""
+
+    factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class YarnParams:
+    """YaRN (Peng et al., 2023): ramp between interpolation and extrapolation, mscale."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool | None = None
+
+
+@dataclass(frozen=True)
+class LongRopeParams:
+    """LongRoPE (Ding et al., 2024): per-frequency divisors, short up to the original length."""
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    factor: float | None = None
+    attention_factor: float | None = None
+
+
+@dataclass(frozen=True)
+class Llama3Params:
+    """Llama 3.1's frequency bands."""
+
+    factor: float
+    original_max_position_embeddings: int
+    low_freq_factor: float
+    high_freq_factor: float
+
+
+@dataclass(frozen=True)
+class ProportionalParams:
+    """Gemma 4's proportional RoPE: the first ``partial_rotary_factor`` of the frequencies."""
+
+    factor: float | None = None
+    partial_rotary_factor: float | None = None
+
+
+#: Scaling type → its frozen parameter class.
+ROPE_PARAMETER_CLASSES: dict[str, type] = {
+    "linear": LinearParams,
+    "dynamic": DynamicParams,
+    "yarn": YarnParams,
+    "longrope": LongRopeParams,
+    "llama3": Llama3Params,
+    "proportional": ProportionalParams,
+}
+
+#: ``{type: (required, optional)}`` parameter names, from the classes (yarn's and llama3's
+#: ``original_max_position_embeddings`` and dynamic's are required here: transformers would
+#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf_config`).
+ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    t: _param_keys(c) for t, c in ROPE_PARAMETER_CLASSES.items()
+}
+_REQUIRED: dict[str, tuple[str, ...]] = {t: k[0] for t, k in ROPE_PARAMETER_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -147,6 +210,12 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         _validate_scaling(self)
+
+    def params(self) -> Any:
+        """The frozen parameter class of this type (:data:`ROPE_PARAMETER_CLASSES`), holding
+        only that type's parameters."""
+        cls = ROPE_PARAMETER_CLASSES[self.type]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RopeScaling:
@@ -295,7 +364,7 @@ def _check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
 
 
 def _yarn(
-    base_inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling
+    base_inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams
 ) -> tuple[Tensor, float]:
     """YaRN (Peng et al., 2023) as transformers' ``_compute_yarn_parameters``, in float64."""
     factor = float(s.factor)  # type: ignore[arg-type]
@@ -332,7 +401,7 @@ def _yarn(
     return inv_freq, attention_factor
 
 
-def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
+def _llama3(base_inv_freq: Tensor, s: Llama3Params) -> Tensor:
     """Llama 3.1 band rescaling as transformers' ``_compute_llama3_parameters``, in float64."""
     factor = float(s.factor)  # type: ignore[arg-type]
     low_ff = float(s.low_freq_factor)  # type: ignore[arg-type]
@@ -352,18 +421,18 @@ def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
 
 
 # Each scaling type: ``(base_inv_freq (R/2,), R, base, scaling, seq_len) -> (inv_freq, scale)``.
-RopeInitFn = Callable[[Tensor, int, float, RopeScaling, "int | None"], tuple[Tensor, float]]
+RopeInitFn = Callable[[Tensor, int, float, Any, "int | None"], tuple[Tensor, float]]
 
 
 def _linear_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LinearParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
     return inv_freq / float(s.factor), 1.0  # type: ignore[arg-type]
 
 
 def _dynamic_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: DynamicParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     """Dynamic NTK (``_compute_dynamic_ntk_parameters``): the base grows above ``L0``."""
     if rotary_dim < 4:
@@ -383,13 +452,13 @@ def _dynamic_init(
 
 
 def _yarn_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     return _yarn(inv_freq, rotary_dim, base, s)
 
 
 def _longrope_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LongRopeParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     """LongRoPE (``_compute_longrope_parameters``): per-frequency divisors, short or long."""
     half = rotary_dim // 2
@@ -415,13 +484,13 @@ def _longrope_init(
 
 
 def _llama3_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: Llama3Params, seq_len: int | None
 ) -> tuple[Tensor, float]:
     return _llama3(inv_freq, s), 1.0
 
 
 def _proportional_init(
-    inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling, seq_len: int | None
+    inv_freq: Tensor, rotary_dim: int, base: float, s: ProportionalParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     """Gemma 4's proportional RoPE (``_compute_proportional_rope_parameters``).
 
@@ -491,7 +560,7 @@ def rope_inv_freq(
     if scaling is None:
         return inv_freq, 1.0
 
-    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling, seq_len)
+    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling.params(), seq_len)
 
 
 def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | None) -> Tensor:
