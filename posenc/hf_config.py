@@ -553,10 +553,27 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
         no_rope = c.get("no_rope_layers") or [
             int((i + 1) % interval != 0) for i in range(n_layers)
         ]
+        if not isinstance(no_rope, list):
+            raise InvalidArgument(
+                "config.no_rope_layers must be a list of flags (1: RoPE, 0: none)",
+                field=r.field("no_rope_layers"),
+            )
         types = ["chunked_attention" if use else "no_rope" for use in no_rope]
         return types
+    elif base == "smollm3":
+        types = ["full_attention"] * n_layers
     else:
         types = ["full_attention"] * n_layers
+    if base == "smollm3":
+        # SmolLM3: NoPE every no_rope_layer_interval-th layer (no_rope_layers[i] == 0)
+        interval = r.int("no_rope_layer_interval", 4) or 4
+        flags = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(len(types))]
+        if not isinstance(flags, list) or len(flags) < len(types):
+            raise InvalidArgument(
+                f"config.no_rope_layers must be a list of {len(types)} flags (1: RoPE, 0: none)",
+                field=r.field("no_rope_layers"),
+            )
+        types = [t if flags[i] else "no_rope" for i, t in enumerate(types)]
     if base == "gemma4" and types and types[-1] != "full_attention":
         types[-1] = "full_attention"
         r.warnings.append("layer_types: the last layer is full_attention (Gemma 4 forces it)")

@@ -377,3 +377,26 @@ def test_phi3_longrope_short_and_long_equal_transformers() -> None:
         )
         # float32 angles near p = 5000 are off by ~5000·ulp(1) in transformers
         torch.testing.assert_close(ours.cos.float(), cos_hf[0], rtol=0, atol=2e-3)
+
+
+@pytest.mark.parametrize(
+    ("config", "uses_rope"),
+    [
+        (  # SmolLM3: NoPE where no_rope_layers[i] == 0 (modeling_smollm3: self.use_rope)
+            {"model_type": "smollm3", "hidden_size": 2048, "num_attention_heads": 16,
+             "num_hidden_layers": 8, "rope_theta": 2000000.0},
+            lambda tc, i: bool(tc.no_rope_layers[i]),
+        ),
+        (  # Cohere 2: RoPE only where the layer has a sliding window
+            {"model_type": "cohere2", "hidden_size": 1024, "num_attention_heads": 8,
+             "num_hidden_layers": 8, "sliding_window": 4096, "rope_theta": 50000.0},
+            lambda tc, i: tc.layer_types[i] == "sliding_attention",
+        ),
+    ],
+)  # fmt: skip
+def test_no_rope_layers_equal_transformers(config: dict, uses_rope) -> None:
+    tc = AutoConfig.for_model(**config)
+    types = read_positions(config).layer_types
+    assert len(types) == tc.num_hidden_layers
+    assert [t != "no_rope" for t in types] == [uses_rope(tc, i) for i in range(len(types))]
+    assert "no_rope" in types
