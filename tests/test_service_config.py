@@ -289,3 +289,29 @@ def test_client_config_positions_and_rope_from_config(live_server: str) -> None:
         result = client.rope(seq_len=3, extra={"config": model_config("glm-4-9b")})
     assert result.cos.shape == (3, 64) and result.meta["config_model_type"] == "glm4"
     np.testing.assert_allclose(result.inv_freq, _inv_freq(64, 10000.0), rtol=1e-6)
+
+
+def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
+    """``posenc table rope --config config.json`` computes locally what the service gives."""
+    from posenc import cli
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(model_config("gemma-3-4b")))
+    local, remote = tmp_path / "local.npy", tmp_path / "remote.npy"
+    argv = ["table", "rope", "--config", str(path), "--layer-type", "full_attention",
+            "--positions", "0,7,4096"]  # fmt: skip
+    assert cli.main([*argv, "-o", str(local)]) == 0
+    assert cli.main([*argv, "--url", live_server, "-o", str(remote)]) == 0
+    assert local.read_bytes() == remote.read_bytes()
+    cos = np.load(local)  # Gemma 3 4b full attention: linear factor 8, theta 1e6
+    inv = _inv_freq(256, 1e6) / 8.0
+    np.testing.assert_allclose(cos[1], np.cos(7 * np.concatenate([inv, inv])), atol=1e-6)
+    path.write_text(json.dumps(model_config("mpt-7b")))
+    out = tmp_path / "alibi.npy"
+    assert cli.main(["table", "alibi", "--config", str(path), "--seq-len", "3", "-o", str(out)]) == 0
+    assert np.load(out).shape == (32, 3, 3)
+    # the preset fix in the CLI too: gpt-neox-20b with head_dim 64 rotates 16
+    out = tmp_path / "neox.npy"
+    argv = ["table", "rope", "--preset", "gpt-neox-20b", "--head-dim", "64", "--seq-len", "2"]
+    assert cli.main([*argv, "-o", str(out)]) == 0
+    assert np.load(out).shape == (2, 16)
