@@ -315,3 +315,13 @@ def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
     argv = ["table", "rope", "--preset", "gpt-neox-20b", "--head-dim", "64", "--seq-len", "2"]
     assert cli.main([*argv, "-o", str(out)]) == 0
     assert np.load(out).shape == (2, 16)
+
+
+def test_mrope_section_in_a_get(api: httpx.Client) -> None:
+    params = {"positions": "0,5", "head_dim": 6, "mrope_section": "1,1,1"}
+    get = api.get("/v1/encodings/rope", params=params)
+    post = api.post(
+        "/v1/encodings/rope", json={"positions": [0, 5], "head_dim": 6, "mrope_section": [1, 1, 1]}
+    )
+    assert get.status_code == 200, get.text
+    assert get.content == post.content

@@ -46,7 +46,7 @@ M = TypeVar("M", bound=BaseModel)
 # Query parameters that choose the representation, on every compute endpoint (GET and POST).
 OUTPUT_PARAMS = ("format", "encoding", "index")
 # GET fields given as comma-separated integers.
-LIST_QUERY_FIELDS = ("positions",)
+LIST_QUERY_FIELDS = ("positions", "mrope_section")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -284,8 +284,14 @@ def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
         prop = dict(prop)
         description = prop.pop("description", None)
         prop.pop("title", None)
-        if name == "positions":
+        if name == "mrope_section":
             param_schema: dict[str, Any] = {
+                "type": "string",
+                "pattern": r"^[0-9]+,[0-9]+,[0-9]+$",
+                "description": "three comma-separated ints, e.g. 16,24,24",
+            }
+        elif name == "positions":
+            param_schema = {
                 "type": "string",
                 "pattern": r"^[0-9]+(,[0-9]+)*$",
                 "description": "comma-separated positions, e.g. 0,1,2,4096",
