@@ -65,12 +65,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "sinusoidal": ("seq_len", "positions", "d_model", "base", "layout", "offset", "dtype"),
     "rope": (
         "seq_len", "positions", "head_dim", "rotary_dim", "base", "layout", "scaling", "preset",
-        "dtype",
+        "dtype", "config", "layer_type",
     ),
-    "alibi": ("num_heads", "seq_len", "key_len", "mode", "max_bias", "preset", "dtype"),
+    "alibi": ("num_heads", "seq_len", "key_len", "mode", "max_bias", "preset", "dtype", "config"),
     "relative": (
         "seq_len", "key_len", "num_buckets", "max_distance", "bidirectional", "bucketing",
-        "num_heads", "seed", "preset", "dtype",
+        "num_heads", "seed", "preset", "dtype", "config",
     ),
 }  # fmt: skip
 
@@ -157,6 +157,49 @@ def _preset_params(kind: str, name: str | None) -> dict[str, Any]:
         )
     params: dict[str, Any] = preset.to_dict()["params"]
     return params
+
+
+def _config_params(kind: str, config: Mapping[str, Any] | None, layer_type: str | None) -> dict[str, Any]:  # fmt: skip
+    """The fields a model's config.json gives ``kind`` (as the service's ``config``)."""
+    if config is None:
+        if layer_type is not None:
+            raise InvalidArgument("layer_type needs a --config", field="layer_type")
+        return {}
+    from posenc.hf_config import read_positions, rope_request_fields
+
+    mp = read_positions(config)
+    if mp.kind != kind:
+        raise InvalidArgument(
+            f"config of model_type {mp.model_type!r} uses {mp.kind} positions, not {kind}",
+            field="config",
+        )
+    if kind == "rope":
+        fields = rope_request_fields(mp, layer_type)
+        fields.pop("mrope_section", None)  # the CLI computes 1-D positions only
+        fields.pop("mrope_interleaved", None)
+        return fields
+    source = mp.alibi if kind == "alibi" else mp.relative
+    return {k: v for k, v in (source or {}).items() if v is not None}
+
+
+def _merge(kind: str, given: dict[str, Any]) -> dict[str, Any]:
+    """Body fields > config or preset > library defaults; a preset's or config's rotated
+    fraction follows a ``head_dim`` given without ``rotary_dim``."""
+    if given.get("config") is not None and given.get("preset") is not None:
+        raise InvalidArgument("give --config or --preset, not both", field="config")
+    defaults = {
+        **_preset_params(kind, given.get("preset")),
+        **_config_params(kind, given.get("config"), given.get("layer_type")),
+    }
+    if (
+        kind == "rope"
+        and "head_dim" in given
+        and "rotary_dim" not in given
+        and defaults.get("head_dim")
+        and defaults.get("rotary_dim")
+    ):
+        defaults["rotary_dim"] = int(given["head_dim"] * defaults["rotary_dim"] / defaults["head_dim"])
+    return {**defaults, **given}
 
 
 def _lengths(f: Mapping[str, Any]) -> tuple[int, int]:
@@ -253,6 +296,9 @@ def _rope(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> T
         "kind": "rope", "seq_len": pos.numel(), "head_dim": head_dim, "rotary_dim": rotary_dim,
         "base": base, "layout": layout, "scaling": f.get("scaling"), "preset": f.get("preset"),
         "attention_scaling": head.attention_scaling, "dtype": f.get("dtype", "float32"),
+        # as the service's meta (v1.1): the scaling type applied, and the config's layer type
+        "rope_type": scaling.type if scaling is not None else "default",
+        "layer_type": f.get("layer_type"),
     }  # fmt: skip
     return {"cos": cos, "sin": sin, "inv_freq": head.inv_freq}, meta
 
@@ -400,7 +446,7 @@ def compute_table(
             raise PosencError(f"kind must be one of {known}, got {kind!r}", field="kind")
         params = kinds.resolve_fields(spec, given)
         return kinds.compute(spec, params), spec.make_meta(params)
-    merged = {**_preset_params(kind, given.get("preset")), **given}
+    merged = _merge(kind, given)
     from posenc.device import resolve_dtype
 
     dtype = resolve_dtype(merged.get("dtype"))
@@ -464,7 +510,11 @@ def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str
     try:
         with PosencClient(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             if kind in _COMPUTE:
-                result = getattr(client, kind)(**fields, format=fmt, query=query)
+                # v1.1 body fields the client methods take through extra=
+                extra = {k: fields[k] for k in ("config", "layer_type") if fields.get(k) is not None}
+                plain = {k: v for k, v in fields.items() if k not in ("config", "layer_type")}
+                method = getattr(client, kind)
+                result = method(**plain, format=fmt, query=query, extra=extra or None)
             else:  # a kind of the registry
                 result = client.compute(kind, **fields, format=cast("Format", fmt), query=query)
     except PosencHTTPError as exc:
@@ -511,6 +561,16 @@ def _json_object_arg(text: str) -> dict[str, Any]:
     return value
 
 
+def _config_file_arg(path: str) -> dict[str, Any]:
+    try:
+        value = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise argparse.ArgumentTypeError(f"cannot read {path} as a config.json: {exc}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{path} must hold a JSON object (a config.json)")
+    return value
+
+
 def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
     flag = "--" + name.replace("_", "-")
     spec: dict[str, dict[str, Any]] = {
@@ -525,6 +585,10 @@ def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
         "scaling": dict(type=_json_object_arg, metavar="JSON",
                         help='rope scaling, e.g. \'{"type": "llama3", "factor": 8, ...}\''),
         "preset": dict(help="a preset name (GET /v1/presets); its values are the defaults"),
+        "config": dict(type=_config_file_arg, metavar="CONFIG_JSON",
+                       help="a model's config.json (read as transformers 5 reads it); its "
+                       "values are the defaults"),
+        "layer_type": dict(help="with --config: which layer type's RoPE (e.g. sliding_attention)"),
         "num_heads": dict(type=int, metavar="H", help="number of heads H"),
         "key_len": dict(type=int, metavar="S", help="key length S (default T)"),
         "mode": dict(choices=["causal", "symmetric"], help="ALiBi mode (default causal)"),

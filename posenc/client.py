@@ -1139,6 +1139,13 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """``GET /v1/presets``: ``{"presets": [{"name", "kind", "params", "source"}, ...]}``."""
         return self._json(_Call("GET", "/v1/presets"))
 
+    def config_positions(self, config: Mapping[str, Any]) -> J:
+        """``POST /v1/configs/positions``: what a model's ``config.json`` (a mapping, e.g.
+        ``json.load(open("config.json"))``) means for positions: kind, head and rotary dims,
+        layout, layer types, RoPE per layer type, softmax scale, warnings. For tables from a
+        config, pass ``extra={"config": config}`` to :meth:`rope` (or the bias methods)."""
+        return self._json(_Call("POST", "/v1/configs/positions", json_body={"config": dict(config)}))
+
     def info(self) -> J:
         """``GET /v1/info``: version, torch version, device, CUDA availability, limits."""
         return self._json(_Call("GET", "/v1/info"))

@@ -11,9 +11,11 @@ preset and override any of its values:
 - ``learned``: ``d_model``, ``seq_len`` (the table size ``P``), ``vocab_size``; see
   :mod:`posenc.learned`.
 
-``source`` names the Hugging Face Hub repository and file the values come from. RoPE presets use
-the ``half`` layout because the transformers checkpoints are stored for ``rotate_half`` (Meta's
-original Llama code rotates interleaved pairs; the Hub conversion permutes the weights).
+Every preset IS a published config (:mod:`posenc.model_configs`) read by
+:func:`posenc.hf_config.read_positions`, as transformers 5 reads it; ``source`` names the Hugging
+Face Hub repository and quotes the keys. RoPE presets use the layout the transformers model
+applies (``half`` for Llama: the Hub checkpoints are stored for ``rotate_half``, though Meta's
+original code rotates interleaved pairs; ``interleaved`` for GPT-J, GLM, DeepSeek, Llama 4).
 """
 
 from __future__ import annotations
@@ -96,136 +98,58 @@ class Preset:
         }
 
 
-def _rope(
-    name: str,
-    *,
-    head_dim: int,
-    base: float,
-    source: str,
-    rotary_dim: int | None = None,
-    layout: str = "half",
-    scaling: Mapping[str, Any] | None = None,
-) -> Preset:
-    params = {
-        "head_dim": head_dim,
-        "rotary_dim": head_dim if rotary_dim is None else rotary_dim,
-        "base": base,
-        "layout": layout,
-        "scaling": scaling,
-    }
-    return Preset(name, "rope", params, source)
+def _source(name: str, repo: str, config: Mapping[str, Any], extra: str = "") -> str:
+    """``REPO config.json: {quoted keys}``, with what the file leaves out (``NOTES``)."""
+    import json
+
+    from posenc.model_configs import NOTES
+
+    text = f"{repo} config.json: {json.dumps(dict(config), separators=(', ', ': '))}"
+    note = NOTES.get(name)
+    if note:
+        text += f"; {note}"
+    if extra:
+        text += f"; {extra}"
+    return text
 
 
-_PRESET_LIST: tuple[Preset, ...] = (
-    # --- RoPE -------------------------------------------------------------------------------
-    _rope(
-        "llama-2-7b",
-        head_dim=4096 // 32,
-        base=10000.0,
-        source=(
-            "meta-llama/Llama-2-7b-hf config.json: hidden_size=4096, num_attention_heads=32 "
-            "(head_dim 128), rope_theta=10000.0, rope_scaling=null"
-        ),
-    ),
-    _rope(
-        "llama-3.1-8b",
-        head_dim=4096 // 32,
-        base=500000.0,
-        scaling={
-            "type": "llama3",
-            "factor": 8.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
-        source=(
-            "meta-llama/Llama-3.1-8B config.json: hidden_size=4096, num_attention_heads=32 "
-            "(head_dim 128), rope_theta=500000.0, rope_scaling {rope_type: llama3, factor: 8.0, "
-            "low_freq_factor: 1.0, high_freq_factor: 4.0, original_max_position_embeddings: 8192}"
-        ),
-    ),
-    _rope(
-        "mistral-7b",
-        head_dim=4096 // 32,
-        base=10000.0,
-        source=(
-            "mistralai/Mistral-7B-v0.1 config.json: hidden_size=4096, num_attention_heads=32 "
-            "(head_dim 128), rope_theta=10000.0 (v0.2 and later use 1000000.0)"
-        ),
-    ),
-    _rope(
-        "qwen2.5-7b",
-        head_dim=3584 // 28,
-        base=1000000.0,
-        source=(
-            "Qwen/Qwen2.5-7B config.json: hidden_size=3584, num_attention_heads=28 "
-            "(head_dim 128), rope_theta=1000000.0, rope_scaling=null (the model card's optional "
-            "YaRN factor 4 for long inputs is not in the config)"
-        ),
-    ),
-    _rope(
-        "gpt-neox-20b",
-        head_dim=6144 // 64,
-        rotary_dim=int(6144 // 64 * 0.25),
-        base=10000.0,
-        source=(
-            "EleutherAI/gpt-neox-20b config.json: hidden_size=6144, num_attention_heads=64 "
-            "(head_dim 96), rotary_pct=0.25 (rotary_dim 24), rotary_emb_base=10000; "
-            "GPT-NeoX rotate_half layout"
-        ),
-    ),
-    _rope(
-        "gpt-j-6b",
-        head_dim=4096 // 16,
-        rotary_dim=64,
-        base=10000.0,
-        layout="interleaved",
-        source=(
-            "EleutherAI/gpt-j-6b config.json: n_embd=4096, n_head=16 (head_dim 256), "
-            "rotary_dim=64; base 10000 as in modeling_gptj.create_sinusoidal_positions; "
-            "rotate_every_two (interleaved) layout"
-        ),
-    ),
-    # --- ALiBi ------------------------------------------------------------------------------
-    Preset(
-        "bloom-7b1",
-        "alibi",
-        {"num_heads": 32, "max_bias": 8.0},
-        "bigscience/bloom-7b1 config.json: n_head=32 (hidden_size=4096); slopes as "
-        "transformers' BLOOM build_alibi_tensor, 2^(-8(h+1)/n) (max_bias 8 fixed)",
-    ),
-    Preset(
-        "mpt-7b",
-        "alibi",
-        {"num_heads": 32, "max_bias": 8.0},
-        "mosaicml/mpt-7b config.json: n_heads=32 (d_model=4096), attn_config.alibi=true, "
-        "attn_config.alibi_bias_max=8",
-    ),
-    # --- T5 relative ------------------------------------------------------------------------
-    Preset(
-        "t5-base",
-        "relative",
-        {"num_buckets": 32, "max_distance": 128, "bidirectional": True, "num_heads": 12},
-        "google-t5/t5-base config.json: num_heads=12, relative_attention_num_buckets=32, "
-        "relative_attention_max_distance=128 (T5Config default); bidirectional as in the "
-        "encoder (decoder self-attention uses bidirectional=false)",
-    ),
-    # --- learned absolute -------------------------------------------------------------------
-    Preset(
-        "gpt2",
-        "learned",
-        {"d_model": 768, "seq_len": 1024, "vocab_size": 50257},
-        "openai-community/gpt2 config.json: n_embd=768, n_positions=1024, vocab_size=50257 "
-        "(wpe.weight is 1024 x 768)",
-    ),
-    Preset(
-        "bert-base",
-        "learned",
-        {"d_model": 768, "seq_len": 512, "vocab_size": 30522},
-        "google-bert/bert-base-uncased config.json: hidden_size=768, "
-        "max_position_embeddings=512, vocab_size=30522",
-    ),
-)
+def _from_config(name: str) -> list[Preset]:
+    """The preset(s) of a quoted config, read by :func:`posenc.hf_config.read_positions`: one
+    per RoPE layer type where the config has per-layer-type parameters (``NAME`` for
+    ``full_attention``, ``NAME-local`` for ``sliding_attention``)."""
+    from posenc.hf_config import read_positions, rope_request_fields
+    from posenc.model_configs import MODEL_CONFIGS
+
+    repo, config = MODEL_CONFIGS[name]
+    mp = read_positions(config)
+    if mp.kind == "rope":
+        out = []
+        types = sorted(mp.rope) if mp.per_layer_type else [None]
+        for layer_type in types:
+            fields = rope_request_fields(mp, layer_type)
+            params = {k: fields[k] for k in ("head_dim", "rotary_dim", "base", "layout", "scaling")}
+            preset_name = name if layer_type in (None, "full_attention") else f"{name}-local"
+            extra = f"layer type {layer_type}" if layer_type else ""
+            out.append(Preset(preset_name, "rope", params, _source(name, repo, config, extra)))
+        return out
+    if mp.kind == "alibi":
+        params = dict(mp.alibi or {})
+    elif mp.kind == "relative":
+        params = dict(mp.relative or {})
+    elif mp.kind == "learned":
+        params = dict(mp.learned or {})
+    else:  # pragma: no cover - every quoted config has one of the four kinds
+        raise InvalidArgument(f"preset {name!r}: no table for {mp.kind} positions", field="kind")
+    return [Preset(name, mp.kind, params, _source(name, repo, config))]  # type: ignore[arg-type]
+
+
+def _all_presets() -> tuple[Preset, ...]:
+    from posenc.model_configs import MODEL_CONFIGS
+
+    return tuple(p for name in MODEL_CONFIGS for p in _from_config(name))
+
+
+_PRESET_LIST: tuple[Preset, ...] = _all_presets()
 
 #: Every preset by name, in the order ``GET /v1/presets`` lists them.
 PRESETS: dict[str, Preset] = {p.name: p for p in _PRESET_LIST}

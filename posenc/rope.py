@@ -21,6 +21,13 @@ The inverse frequencies and attention scaling of every scaling type match transf
 - ``yarn``: YaRN (Peng et al., 2023, "YaRN: Efficient Context Window Extension of LLMs").
 - ``longrope``: LongRoPE (Ding et al., 2024; microsoft/LongRoPE, Phi-3).
 - ``llama3``: the frequency-band rescaling of Llama 3.1 (meta-llama/llama-models).
+- ``proportional``: Gemma 4's global layers: the first ``partial_rotary_factor`` of the
+  ``Dh/2`` frequencies are ``base^(−2i/Dh)`` (exponents over the whole head), the rest are 0
+  (those channels are not rotated), all divided by ``factor``; the table spans the whole head.
+
+The types are a table, as transformers' ``ROPE_INIT_FUNCTIONS``: :data:`ROPE_INIT_FUNCTIONS`
+maps each type to one function and :data:`ROPE_PARAMETER_KEYS` to its required and optional
+parameters, so a new type is one entry in each.
 
 Where transformers reads a value from the model config rather than from ``rope_parameters``,
 posenc takes it from :class:`RopeScaling` instead (the library has no model config):
@@ -45,7 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -57,25 +64,104 @@ from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 
 RopeLayout = Literal["half", "interleaved"]
-ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
+ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
 ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
 SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
 
-# Required parameters of each scaling type (besides ``type``), as transformers' validators
-# require them; yarn's and llama3's `original_max_position_embeddings` and dynamic's are required
-# here because transformers would otherwise take it from the model config.
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    "linear": ("factor",),
-    "dynamic": ("factor", "original_max_position_embeddings"),
-    "yarn": ("factor", "original_max_position_embeddings"),
-    "longrope": ("short_factor", "long_factor", "original_max_position_embeddings"),
-    "llama3": ("factor", "original_max_position_embeddings", "low_freq_factor", "high_freq_factor"),
-}
+
+def _param_keys(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    fields = dataclasses.fields(cls)
+    required = tuple(f.name for f in fields if f.default is dataclasses.MISSING)
+    optional = tuple(f.name for f in fields if f.default is not dataclasses.MISSING)
+    return required, optional
+
 
 # transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
 _YARN_BETA_FAST = 32.0
 _YARN_BETA_SLOW = 1.0
+
+
+# One frozen parameter class per scaling type (transformers' ``_validate_<type>_rope_parameters``
+# shape): a field without a default is required. ``RopeScaling.params()`` gives the instance
+# that the type's function in ROPE_INIT_FUNCTIONS reads.
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    """Position interpolation: every frequency divided by ``factor``."""
+
+    factor: float
+
+
+@dataclass(frozen=True)
+class DynamicParams:
+    """Dynamic NTK: the base grows with the length above ``original_max_position_embeddings``."""
+
+    factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class YarnParams:
+    """YaRN (Peng et al., 2023): ramp between interpolation and extrapolation, mscale."""
+
+    factor: float
+    original_max_position_embeddings: int
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    truncate: bool | None = None
+
+
+@dataclass(frozen=True)
+class LongRopeParams:
+    """LongRoPE (Ding et al., 2024): per-frequency divisors, short up to the original length."""
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    factor: float | None = None
+    attention_factor: float | None = None
+
+
+@dataclass(frozen=True)
+class Llama3Params:
+    """Llama 3.1's frequency bands."""
+
+    factor: float
+    original_max_position_embeddings: int
+    low_freq_factor: float
+    high_freq_factor: float
+
+
+@dataclass(frozen=True)
+class ProportionalParams:
+    """Gemma 4's proportional RoPE: the first ``partial_rotary_factor`` of the frequencies."""
+
+    factor: float | None = None
+    partial_rotary_factor: float | None = None
+
+
+#: Scaling type → its frozen parameter class.
+ROPE_PARAMETER_CLASSES: dict[str, type] = {
+    "linear": LinearParams,
+    "dynamic": DynamicParams,
+    "yarn": YarnParams,
+    "longrope": LongRopeParams,
+    "llama3": Llama3Params,
+    "proportional": ProportionalParams,
+}
+
+#: ``{type: (required, optional)}`` parameter names, from the classes (yarn's and llama3's
+#: ``original_max_position_embeddings`` and dynamic's are required here: transformers would
+#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf_config`).
+ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    t: _param_keys(c) for t, c in ROPE_PARAMETER_CLASSES.items()
+}
+_REQUIRED: dict[str, tuple[str, ...]] = {t: k[0] for t, k in ROPE_PARAMETER_KEYS.items()}
 
 
 @dataclass(frozen=True)
@@ -104,6 +190,8 @@ class RopeScaling:
         short_factor: LongRoPE: ``R/2`` per-frequency divisors used up to the original length.
         long_factor: LongRoPE: ``R/2`` per-frequency divisors used beyond the original length.
         truncate: YaRN: round the correction range outwards to whole dimensions (default True).
+        partial_rotary_factor: proportional (Gemma 4): the fraction of the head's frequencies
+            that rotate (default 1); the others are 0.
     """
 
     type: ScalingType
@@ -119,17 +207,24 @@ class RopeScaling:
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
     truncate: bool | None = None
+    partial_rotary_factor: float | None = None
 
     def __post_init__(self) -> None:
         _validate_scaling(self)
+
+    def params(self) -> Any:
+        """The frozen parameter class of this type (:data:`ROPE_PARAMETER_CLASSES`), holding
+        only that type's parameters."""
+        cls = ROPE_PARAMETER_CLASSES[self.type]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> RopeScaling:
         """Build from a transformers-style ``rope_parameters`` / ``rope_scaling`` mapping.
 
-        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and
-        ``partial_rotary_factor`` are not scaling parameters here (they are ``base`` and
-        ``rotary_dim``) and are rejected like any other unknown key.
+        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and (except for
+        ``proportional``) ``partial_rotary_factor`` are not scaling parameters here (they are
+        ``base`` and ``rotary_dim``) and are rejected like any other unknown key.
 
         Raises:
             InvalidArgument: unknown keys, a missing or unknown type, a missing required parameter
@@ -216,6 +311,19 @@ def _validate_scaling(s: RopeScaling) -> None:
         value = getattr(s, name)
         if value is not None:
             check_finite(f"scaling.{name}", value)
+    if s.partial_rotary_factor is not None:
+        if s.type != "proportional":
+            raise InvalidArgument(
+                f"scaling.partial_rotary_factor is a parameter of proportional scaling only, "
+                f"got it with {s.type}; give the rotated fraction as rotary_dim",
+                field="scaling.partial_rotary_factor",
+            )
+        check_finite("scaling.partial_rotary_factor", s.partial_rotary_factor, greater_than=0)
+        if s.partial_rotary_factor > 1:
+            raise InvalidArgument(
+                f"scaling.partial_rotary_factor must be in (0, 1], got {s.partial_rotary_factor}",
+                field="scaling.partial_rotary_factor",
+            )
     omax = s.original_max_position_embeddings
     if omax is not None:
         check_int_at_least("scaling.original_max_position_embeddings", omax, 1, noun="an integer")
@@ -238,9 +346,11 @@ def _validate_scaling(s: RopeScaling) -> None:
                 f"beta_slow={slow}",
                 field="scaling.beta_fast",
             )
-    if s.type == "llama3" and s.high_freq_factor <= s.low_freq_factor:  # type: ignore[operator]
+    # equal factors (Llama 4 Scout publishes 1.0 and 1.0) leave no medium band: transformers
+    # warns and runs them; only a reversed band is refused
+    if s.type == "llama3" and s.high_freq_factor < s.low_freq_factor:  # type: ignore[operator]
         raise InvalidArgument(
-            f"scaling.high_freq_factor must be greater than scaling.low_freq_factor, got "
+            f"scaling.high_freq_factor must be >= scaling.low_freq_factor, got "
             f"high_freq_factor={s.high_freq_factor} and low_freq_factor={s.low_freq_factor}",
             field="scaling.high_freq_factor",
         )
@@ -255,7 +365,7 @@ def _check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
 
 
 def _yarn(
-    base_inv_freq: Tensor, rotary_dim: int, base: float, s: RopeScaling
+    base_inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams
 ) -> tuple[Tensor, float]:
     """YaRN (Peng et al., 2023) as transformers' ``_compute_yarn_parameters``, in float64."""
     factor = float(s.factor)  # type: ignore[arg-type]
@@ -292,7 +402,7 @@ def _yarn(
     return inv_freq, attention_factor
 
 
-def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
+def _llama3(base_inv_freq: Tensor, s: Llama3Params) -> Tensor:
     """Llama 3.1 band rescaling as transformers' ``_compute_llama3_parameters``, in float64."""
     factor = float(s.factor)  # type: ignore[arg-type]
     low_ff = float(s.low_freq_factor)  # type: ignore[arg-type]
@@ -306,7 +416,106 @@ def _llama3(base_inv_freq: Tensor, s: RopeScaling) -> Tensor:
     smooth = (old_context_len / wavelen - low_ff) / (high_ff - low_ff)
     smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
     is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    if high_ff == low_ff:  # no medium band (a 0/0 smooth factor): keep the two outer bands
+        return inv_freq
     return torch.where(is_medium, smoothed, inv_freq)
+
+
+# Each scaling type: ``(base_inv_freq (R/2,), R, base, scaling, seq_len) -> (inv_freq, scale)``.
+RopeInitFn = Callable[[Tensor, int, float, Any, "int | None"], tuple[Tensor, float]]
+
+
+def _linear_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LinearParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
+    return inv_freq / float(s.factor), 1.0  # type: ignore[arg-type]
+
+
+def _dynamic_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: DynamicParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Dynamic NTK (``_compute_dynamic_ntk_parameters``): the base grows above ``L0``."""
+    if rotary_dim < 4:
+        raise InvalidArgument(
+            f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
+            f"got {rotary_dim}",
+            field="rotary_dim",
+        )
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    length = max(seq_len if seq_len is not None else omax, omax)
+    if length == omax:
+        return inv_freq, 1.0
+    factor = float(s.factor)  # type: ignore[arg-type]
+    new_base = base * ((factor * length / omax) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (new_base**exponents), 1.0
+
+
+def _yarn_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    return _yarn(inv_freq, rotary_dim, base, s)
+
+
+def _longrope_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LongRopeParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """LongRoPE (``_compute_longrope_parameters``): per-frequency divisors, short or long."""
+    half = rotary_dim // 2
+    for name in ("short_factor", "long_factor"):
+        n = len(getattr(s, name))
+        if n != half:
+            raise InvalidArgument(
+                f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
+                field=f"scaling.{name}",
+            )
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    if s.attention_factor is not None:
+        attention_factor = float(s.attention_factor)
+    elif s.factor <= 1.0:  # type: ignore[operator]
+        attention_factor = 1.0
+    else:
+        attention_factor = math.sqrt(1 + math.log(s.factor) / math.log(omax))  # type: ignore[arg-type]
+    use_long = seq_len is not None and seq_len > omax
+    ext = s.long_factor if use_long else s.short_factor
+    ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (ext_factors * base**exponents), attention_factor
+
+
+def _llama3_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: Llama3Params, seq_len: int | None
+) -> tuple[Tensor, float]:
+    return _llama3(inv_freq, s), 1.0
+
+
+def _proportional_init(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: ProportionalParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Gemma 4's proportional RoPE (``_compute_proportional_rope_parameters``).
+
+    ``rotary_dim`` is the whole head ``Dh``: the first ``int(p·Dh // 2)`` frequencies are
+    ``base^(−2i/Dh)`` and the remaining ones 0, all divided by ``factor`` (default 1).
+    """
+    p = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    rope_angles = int(p * rotary_dim // 2)
+    out = inv_freq.clone()
+    out[rope_angles:] = 0.0
+    factor = 1.0 if s.factor is None else float(s.factor)
+    return out / factor, 1.0
+
+
+#: Scaling type → function computing ``(inv_freq, attention_scaling)`` in float64, as
+#: transformers' ``ROPE_INIT_FUNCTIONS``.
+ROPE_INIT_FUNCTIONS: dict[str, RopeInitFn] = {
+    "linear": _linear_init,
+    "dynamic": _dynamic_init,
+    "yarn": _yarn_init,
+    "longrope": _longrope_init,
+    "llama3": _llama3_init,
+    "proportional": _proportional_init,
+}
 
 
 def rope_inv_freq(
@@ -359,55 +568,7 @@ def rope_inv_freq(
     if scaling is None:
         return inv_freq, 1.0
 
-    kind = scaling.type
-    if kind == "linear":
-        return inv_freq / float(scaling.factor), 1.0  # type: ignore[arg-type]
-
-    if kind == "dynamic":
-        if rotary_dim < 4:
-            raise InvalidArgument(
-                f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
-                f"got {rotary_dim}",
-                field="rotary_dim",
-            )
-        omax = scaling.original_max_position_embeddings
-        length = max(seq_len if seq_len is not None else omax, omax)  # type: ignore[type-var]
-        if length == omax:
-            return inv_freq, 1.0
-        factor = float(scaling.factor)  # type: ignore[arg-type]
-        new_base = base * ((factor * length / omax) - (factor - 1)) ** (
-            rotary_dim / (rotary_dim - 2)
-        )
-        return 1.0 / (new_base**exponents), 1.0
-
-    if kind == "yarn":
-        return _yarn(inv_freq, rotary_dim, base, scaling)
-
-    if kind == "longrope":
-        half = rotary_dim // 2
-        for name in ("short_factor", "long_factor"):
-            n = len(getattr(scaling, name))
-            if n != half:
-                raise InvalidArgument(
-                    f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
-                    field=f"scaling.{name}",
-                )
-        omax = scaling.original_max_position_embeddings
-        if scaling.attention_factor is not None:
-            attention_factor = float(scaling.attention_factor)
-        elif scaling.factor <= 1.0:  # type: ignore[operator]
-            attention_factor = 1.0
-        else:
-            attention_factor = math.sqrt(
-                1 + math.log(scaling.factor) / math.log(omax)  # type: ignore[arg-type]
-            )
-        use_long = seq_len is not None and seq_len > omax  # type: ignore[operator]
-        ext = scaling.long_factor if use_long else scaling.short_factor
-        ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
-        return 1.0 / (ext_factors * base**exponents), attention_factor
-
-    # llama3
-    return _llama3(inv_freq, scaling), 1.0
+    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling.params(), seq_len)
 
 
 def _positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | None) -> Tensor:

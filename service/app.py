@@ -33,7 +33,7 @@ from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.openapi import custom_openapi, install_docs
 from service.replay import ReplayMiddleware
 from service.request_id import RequestIdMiddleware
-from service.routes import biases, catalog, embed, encodings, mrope, ops, position_ids
+from service.routes import biases, catalog, configs, embed, encodings, mrope, ops, position_ids
 from service.routes.common import ServiceState
 from service.routes.registered import registered_kind_routers
 from service.tracing import TracingMiddleware
@@ -143,6 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             {"name": "biases", "description": "attention biases"},
             {"name": "tokens", "description": "token batches: position ids and embeddings"},
             {"name": "catalog", "description": "models, presets, service info"},
+            {"name": "configs", "description": "what a model's config.json means for positions"},
             {"name": "operations", "description": "health, readiness, metrics"},
         ],
     )
@@ -152,7 +153,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (encodings, biases, position_ids, mrope, embed, catalog, ops)
+    modules = (encodings, biases, position_ids, mrope, embed, catalog, configs, ops)
     routers = [m.router for m in modules]
     routers += registered_kind_routers()  # every kind of posenc.kinds.REGISTRY, derived
     for router in routers:

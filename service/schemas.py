@@ -46,7 +46,7 @@ DType = Literal["float32", "float16", "bfloat16", "float64"]
 PaddingSide = Literal["right", "left"]
 SinusoidalLayout = Literal["interleaved", "concat", "tensor2tensor"]
 RopeLayout = Literal["half", "interleaved"]
-ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3"]
+ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 AlibiMode = Literal["causal", "symmetric"]
 Bucketing = Literal["log", "clip"]
 Positional = Literal["learned", "sinusoidal", "none", "rope"]
@@ -56,6 +56,12 @@ _DTYPE_DESC = (
     "tensors are always int64. bfloat16 cannot be sent as npy (406)."
 )
 _PRESET_DESC = "name of a preset from GET /v1/presets; its params are defaults the body overrides"
+_CONFIG_DESC = (
+    "a model's Hugging Face config.json object, pasted as published (a multimodal file whole): "
+    "read as transformers 5 reads it; its values are defaults the body overrides. Not together "
+    "with preset. See POST /v1/configs/positions for what it means."
+)
+ModelConfig = dict[str, Any]
 
 
 class RequestModel(BaseModel):
@@ -137,6 +143,9 @@ class LearnedRequest(RequestModel):
     model: str | None = Field(None, description="name from GET /v1/models: use its position table")
     seed: Int = Field(0, ge=SEED_MIN, le=SEED_MAX, description="torch.manual_seed of the table")
     preset: str | None = Field(None, description=_PRESET_DESC + " (kind learned)")
+    config: ModelConfig | None = Field(
+        None, description=_CONFIG_DESC + " Gives d_model and the table size (seq_len)."
+    )
     dtype: DType = Field("float32", description=_DTYPE_DESC)
 
 
@@ -159,7 +168,9 @@ class RopeScalingRequest(RequestModel):
         },
     )
 
-    type: ScalingType = Field(..., description="linear, dynamic, yarn, longrope or llama3")
+    type: ScalingType = Field(
+        ..., description="linear, dynamic, yarn, longrope, llama3 or proportional (Gemma 4)"
+    )
     factor: Float | None = Field(None, gt=0, allow_inf_nan=False)
     original_max_position_embeddings: Int | None = Field(None, ge=1, le=MAX_POSITION)
     beta_fast: Float | None = Field(None, allow_inf_nan=False)
@@ -173,6 +184,13 @@ class RopeScalingRequest(RequestModel):
     long_factor: list[Annotated[Float, Field(allow_inf_nan=False)]] | None = None
     truncate: bool | None = Field(
         None, description="YaRN: round the correction range (default true)"
+    )
+    partial_rotary_factor: Float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        allow_inf_nan=False,
+        description="proportional only: the fraction of the head's frequencies that rotate",
     )
 
     @model_validator(mode="before")
@@ -189,6 +207,12 @@ class RopeScalingRequest(RequestModel):
         return data
 
 
+# M-RoPE positions: three rows (temporal, height, width), (3, T)
+MropePositions = Annotated[
+    list[Annotated[list[Position], Field(min_length=1)]], Field(min_length=3, max_length=3)
+]
+
+
 class RopeRequest(RequestModel):
     """``POST /v1/encodings/rope``: tensors ``cos`` (T, R), ``sin`` (T, R), ``inv_freq`` (R/2)."""
 
@@ -203,8 +227,11 @@ class RopeRequest(RequestModel):
     )
 
     seq_len: Int | None = Field(None, ge=1, le=MAX_SIZE, description="T: positions 0 … T−1")
-    positions: list[Position] | None = Field(
-        None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
+    positions: list[Position] | MropePositions | None = Field(
+        None,
+        min_length=1,
+        description="explicit positions (ints ≥ 0) instead of seq_len; or three lists "
+        "(temporal, height, width: (3, T)) with mrope_section",
     )
     head_dim: Int | None = Field(
         None,
@@ -216,12 +243,38 @@ class RopeRequest(RequestModel):
     rotary_dim: Int | None = Field(
         None, ge=2, le=MAX_SIZE, multiple_of=2, description="R, even ≤ head_dim (default head_dim)"
     )
-    base: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="rope_theta")
-    layout: RopeLayout = Field(
-        "half", description="half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer)"
+    # base and layout have no schema default: a preset or config gives them, and a generated
+    # client would otherwise send the default explicitly, overriding the preset's value.
+    base: Float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="rope_theta (default 10000 when neither preset nor config gives it)",
+    )
+    layout: RopeLayout | None = Field(
+        None,
+        description="half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when "
+        "neither preset nor config gives it",
     )
     scaling: RopeScalingRequest | None = Field(None, description="null or a scaling object")
     preset: str | None = Field(None, description=_PRESET_DESC + " (kind rope)")
+    config: ModelConfig | None = Field(None, description=_CONFIG_DESC)
+    layer_type: str | None = Field(
+        None,
+        description="for a config with RoPE parameters per layer type (Gemma 3: "
+        "sliding_attention, full_attention): which type; required there, refused otherwise",
+    )
+    mrope_section: list[Annotated[Int, Field(ge=0, le=MAX_SIZE)]] | None = Field(
+        None,
+        min_length=3,
+        max_length=3,
+        description="M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2",
+    )
+    mrope_interleaved: bool | None = Field(
+        None,
+        description="M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's "
+        "interleaving",
+    )
     dtype: DType = Field("float32", description=_DTYPE_DESC)
 
     @model_validator(mode="after")
@@ -262,8 +315,16 @@ class AlibiRequest(RequestModel):
     mode: AlibiMode = Field(
         "causal", description="causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|"
     )
-    max_bias: Float = Field(8.0, gt=0, allow_inf_nan=False, description="slope exponent scale")
+    max_bias: Float | None = Field(
+        None,
+        gt=0,
+        allow_inf_nan=False,
+        description="slope exponent scale (default 8 when neither preset nor config gives it)",
+    )
     preset: str | None = Field(None, description=_PRESET_DESC + " (kind alibi)")
+    config: ModelConfig | None = Field(
+        None, description=_CONFIG_DESC + " BLOOM, MPT (attn_config) or Falcon with alibi."
+    )
     dtype: DType = Field("float32", description=_DTYPE_DESC)
 
     @model_validator(mode="after")
@@ -282,13 +343,23 @@ class RelativeRequest(RequestModel):
 
     seq_len: Int = Field(..., ge=1, le=MAX_SIZE, description="T, the number of queries")
     key_len: Int | None = Field(None, ge=1, le=MAX_SIZE, description="S (default T)")
-    num_buckets: Int = Field(
-        32, ge=2, le=MAX_SIZE, description="log bucketing: the number of buckets"
+    num_buckets: Int | None = Field(
+        None,
+        ge=2,
+        le=MAX_SIZE,
+        description="log bucketing: the number of buckets (default 32 when neither preset nor "
+        "config gives it)",
     )
-    max_distance: Int = Field(
-        128, ge=1, le=MAX_SIZE, description="log: distance of the last bucket; clip: the clamp"
+    max_distance: Int | None = Field(
+        None,
+        ge=1,
+        le=MAX_SIZE,
+        description="log: distance of the last bucket; clip: the clamp (default 128 when "
+        "neither preset nor config gives it)",
     )
-    bidirectional: bool = Field(True, description="keys on both sides of the query")
+    bidirectional: bool | None = Field(
+        None, description="keys on both sides of the query (default true)"
+    )
     bucketing: Bucketing = Field(
         "log", description="log: T5's _relative_position_bucket; clip: clamp to ±max_distance"
     )
@@ -299,6 +370,11 @@ class RelativeRequest(RequestModel):
         0, ge=SEED_MIN, le=SEED_MAX, description="torch.manual_seed of the bias table"
     )
     preset: str | None = Field(None, description=_PRESET_DESC + " (kind relative)")
+    config: ModelConfig | None = Field(
+        None,
+        description=_CONFIG_DESC + " T5: relative_attention_num_buckets, "
+        "relative_attention_max_distance, num_heads.",
+    )
     dtype: DType = Field("float32", description=_DTYPE_DESC)
 
     @model_validator(mode="after")

@@ -113,7 +113,15 @@ def test_rope_presets_are_accepted_by_rope_cos_sin(name):
     # position 0 is the identity (times the attention scaling)
     assert_close(tables.cos[0], torch.full((p["rotary_dim"],), scale), rtol=0, atol=0)
     assert_close(tables.sin[0], torch.zeros(p["rotary_dim"]), rtol=0, atol=0)
-    # the first frequency is 1 rad per position for every preset here
+    # the first frequency is 1 rad per position for every preset whose scaling keeps the
+    # highest frequency (all but linear interpolation, which divides every frequency)
+    scaling = p["scaling"]
+    if scaling is not None and scaling["type"] == "linear":
+        first = 1.0 / scaling["factor"]
+        assert_close(
+            tables.cos[1, 0].double(), torch.tensor(math.cos(first) * scale, dtype=torch.float64)
+        )
+        return
     assert_close(
         tables.cos[1, 0].double(), torch.tensor(math.cos(1.0) * scale, dtype=torch.float64)
     )
@@ -216,10 +224,12 @@ def test_alibi_presets_are_accepted_and_match_bloom_and_mpt(name):
     p = PRESETS[name].params
     bias = alibi_bias(seq_len=4, **p)
     slopes = alibi_slopes(**p, dtype=torch.float64)
-    # 32 heads: m_h = 2^(-(h+1)/4)
-    expected = torch.tensor([2.0 ** (-(h + 1) / 4) for h in range(32)], dtype=torch.float64)
+    # n heads, a power of two: m_h = 2^(-8(h+1)/n) (32 heads: 2^(-(h+1)/4))
+    n = p["num_heads"]
+    assert n & (n - 1) == 0
+    expected = torch.tensor([2.0 ** (-8 * (h + 1) / n) for h in range(n)], dtype=torch.float64)
     assert_close(slopes, expected, rtol=0, atol=0)
-    assert bias[0, 3, 0].item() == pytest.approx(-3 * 2**-0.25, rel=1e-7)
+    assert bias[0, 3, 0].item() == pytest.approx(-3 * 2 ** (-8 / n), rel=1e-7)
     assert bias[-1, 3, 1].item() == pytest.approx(-2 * 2**-8, rel=1e-7)
     assert torch.isneginf(bias[:, 0, 1]).all()
 

@@ -13,7 +13,8 @@ from posenc.relative import (
     relative_buckets,
 )
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source, merge_preset, missing
+from service.routes.common import Plan, ServiceState, Source, missing
+from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import AlibiRequest, RelativeRequest
 
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/biases", tags=["biases"])
 
 
 def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "alibi", source)
+    req, info = merge_sources(req, "alibi", source)
     if req.num_heads is None:
         raise missing(source, "num_heads", "Field required: give num_heads (or an alibi preset)")
     heads, seq_len = req.num_heads, req.seq_len
@@ -36,7 +37,9 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
         "max_bias": req.max_bias,
         "preset": req.preset,
         "dtype": req.dtype,
+        **info,
     }
+    max_bias = float(req.max_bias)  # type: ignore[arg-type]  # merge_sources set the default
 
     def compute() -> Bundle:
         bias = alibi_bias(
@@ -44,16 +47,16 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
             seq_len,
             key_len,
             mode=req.mode,
-            max_bias=req.max_bias,
+            max_bias=max_bias,
             device=state.device,
             dtype=dtype,
         )  # (H, T, S)
-        slopes = alibi_slopes(heads, req.max_bias, device=state.device, dtype=dtype)  # (H,)
+        slopes = alibi_slopes(heads, max_bias, device=state.device, dtype=dtype)  # (H,)
         return Bundle({"bias": bias, "slopes": slopes}, meta)
 
     return Plan(
         route="/v1/biases/alibi",
-        params={**req.model_dump(mode="json"), "key_len": key_len},
+        params={**req.model_dump(mode="json"), "key_len": key_len, **info},
         elements=heads * seq_len * key_len + heads,
         compute=compute,
         names=("bias", "slopes"),
@@ -61,7 +64,7 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
 
 
 def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "relative", source)
+    req, info = merge_sources(req, "relative", source)
     seq_len = req.seq_len
     key_len = seq_len if req.key_len is None else req.key_len
     n_buckets = num_relative_buckets(
@@ -82,6 +85,7 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
         "seed": req.seed,
         "preset": req.preset,
         "dtype": req.dtype,
+        **info,
     }
 
     def compute() -> Bundle:
@@ -103,7 +107,7 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
     pairs = seq_len * key_len
     return Plan(
         route="/v1/biases/relative",
-        params={**req.model_dump(mode="json"), "key_len": key_len},
+        params={**req.model_dump(mode="json"), "key_len": key_len, **info},
         elements=pairs + (heads * pairs if heads else 0),
         compute=compute,
         names=("buckets", "bias") if heads else ("buckets",),

@@ -48,7 +48,7 @@ M = TypeVar("M", bound=BaseModel)
 # Query parameters that choose the representation, on every compute endpoint (GET and POST).
 OUTPUT_PARAMS = ("format", "encoding", "index")
 # GET fields given as comma-separated integers.
-LIST_QUERY_FIELDS = ("positions",)
+LIST_QUERY_FIELDS = ("positions", "mrope_section")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
             )
             continue
         value = values[0]
-        if key == "scaling":
+        if key in ("scaling", "config"):  # JSON text
             try:
                 data[key] = json.loads(value)
             except ValueError as exc:
@@ -275,7 +275,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
                     {
                         "type": "json_invalid",
                         "loc": (key,),
-                        "msg": f"scaling must be JSON text (an object or null): {exc}",
+                        "msg": f"{key} must be JSON text (an object or null): {exc}",
                         "input": value,
                     }
                 )
@@ -301,11 +301,22 @@ def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
         prop = dict(prop)
         description = prop.pop("description", None)
         prop.pop("title", None)
-        if name == "positions":
+        if name == "mrope_section":
             param_schema: dict[str, Any] = {
+                "type": "string",
+                "pattern": r"^[0-9]+,[0-9]+,[0-9]+$",
+                "description": "three comma-separated ints, e.g. 16,24,24",
+            }
+        elif name == "positions":
+            param_schema = {
                 "type": "string",
                 "pattern": r"^[0-9]+(,[0-9]+)*$",
                 "description": "comma-separated positions, e.g. 0,1,2,4096",
+            }
+        elif name == "config":
+            param_schema = {
+                "type": "string",
+                "description": "JSON text of the model's config.json object",
             }
         elif name == "scaling":
             param_schema = {

@@ -8,9 +8,11 @@ from posenc import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
+from posenc.rope_sections import mrope_channel_axes, mrope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source, merge_preset, missing
+from service.routes.common import Plan, ServiceState, Source, missing
+from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
 
@@ -53,9 +55,9 @@ def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source)
 
 
 def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "learned", source)
+    req, info = merge_sources(req, "learned", source)
     dtype = resolve_dtype(req.dtype)
-    params = req.model_dump(mode="json")
+    params = {**req.model_dump(mode="json"), **info}
     if req.model is not None:
         model = state.model(req.model)
         table = model.position_table
@@ -111,6 +113,7 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
         "d_model": d_model,
         "seed": seed,
         "dtype": req.dtype,
+        **info,
     }
 
     def compute_seeded() -> Bundle:
@@ -126,13 +129,45 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
     )
 
 
+def mrope_positions(req: RopeRequest) -> list[list[int]] | None:
+    """The ``(3, T)`` M-RoPE position rows of ``req``, or None for plain RoPE.
+
+    Three rows need ``mrope_section``; with ``mrope_section`` (from the body or a config), a
+    single row or ``seq_len`` is text: the same positions on all three axes, as transformers
+    expands them.
+    """
+    rows = req.positions
+    two_d = rows is not None and len(rows) > 0 and isinstance(rows[0], list)
+    if req.mrope_section is None:
+        if two_d:
+            raise InvalidArgument(
+                "positions given as three rows (temporal, height, width) need mrope_section "
+                "(three ints summing to rotary_dim/2), or a config that has one",
+                field="mrope_section",
+            )
+        return None
+    if two_d:
+        lengths = {len(r) for r in rows}  # type: ignore[union-attr, arg-type]
+        if len(lengths) != 1:
+            raise InvalidArgument(
+                f"the three position rows must have the same length, got {sorted(lengths)}",
+                field="positions",
+            )
+        return [list(r) for r in rows]  # type: ignore[union-attr, arg-type]
+    text = list(rows) if rows is not None else list(range(int(req.seq_len or 0)))
+    return [text, text, text]  # type: ignore[list-item]
+
+
 def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
-    req, _ = merge_preset(req, "rope", source)
+    req, info = merge_sources(req, "rope", source)
     if req.head_dim is None:
         raise missing(source, "head_dim", "Field required: give head_dim (or a rope preset)")
     rotary_dim = req.head_dim if req.rotary_dim is None else req.rotary_dim
-    if req.positions is not None:
-        seq_len, length = len(req.positions), max(req.positions) + 1
+    mrope_rows = mrope_positions(req)  # (3, T) rows, or None for plain RoPE
+    if mrope_rows is not None:
+        seq_len, length = len(mrope_rows[0]), max(max(r) for r in mrope_rows) + 1
+    elif req.positions is not None:
+        seq_len, length = len(req.positions), max(req.positions) + 1  # type: ignore[type-var]
     else:
         seq_len = length = int(req.seq_len or 0)
     scaling = (
@@ -140,12 +175,14 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         if req.scaling is not None
         else None
     )
+    base = float(req.base)  # type: ignore[arg-type]  # merge_sources applied the default
     elements = 2 * seq_len * rotary_dim + rotary_dim // 2
+    attention_scaling = None  # over the limit nothing is made: respond's check_size answers 413
     if elements <= state.settings.max_elements:
-        # Validates the scaling against rotary_dim (longrope factors) before the size check:
-        # R/2 numbers, within the limit. Over it, nothing is made here: respond's check_size
-        # answers 413 from the numbers alone (head_dim 1,121,509,132 once took 4.5 GB and 40 s).
-        rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
+        # Validates the scaling against rotary_dim (longrope factors) and gives the attention
+        # scaling for meta: R/2 numbers, within the limit. (head_dim 1,121,509,132 once took
+        # 4.5 GB and 40 s before its 413, when this ran first.)
+        _, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
     dtype = resolve_dtype(req.dtype)
     meta = {
         "kind": "rope",
@@ -156,17 +193,39 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         "layout": req.layout,
         "scaling": req.scaling.model_dump(mode="json", exclude_none=True) if req.scaling else None,
         "preset": req.preset,
-        "attention_scaling": None,  # set by compute, from the tables
+        "rope_type": scaling.type if scaling is not None else "default",
+        "attention_scaling": attention_scaling,
+        "layer_type": req.layer_type,
         "dtype": req.dtype,
+        **info,
     }
+    if mrope_rows is not None:
+        meta["mrope_section"] = req.mrope_section
+        meta["mrope_interleaved"] = bool(req.mrope_interleaved)
+        mrope_channel_axes(rotary_dim, req.mrope_section or (), interleaved=False)  # validates
 
     def compute() -> Bundle:
+        if mrope_rows is not None:
+            tables = mrope_cos_sin(
+                mrope_rows,
+                rotary_dim=rotary_dim,
+                mrope_section=req.mrope_section or (),
+                interleaved=bool(req.mrope_interleaved),
+                base=base,
+                layout=req.layout,  # type: ignore[arg-type]
+                scaling=scaling,
+                device=state.device,
+                dtype=dtype,
+            )
+            return Bundle(
+                {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta
+            )
         tables = rope_cos_sin(
             req.positions,
             seq_len=req.seq_len,
             rotary_dim=rotary_dim,
-            base=req.base,
-            layout=req.layout,
+            base=base,
+            layout=req.layout,  # type: ignore[arg-type]
             scaling=scaling,
             device=state.device,
             dtype=dtype,
@@ -178,7 +237,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
 
     return Plan(
         route="/v1/encodings/rope",
-        params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim},
+        params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim, **info},
         elements=elements,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
@@ -219,8 +278,9 @@ add_compute_routes(
     summary="Rotary position embedding tables",
     description=(
         "RoPE cos/sin tables with the scaling types of Hugging Face transformers (linear, "
-        "dynamic, yarn, longrope, llama3); cos and sin include the attention scaling "
-        "(`meta.attention_scaling`). Tensors: `cos` (T, rotary_dim), `sin` (T, rotary_dim), "
+        "dynamic, yarn, longrope, llama3, proportional); cos and sin include the attention "
+        "scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a model's "
+        "config.json (as transformers 5 reads it; `layer_type` for per-layer-type RoPE). Tensors: `cos` (T, rotary_dim), `sin` (T, rotary_dim), "
         "`inv_freq` (rotary_dim/2)."
     ),
 )

@@ -1,0 +1,1102 @@
+"""What a Hugging Face ``config.json`` means for positions, read as transformers 5 reads it.
+
+:func:`read_positions` takes a model's published ``config.json`` (a mapping, as ``json.load``
+gives it; for a multimodal file the whole file, whose ``text_config`` holds the language model)
+and returns :class:`ModelPositions`: the positional encoding the model applies (RoPE, ALiBi, T5
+relative buckets, a learned table, sinusoidal or none), with the numbers posenc's tables need.
+
+The reading follows transformers 5 (``modeling_rope_utils.RotaryEmbeddingConfigMixin`` and the
+models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
+
+- RoPE parameters: ``rope_parameters``, or the legacy ``rope_scaling`` (which wins when both are
+  given, as ``convert_rope_params_to_dict``), with ``type`` read as ``rope_type`` and a top-level
+  ``rope_theta`` (else the model's ``default_theta``; GPT-NeoX's ``rotary_emb_base``). Parameters
+  nested by layer type (Gemma 3's ``sliding_attention`` / ``full_attention``) give one entry per
+  type; Gemma 3's legacy ``rope_local_base_freq`` is the sliding layers' theta and its
+  ``rope_scaling`` applies to the full layers only. ``original_max_position_embeddings`` is set
+  for ``llama3``, ``yarn`` and ``longrope`` from a top-level key (Phi-3) or else
+  ``max_position_embeddings``; ``yarn`` and ``longrope`` without ``factor`` use
+  ``max_position_embeddings / original_max_position_embeddings``; ``dynamic`` rescales above
+  ``max_position_embeddings``. Qwen2-VL's ``"mrope"`` type is ``default`` with an
+  ``mrope_section``.
+- Dimensions: ``head_dim``, else ``hidden_size // num_attention_heads`` (with the models'
+  aliases ``n_embd``, ``d_model``, ``n_head``, ``n_heads``, ``num_heads``); DeepSeek rotates
+  ``qk_rope_head_dim`` channels; the rotary dimension is ``int(head_dim ·
+  partial_rotary_factor)`` (``rotary_pct`` for GPT-NeoX, default 0.25; Phi and GLM default 0.5),
+  or GPT-J's ``rotary_dim``; Gemma 4's full-attention layers use ``global_head_dim``.
+- Layout: ``interleaved`` for the models that rotate adjacent pairs (GPT-J, GLM, Llama 4,
+  DeepSeek, Cohere, ERNIE 4.5, Helium), else ``half``.
+- Layer types: ``layer_types`` when given, else the model's own rule (Gemma 2 alternating,
+  Gemma 3 every 6th full, Cohere 2 every 4th, Qwen2 sliding above ``max_window_layers``, Llama 4
+  ``no_rope_layers``); a layer that applies no RoPE (Llama 4's every 4th, Cohere 2's full
+  attention) is ``"no_rope"``.
+- Softmax scale: ``head_dim^-0.5``; Gemma 2/3 ``query_pre_attn_scalar^-0.5``; Gemma 4 1.0;
+  DeepSeek ``(qk_nope_head_dim + qk_rope_head_dim)^-0.5 · mscale²`` with YaRN's
+  ``0.1·mscale_all_dim·ln(factor) + 1``; Granite ``attention_multiplier``; T5 1.0; MPT
+  ``attn_config.softmax_scale``.
+- ALiBi (BLOOM, MPT's ``attn_config.alibi`` / ``alibi_bias_max``, Falcon's ``alibi``), T5's
+  ``relative_attention_num_buckets`` / ``relative_attention_max_distance``, and the learned
+  table size (``max_position_embeddings``, GPT-2's ``n_positions``).
+
+Every value the file does not support is an :class:`~posenc.errors.InvalidArgument` whose
+``field`` is ``config.<key>`` and whose message says what is accepted. Keys read in a legacy
+spelling, and keys ignored, are listed in ``warnings``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Literal
+
+from posenc.errors import InvalidArgument
+from posenc.rope import ROPE_PARAMETER_KEYS, RopeScaling, rope_inv_freq
+
+logger = logging.getLogger(__name__)
+
+PositionKind = Literal["rope", "alibi", "relative", "learned", "sinusoidal", "none"]
+
+#: transformers 5's ``default_theta`` of each model type (10000.0 for any other).
+DEFAULT_THETA: Mapping[str, float] = MappingProxyType(
+    {
+        "apertus": 12000000.0,
+        "bitnet": 500000.0,
+        "cohere": 500000.0,
+        "cwm": 1000000.0,
+        "ernie4_5": 500000.0,
+        "ernie4_5_moe": 500000.0,
+        "flex_olmo": 500000.0,
+        "fuyu": 25000.0,
+        "gpt_oss": 150000.0,
+        "helium": 100000.0,
+        "lfm2": 1000000.0,
+        "lfm2_moe": 1000000.0,
+        "llama4": 500000.0,
+        "llama4_text": 500000.0,
+        "minimax": 1000000.0,
+        "minimax_m2": 5000000.0,
+        "mixtral": 1000000.0,
+        "olmo3": 500000.0,
+        "phimoe": 1000000.0,
+        "qwen2_5_omni": 1000000.0,
+        "qwen2_5_vl": 1000000.0,
+        "qwen2_5_vl_text": 1000000.0,
+        "qwen2_vl": 1000000.0,
+        "qwen2_vl_text": 1000000.0,
+        "qwen3_vl": 500000.0,
+        "qwen3_vl_text": 500000.0,
+        "qwen3_vl_moe": 500000.0,
+        "qwen3_vl_moe_text": 500000.0,
+        "smollm3": 2000000.0,
+    }
+)
+
+#: Model types whose attention rotates adjacent channel pairs (``rotate_every_two``,
+#: ``repeat_interleave(2)`` or ``view_as_complex`` in their modeling file).
+INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
+    {
+        "gptj",
+        "codegen",
+        "glm",
+        "glm4",
+        "glm4v",
+        "glm4v_text",
+        "llama4",
+        "llama4_text",
+        "deepseek_v2",
+        "deepseek_v3",
+        "cohere",
+        "cohere2",
+        "ernie4_5",
+        "ernie4_5_moe",
+        "helium",
+        "moonshine",
+    }
+)
+
+#: ``partial_rotary_factor`` of each model type when the config gives none.
+DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
+    {"gpt_neox": 0.25, "phi": 0.5, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25, "persimmon": 0.5}
+)
+
+_GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
+_QWEN_SLIDING = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
+_ALIBI_MODEL_TYPES = frozenset({"bloom"})
+_RELATIVE_MODEL_TYPES = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
+_LEARNED_MODEL_TYPES = frozenset(
+    {
+        "gpt2",
+        "bert",
+        "roberta",
+        "xlm-roberta",
+        "distilbert",
+        "electra",
+        "camembert",
+        "gpt_neo",
+        "opt",
+        "biogpt",
+        "bart",
+        "mbart",
+        "blenderbot",
+        "whisper",
+        "vit",
+        "clip_text_model",
+        "layoutlm",
+        "xlnet_none",
+    }
+)
+_SINUSOIDAL_MODEL_TYPES = frozenset({"marian", "fsmt", "pegasus", "speech_to_text", "m2m_100"})
+_ROPE_MODEL_TYPES = frozenset(
+    {
+        "llama",
+        "mistral",
+        "mixtral",
+        "qwen2",
+        "qwen2_moe",
+        "qwen3",
+        "qwen3_moe",
+        "gemma",
+        "gemma2",
+        "gemma4",
+        "gemma4_text",
+        "phi",
+        "phi3",
+        "gpt_neox",
+        "gptj",
+        "codegen",
+        "olmo",
+        "olmo2",
+        "falcon",
+        "stablelm",
+        "persimmon",
+        "starcoder2",
+        "granite",
+        "internlm2",
+        "deepseek_v2",
+        "deepseek_v3",
+        "glm",
+        "glm4",
+    }
+    | _GEMMA3_LIKE
+    | set(DEFAULT_THETA)
+    | INTERLEAVED_MODEL_TYPES
+)
+
+# keys a rope-parameters dict may hold besides the scaling parameters of its type
+_ROPE_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
+_MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
+
+
+@dataclass(frozen=True)
+class RopeLayerType:
+    """The RoPE of one layer type, as the model's rotary embedding computes it.
+
+    Attributes:
+        rope_type: ``default`` or a scaling type of :data:`posenc.rope.ROPE_INIT_FUNCTIONS`.
+        rope_theta: the base.
+        head_dim: ``Dh`` of the layers of this type.
+        rotary_dim: ``R``: the width of the cos/sin tables (``Dh`` for ``proportional``).
+        parameters: the scaling parameters in effect (transformers' names), without
+            ``rope_type`` and ``rope_theta``; empty for ``default``.
+        attention_scaling: the factor transformers multiplies cos and sin by.
+        partial_rotary_factor: the fraction of the head that rotates, as read.
+    """
+
+    rope_type: str
+    rope_theta: float
+    head_dim: int
+    rotary_dim: int
+    parameters: Mapping[str, Any]
+    attention_scaling: float
+    partial_rotary_factor: float = 1.0
+
+    def scaling(self) -> RopeScaling | None:
+        """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None)."""
+        if self.rope_type == "default":
+            return None
+        return RopeScaling.from_dict({"type": self.rope_type, **self.parameters})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Flat, as transformers' ``rope_parameters`` (plus dims and attention scaling)."""
+        out: dict[str, Any] = {"rope_type": self.rope_type, "rope_theta": self.rope_theta}
+        if self.partial_rotary_factor != 1.0:
+            out["partial_rotary_factor"] = self.partial_rotary_factor
+        out.update(_plain(dict(self.parameters)))
+        out.update(
+            head_dim=self.head_dim,
+            rotary_dim=self.rotary_dim,
+            attention_scaling=self.attention_scaling,
+        )
+        return out
+
+
+@dataclass(frozen=True)
+class ModelPositions:
+    """What a config means for positions (see the module docstring for how each is read).
+
+    Attributes:
+        model_type: the file's ``model_type`` (the top level of a multimodal file).
+        kind: ``rope``, ``alibi``, ``relative``, ``learned``, ``sinusoidal`` or ``none``.
+        head_dim: ``Dh`` of the attention (of the rotary part for DeepSeek); None where unknown.
+        rotary_dim: ``R`` of the default layer type (RoPE only).
+        layout: ``half`` or ``interleaved`` (RoPE only).
+        max_position_embeddings: the config's value (``n_positions`` for GPT-2).
+        layer_types: one entry per layer; ``no_rope`` where the layer applies no RoPE.
+        rope: RoPE per distinct layer type.
+        per_layer_type: whether the config gives RoPE parameters per layer type (then a table
+            request must name one, ``layer_type``).
+        softmax_scale: the factor the attention multiplies its scores by.
+        attention_temperature: Llama 4's no-RoPE layers' ``{"floor_scale", "attn_scale"}``.
+        sliding_window: the window, or None.
+        mrope_section: Qwen-VL's ``[t, h, w]`` frequency sections, or None.
+        mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
+        alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
+        relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5.
+        learned: ``{"seq_len", "d_model", "vocab_size"}`` for learned tables.
+        warnings: keys read in a legacy spelling, keys ignored.
+    """
+
+    model_type: str
+    kind: PositionKind
+    head_dim: int | None = None
+    rotary_dim: int | None = None
+    layout: str | None = None
+    max_position_embeddings: int | None = None
+    layer_types: tuple[str, ...] = ()
+    rope: Mapping[str, RopeLayerType] = field(default_factory=dict)
+    per_layer_type: bool = False
+    softmax_scale: float | None = None
+    attention_temperature: Mapping[str, float] | None = None
+    sliding_window: int | None = None
+    mrope_section: tuple[int, ...] | None = None
+    mrope_interleaved: bool = False
+    alibi: Mapping[str, Any] | None = None
+    relative: Mapping[str, Any] | None = None
+    learned: Mapping[str, Any] | None = None
+    warnings: tuple[str, ...] = ()
+
+    def rope_for(self, layer_type: str | None) -> RopeLayerType:
+        """The RoPE of ``layer_type``: required when the config has per-layer-type parameters,
+        refused otherwise (``field="layer_type"``)."""
+        if self.kind != "rope" or not self.rope:
+            raise InvalidArgument(
+                f"config of model_type {self.model_type!r} uses {self.kind} positions, not RoPE",
+                field="config",
+            )
+        types = sorted(self.rope)
+        if self.per_layer_type:
+            if layer_type is None:
+                raise InvalidArgument(
+                    f"config of model_type {self.model_type!r} has RoPE parameters per layer "
+                    f"type; give layer_type, one of {types}",
+                    field="layer_type",
+                )
+            if layer_type not in self.rope:
+                raise InvalidArgument(
+                    f"layer_type {layer_type!r} is not a RoPE layer type of this config; "
+                    f"one of {types}",
+                    field="layer_type",
+                )
+            return self.rope[layer_type]
+        if layer_type is not None:
+            raise InvalidArgument(
+                f"layer_type {layer_type!r} given, but the config of model_type "
+                f"{self.model_type!r} has one set of RoPE parameters for every layer; omit "
+                "layer_type",
+                field="layer_type",
+            )
+        return next(iter(self.rope.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, as ``POST /v1/configs/positions`` answers."""
+        return {
+            "model_type": self.model_type,
+            "kind": self.kind,
+            "head_dim": self.head_dim,
+            "rotary_dim": self.rotary_dim,
+            "layout": self.layout,
+            "max_position_embeddings": self.max_position_embeddings,
+            "layer_types": list(self.layer_types),
+            "rope": {k: v.to_dict() for k, v in self.rope.items()},
+            "per_layer_type": self.per_layer_type,
+            "softmax_scale": self.softmax_scale,
+            "attention_temperature": _plain(self.attention_temperature),
+            "sliding_window": self.sliding_window,
+            "mrope_section": list(self.mrope_section) if self.mrope_section else None,
+            "mrope_interleaved": self.mrope_interleaved,
+            "alibi": _plain(self.alibi),
+            "relative": _plain(self.relative),
+            "learned": _plain(self.learned),
+            "warnings": list(self.warnings),
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading helpers
+# ---------------------------------------------------------------------------------------------
+
+
+class _Reader:
+    """A config mapping with typed getters that name the key in their errors."""
+
+    def __init__(self, config: Mapping[str, Any], prefix: str) -> None:
+        self.config = config
+        self.prefix = prefix
+        self.warnings: list[str] = []
+
+    def has(self, key: str) -> bool:
+        return self.config.get(key) is not None
+
+    def field(self, key: str) -> str:
+        return f"{self.prefix}{key}"
+
+    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+            raise InvalidArgument(
+                f"{self.field(key)} must be an integer >= {minimum}, got {value!r}",
+                field=self.field(key),
+            )
+        if value < minimum:
+            raise InvalidArgument(
+                f"{self.field(key)} must be an integer >= {minimum}, got {value!r}",
+                field=self.field(key),
+            )
+        return int(value)
+
+    def float(self, key: str, default: float | None = None, *, positive: bool = True) -> float | None:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise InvalidArgument(
+                f"{self.field(key)} must be a finite number, got {value!r}", field=self.field(key)
+            )
+        if positive and value <= 0:
+            raise InvalidArgument(
+                f"{self.field(key)} must be > 0, got {value!r}", field=self.field(key)
+            )
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.config.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise InvalidArgument(
+                f"{self.field(key)} must be true or false, got {value!r}", field=self.field(key)
+            )
+        return value
+
+
+def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """The language model's settings: a multimodal file's ``text_config`` over its top level."""
+    text = config.get("text_config")
+    if text is None:
+        return dict(config), "config."
+    if not isinstance(text, Mapping):
+        raise InvalidArgument(
+            f"config.text_config must be an object (the language model's config), got "
+            f"{type(text).__name__}",
+            field="config.text_config",
+        )
+    skip = {"text_config", "vision_config", "audio_config", "model_type"}
+    merged = {k: v for k, v in config.items() if k not in skip}
+    merged.update(text)
+    return merged, "config.text_config."
+
+
+# model_type spellings of older files, as transformers maps them
+_MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
+
+
+def _base_type(model_type: str) -> str:
+    return _MODEL_TYPE_ALIASES.get(model_type, model_type).removesuffix("_text")
+
+
+def _num_heads(r: _Reader) -> int | None:
+    for key in ("num_attention_heads", "n_head", "n_heads", "num_heads"):
+        if r.has(key):
+            return r.int(key)
+    return None
+
+
+def _hidden(r: _Reader) -> int | None:
+    for key in ("hidden_size", "n_embd", "d_model", "dim"):
+        if r.has(key):
+            return r.int(key)
+    return None
+
+
+#: Bounds on what a config may ask for (a real model is far below both).
+MAX_HEAD_DIM = 2**16
+MAX_LAYERS = 2**16
+
+
+def _head_dim(r: _Reader) -> int | None:
+    if r.has("head_dim"):
+        head_dim = r.int("head_dim")
+        key = "head_dim"
+    else:
+        hidden, heads = _hidden(r), _num_heads(r)
+        if hidden is None or heads is None:
+            return None
+        head_dim = hidden // heads
+        key = "num_attention_heads"
+        if head_dim < 1:
+            raise InvalidArgument(
+                f"hidden_size {hidden} / num_attention_heads {heads} gives a head dimension of "
+                f"{hidden / heads:g}; it must be at least 1",
+                field=r.field(key),
+            )
+    if head_dim is not None and head_dim > MAX_HEAD_DIM:
+        raise InvalidArgument(
+            f"the head dimension {head_dim} is over posenc's limit of {MAX_HEAD_DIM}",
+            field=r.field(key),
+        )
+    return head_dim
+
+
+def _layer_count(r: _Reader) -> int | None:
+    for key in ("num_hidden_layers", "n_layer", "n_layers", "num_layers"):
+        if r.has(key):
+            n = r.int(key, minimum=0)
+            if n is not None and n > MAX_LAYERS:
+                raise InvalidArgument(
+                    f"{r.field(key)} {n} is over posenc's limit of {MAX_LAYERS} layers",
+                    field=r.field(key),
+                )
+            return n
+    return None
+
+
+def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
+    base = _base_type(model_type)
+    if base == "falcon":
+        return "alibi" if c.get("alibi") else "rope"
+    if base == "mpt":
+        attn = c.get("attn_config") or {}
+        return "alibi" if isinstance(attn, Mapping) and attn.get("alibi", True) else "learned"
+    if base in _ALIBI_MODEL_TYPES:
+        return "alibi"
+    if base in _RELATIVE_MODEL_TYPES or "relative_attention_num_buckets" in c:
+        return "relative"
+    if base in _SINUSOIDAL_MODEL_TYPES:
+        return "sinusoidal"
+    if base in _LEARNED_MODEL_TYPES:
+        return "learned"
+    rope_keys = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rotary_pct")
+    if model_type in _ROPE_MODEL_TYPES or base in _ROPE_MODEL_TYPES:
+        return "rope"
+    if any(c.get(k) is not None for k in rope_keys) or "rotary_dim" in c:
+        return "rope"
+    if "n_positions" in c or (
+        "max_position_embeddings" in c and c.get("position_embedding_type") == "absolute"
+    ):
+        return "learned"
+    raise InvalidArgument(
+        f"config.model_type {model_type!r}: posenc cannot tell its positional encoding (no "
+        "rope_parameters, rope_scaling, rope_theta, alibi, relative_attention_num_buckets or "
+        "n_positions); known model types include llama, mistral, qwen2, gemma3, phi3, gpt_neox, "
+        "gptj, deepseek_v3, bloom, mpt, falcon, t5, gpt2, bert",
+        field="config.model_type",
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE
+# ---------------------------------------------------------------------------------------------
+
+
+def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | None:
+    c = r.config
+    given = c.get("layer_types")
+    if given is not None:
+        if not isinstance(given, list) or not all(isinstance(t, str) for t in given):
+            raise InvalidArgument(
+                "config.layer_types must be a list of strings (one per layer), got "
+                f"{given!r:.80}",
+                field=r.field("layer_types"),
+            )
+        types = list(given)
+    elif n_layers is None:
+        return None
+    elif base == "gemma2":
+        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
+    elif base in _GEMMA3_LIKE or base in ("gemma4", "cohere2"):
+        default = 4 if base == "cohere2" else 6
+        pattern = r.int("sliding_window_pattern", default) or default
+        types = [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)
+        ]
+    elif base in _QWEN_SLIDING and c.get("use_sliding_window") and c.get("sliding_window"):
+        mwl = r.int("max_window_layers", 28, minimum=0)
+        types = [
+            "sliding_attention" if i >= mwl else "full_attention"  # type: ignore[operator]
+            for i in range(n_layers)
+        ]
+    elif base == "llama4":
+        interval = r.int("no_rope_layer_interval", 4) or 4
+        no_rope = c.get("no_rope_layers") or [
+            int((i + 1) % interval != 0) for i in range(n_layers)
+        ]
+        if not isinstance(no_rope, list):
+            raise InvalidArgument(
+                "config.no_rope_layers must be a list of flags (1: RoPE, 0: none)",
+                field=r.field("no_rope_layers"),
+            )
+        types = ["chunked_attention" if use else "no_rope" for use in no_rope]
+        return types
+    elif base == "smollm3":
+        types = ["full_attention"] * n_layers
+    else:
+        types = ["full_attention"] * n_layers
+    if base == "smollm3":
+        # SmolLM3: NoPE every no_rope_layer_interval-th layer (no_rope_layers[i] == 0)
+        interval = r.int("no_rope_layer_interval", 4) or 4
+        flags = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(len(types))]
+        if not isinstance(flags, list) or len(flags) < len(types):
+            raise InvalidArgument(
+                f"config.no_rope_layers must be a list of {len(types)} flags (1: RoPE, 0: none)",
+                field=r.field("no_rope_layers"),
+            )
+        types = [t if flags[i] else "no_rope" for i, t in enumerate(types)]
+    if base == "gemma4" and types and types[-1] != "full_attention":
+        types[-1] = "full_attention"
+        r.warnings.append("layer_types: the last layer is full_attention (Gemma 4 forces it)")
+    if base == "cohere2":
+        types = ["no_rope" if t == "full_attention" else t for t in types]
+    return types
+
+
+def _rope_dicts(
+    base: str, model_type: str, r: _Reader, layer_types: list[str] | None
+) -> tuple[dict[str, dict[str, Any]], bool]:
+    """The raw rope parameter dicts by layer type (``{"default": ...}`` when not nested), with
+    ``rope_theta`` and ``rope_type`` filled in; and whether they are nested."""
+    c = r.config
+    default_theta = DEFAULT_THETA.get(model_type, DEFAULT_THETA.get(base, 10000.0))
+    params = c.get("rope_parameters")
+    scaling = c.get("rope_scaling")
+    for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
+        if value is not None and not isinstance(value, Mapping):
+            raise InvalidArgument(
+                f"{r.field(key)} must be an object or null, got {type(value).__name__}",
+                field=r.field(key),
+            )
+    if scaling is not None:
+        r.warnings.append(
+            "rope_scaling: legacy spelling of rope_parameters (read as transformers 5 reads it)"
+        )
+        if params is not None:
+            r.warnings.append("rope_parameters: ignored, rope_scaling wins (as in transformers)")
+    top_theta = r.float("rope_theta")
+    if top_theta is not None and (scaling is not None or params is None):
+        r.warnings.append("rope_theta: legacy top-level key, read as rope_parameters.rope_theta")
+    if top_theta is None and r.has("rotary_emb_base"):
+        top_theta = r.float("rotary_emb_base")
+        r.warnings.append("rotary_emb_base: legacy spelling of rope_theta")
+
+    if base in _GEMMA3_LIKE:
+        # configuration_gemma3.convert_rope_params_to_dict
+        nested = (
+            {k: dict(v) if isinstance(v, Mapping) else None for k, v in params.items()}
+            if params is not None
+            else {}
+        )
+        nested = {k: v for k, v in nested.items() if k in ("full_attention", "sliding_attention")}
+        full = nested.get("full_attention") or {"rope_type": "default"}
+        if scaling is not None:
+            full.update(scaling)
+        full.setdefault("rope_theta", top_theta if top_theta is not None else 1_000_000.0)
+        sliding = nested.get("sliding_attention") or {"rope_type": "default"}
+        local = r.float("rope_local_base_freq")
+        if local is not None:
+            r.warnings.append(
+                "rope_local_base_freq: legacy spelling of "
+                "rope_parameters.sliding_attention.rope_theta"
+            )
+        sliding.setdefault("rope_theta", local if local is not None else 10_000.0)
+        dicts = {"sliding_attention": sliding, "full_attention": full}
+        nested_flag = True
+    else:
+        raw = dict(scaling if scaling is not None else (params or {}))
+        labels = set(layer_types or ()) | {"full_attention", "sliding_attention"}
+        nested_keys = [k for k in raw if k in labels and isinstance(raw[k], Mapping | None)]
+        if base == "gemma4" and params is None and scaling is None:
+            raw = {
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
+                "full_attention": {
+                    "rope_type": "proportional",
+                    "partial_rotary_factor": 0.25,
+                    "rope_theta": 1_000_000.0,
+                },
+            }
+            nested_keys = list(raw)
+        if nested_keys:
+            dicts = {k: dict(raw[k]) for k in nested_keys if raw[k] is not None}
+            nested_flag = True
+        else:
+            dicts = {"default": raw}
+            nested_flag = False
+        for d in dicts.values():
+            d.setdefault("rope_theta", top_theta if top_theta is not None else default_theta)
+    for name, d in dicts.items():
+        where = r.field("rope_scaling" if scaling is not None else "rope_parameters")
+        if nested_flag:
+            where = f"{where}.{name}"
+        if "type" in d:
+            if "rope_type" in d and d["rope_type"] != d["type"]:
+                r.warnings.append(
+                    f"{where}.type {d['type']!r}: ignored, rope_type {d['rope_type']!r} wins"
+                )
+            else:
+                r.warnings.append(f"{where}.type: legacy spelling of rope_type")
+            d.setdefault("rope_type", d["type"])
+            del d["type"]
+        d.setdefault("rope_type", "default")
+        if d["rope_type"] == "mrope":  # Qwen2-VL: plain RoPE over three position sections
+            d["rope_type"] = "default"
+        d["_where"] = where
+    return dicts, nested_flag
+
+
+def _rope_layer(
+    d: dict[str, Any],
+    *,
+    r: _Reader,
+    base: str,
+    head_dim: int,
+    max_pos: int | None,
+    nested: bool,
+) -> tuple[RopeLayerType, dict[str, Any]]:
+    """One layer type's RoPE; returns it and the mrope keys found in its dict."""
+    c = r.config
+    where = d.pop("_where")
+    rope_type = d.pop("rope_type")
+    if not isinstance(rope_type, str) or (
+        rope_type != "default" and rope_type not in ROPE_PARAMETER_KEYS
+    ):
+        raise InvalidArgument(
+            f"{where}.rope_type {rope_type!r} is not supported; accepted: default, "
+            f"{', '.join(ROPE_PARAMETER_KEYS)} (and mrope, read as default)",
+            field=f"{where}.rope_type",
+        )
+    theta_value = d.pop("rope_theta")
+    if isinstance(theta_value, bool) or not isinstance(theta_value, int | float) or not (
+        theta_value > 1 and math.isfinite(theta_value)
+    ):
+        raise InvalidArgument(
+            f"{where}.rope_theta must be a finite number > 1, got {theta_value!r}",
+            field=f"{where}.rope_theta",
+        )
+    theta = float(theta_value)
+
+    # the rotated fraction
+    prf = d.pop("partial_rotary_factor", None)
+    if prf is None:
+        prf = c.get("partial_rotary_factor")
+    if prf is None and c.get("rotary_pct") is not None:
+        prf = c.get("rotary_pct")
+        r.warnings.append("rotary_pct: legacy spelling of partial_rotary_factor")
+    if prf is None:
+        prf = DEFAULT_PARTIAL_ROTARY.get(base, 1.0)
+    if isinstance(prf, bool) or not isinstance(prf, int | float) or not 0 < prf <= 1:
+        raise InvalidArgument(
+            f"{where}.partial_rotary_factor must be a number in (0, 1], got {prf!r}",
+            field=f"{where}.partial_rotary_factor",
+        )
+    if base in ("gptj", "codegen") and c.get("rotary_dim") is not None:
+        rotary_dim = r.int("rotary_dim")
+    elif rope_type == "proportional":
+        rotary_dim = head_dim
+    else:
+        rotary_dim = int(head_dim * prf)
+    if head_dim > MAX_HEAD_DIM or (rotary_dim is not None and rotary_dim > head_dim):
+        raise InvalidArgument(
+            f"the rotary dimension {rotary_dim} must be <= the head dimension {head_dim}, and "
+            f"that <= {MAX_HEAD_DIM}",
+            field=f"{where}.partial_rotary_factor"
+            if base not in ("gptj", "codegen")
+            else r.field("rotary_dim"),
+        )
+    if rotary_dim is None or rotary_dim < 2 or rotary_dim % 2:
+        raise InvalidArgument(
+            f"the rotary dimension int(head_dim {head_dim} x partial_rotary_factor {prf}) = "
+            f"{rotary_dim} must be even and >= 2",
+            field=f"{where}.partial_rotary_factor",
+        )
+
+    mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
+    required, optional = (
+        ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
+    )
+    known = set(required) | set(optional) | {"original_max_position_embeddings"}
+    params: dict[str, Any] = {}
+    for key, value in d.items():
+        if key in known and value is not None:
+            params[key] = value
+        elif value is not None:
+            r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r}")
+    if rope_type == "proportional":
+        params["partial_rotary_factor"] = float(prf)
+    if rope_type in ("llama3", "yarn", "longrope"):
+        if not nested and c.get("original_max_position_embeddings") is not None:
+            params["original_max_position_embeddings"] = r.int("original_max_position_embeddings")
+        elif not nested and base == "phi3":
+            params["original_max_position_embeddings"] = 4096  # Phi3Config's default
+        elif "original_max_position_embeddings" not in params:
+            if max_pos is None:
+                raise InvalidArgument(
+                    f"{where}.original_max_position_embeddings is required for {rope_type} "
+                    "(or config.max_position_embeddings)",
+                    field=f"{where}.original_max_position_embeddings",
+                )
+            params["original_max_position_embeddings"] = max_pos
+    if rope_type in ("yarn", "longrope") and params.get("factor") is None and max_pos is not None:
+            params["factor"] = max_pos / params["original_max_position_embeddings"]
+    if rope_type == "dynamic":
+        if max_pos is None:
+            raise InvalidArgument(
+                "dynamic RoPE needs config.max_position_embeddings (the length above which it "
+                "rescales the base)",
+                field=r.field("max_position_embeddings"),
+            )
+        if "original_max_position_embeddings" in params:
+            r.warnings.append(
+                f"{where}.original_max_position_embeddings: ignored by dynamic, which uses "
+                "max_position_embeddings"
+            )
+        params["original_max_position_embeddings"] = max_pos
+    if (
+        rope_type not in ("llama3", "yarn", "longrope", "dynamic")
+        and params.pop("original_max_position_embeddings", None) is not None
+    ):
+        r.warnings.append(
+            f"{where}.original_max_position_embeddings: ignored by rope_type {rope_type!r}"
+        )
+    for key in required:
+        if params.get(key) is None:
+            raise InvalidArgument(
+                f"{where}.{key} is required for rope_type {rope_type!r} (required: "
+                f"{list(required)}, optional: {list(optional)})",
+                field=f"{where}.{key}",
+            )
+    try:
+        scaling = RopeScaling.from_dict({"type": rope_type, **params}) if params or (
+            rope_type != "default"
+        ) else None
+        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling)
+    except InvalidArgument as exc:
+        sub = (exc.field or "").removeprefix("scaling.")
+        raise InvalidArgument(
+            f"{where}: {exc.message}", field=f"{where}.{sub}" if sub else where
+        ) from None
+    frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+    return (
+        RopeLayerType(
+            rope_type=rope_type,
+            rope_theta=theta,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            parameters=MappingProxyType(frozen),
+            attention_scaling=float(attention_scaling),
+            partial_rotary_factor=float(prf),
+        ),
+        mrope,
+    )
+
+
+def _is_mla(base: str, r: _Reader) -> bool:
+    """Multi-head latent attention (DeepSeek V2/V3 and the models built like them): RoPE on
+    ``qk_rope_head_dim`` channels, scores over ``qk_nope_head_dim + qk_rope_head_dim``."""
+    return base in ("deepseek_v2", "deepseek_v3") or (
+        r.has("qk_rope_head_dim") and r.has("qk_nope_head_dim")
+    )
+
+
+def _softmax_scale(base: str, r: _Reader, head_dim: int | None, rope: RopeLayerType | None) -> float | None:
+    c = r.config
+    if base.startswith(("gemma4", "gemma3n")):
+        return 1.0  # their q/k norms stand in for the scale
+    if base in ("gemma2", *_GEMMA3_LIKE) or r.has("query_pre_attn_scalar"):
+        return float(r.float("query_pre_attn_scalar", 256.0)) ** -0.5  # type: ignore[arg-type]
+    if base in _RELATIVE_MODEL_TYPES:
+        return 1.0  # T5 folds the scale into its initialisation
+    if r.has("attention_multiplier"):
+        return r.float("attention_multiplier")
+    if _is_mla(base, r):
+        qk = (r.int("qk_nope_head_dim", 128) or 0) + (r.int("qk_rope_head_dim", 64) or 0)
+        scale = qk**-0.5
+        if rope is not None and rope.rope_type != "default":
+            mad = rope.parameters.get("mscale_all_dim") or 0
+            factor = rope.parameters.get("factor")
+            if mad and factor is not None and factor > 1:
+                m = 0.1 * mad * math.log(factor) + 1.0
+                scale = scale * m * m
+        return scale
+    if base == "mpt":
+        attn = c.get("attn_config") or {}
+        if isinstance(attn, Mapping) and attn.get("softmax_scale") is not None:
+            return float(attn["softmax_scale"])
+    if base == "gpt2" and c.get("scale_attn_weights") is False:
+        return 1.0
+    return None if head_dim is None else head_dim**-0.5
+
+
+# ---------------------------------------------------------------------------------------------
+# The reader
+# ---------------------------------------------------------------------------------------------
+
+
+def read_positions(config: Mapping[str, Any]) -> ModelPositions:
+    """Read what ``config`` (a model's ``config.json``) means for positions.
+
+    Args:
+        config: the parsed ``config.json``: a mapping with at least ``model_type`` (or keys
+            from which the encoding is clear, e.g. ``rope_theta``).
+
+    Returns:
+        :class:`ModelPositions`.
+
+    Raises:
+        InvalidArgument: ``field`` names the offending key (``config.<key>``, or
+            ``config.text_config.<key>``) and the message says what is accepted.
+    """
+    if not isinstance(config, Mapping):
+        raise InvalidArgument(
+            f"config must be an object (a model's config.json), got {type(config).__name__}",
+            field="config",
+        )
+    top_type = config.get("model_type")
+    c, prefix = _text_config(config)
+    text = config.get("text_config")
+    inner_type = text.get("model_type") if isinstance(text, Mapping) else None
+    model_type = inner_type or top_type
+    if model_type is not None and not isinstance(model_type, str):
+        raise InvalidArgument(
+            f"config.model_type must be a string, got {model_type!r}", field="config.model_type"
+        )
+    model_type = model_type or ""
+    base = _base_type(model_type)
+    if base == "llama4":
+        model_type = "llama4_text"
+    r = _Reader(c, prefix)
+    kind = _kind(model_type, c)
+    shown_type = top_type if isinstance(top_type, str) else model_type
+    heads = _num_heads(r)
+    max_pos = r.int("max_position_embeddings") or r.int("n_positions")
+    n_layers = _layer_count(r)
+    if kind == "alibi":
+        return _alibi(shown_type, base, r, heads, max_pos, n_layers)
+    if kind == "relative":
+        return _relative(shown_type, r, heads, n_layers)
+    if kind in ("learned", "sinusoidal"):
+        d_model = _hidden(r)
+        learned = None
+        if kind == "learned":
+            learned = {"seq_len": max_pos, "d_model": d_model, "vocab_size": r.int("vocab_size")}
+        return ModelPositions(
+            model_type=shown_type,
+            kind=kind,
+            head_dim=_head_dim(r),
+            max_position_embeddings=max_pos,
+            layer_types=tuple(["full_attention"] * (n_layers or 0)),
+            softmax_scale=_softmax_scale(base, r, _head_dim(r), None),
+            learned=learned,
+            warnings=tuple(r.warnings),
+        )
+    return _rope(shown_type, model_type, base, r, max_pos, n_layers)
+
+
+def _rope(
+    shown_type: str, model_type: str, base: str, r: _Reader, max_pos: int | None, n_layers: int | None
+) -> ModelPositions:
+    c = r.config
+    if r.has("qk_rope_head_dim") and (
+        base in ("deepseek_v2", "deepseek_v3") or (_is_mla(base, r) and not r.has("head_dim"))
+    ):
+        head_dim = r.int("qk_rope_head_dim")
+    else:
+        head_dim = _head_dim(r)
+    if head_dim is None:
+        raise InvalidArgument(
+            f"{r.field('head_dim')} is missing: give head_dim, or hidden_size and "
+            "num_attention_heads",
+            field=r.field("head_dim"),
+        )
+    layer_types = _layer_types(base, r, n_layers)
+    dicts, nested = _rope_dicts(base, model_type, r, layer_types)
+    rope: dict[str, RopeLayerType] = {}
+    mrope: dict[str, Any] = {}
+    for name, d in dicts.items():
+        hd = head_dim
+        if name == "full_attention" and (base == "gemma4" or r.has("global_head_dim")):
+            hd = r.int("global_head_dim", 512) or head_dim
+        layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
+        rope[name] = layer
+        mrope.update(found)
+    if not nested:
+        # one set for every layer: name it by the layer types that use it
+        single = rope.pop("default")
+        names = [t for t in dict.fromkeys(layer_types or ["full_attention"]) if t != "no_rope"]
+        for t in names or ["full_attention"]:
+            rope[t] = single
+    layout = "interleaved" if (
+        base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES
+    ) else "half"
+    if c.get("rope_interleave") is False:
+        layout = "half"
+    elif c.get("rope_interleave") is True:
+        layout = "interleaved"
+
+    section = mrope.get("mrope_section")
+    if section is not None and (
+        not isinstance(section, list)
+        or len(section) != 3
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section)
+    ):
+        raise InvalidArgument(
+            f"mrope_section must be three ints >= 0 (temporal, height, width), got {section!r}",
+            field=r.field("rope_parameters.mrope_section"),
+        )
+    interleaved = mrope.get("mrope_interleaved")
+    if interleaved is None:
+        interleaved = base in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")
+    first = next(iter(rope.values()))
+    temperature = None
+    if base == "llama4" and r.bool("attn_temperature_tuning", True):
+        temperature = MappingProxyType(
+            {
+                "floor_scale": float(r.float("floor_scale", 8192.0)),  # type: ignore[arg-type]
+                "attn_scale": float(r.float("attn_scale", 0.1)),  # type: ignore[arg-type]
+            }
+        )
+    sliding = r.int("sliding_window", minimum=0) or None
+    if base in _QWEN_SLIDING and not c.get("use_sliding_window"):
+        sliding = None
+    attn_head_dim = head_dim if _is_mla(base, r) else _head_dim(r)
+    return ModelPositions(
+        model_type=shown_type,
+        kind="rope",
+        head_dim=head_dim,
+        rotary_dim=first.rotary_dim,
+        layout=layout,
+        max_position_embeddings=max_pos,
+        layer_types=tuple(layer_types or ()),
+        rope=MappingProxyType(rope),
+        per_layer_type=nested,
+        softmax_scale=_softmax_scale(base, r, attn_head_dim, first),
+        attention_temperature=temperature,
+        sliding_window=sliding,
+        mrope_section=tuple(section) if section is not None else None,
+        mrope_interleaved=bool(interleaved) if section is not None else False,
+        warnings=tuple(r.warnings),
+    )
+
+
+def _alibi(
+    shown_type: str,
+    base: str,
+    r: _Reader,
+    heads: int | None,
+    max_pos: int | None,
+    n_layers: int | None,
+) -> ModelPositions:
+    max_bias = 8.0
+    if base == "mpt":
+        attn = r.config.get("attn_config") or {}
+        if not isinstance(attn, Mapping):
+            raise InvalidArgument(
+                f"config.attn_config must be an object, got {type(attn).__name__}",
+                field=r.field("attn_config"),
+            )
+        sub = _Reader(attn, r.field("attn_config."))
+        max_bias = sub.float("alibi_bias_max", 8.0) or 8.0
+    if heads is None:
+        raise InvalidArgument(
+            f"{r.field('num_attention_heads')} is missing: an ALiBi config must give the number "
+            "of heads (n_head, n_heads or num_attention_heads)",
+            field=r.field("num_attention_heads"),
+        )
+    head_dim = _head_dim(r)
+    return ModelPositions(
+        model_type=shown_type,
+        kind="alibi",
+        head_dim=head_dim,
+        max_position_embeddings=max_pos,
+        layer_types=tuple(["full_attention"] * (n_layers or 0)),
+        softmax_scale=_softmax_scale(base, r, head_dim, None),
+        alibi=MappingProxyType({"num_heads": heads, "max_bias": float(max_bias)}),
+        warnings=tuple(r.warnings),
+    )
+
+
+def _relative(
+    shown_type: str, r: _Reader, heads: int | None, n_layers: int | None
+) -> ModelPositions:
+    buckets = r.int("relative_attention_num_buckets", 32, minimum=2)
+    distance = r.int("relative_attention_max_distance", 128)
+    head_dim = r.int("d_kv") or _head_dim(r)
+    return ModelPositions(
+        model_type=shown_type,
+        kind="relative",
+        head_dim=head_dim,
+        layer_types=tuple(["full_attention"] * (n_layers or 0)),
+        softmax_scale=1.0,
+        relative=MappingProxyType(
+            {
+                "num_buckets": buckets,
+                "max_distance": distance,
+                "bidirectional": True,
+                "num_heads": heads,
+            }
+        ),
+        warnings=tuple(r.warnings),
+    )
+
+
+def rope_request_fields(
+    positions: ModelPositions, layer_type: str | None = None
+) -> dict[str, Any]:
+    """The ``/v1/encodings/rope`` fields a config gives: ``head_dim``, ``rotary_dim``,
+    ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), and the mrope fields."""
+    layer = positions.rope_for(layer_type)
+    scaling = None
+    if layer.rope_type != "default":
+        scaling = {"type": layer.rope_type, **_plain(dict(layer.parameters))}
+    out: dict[str, Any] = {
+        "head_dim": layer.head_dim,
+        "rotary_dim": layer.rotary_dim,
+        "base": layer.rope_theta,
+        "layout": positions.layout,
+        "scaling": scaling,
+    }
+    if positions.mrope_section is not None:
+        out["mrope_section"] = list(positions.mrope_section)
+        out["mrope_interleaved"] = positions.mrope_interleaved
+    return out
+
+
+__all__ = [
+    "DEFAULT_THETA",
+    "INTERLEAVED_MODEL_TYPES",
+    "ModelPositions",
+    "PositionKind",
+    "RopeLayerType",
+    "read_positions",
+    "rope_request_fields",
+]

@@ -1,0 +1,557 @@
+"""Published ``config.json`` files of well-known model families (their position-related keys).
+
+Each entry is ``(name, repository, config)``: the Hugging Face Hub repository whose
+``config.json`` the keys are quoted from, and those keys as published (legacy spellings such as
+``rope_scaling`` / ``type`` / ``rotary_pct`` kept as the file has them). Keys that do not bear on
+positions (vocabulary, MLP sizes, norms, token ids) are left out. :mod:`posenc.presets` reads
+these through :func:`posenc.hf_config.read_positions`, so a preset is a config read as
+transformers reads it; the tests build transformers' own rotary embeddings from the same dicts.
+
+Where a published value could not be quoted, the entry says so in ``NOTES`` and leaves the
+key out (transformers' default then applies) rather than inventing it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any
+
+_LLAMA3_SCALING = {
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3",
+}
+_LLAMA32_SCALING = {**_LLAMA3_SCALING, "factor": 32.0}
+
+#: ``name -> (hub repository, config.json keys)``.
+MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
+    {
+        # --- Llama ------------------------------------------------------------------------
+        "llama-2-7b": (
+            "meta-llama/Llama-2-7b-hf",
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 32,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 4096,
+                "rope_theta": 10000.0,
+                "rope_scaling": None,
+            },
+        ),
+        "llama-3.1-8b": (
+            "meta-llama/Llama-3.1-8B",
+            {
+                "model_type": "llama",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 131072,
+                "rope_theta": 500000.0,
+                "rope_scaling": dict(_LLAMA3_SCALING),
+            },
+        ),
+        "llama-3.2-1b": (
+            "meta-llama/Llama-3.2-1B",
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "num_hidden_layers": 16,
+                "max_position_embeddings": 131072,
+                "rope_theta": 500000.0,
+                "rope_scaling": dict(_LLAMA32_SCALING),
+            },
+        ),
+        "llama-3.2-3b": (
+            "meta-llama/Llama-3.2-3B",
+            {
+                "model_type": "llama",
+                "hidden_size": 3072,
+                "num_attention_heads": 24,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "num_hidden_layers": 28,
+                "max_position_embeddings": 131072,
+                "rope_theta": 500000.0,
+                "rope_scaling": dict(_LLAMA32_SCALING),
+            },
+        ),
+        "llama-4-scout": (
+            "meta-llama/Llama-4-Scout-17B-16E",
+            {
+                "model_type": "llama4",
+                "text_config": {
+                    "model_type": "llama4_text",
+                    "hidden_size": 5120,
+                    "num_attention_heads": 40,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "num_hidden_layers": 48,
+                    "max_position_embeddings": 10485760,
+                    "rope_theta": 500000.0,
+                    "rope_scaling": {
+                        "factor": 16.0,
+                        "high_freq_factor": 1.0,
+                        "low_freq_factor": 1.0,
+                        "original_max_position_embeddings": 8192,
+                        "rope_type": "llama3",
+                    },
+                    "attention_chunk_size": 8192,
+                    "attn_temperature_tuning": True,
+                    "floor_scale": 8192,
+                    "attn_scale": 0.1,
+                    "interleave_moe_layer_step": 1,
+                },
+            },
+        ),
+        # --- Mistral ----------------------------------------------------------------------
+        "mistral-7b": (
+            "mistralai/Mistral-7B-v0.1",
+            {
+                "model_type": "mistral",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 32768,
+                "rope_theta": 10000.0,
+                "sliding_window": 4096,
+            },
+        ),
+        "mistral-7b-v0.3": (
+            "mistralai/Mistral-7B-v0.3",
+            {
+                "model_type": "mistral",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0,
+                "sliding_window": None,
+            },
+        ),
+        "mixtral-8x7b": (
+            "mistralai/Mixtral-8x7B-v0.1",
+            {
+                "model_type": "mixtral",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0,
+                "sliding_window": None,
+            },
+        ),
+        # --- Qwen -------------------------------------------------------------------------
+        "qwen2.5-7b": (
+            "Qwen/Qwen2.5-7B",
+            {
+                "model_type": "qwen2",
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 28,
+                "max_position_embeddings": 131072,
+                "rope_theta": 1000000.0,
+                "rope_scaling": None,
+                "use_sliding_window": False,
+                "sliding_window": 131072,
+                "max_window_layers": 28,
+            },
+        ),
+        "qwen2.5-0.5b": (
+            "Qwen/Qwen2.5-0.5B",
+            {
+                "model_type": "qwen2",
+                "hidden_size": 896,
+                "num_attention_heads": 14,
+                "num_key_value_heads": 2,
+                "num_hidden_layers": 24,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1000000.0,
+                "rope_scaling": None,
+                "use_sliding_window": False,
+                "sliding_window": 32768,
+                "max_window_layers": 24,
+            },
+        ),
+        "qwen3-8b": (
+            "Qwen/Qwen3-8B",
+            {
+                "model_type": "qwen3",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "num_hidden_layers": 36,
+                "max_position_embeddings": 40960,
+                "rope_theta": 1000000,
+                "rope_scaling": None,
+                "use_sliding_window": False,
+                "sliding_window": None,
+                "max_window_layers": 36,
+            },
+        ),
+        "qwen2.5-vl-7b": (
+            "Qwen/Qwen2.5-VL-7B-Instruct",
+            {
+                "model_type": "qwen2_5_vl",
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 28,
+                "max_position_embeddings": 128000,
+                "rope_theta": 1000000.0,
+                "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+                "use_sliding_window": False,
+                "sliding_window": 32768,
+                "max_window_layers": 28,
+            },
+        ),
+        "qwen3-vl-8b": (
+            "Qwen/Qwen3-VL-8B-Instruct",
+            {
+                "model_type": "qwen3_vl",
+                "text_config": {
+                    "model_type": "qwen3_vl_text",
+                    "hidden_size": 4096,
+                    "num_attention_heads": 32,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "num_hidden_layers": 36,
+                    "max_position_embeddings": 262144,
+                    "rope_theta": 5000000,
+                    "rope_scaling": {
+                        "mrope_interleaved": True,
+                        "mrope_section": [24, 20, 20],
+                        "rope_type": "default",
+                    },
+                },
+            },
+        ),
+        # --- Gemma ------------------------------------------------------------------------
+        "gemma-2-9b": (
+            "google/gemma-2-9b",
+            {
+                "model_type": "gemma2",
+                "hidden_size": 3584,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "head_dim": 256,
+                "num_hidden_layers": 42,
+                "max_position_embeddings": 8192,
+                "rope_theta": 10000.0,
+                "query_pre_attn_scalar": 256,
+                "sliding_window": 4096,
+            },
+        ),
+        "gemma-3-1b": (
+            "google/gemma-3-1b-pt",
+            {
+                "model_type": "gemma3_text",
+                "hidden_size": 1152,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 1,
+                "head_dim": 256,
+                "num_hidden_layers": 26,
+                "max_position_embeddings": 32768,
+                "rope_theta": 1000000,
+                "rope_local_base_freq": 10000,
+                "rope_scaling": None,
+                "query_pre_attn_scalar": 256,
+                "sliding_window": 512,
+                "sliding_window_pattern": 6,
+            },
+        ),
+        "gemma-3-4b": (
+            "google/gemma-3-4b-pt",
+            {
+                "model_type": "gemma3",
+                "text_config": {
+                    "model_type": "gemma3_text",
+                    "hidden_size": 2560,
+                    "num_attention_heads": 8,
+                    "num_key_value_heads": 4,
+                    "head_dim": 256,
+                    "num_hidden_layers": 34,
+                    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024,
+                },
+            },
+        ),
+        # --- Phi --------------------------------------------------------------------------
+        "phi-2": (
+            "microsoft/phi-2",
+            {
+                "model_type": "phi",
+                "hidden_size": 2560,
+                "num_attention_heads": 32,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 2048,
+                "partial_rotary_factor": 0.4,
+                "rope_theta": 10000.0,
+                "rope_scaling": None,
+            },
+        ),
+        "phi-3-mini-4k": (
+            "microsoft/Phi-3-mini-4k-instruct",
+            {
+                "model_type": "phi3",
+                "hidden_size": 3072,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 32,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 4096,
+                "original_max_position_embeddings": 4096,
+                "rope_theta": 10000.0,
+                "rope_scaling": None,
+                "sliding_window": 2047,
+            },
+        ),
+        "phi-4": (
+            "microsoft/phi-4",
+            {
+                "model_type": "phi3",
+                "hidden_size": 5120,
+                "num_attention_heads": 40,
+                "num_key_value_heads": 10,
+                "num_hidden_layers": 40,
+                "max_position_embeddings": 16384,
+                "original_max_position_embeddings": 16384,
+                "rope_theta": 250000,
+                "rope_scaling": None,
+                "sliding_window": None,
+            },
+        ),
+        # --- DeepSeek ---------------------------------------------------------------------
+        "deepseek-v3": (
+            "deepseek-ai/DeepSeek-V3",
+            {
+                "model_type": "deepseek_v3",
+                "hidden_size": 7168,
+                "num_attention_heads": 128,
+                "num_key_value_heads": 128,
+                "num_hidden_layers": 61,
+                "qk_nope_head_dim": 128,
+                "qk_rope_head_dim": 64,
+                "v_head_dim": 128,
+                "max_position_embeddings": 163840,
+                "rope_theta": 10000,
+                "rope_scaling": {
+                    "beta_fast": 32,
+                    "beta_slow": 1,
+                    "factor": 40,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 1.0,
+                    "original_max_position_embeddings": 4096,
+                    "type": "yarn",
+                },
+            },
+        ),
+        "gpt-oss-20b": (
+            "openai/gpt-oss-20b",
+            {
+                "model_type": "gpt_oss",
+                "hidden_size": 2880,
+                "num_attention_heads": 64,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "num_hidden_layers": 24,
+                "max_position_embeddings": 131072,
+                "rope_theta": 150000,
+                "rope_scaling": {
+                    "beta_fast": 32.0,
+                    "beta_slow": 1.0,
+                    "factor": 32.0,
+                    "original_max_position_embeddings": 4096,
+                    "rope_type": "yarn",
+                    "truncate": False,
+                },
+                "sliding_window": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 12,
+            },
+        ),
+        # --- GPT-NeoX, GPT-J, OLMo, GLM, Falcon -----------------------------------------
+        "gpt-neox-20b": (
+            "EleutherAI/gpt-neox-20b",
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 6144,
+                "num_attention_heads": 64,
+                "num_hidden_layers": 44,
+                "max_position_embeddings": 2048,
+                "rotary_pct": 0.25,
+                "rotary_emb_base": 10000,
+            },
+        ),
+        "pythia-1b": (
+            "EleutherAI/pythia-1b",
+            {
+                "model_type": "gpt_neox",
+                "hidden_size": 2048,
+                "num_attention_heads": 8,
+                "num_hidden_layers": 16,
+                "max_position_embeddings": 2048,
+                "rotary_pct": 0.25,
+                "rotary_emb_base": 10000,
+            },
+        ),
+        "gpt-j-6b": (
+            "EleutherAI/gpt-j-6b",
+            {
+                "model_type": "gptj",
+                "n_embd": 4096,
+                "n_head": 16,
+                "n_layer": 28,
+                "n_positions": 2048,
+                "rotary_dim": 64,
+            },
+        ),
+        "olmo-2-7b": (
+            "allenai/OLMo-2-1124-7B",
+            {
+                "model_type": "olmo2",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 32,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 4096,
+                "rope_theta": 500000,
+                "rope_scaling": None,
+            },
+        ),
+        "glm-4-9b": (
+            "THUDM/GLM-4-9B-0414",
+            {
+                "model_type": "glm4",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 2,
+                "head_dim": 128,
+                "num_hidden_layers": 40,
+                "max_position_embeddings": 32768,
+                "partial_rotary_factor": 0.5,
+                "rope_theta": 10000.0,
+            },
+        ),
+        "falcon-7b": (
+            "tiiuae/falcon-7b",
+            {
+                "model_type": "falcon",
+                "hidden_size": 4544,
+                "num_attention_heads": 71,
+                "num_hidden_layers": 32,
+                "alibi": False,
+                "new_decoder_architecture": False,
+                "multi_query": True,
+            },
+        ),
+        # --- ALiBi ------------------------------------------------------------------------
+        "bloom-7b1": (
+            "bigscience/bloom-7b1",
+            {"model_type": "bloom", "hidden_size": 4096, "n_head": 32, "n_layer": 30},
+        ),
+        "bloom-560m": (
+            "bigscience/bloom-560m",
+            {"model_type": "bloom", "hidden_size": 1024, "n_head": 16, "n_layer": 24},
+        ),
+        "mpt-7b": (
+            "mosaicml/mpt-7b",
+            {
+                "model_type": "mpt",
+                "d_model": 4096,
+                "n_heads": 32,
+                "n_layers": 32,
+                "max_seq_len": 2048,
+                "attn_config": {"alibi": True, "alibi_bias_max": 8},
+            },
+        ),
+        # --- T5 ---------------------------------------------------------------------------
+        "t5-base": (
+            "google-t5/t5-base",
+            {
+                "model_type": "t5",
+                "d_model": 768,
+                "d_kv": 64,
+                "num_heads": 12,
+                "num_layers": 12,
+                "relative_attention_num_buckets": 32,
+            },
+        ),
+        "t5-small": (
+            "google-t5/t5-small",
+            {
+                "model_type": "t5",
+                "d_model": 512,
+                "d_kv": 64,
+                "num_heads": 8,
+                "num_layers": 6,
+                "relative_attention_num_buckets": 32,
+            },
+        ),
+        # --- learned ----------------------------------------------------------------------
+        "gpt2": (
+            "openai-community/gpt2",
+            {
+                "model_type": "gpt2",
+                "n_embd": 768,
+                "n_head": 12,
+                "n_layer": 12,
+                "n_ctx": 1024,
+                "n_positions": 1024,
+                "vocab_size": 50257,
+            },
+        ),
+        "bert-base": (
+            "google-bert/bert-base-uncased",
+            {
+                "model_type": "bert",
+                "hidden_size": 768,
+                "num_attention_heads": 12,
+                "num_hidden_layers": 12,
+                "max_position_embeddings": 512,
+                "position_embedding_type": "absolute",
+                "vocab_size": 30522,
+            },
+        ),
+    }
+)
+
+#: What a quoted config leaves out, by name.
+NOTES: Mapping[str, str] = MappingProxyType(
+    {
+        "gemma-3-4b": "the text_config as published gives no rope_theta / rope_local_base_freq "
+        "/ max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
+        "(1e6, 1e4, 131072, 256) apply",
+        "t5-base": "relative_attention_max_distance is not in the published file; T5Config's "
+        "default 128 applies",
+        "t5-small": "relative_attention_max_distance is not in the published file; T5Config's "
+        "default 128 applies",
+        "gpt-j-6b": "no rope_theta in the file; GPT-J's create_sinusoidal_positions uses 10000",
+        "falcon-7b": "no rope_theta in the file; FalconConfig's default 10000 applies",
+        "bloom-7b1": "ALiBi's max_bias 8 is fixed in BLOOM's build_alibi_tensor",
+        "bloom-560m": "ALiBi's max_bias 8 is fixed in BLOOM's build_alibi_tensor",
+        "mistral-7b": "v0.1; v0.2 and later use rope_theta 1e6 without a sliding window",
+        "qwen2.5-7b": "the model card's optional YaRN factor 4 for long inputs is not in the file",
+    }
+)
+
+
+def model_config(name: str) -> dict[str, Any]:
+    """A fresh, mutable copy of the quoted config called ``name``."""
+    import copy
+
+    return copy.deepcopy(dict(MODEL_CONFIGS[name][1]))
+
+
+__all__ = ["MODEL_CONFIGS", "NOTES", "model_config"]

@@ -1,0 +1,227 @@
+"""posenc.hf_config: reading config.json as transformers 5 reads it, without transformers.
+
+Hand-worked cases for each rule of the module docstring (legacy spellings, per-layer types,
+partial rotary, layouts, softmax scales, the other kinds), refusals that name the key, and a
+hypothesis property: any JSON object is either read or refused with InvalidArgument (never
+another exception). Parity with transformers' own code is in ``test_config_parity.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from posenc.errors import InvalidArgument
+from posenc.hf_config import read_positions, rope_request_fields
+from posenc.model_configs import MODEL_CONFIGS, model_config
+
+LLAMA = {
+    "model_type": "llama",
+    "hidden_size": 512,
+    "num_attention_heads": 8,
+    "num_hidden_layers": 2,
+    "max_position_embeddings": 4096,
+}
+
+
+def test_library_reads_configs_without_transformers() -> None:
+    code = (
+        "import sys; sys.modules['transformers'] = None\n"
+        "from posenc.hf_config import read_positions\n"
+        "from posenc.presets import PRESETS\n"
+        "assert read_positions({'model_type': 'llama', 'hidden_size': 64, "
+        "'num_attention_heads': 4}).head_dim == 16\n"
+        "assert 'fastapi' not in sys.modules and 'pydantic' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_plain_llama_defaults() -> None:
+    mp = read_positions(LLAMA)
+    assert (mp.kind, mp.head_dim, mp.rotary_dim, mp.layout) == ("rope", 64, 64, "half")
+    layer = mp.rope["full_attention"]
+    assert (layer.rope_type, layer.rope_theta, layer.attention_scaling) == ("default", 1e4, 1.0)
+    assert mp.layer_types == ("full_attention", "full_attention")
+    assert mp.softmax_scale == 64**-0.5 and mp.per_layer_type is False
+
+
+def test_rope_parameters_and_legacy_rope_scaling_agree() -> None:
+    new = {**LLAMA, "rope_parameters": {"rope_type": "linear", "factor": 4.0, "rope_theta": 5e5}}
+    old = {**LLAMA, "rope_theta": 5e5, "rope_scaling": {"type": "linear", "factor": 4.0}}
+    a, b = read_positions(new), read_positions(old)
+    assert a.rope == b.rope and a.rope["full_attention"].parameters == {"factor": 4.0}
+    assert a.warnings == ()
+    assert any("rope_scaling" in w for w in b.warnings)
+    assert any(".type: legacy" in w for w in b.warnings)
+
+
+def test_yarn_factor_and_original_length_from_the_config() -> None:
+    """transformers: yarn without factor uses max_position_embeddings / original; a top-level
+    original_max_position_embeddings wins (Phi-3's exception)."""
+    cfg = {
+        **LLAMA,
+        "max_position_embeddings": 32768,
+        "original_max_position_embeddings": 4096,
+        "rope_parameters": {"rope_type": "yarn", "original_max_position_embeddings": 8192},
+    }
+    layer = read_positions(cfg).rope["full_attention"]
+    assert layer.parameters["original_max_position_embeddings"] == 4096
+    assert layer.parameters["factor"] == 8.0
+    assert layer.attention_scaling == pytest.approx(0.1 * math.log(8.0) + 1.0)
+
+
+def test_dynamic_rescales_above_max_position_embeddings() -> None:
+    cfg = {**LLAMA, "rope_scaling": {"type": "dynamic", "factor": 2.0}}
+    f = rope_request_fields(read_positions(cfg))
+    assert f["scaling"] == {
+        "type": "dynamic",
+        "factor": 2.0,
+        "original_max_position_embeddings": 4096,
+    }
+
+
+def test_partial_rotary_spellings() -> None:
+    neox = {**LLAMA, "model_type": "gpt_neox", "rotary_pct": 0.5, "rotary_emb_base": 20000}
+    mp = read_positions(neox)
+    assert mp.rotary_dim == 32 and mp.rope["full_attention"].rope_theta == 20000.0
+    assert {w.split(":")[0] for w in mp.warnings} == {"rotary_pct", "rotary_emb_base"}
+    assert read_positions({**LLAMA, "model_type": "gpt_neox"}).rotary_dim == 16  # default 0.25
+    assert read_positions({**LLAMA, "model_type": "phi"}).rotary_dim == 32  # default 0.5
+    nested = {**LLAMA, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.25}}
+    assert read_positions(nested).rotary_dim == 16
+    gptj = {"model_type": "gptj", "n_embd": 512, "n_head": 4, "rotary_dim": 32}
+    mp = read_positions(gptj)
+    assert (mp.head_dim, mp.rotary_dim, mp.layout) == (128, 32, "interleaved")
+
+
+def test_gemma3_legacy_local_base_and_per_layer_scaling() -> None:
+    cfg = model_config("gemma-3-4b")
+    mp = read_positions(cfg)
+    assert mp.per_layer_type
+    assert mp.rope["full_attention"].rope_type == "linear"
+    assert mp.rope["sliding_attention"].rope_type == "default"
+    assert mp.layer_types[:6] == ("sliding_attention",) * 5 + ("full_attention",)
+    with pytest.raises(InvalidArgument) as exc:
+        mp.rope_for(None)
+    assert exc.value.field == "layer_type" and "sliding_attention" in exc.value.message
+    with pytest.raises(InvalidArgument):
+        read_positions(LLAMA).rope_for("sliding_attention")
+
+
+def test_multimodal_text_config_and_mrope() -> None:
+    cfg = {
+        "model_type": "qwen2_5_vl",
+        "vision_config": {"hidden_size": 1280, "num_heads": 16},
+        "text_config": {
+            "model_type": "qwen2_5_vl_text",
+            "hidden_size": 3584,
+            "num_attention_heads": 28,
+            "num_hidden_layers": 2,
+            "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        },
+    }
+    mp = read_positions(cfg)
+    assert mp.model_type == "qwen2_5_vl" and mp.head_dim == 128
+    assert mp.rope["full_attention"].rope_theta == 1e6  # Qwen2.5-VL's default theta
+    assert mp.rope["full_attention"].rope_type == "default"
+    assert mp.mrope_section == (16, 24, 24) and mp.mrope_interleaved is False
+    qwen3 = {**cfg, "model_type": "qwen3_vl"}
+    qwen3["text_config"] = {**cfg["text_config"], "model_type": "qwen3_vl_text"}
+    assert read_positions(qwen3).mrope_interleaved is True
+
+
+def test_other_kinds() -> None:
+    assert dict(read_positions(model_config("mpt-7b")).alibi) == {"num_heads": 32, "max_bias": 8.0}
+    falcon = {**model_config("falcon-7b"), "alibi": True}
+    assert read_positions(falcon).kind == "alibi"
+    t5 = read_positions(model_config("t5-base"))
+    assert dict(t5.relative) == {
+        "num_buckets": 32,
+        "max_distance": 128,
+        "bidirectional": True,
+        "num_heads": 12,
+    }
+    assert t5.softmax_scale == 1.0
+    gpt2 = read_positions(model_config("gpt2"))
+    assert gpt2.kind == "learned" and gpt2.learned["seq_len"] == 1024
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "says"),
+    [
+        ({"rope_theta": "big"}, "config.rope_theta", "finite number"),
+        ({"rope_scaling": {"type": "ntk"}}, "config.rope_scaling.rope_type", "llama3"),
+        ({"rope_scaling": {"type": "linear"}}, "config.rope_scaling.factor", "required"),
+        ({"rope_scaling": [1, 2]}, "config.rope_scaling", "object"),
+        ({"partial_rotary_factor": 2}, "config.rope_parameters.partial_rotary_factor", "(0, 1]"),
+        ({"head_dim": 7}, "config.rope_parameters.partial_rotary_factor", "even"),
+        ({"num_attention_heads": 0}, "config.num_attention_heads", ">= 1"),
+        ({"layer_types": "full"}, "config.layer_types", "list of strings"),
+    ],
+)
+def test_refusals_name_the_key(patch: dict, field: str, says: str) -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        read_positions({**LLAMA, **patch})
+    assert exc.value.field == field
+    assert says in exc.value.message
+
+
+def test_unknown_model_type_is_refused() -> None:
+    with pytest.raises(InvalidArgument) as exc:
+        read_positions({"model_type": "mystery", "hidden_size": 8})
+    assert exc.value.field == "config.model_type"
+
+
+@pytest.mark.parametrize("name", list(MODEL_CONFIGS))
+def test_every_quoted_config_reads(name: str) -> None:
+    mp = read_positions(model_config(name))
+    assert mp.to_dict()["kind"] == mp.kind
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 2**20) | st.floats(allow_nan=True) | st.text(max_size=5),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+_KEYS = [
+    "model_type",
+    "hidden_size",
+    "num_attention_heads",
+    "head_dim",
+    "rope_theta",
+    "rope_scaling",
+    "rope_parameters",
+    "partial_rotary_factor",
+    "rotary_pct",
+    "max_position_embeddings",
+    "original_max_position_embeddings",
+    "layer_types",
+    "num_hidden_layers",
+    "text_config",
+    "attn_config",
+    "alibi",
+    "sliding_window",
+    "rope_local_base_freq",
+    "no_rope_layers",
+    "qk_rope_head_dim",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.sampled_from(list(MODEL_CONFIGS)),
+    st.dictionaries(st.sampled_from(_KEYS), _json, max_size=4),
+)
+def test_any_json_is_read_or_refused_with_invalid_argument(name: str, patch: dict) -> None:
+    config = {**model_config(name), **patch}
+    try:
+        mp = read_positions(config)
+    except InvalidArgument as exc:
+        assert exc.field and exc.field.startswith(("config", "layer_type"))
+        return
+    mp.to_dict()
