@@ -365,7 +365,12 @@ class _Reader:
         value = self.config.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)  # int() of inf or NaN raises
+            or value != int(value)
+        ):
             raise InvalidArgument(
                 f"{self.field(key)} must be an integer >= {minimum}, got {value!r}",
                 field=self.field(key),

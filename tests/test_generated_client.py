@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -65,17 +66,14 @@ def _module_for(package: Any, op: dict[str, Any]) -> Any:
 
 
 def _body_model(module: Any, op: dict[str, Any]) -> type | None:
-    ref = (
-        op.get("requestBody", {})
-        .get("content", {})
-        .get("application/json", {})
-        .get("schema", {})
-        .get("$ref")
-    )
-    if ref is None:
+    """The generated model class of the operation's JSON body (``body``'s annotation)."""
+    if "application/json" not in op.get("requestBody", {}).get("content", {}):
         return None
-    name = ref.rsplit("/", 1)[-1]
-    return module.__dict__[name]
+    hint = typing.get_type_hints(module._get_kwargs)["body"]
+    for candidate in (hint, *typing.get_args(hint)):
+        if isinstance(candidate, type) and hasattr(candidate, "from_dict"):
+            return candidate
+    raise AssertionError(f"no model class in {hint!r}")
 
 
 def _snake(name: str) -> str:
@@ -96,8 +94,10 @@ def _example_body(spec: dict[str, Any], op: dict[str, Any]) -> dict[str, Any] | 
     content = op.get("requestBody", {}).get("content", {}).get("application/json")
     if content is None:
         return None
-    ref = content["schema"]["$ref"].rsplit("/", 1)[-1]
-    examples = spec["components"]["schemas"][ref].get("examples") or [{}]
+    schema = content["schema"]
+    if "$ref" in schema:
+        schema = spec["components"]["schemas"][schema["$ref"].rsplit("/", 1)[-1]]
+    examples = schema.get("examples") or [{}]
     return dict(examples[0])
 
 
