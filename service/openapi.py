@@ -22,7 +22,7 @@ from swagger_ui_bundle import swagger_ui_path
 
 from service.config import Settings
 
-__all__ = ["custom_openapi", "install_docs", "openapi_30"]
+__all__ = ["custom_openapi", "install_docs", "json_schema_keywords", "openapi_30"]
 
 
 def openapi_30(spec: dict[str, Any]) -> dict[str, Any]:
@@ -97,6 +97,41 @@ def install_docs(app: FastAPI) -> None:
         return JSONResponse(openapi_30(app.openapi()))
 
 
+# pydantic writes a bound it could not attach to the type itself (an ``int | None`` field whose
+# int carries a validator) under its own constraint names; JSON Schema, and so every generator
+# and validator, reads only its own keywords.
+_PYDANTIC_BOUNDS = {
+    "ge": "minimum",
+    "gt": "exclusiveMinimum",
+    "le": "maximum",
+    "lt": "exclusiveMaximum",
+    "multiple_of": "multipleOf",
+}
+_PYDANTIC_LENGTHS = {
+    "min_length": ("minItems", "minLength"),
+    "max_length": ("maxItems", "maxLength"),
+}
+
+
+def json_schema_keywords(node: Any) -> Any:
+    """A copy of a document with pydantic's constraint names (``ge``, ``le``, ``multiple_of``…)
+    turned into JSON Schema's (``minimum``, ``maximum``, ``multipleOf``…), wherever they are."""
+    if isinstance(node, list):
+        return [json_schema_keywords(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: json_schema_keywords(v) for k, v in node.items()}
+    if "type" not in out and "$ref" not in out and "anyOf" not in out:
+        return out  # not a schema (e.g. a properties map that names a field "ge")
+    for name, keyword in _PYDANTIC_BOUNDS.items():
+        if name in out and not isinstance(out[name], dict):
+            out.setdefault(keyword, out.pop(name))
+    for name, (for_array, for_string) in _PYDANTIC_LENGTHS.items():
+        if name in out and not isinstance(out[name], dict):
+            out.setdefault(for_array if out.get("type") == "array" else for_string, out.pop(name))
+    return out
+
+
 def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
     """``app.openapi``: the generated document, with the bearer scheme when a key is set."""
 
@@ -109,6 +144,7 @@ def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, A
                 routes=app.routes,
                 tags=app.openapi_tags,
             )
+            schema = json_schema_keywords(schema)
             if settings.api_key is not None:
                 components = schema.setdefault("components", {})
                 components.setdefault("securitySchemes", {})["bearerAuth"] = {
