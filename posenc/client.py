@@ -93,7 +93,8 @@ _TENSOR_ORDER: dict[str, tuple[str, ...]] = {
     "/v1/biases/alibi": ("bias", "slopes"),
     "/v1/biases/relative": ("buckets", "bias"),
     "/v1/position-ids": ("position_ids", "attention_mask"),
-    "/v1/embed": ("embeddings", "position_ids", "attention_mask"),
+    "/v1/position-ids/mrope": ("position_ids", "rope_deltas"),
+    "/v1/embed": ("embeddings", "position_ids", "attention_mask", "cos", "sin"),
 }
 
 _NUMPY_DTYPES: dict[str, np.dtype[Any]] = {
@@ -693,7 +694,11 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """The ``httpx.Request`` of one attempt at ``call``."""
         if call.content is not None:
             return self._http.build_request(
-                call.method, call.path, content=call.content, params=call.params, headers=call.headers
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
             )
         return self._http.build_request(
             call.method, call.path, json=call.json_body, params=call.params, headers=call.headers
@@ -767,7 +772,9 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
 
         spec = REGISTRY.get(kind)
         if spec is None:
-            raise ValueError(f"unknown kind {kind!r}; registered: {', '.join(REGISTRY) or '(none)'}")
+            raise ValueError(
+                f"unknown kind {kind!r}; registered: {', '.join(REGISTRY) or '(none)'}"
+            )
         unknown = sorted(set(fields) - set(spec.field_names))
         if unknown:
             raise ValueError(f"{kind} has no field(s) {unknown}; its fields: {spec.field_names}")
@@ -829,10 +836,12 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     def learned(
         self,
         *,
-        seq_len: int,
+        seq_len: int | None = None,
         d_model: int | None = None,
         model: str | None = None,
         seed: int | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
         dtype: str | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -844,10 +853,13 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """``POST /v1/encodings/learned``: a learned (seeded, or a loaded model's) position table.
 
         Args:
-            seq_len: ``T``, rows of the table.
+            seq_len: ``T``, rows of the table (may come from ``model``, ``preset`` or ``config``).
             d_model: ``D`` (may be omitted with ``model``).
             model: name of a loaded model (see :meth:`models`) whose position table is used.
             seed: without ``model``, ``torch.manual_seed(seed); nn.Embedding(T, D).weight``.
+            preset: a name from :meth:`presets` (kind learned) giving the table's size.
+            config: a model's ``config.json`` (a dict) giving the table's size
+                (``max_position_embeddings`` / ``n_positions``, ``hidden_size``).
             dtype: output dtype name.
             format: response format.
             as_: ``"numpy"`` or ``"torch"``.
@@ -859,7 +871,15 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         Returns:
             A :class:`TensorResult` with ``encoding`` ``(T, D)``.
         """
-        fields = dict(seq_len=seq_len, d_model=d_model, model=model, seed=seed, dtype=dtype)
+        fields = dict(
+            seq_len=seq_len,
+            d_model=d_model,
+            model=model,
+            seed=seed,
+            preset=preset,
+            config=None if config is None else dict(config),
+            dtype=dtype,
+        )
         return self._table(
             "/v1/encodings/learned", fields, extra, format, as_, device, method, query
         )
@@ -868,13 +888,17 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         self,
         *,
         seq_len: int | None = None,
-        positions: Sequence[int] | None = None,
+        positions: Sequence[int] | Sequence[Sequence[int]] | None = None,
         head_dim: int | None = None,
         rotary_dim: int | None = None,
         base: float | None = None,
         layout: Literal["half", "interleaved"] | None = None,
         scaling: Mapping[str, Any] | None = None,
         preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        layer_type: str | None = None,
+        mrope_section: Sequence[int] | None = None,
+        mrope_interleaved: bool | None = None,
         dtype: str | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -895,6 +919,13 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             scaling: ``{"type": "linear"|"dynamic"|"yarn"|"longrope"|"llama3", ...}`` with the
                 Hugging Face ``rope_parameters`` names.
             preset: a name from :meth:`presets`; its values are defaults the other fields override.
+            config: a model's ``config.json`` (a dict): the model's own rope settings, read as
+                transformers 5 reads them; the other fields override it (not with ``preset``).
+            layer_type: which per-layer-type setting of such a config (e.g. Gemma 3's
+                ``sliding_attention``).
+            mrope_section: M-RoPE: three ints summing to ``R/2``, with ``positions`` given as
+                three rows (temporal, height, width).
+            mrope_interleaved: M-RoPE: Qwen3-VL's interleaved sections (default false).
             dtype: output dtype name.
             format: response format.
             as_: ``"numpy"`` or ``"torch"``.
@@ -916,6 +947,10 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             layout=layout,
             scaling=None if scaling is None else dict(scaling),
             preset=preset,
+            config=None if config is None else dict(config),
+            layer_type=layer_type,
+            mrope_section=None if mrope_section is None else list(mrope_section),
+            mrope_interleaved=mrope_interleaved,
             dtype=dtype,
         )
         return self._table("/v1/encodings/rope", fields, extra, format, as_, device, method, query)
@@ -931,6 +966,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         mode: Literal["causal", "symmetric"] | None = None,
         max_bias: float | None = None,
         preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
         dtype: str | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -948,6 +984,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             mode: ``"causal"`` (default; ``-inf`` above the diagonal) or ``"symmetric"``.
             max_bias: slope exponent scale (default 8).
             preset: a name from :meth:`presets`.
+            config: a model's ``config.json`` (a dict) whose settings are the defaults.
             dtype: output dtype name.
             format: response format (JSON gives masked entries as ``null``, decoded to -inf).
             as_: ``"numpy"`` or ``"torch"``.
@@ -966,6 +1003,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             mode=mode,
             max_bias=max_bias,
             preset=preset,
+            config=None if config is None else dict(config),
             dtype=dtype,
         )
         return self._table("/v1/biases/alibi", fields, extra, format, as_, device, method, query)
@@ -982,6 +1020,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         num_heads: int | None = None,
         seed: int | None = None,
         preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
         dtype: str | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -1002,6 +1041,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             num_heads: when given, the bias ``(H, T, S)`` comes too.
             seed: seed of the bias table (default 0).
             preset: a name from :meth:`presets`.
+            config: a model's ``config.json`` (a dict) whose settings are the defaults.
             dtype: dtype of the bias (buckets are always int64).
             format: response format.
             as_: ``"numpy"`` or ``"torch"``.
@@ -1024,6 +1064,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             num_heads=num_heads,
             seed=seed,
             preset=preset,
+            config=None if config is None else dict(config),
             dtype=dtype,
         )
         return self._table("/v1/biases/relative", fields, extra, format, as_, device, method, query)
@@ -1074,6 +1115,46 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             pad_position=pad_position,
         )
         return self._table("/v1/position-ids", fields, extra, format, as_, device)
+
+    def mrope_position_ids(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]],
+        config: Mapping[str, Any],
+        attention_mask: Sequence[Sequence[int]] | None = None,
+        image_grid_thw: Sequence[Sequence[int]] | None = None,
+        video_grid_thw: Sequence[Sequence[int]] | None = None,
+        second_per_grid_ts: Sequence[float] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/position-ids/mrope``: Qwen2-VL / 2.5-VL / 3-VL multimodal position ids.
+
+        Args:
+            input_ids: ``B`` rows of token ids, with the model's image / video placeholder ids.
+            config: the model's ``config.json`` (its token ids, ``vision_config``,
+                ``tokens_per_second`` and ``model_type``, which picks the rule).
+            attention_mask: 0/1 rows, the shape of ``input_ids``.
+            image_grid_thw: ``[t, h, w]`` of each image, in the order they appear.
+            video_grid_thw: ``[t, h, w]`` of each video, in the order they appear.
+            second_per_grid_ts: Qwen2.5-VL: seconds per temporal grid step of each video.
+            format, as_, device, extra: as for the other endpoint methods.
+
+        Returns:
+            A :class:`TensorResult` with ``position_ids`` ``(3, B, T)`` and ``rope_deltas``
+            ``(B, 1)``, int64, equal to the model's ``get_rope_index`` in transformers.
+        """
+        fields = dict(
+            input_ids=[list(row) for row in input_ids],
+            config=dict(config),
+            attention_mask=attention_mask,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+        )
+        return self._table("/v1/position-ids/mrope", fields, extra, format, as_, device)
 
     def embed(
         self,
@@ -1142,9 +1223,12 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     def config_positions(self, config: Mapping[str, Any]) -> J:
         """``POST /v1/configs/positions``: what a model's ``config.json`` (a mapping, e.g.
         ``json.load(open("config.json"))``) means for positions: kind, head and rotary dims,
-        layout, layer types, RoPE per layer type, softmax scale, warnings. For tables from a
-        config, pass ``extra={"config": config}`` to :meth:`rope` (or the bias methods)."""
-        return self._json(_Call("POST", "/v1/configs/positions", json_body={"config": dict(config)}))
+        layout, layer types, RoPE per layer type, softmax scale, warnings. For the tables of a
+        config, pass ``config=`` to :meth:`rope`, :meth:`alibi`, :meth:`relative` or
+        :meth:`learned`."""
+        return self._json(
+            _Call("POST", "/v1/configs/positions", json_body={"config": dict(config)})
+        )
 
     def info(self) -> J:
         """``GET /v1/info``: version, torch version, device, CUDA availability, limits."""
