@@ -4,7 +4,7 @@
 ``POSENC_API_KEY`` is set); ``/docs`` is Swagger UI served from the ``swagger_ui_bundle`` package
 by this process (no CDN, no internet), which renders only OpenAPI 3.0, so it loads the copy that
 :func:`openapi_30` makes at ``/docs/openapi.json``. Both documents validate
-(``tests/test_openapi.py``).
+(``tests/service/test_openapi.py``).
 """
 
 from __future__ import annotations

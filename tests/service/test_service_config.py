@@ -1,0 +1,327 @@
+"""``config`` in table bodies, ``POST /v1/configs/positions`` and the preset-default fix.
+
+Each test runs in process and through a real uvicorn (the ``api`` fixture). Expected values are
+independent: transformers' own rotary embedding built from the same config (no weights), or
+closed forms evaluated here in float64.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import httpx
+import numpy as np
+import pytest
+import torch
+
+from posenc.model_configs import model_config
+from tests.helpers import json_tensor
+
+transformers = pytest.importorskip("transformers")
+
+
+def _inv_freq(rotary_dim: int, base: float) -> np.ndarray:
+    return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
+
+
+def _llama3_inv_freq(rotary_dim: int, base: float, factor: float, low: float, high: float, omax: int):
+    inv = _inv_freq(rotary_dim, base)
+    wavelen = 2 * math.pi / inv
+    out = np.where(wavelen > omax / low, inv / factor, inv)
+    smooth = (omax / wavelen - low) / (high - low)
+    medium = (wavelen >= omax / high) & (wavelen <= omax / low)
+    return np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Preset defaults: a client that sends the schema's defaults must not override a preset
+# ---------------------------------------------------------------------------------------------
+
+
+def test_schema_declares_no_default_for_fields_a_preset_gives(api: httpx.Client) -> None:
+    schema = api.get("/openapi.json").json()["components"]["schemas"]
+    for model, fields in {
+        "RopeRequest": ("base", "layout"),
+        "AlibiRequest": ("max_bias",),
+        "RelativeRequest": ("num_buckets", "max_distance", "bidirectional"),
+    }.items():
+        props = schema[model]["properties"]
+        for name in fields:
+            assert props[name].get("default") is None, (model, name)
+            assert "default" in props[name]["description"], (model, name)
+
+
+def test_preset_values_survive_when_body_omits_them(api: httpx.Client) -> None:
+    r = api.post("/v1/encodings/rope", json={"seq_len": 8, "preset": "llama-3.1-8b"})
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert meta["base"] == 500000.0 and meta["rope_type"] == "llama3"
+    expected = _llama3_inv_freq(128, 500000.0, 8.0, 1.0, 4.0, 8192)
+    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), expected, rtol=1e-6)
+    r = api.post("/v1/encodings/rope", json={"seq_len": 4, "preset": "gpt-j-6b"})
+    assert r.json()["meta"]["layout"] == "interleaved"
+
+
+def test_explicit_base_and_layout_override_the_preset(api: httpx.Client) -> None:
+    body = {"seq_len": 8, "preset": "llama-3.1-8b", "base": 10000, "layout": "half"}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["base"] == 10000.0
+
+
+def test_documented_defaults_apply_without_preset(api: httpx.Client) -> None:
+    r = api.post("/v1/encodings/rope", json={"seq_len": 3, "head_dim": 8})
+    assert r.json()["meta"]["base"] == 10000.0 and r.json()["meta"]["layout"] == "half"
+    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(8, 10000.0), rtol=1e-6)
+    r = api.post("/v1/biases/alibi", json={"num_heads": 8, "seq_len": 2})
+    np.testing.assert_allclose(json_tensor(r.json(), "slopes"), 2.0 ** -np.arange(1, 9), rtol=1e-6)
+    r = api.post("/v1/biases/relative", json={"seq_len": 2})
+    meta = r.json()["meta"]
+    assert (meta["num_buckets"], meta["max_distance"], meta["bidirectional"]) == (32, 128, True)
+
+
+def test_head_dim_override_on_a_partial_preset_scales_rotary_dim(api: httpx.Client) -> None:
+    """v1 bug: gpt-neox-20b (rotary 24 of 96) with head_dim 64 kept rotary_dim 24 → now 16."""
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "gpt-neox-20b", "head_dim": 64})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["rotary_dim"] == 16
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "gpt-j-6b", "head_dim": 16})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["rotary_dim"] == 4  # GPT-J rotates 64 of 256
+
+
+# ---------------------------------------------------------------------------------------------
+# config in /v1/encodings/rope
+# ---------------------------------------------------------------------------------------------
+
+
+def _hf_llama_cos(config: dict, positions: list[int]) -> torch.Tensor:
+    from transformers import AutoConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    rot = LlamaRotaryEmbedding(config=AutoConfig.for_model(**config))
+    cos, _ = rot(torch.zeros(1), torch.tensor([positions]))
+    return cos[0]
+
+
+def test_rope_config_equals_transformers(api: httpx.Client) -> None:
+    config = model_config("llama-3.2-1b")
+    r = api.post("/v1/encodings/rope", json={"positions": [0, 1, 5, 63], "config": config})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["meta"]["rope_type"] == "llama3" and body["meta"]["attention_scaling"] == 1.0
+    assert body["meta"]["head_dim"] == 64 and body["meta"]["base"] == 500000.0
+    expected = _hf_llama_cos(model_config("llama-3.2-1b"), [0, 1, 5, 63]).numpy()
+    np.testing.assert_allclose(json_tensor(body, "cos"), expected, atol=2e-5, rtol=0)
+
+
+def test_body_fields_win_over_config(api: httpx.Client) -> None:
+    body = {"seq_len": 2, "config": model_config("llama-2-7b"), "base": 20000.0, "head_dim": 64}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(64, 20000.0), rtol=1e-6)
+
+
+def test_yarn_config_attention_scaling_in_tables(api: httpx.Client) -> None:
+    """DeepSeek-V3: YaRN with mscale = mscale_all_dim: attention_scaling 1, interleaved."""
+    r = api.post("/v1/encodings/rope", json={"seq_len": 3, "config": model_config("deepseek-v3")})
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert meta["layout"] == "interleaved" and meta["rotary_dim"] == 64
+    assert meta["attention_scaling"] == pytest.approx(1.0)
+    cos = json_tensor(r.json(), "cos")
+    np.testing.assert_array_equal(cos[:, 0], cos[:, 1])  # interleaved pairs share an angle
+
+
+def test_layer_type_required_for_per_layer_rope(api: httpx.Client) -> None:
+    config = model_config("gemma-3-1b")
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": config})
+    assert r.status_code == 422
+    assert "full_attention" in r.text and "sliding_attention" in r.text and "layer_type" in r.text
+    for layer_type, base in (("sliding_attention", 10000.0), ("full_attention", 1e6)):
+        body = {"seq_len": 2, "config": config, "layer_type": layer_type}
+        r = api.post("/v1/encodings/rope", json=body)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(256, base), rtol=1e-6)
+    body = {"seq_len": 2, "config": model_config("llama-2-7b"), "layer_type": "full_attention"}
+    assert api.post("/v1/encodings/rope", json=body).status_code == 422
+
+
+def test_config_refusals_name_the_key(api: httpx.Client) -> None:
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": model_config("bloom-7b1")})
+    assert r.status_code == 422 and "alibi" in r.text and "/v1/biases/alibi" in r.text
+    both = {"seq_len": 2, "config": model_config("llama-2-7b"), "preset": "llama-2-7b"}
+    r = api.post("/v1/encodings/rope", json=both)
+    assert r.status_code == 422 and "not both" in r.text
+    bad = model_config("llama-3.1-8b")
+    bad["rope_scaling"]["rope_type"] = "ntk-by-parts"
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": bad})
+    assert r.status_code == 422
+    assert r.json()["field"] == "config.rope_scaling.rope_type" and "llama3" in r.json()["detail"]
+
+
+def test_config_in_a_get_is_json_text(api: httpx.Client) -> None:
+    config = model_config("qwen2.5-7b")
+    get = api.get("/v1/encodings/rope", params={"seq_len": 4, "config": json.dumps(config)})
+    post = api.post("/v1/encodings/rope", json={"seq_len": 4, "config": config})
+    assert get.status_code == 200, get.text
+    assert get.content == post.content
+
+
+# ---------------------------------------------------------------------------------------------
+# config in the biases and learned tables
+# ---------------------------------------------------------------------------------------------
+
+
+def test_alibi_config_mpt_and_bloom(api: httpx.Client) -> None:
+    config = model_config("mpt-7b")
+    config["attn_config"]["alibi_bias_max"] = 16
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": config})
+    assert r.status_code == 200, r.text
+    np.testing.assert_allclose(json_tensor(r.json(), "slopes"), 2.0 ** (-16 * np.arange(1, 33) / 32), rtol=1e-6)
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": model_config("bloom-560m")})
+    assert r.json()["meta"]["num_heads"] == 16
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": model_config("llama-2-7b")})
+    assert r.status_code == 422 and "rope" in r.text and "/v1/encodings/rope" in r.text
+
+
+def test_relative_config_t5(api: httpx.Client) -> None:
+    config = model_config("t5-small")
+    config["relative_attention_max_distance"] = 64
+    r = api.post("/v1/biases/relative", json={"seq_len": 3, "config": config})
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert (meta["num_buckets"], meta["max_distance"], meta["num_heads"]) == (32, 64, 8)
+
+
+def test_learned_config_gpt2(api: httpx.Client) -> None:
+    r = api.post("/v1/encodings/learned", json={"config": model_config("gpt2"), "d_model": 8})
+    assert r.status_code == 200, r.text
+    assert json_tensor(r.json(), "encoding").shape == (1024, 8)
+    torch.manual_seed(0)
+    expected = torch.nn.Embedding(1024, 8).weight.detach().numpy()
+    np.testing.assert_allclose(json_tensor(r.json(), "encoding"), expected, rtol=1e-6, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------
+# /v1/configs/positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_configs_positions_llama4(api: httpx.Client) -> None:
+    r = api.post("/v1/configs/positions", json={"config": model_config("llama-4-scout")})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model_type"] == "llama4" and body["kind"] == "rope"
+    assert body["layout"] == "interleaved" and body["head_dim"] == 128
+    assert len(body["layer_types"]) == 48
+    assert body["layer_types"][3::4] == ["no_rope"] * 12
+    assert body["attention_temperature"] == {"floor_scale": 8192.0, "attn_scale": 0.1}
+    rope = body["rope"]["chunked_attention"]
+    assert rope["rope_type"] == "llama3" and rope["factor"] == 16.0
+    assert body["softmax_scale"] == pytest.approx(128**-0.5)
+    assert any("rope_scaling" in w for w in body["warnings"])
+
+
+def test_configs_positions_gemma3_and_phi3(api: httpx.Client) -> None:
+    body = api.post("/v1/configs/positions", json={"config": model_config("gemma-3-4b")}).json()
+    assert body["rope"]["full_attention"]["rope_type"] == "linear"
+    assert body["rope"]["full_attention"]["factor"] == 8.0
+    assert body["rope"]["sliding_attention"]["rope_theta"] == 10000.0
+    assert body["softmax_scale"] == pytest.approx(1 / 16) and body["sliding_window"] == 1024
+    body = api.post("/v1/configs/positions", json={"config": model_config("phi-2")}).json()
+    assert body["rotary_dim"] == 32 and body["head_dim"] == 80
+
+
+def test_configs_positions_refusals(api: httpx.Client) -> None:
+    r = api.post("/v1/configs/positions", json={"config": {"model_type": "mystery"}})
+    assert r.status_code == 422 and r.json()["field"] == "config.model_type"
+    bad = model_config("llama-2-7b")
+    bad["rope_theta"] = "big"
+    r = api.post("/v1/configs/positions", json={"config": bad})
+    assert r.status_code == 422 and "rope_theta" in r.text
+
+
+# ---------------------------------------------------------------------------------------------
+# M-RoPE: (3, T) positions
+# ---------------------------------------------------------------------------------------------
+
+
+def test_mrope_positions_with_config_equal_transformers(api: httpx.Client) -> None:
+    from transformers import AutoConfig
+    from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLRotaryEmbedding
+
+    rows = [[0, 1, 2, 3, 3, 3], [0, 1, 2, 3, 4, 5], [0, 1, 2, 5, 6, 7]]
+    config = model_config("qwen2.5-vl-7b")
+    r = api.post("/v1/encodings/rope", json={"positions": rows, "config": config})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["mrope_section"] == [16, 24, 24]
+    tc = AutoConfig.for_model(**model_config("qwen2.5-vl-7b")).get_text_config()
+    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])
+    np.testing.assert_allclose(json_tensor(r.json(), "cos"), cos[0].numpy(), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(json_tensor(r.json(), "sin"), sin[0].numpy(), atol=2e-5, rtol=0)
+
+
+def test_mrope_section_in_the_body(api: httpx.Client) -> None:
+    """Interleaved sections [1, 1, 1] over rotary_dim 6: frequency j follows row j."""
+    rows = [[0, 7], [0, 11], [0, 13]]
+    body = {"positions": rows, "head_dim": 6, "mrope_section": [1, 1, 1], "mrope_interleaved": True}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    inv = _inv_freq(6, 10000.0)
+    angles = np.array([rows[j][1] * inv[j] for j in range(3)])
+    np.testing.assert_allclose(json_tensor(r.json(), "cos")[1], np.cos(np.concatenate([angles, angles])), atol=1e-6)
+    body["mrope_section"] = [1, 1, 2]
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 422 and "rotary_dim/2 = 3" in r.text
+    del body["mrope_section"]
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 422 and "mrope_section" in r.text
+
+
+def test_client_config_positions_and_rope_from_config(live_server: str) -> None:
+    from posenc.client import PosencClient
+
+    with PosencClient(live_server, timeout=60) as client:
+        info = client.config_positions(model_config("glm-4-9b"))
+        assert (info["rotary_dim"], info["layout"]) == (64, "interleaved")
+        result = client.rope(seq_len=3, extra={"config": model_config("glm-4-9b")})
+    assert result.cos.shape == (3, 64) and result.meta["config_model_type"] == "glm4"
+    np.testing.assert_allclose(result.inv_freq, _inv_freq(64, 10000.0), rtol=1e-6)
+
+
+def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
+    """``posenc table rope --config config.json`` computes locally what the service gives."""
+    from posenc import cli
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(model_config("gemma-3-4b")))
+    local, remote = tmp_path / "local.npy", tmp_path / "remote.npy"
+    argv = ["table", "rope", "--config", str(path), "--layer-type", "full_attention",
+            "--positions", "0,7,4096"]  # fmt: skip
+    assert cli.main([*argv, "-o", str(local)]) == 0
+    assert cli.main([*argv, "--url", live_server, "-o", str(remote)]) == 0
+    assert local.read_bytes() == remote.read_bytes()
+    cos = np.load(local)  # Gemma 3 4b full attention: linear factor 8, theta 1e6
+    inv = _inv_freq(256, 1e6) / 8.0
+    np.testing.assert_allclose(cos[1], np.cos(7 * np.concatenate([inv, inv])), atol=1e-6)
+    path.write_text(json.dumps(model_config("mpt-7b")))
+    out = tmp_path / "alibi.npy"
+    assert cli.main(["table", "alibi", "--config", str(path), "--seq-len", "3", "-o", str(out)]) == 0
+    assert np.load(out).shape == (32, 3, 3)
+    # the preset fix in the CLI too: gpt-neox-20b with head_dim 64 rotates 16
+    out = tmp_path / "neox.npy"
+    argv = ["table", "rope", "--preset", "gpt-neox-20b", "--head-dim", "64", "--seq-len", "2"]
+    assert cli.main([*argv, "-o", str(out)]) == 0
+    assert np.load(out).shape == (2, 16)
+
+
+def test_mrope_section_in_a_get(api: httpx.Client) -> None:
+    params = {"positions": "0,5", "head_dim": 6, "mrope_section": "1,1,1"}
+    get = api.get("/v1/encodings/rope", params=params)
+    post = api.post(
+        "/v1/encodings/rope", json={"positions": [0, 5], "head_dim": 6, "mrope_section": [1, 1, 1]}
+    )
+    assert get.status_code == 200, get.text
+    assert get.content == post.content

@@ -1,0 +1,143 @@
+"""Start-up that explains itself: ``python -m service`` with a bad setting stops with one line
+that names the setting and its value, a non-zero exit status and no traceback (there is one at
+debug level); a port in use is found before anything loads, so no "ready" line comes first."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT, clean_env, free_port
+
+READY = re.compile(r"\bready\b", re.IGNORECASE)  # the service's "posenc ... ready on" line
+
+
+def run_service(
+    env: dict[str, str], *args: str, port: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", "--port", str(port or free_port()), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The single 'cannot start' line; checks the exit status, the needles, no traceback."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if "cannot start" in line]
+    assert len(lines) == 1, output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def bad_files(tmp_path_factory: pytest.TempPathFactory, gpt2_file: Path) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bad-models")
+    garbage = folder / "garbage.safetensors"
+    garbage.write_bytes(os.urandom(4096))
+    truncated = folder / "truncated.safetensors"
+    truncated.write_bytes(gpt2_file.read_bytes()[:-500])
+    huge_header = folder / "huge-header.safetensors"
+    huge_header.write_bytes((10**12).to_bytes(8, "little") + b"{}")
+    empty = folder / "empty.safetensors"
+    empty.write_bytes(b"")
+    import torch
+    from safetensors.torch import save_file
+
+    no_tables = folder / "no-tables.safetensors"
+    save_file({"some.other.weight": torch.zeros(2, 2)}, str(no_tables))
+    return {
+        "garbage": garbage,
+        "truncated": truncated,
+        "huge-header": huge_header,
+        "empty": empty,
+        "no-tables": no_tables,
+        "directory": folder,
+        "missing": folder / "absent.safetensors",
+    }
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("missing", "no such file"),
+        ("directory", "not a regular file"),
+        ("garbage", "safetensors"),
+        ("truncated", "safetensors"),
+        ("huge-header", "safetensors"),
+        ("empty", "safetensors"),
+        ("no-tables", "some.other.weight"),
+    ],
+)
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_bad_model_file_stops_start_up(
+    bad_files: dict[str, Path], case: str, why: str, workers: str
+) -> None:
+    path = bad_files[case]
+    result = run_service(clean_env(POSENC_MODELS=f"mine={path}"), "--workers", workers)
+    line = one_clear_line(result, "POSENC_MODELS", "'mine'", str(path), why)
+    assert not READY.search((result.stdout + result.stderr).replace(line, ""))
+
+
+def test_an_unreadable_model_file_stops_start_up(tmp_path: Path, gpt2_file: Path) -> None:
+    """A file of mode 000 (the image runs as uid 10001, which cannot read it)."""
+    path = tmp_path / "secret.safetensors"
+    path.write_bytes(gpt2_file.read_bytes())
+    path.chmod(0o000)
+    if os.access(path, os.R_OK):
+        pytest.skip("this user (root) reads a file of mode 000, so it cannot be unreadable")
+    result = run_service(clean_env(POSENC_MODELS=f"mine={path}"))
+    one_clear_line(result, "POSENC_MODELS", str(path), "cannot be read", "Permission denied")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("POSENC_MAX_ELEMENTS", "lots"),
+        ("POSENC_MAX_ELEMENTS", "0"),
+        ("POSENC_CACHE_BYTES", "-1"),
+        ("POSENC_LOG_LEVEL", "loud"),
+        ("POSENC_ACCESS_LOG", "maybe"),
+        ("POSENC_MODELS", "no-equals-sign"),
+        ("POSENC_DEVICE", "tpu"),
+        ("POSENC_DEVICE", "cuda:99"),
+    ],
+)
+def test_a_bad_setting_names_itself_and_its_value(name: str, value: str) -> None:
+    result = run_service(clean_env(**{name: value}))
+    one_clear_line(result, f"{name}={value!r}")
+    assert result.returncode == 2
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_port_in_use_stops_start_up_before_ready(workers: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_service(clean_env(POSENC_DEVICE="cpu"), "--workers", workers, port=port)
+    output = result.stdout + result.stderr
+    one_clear_line(result, f"--port {port}", "Address already in use")
+    assert not READY.search(output), output
+
+
+def test_debug_level_shows_the_traceback(bad_files: dict[str, Path]) -> None:
+    result = run_service(
+        clean_env(POSENC_MODELS=f"mine={bad_files['garbage']}", POSENC_LOG_LEVEL="debug")
+    )
+    assert result.returncode == 2
+    assert "Traceback" in result.stderr
+    assert len([x for x in result.stderr.splitlines() if "cannot start" in x]) == 1
