@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
+from posenc.blocks import learned_blocks, rope_blocks, sinusoidal_blocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
@@ -13,6 +14,7 @@ from service.formats import Bundle
 from service.routes.common import Plan, ServiceState, Source, merge_preset, missing
 from service.routes.tables import add_compute_routes
 from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
+from service.streaming import StreamBundle
 
 router = APIRouter(prefix="/v1/encodings", tags=["encodings"])
 
@@ -49,6 +51,21 @@ def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source)
         elements=seq_len * req.d_model,
         compute=compute,
         names=("encoding",),
+        stream=lambda: StreamBundle(
+            {
+                "encoding": sinusoidal_blocks(
+                    req.positions,
+                    seq_len=req.seq_len,
+                    d_model=req.d_model,
+                    base=req.base,
+                    layout=req.layout,
+                    offset=req.offset,
+                    device=state.device,
+                    dtype=dtype,
+                )
+            },
+            meta,
+        ),
     )
 
 
@@ -98,6 +115,9 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
             compute=compute,
             names=("encoding",),
             model=model.name,
+            stream=lambda: StreamBundle(
+                {"encoding": tensor_blocks("encoding", table[:seq_len].to(dtype))}, meta
+            ),
         )
 
     if req.seq_len is None:
@@ -123,6 +143,9 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
         elements=seq_len * d_model,
         compute=compute_seeded,
         names=("encoding",),
+        stream=lambda: StreamBundle(
+            {"encoding": learned_blocks(seq_len, d_model, seed=seed, dtype=dtype)}, meta
+        ),
     )
 
 
@@ -142,7 +165,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     )
     # Validates the scaling against rotary_dim (longrope factors) and gives the attention
     # scaling for meta; R/2 numbers, cheap.
-    _, attention_scaling = rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
+    _inv_freq, attention_scaling = rope_inv_freq(rotary_dim, req.base, scaling, seq_len=length)
     dtype = resolve_dtype(req.dtype)
     meta = {
         "kind": "rope",
@@ -170,12 +193,33 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         )
         return Bundle({"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta)
 
+    def stream() -> StreamBundle:
+        kw = dict(
+            seq_len=req.seq_len,
+            rotary_dim=rotary_dim,
+            base=req.base,
+            layout=req.layout,
+            scaling=scaling,
+            device=state.device,
+            dtype=dtype,
+        )
+        inv_freq = tensor_blocks("inv_freq", _inv_freq.to(device=state.device, dtype=dtype))
+        return StreamBundle(
+            {
+                "cos": rope_blocks(req.positions, which="cos", **kw),  # type: ignore[arg-type]
+                "sin": rope_blocks(req.positions, which="sin", **kw),  # type: ignore[arg-type]
+                "inv_freq": inv_freq,
+            },
+            meta,
+        )
+
     return Plan(
         route="/v1/encodings/rope",
         params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim},
         elements=2 * seq_len * rotary_dim + rotary_dim // 2,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
+        stream=stream,
     )
 
 
