@@ -16,7 +16,8 @@ negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streame
    ``safetensors.torch.save`` writes for the same tensors and metadata);
 4. the body is the rows, a block of at most :data:`STREAM_BLOCK_BYTES` at a time, each block
    computed in a worker thread while the previous one is being sent (the event loop never
-   computes). A block is a fresh buffer handed to the transport without a copy.
+   computes). A block is written into a buffer of the response's small pool and handed to the
+   transport without a copy (:class:`_BufferPool`).
 
 Memory stays bounded by a few blocks (and their float64 scratch) whatever the table's size.
 Streamed bodies are never cached.
@@ -170,16 +171,44 @@ def stream_parts(
     return parts
 
 
-def _part_bytes(part: Part) -> memoryview | bytes:
-    """Compute one part (in a worker thread): a block as a fresh buffer's bytes, no copy."""
+class _BufferPool:
+    """Output buffers of one response, reused once the transport has let go of them.
+
+    A block is handed to the server as a ``memoryview`` of a pool buffer (no copy); the
+    transport may keep it queued after ``send`` returns (uvloop does). A buffer is taken again
+    only when nothing but the pool refers to its array any more (CPython reference count), so
+    a queued block is never overwritten; otherwise a new buffer is made. With the server's flow
+    control that is two or three buffers per response.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self._entries: list[tuple[torch.Tensor, np.ndarray]] = []
+
+    def take(self) -> tuple[torch.Tensor, np.ndarray]:
+        for entry in self._entries:
+            # references: the tuple in the pool and getrefcount's argument
+            if sys.getrefcount(entry[1]) <= 2:
+                return entry
+        buf = torch.empty(self.nbytes, dtype=torch.uint8)
+        entry = (buf, buf.numpy())
+        self._entries.append(entry)
+        return entry
+
+
+def _part_bytes(part: Part, pool: _BufferPool) -> memoryview | bytes:
+    """Compute one part (in a worker thread): a block written into a pool buffer, whose bytes
+    are returned without a copy."""
     if isinstance(part, bytes):
         return part
     table, start, stop = part
-    block = table.fill(start, stop)  # (N, row) on the CPU
-    arr = block.reshape(-1).view(torch.uint8).numpy()
-    if sys.byteorder == "big" and block.element_size() > 1:
-        arr = block.numpy().byteswap().reshape(-1).view(np.uint8)
-    return memoryview(arr)
+    nbytes = _part_size(part)
+    buf, arr = pool.take()
+    out = buf[:nbytes].view(table.dtype).view(stop - start, table.row_elements)
+    table.fill(start, stop, out)  # (N, row) on the CPU
+    if sys.byteorder == "big" and table.element_size > 1:
+        return memoryview(out.numpy().byteswap().reshape(-1).view(np.uint8))
+    return memoryview(arr)[:nbytes]
 
 
 def _part_size(part: Part) -> int:
@@ -193,18 +222,19 @@ async def _body(parts: list[Part], hold: Callable[[int], Any] | None) -> AsyncIt
     """Each part in order; the next block is computed in a thread while this one is sent."""
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[Any] | None = None
+    pool = _BufferPool(max((_part_size(p) for p in parts if not isinstance(p, bytes)), default=0))
     try:
         for k, part in enumerate(parts):
             if hold is not None:
                 async with hold(_part_size(part)):
-                    yield await loop.run_in_executor(None, _part_bytes, part)
+                    yield await loop.run_in_executor(None, _part_bytes, part, pool)
                 continue
             if pending is None:
-                pending = loop.run_in_executor(None, _part_bytes, part)
+                pending = loop.run_in_executor(None, _part_bytes, part, pool)
             chunk = await pending
             pending = None
             if k + 1 < len(parts):
-                pending = loop.run_in_executor(None, _part_bytes, parts[k + 1])
+                pending = loop.run_in_executor(None, _part_bytes, parts[k + 1], pool)
             yield chunk
     finally:
         if pending is not None:  # the client went away: drop the block being computed

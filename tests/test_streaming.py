@@ -352,3 +352,20 @@ def test_client_going_away_mid_stream_leaves_the_server_well(
     np.testing.assert_array_equal(_decode_raw(r), sinusoidal_table(seq_len=100, d_model=64).numpy())
     time.sleep(0.5)
     assert _rss_bytes(pid) - before < 256 * 2**20
+
+
+def test_many_block_stream_equals_whole_table(client: httpx.Client) -> None:
+    """48 MiB of sinusoidal table: six 8 MiB blocks through the reused buffers, every byte."""
+    seq_len, d_model = 2**16, 192
+    with client.stream(
+        "POST",
+        "/v1/encodings/sinusoidal",
+        params={"format": "npy"},
+        json={"seq_len": seq_len, "d_model": d_model, "offset": 3},
+    ) as r:
+        assert r.status_code == 200
+        body = b"".join(r.iter_bytes())
+    assert len(body) == int(r.headers["content-length"])
+    got = np.load(io.BytesIO(body))
+    want = sinusoidal_table(seq_len=seq_len, d_model=d_model, offset=3).numpy()
+    np.testing.assert_array_equal(got, want)
