@@ -25,7 +25,14 @@ from service.config import Settings
 
 # A small output limit keeps every generated request cheap (larger ones are 413s, also checked).
 app = create_app(
-    Settings(device="cpu", models="", api_key=None, cors_origins="", max_elements=1_000_000)
+    Settings(
+        device="cpu",
+        models="",
+        api_key=None,
+        cors_origins="",
+        max_elements=1_000_000,
+        max_stream_elements=4_000_000,
+    )
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 

@@ -369,3 +369,89 @@ def test_many_block_stream_equals_whole_table(client: httpx.Client) -> None:
     got = np.load(io.BytesIO(body))
     want = sinusoidal_table(seq_len=seq_len, d_model=d_model, offset=3).numpy()
     np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client and CLI: streamed tables written to disk as they arrive
+# ---------------------------------------------------------------------------------------------
+
+
+def test_client_save_table_writes_the_stream(small_server: str, tmp_path: Path) -> None:
+    from posenc.client import PayloadTooLarge, PosencClient
+
+    seen: list[tuple[int, int | None]] = []
+    with PosencClient(small_server) as pc:
+        saved = pc.save_table(
+            "rope",
+            tmp_path / "cos.npy",
+            seq_len=40_000,
+            head_dim=64,
+            progress=lambda done, total: seen.append((done, total)),
+            chunk_size=1 << 16,
+        )
+        assert saved.nbytes == (tmp_path / "cos.npy").stat().st_size
+        np.testing.assert_array_equal(
+            np.load(tmp_path / "cos.npy"), rope_cos_sin(seq_len=40_000, rotary_dim=64).cos.numpy()
+        )
+        assert seen[-1] == (saved.nbytes, saved.nbytes) and len(seen) > 10
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+        saved = pc.save_table(
+            "alibi", tmp_path / "a.safetensors", format="safetensors", method="GET",
+            num_heads=4, seq_len=100, mode="symmetric",
+        )  # fmt: skip
+        got = st_load((tmp_path / "a.safetensors").read_bytes())
+        assert torch.equal(got["bias"], alibi_bias(4, 100, mode="symmetric"))
+        assert torch.equal(got["slopes"], alibi_slopes(4))
+
+        with pytest.raises(PayloadTooLarge, match="POSENC_MAX_STREAM_ELEMENTS"):
+            pc.save_table("rope", tmp_path / "huge.bin", format="raw", seq_len=2**24, head_dim=128)
+    assert not (tmp_path / "huge.bin").exists() and not (tmp_path / "huge.bin.part").exists()
+
+
+def test_cli_table_url_streams_to_disk_with_progress(
+    small_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from posenc.cli import main
+
+    out = tmp_path / "pe.bin"
+    code = main(
+        ["table", "sinusoidal", "--url", small_server, "--seq-len", "5000", "--d-model", "128",
+         "--offset", "9", "-o", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    want = sinusoidal_table(seq_len=5000, d_model=128, offset=9)
+    assert out.read_bytes() == want.numpy().tobytes()
+    err = capsys.readouterr().err
+    assert f"done, {5000 * 128 * 4} bytes" in err and "100.0%" in err
+
+    out = tmp_path / "rel.safetensors"
+    args = ["table", "relative", "--url", small_server, "--seq-len", "80", "--num-heads", "2",
+            "-o", str(out), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""
+    got = st_load(out.read_bytes())
+    buckets = relative_buckets(80)
+    assert torch.equal(got["buckets"], buckets)
+    table = relative_bias_table(32, 2, seed=0)
+    assert torch.equal(got["bias"], relative_bias(buckets, table))
+
+    code = main(
+        ["table", "sinusoidal", "--url", small_server, "--seq-len", "100", "--d-model", "64",
+         "-o", str(tmp_path / "x.png")]
+    )  # fmt: skip
+    assert code == 2  # png over the limit: 413, a usage error
+    assert "raw, npy and safetensors stream" in capsys.readouterr().err
+
+
+def test_cli_local_bin_is_the_raw_bytes(tmp_path: Path) -> None:
+    from posenc.cli import main
+
+    out = tmp_path / "cos.bin"
+    assert main(["table", "rope", "--seq-len", "50", "--head-dim", "16", "-o", str(out), "-q"]) == 0
+    assert out.read_bytes() == rope_cos_sin(seq_len=50, rotary_dim=16).cos.numpy().tobytes()
+
+
+def test_info_gives_the_stream_limit(client: httpx.Client) -> None:
+    limits = client.get("/v1/info").json()["limits"]
+    assert limits["max_elements"] == MAX_ELEMENTS and limits["max_stream_elements"] == 2**31

@@ -67,7 +67,11 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
         401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid bearer token"},
         406: {"model": NotAcceptableBody, "description": "no acceptable format; lists the types"},
         412: {"model": ErrorBody, "description": "POST with an If-None-Match that matches"},
-        413: {"model": TooLargeBody, "description": "output over POSENC_MAX_ELEMENTS elements"},
+        413: {
+            "model": TooLargeBody,
+            "description": "output over POSENC_MAX_ELEMENTS elements (tables: JSON and PNG; "
+            "raw, npy and safetensors stream up to POSENC_MAX_STREAM_ELEMENTS)",
+        },
         422: {"model": ValidationErrorBody, "description": "a field is invalid"},
         503: {"model": ErrorBody, "description": "starting up, or out of device memory"},
     }
