@@ -206,10 +206,21 @@ class TableBlocks:
         for start, stop in self.ranges(max_block_bytes):
             yield self.fill(start, stop)
 
-    def whole(self) -> Tensor:
-        """The whole table (all blocks at once), shaped :attr:`shape`."""
+    def whole(self, max_block_bytes: int | None = None) -> Tensor:
+        """The whole table, shaped :attr:`shape`, in one new tensor.
+
+        Args:
+            max_block_bytes: ``None`` computes all rows at once; a size fills the table block
+                by block, so the float64 scratch stays that small (in cache, and reused)
+                whatever the table's size.
+        """
         self._next_row = 0
-        return self.fill(0, self.rows).reshape(self.shape)
+        if self.device.type != "cpu" or max_block_bytes is None:
+            return self.fill(0, self.rows).reshape(self.shape)
+        out = torch.empty(self.rows, self.row_elements, dtype=self.dtype)
+        for start, stop in self.ranges(max_block_bytes):
+            self.fill(start, stop, out[start:stop])
+        return out.reshape(self.shape)
 
 
 class _Scratch:

@@ -153,12 +153,17 @@ def sinusoidal_table(
     freqs = sinusoidal_frequencies(d_model, base, layout)
     dev = device_or_cpu(device)
     angles = pos.to(dev, torch.float64)[:, None] * freqs.to(dev)[None, :]  # (T, D/2)
-    sin, cos = torch.sin(angles), torch.cos(angles)
+    # sin and cos are cast straight into their columns of the output: no float64 (T, D) table
+    table = torch.empty(pos.numel(), d_model, dtype=dtype, device=dev)  # (T, D)
     if layout == "interleaved":
-        table = torch.stack((sin, cos), dim=-1).reshape(pos.numel(), d_model)  # (T, D)
+        pairs = table.view(pos.numel(), d_model // 2, 2)  # (T, D/2, 2)
+        sin_cols, cos_cols = pairs[..., 0], pairs[..., 1]
     else:
-        table = torch.cat((sin, cos), dim=-1)  # (T, D)
-    return table.to(dtype)
+        sin_cols, cos_cols = table[:, : d_model // 2], table[:, d_model // 2 :]
+    values = torch.sin(angles)  # (T, D/2) float64
+    sin_cols.copy_(values)
+    cos_cols.copy_(torch.cos(angles, out=values))
+    return table
 
 
 class SinusoidalPositionalEncoding(nn.Module):

@@ -182,3 +182,10 @@ def test_tensor_blocks_and_bad_out() -> None:
         table.fill(0, 2, torch.empty(3, 4))
     with pytest.raises(InvalidArgument, match="not within the table's 4 rows"):
         table.fill(2, 5)
+
+
+def test_whole_in_blocks_equals_whole() -> None:
+    table = sinusoidal_blocks(seq_len=1000, d_model=96, offset=5)
+    want = sinusoidal_table(seq_len=1000, d_model=96, offset=5)
+    for block_bytes in (None, 1000, 1 << 16):
+        assert _bytes(table.whole(block_bytes)) == _bytes(want)
