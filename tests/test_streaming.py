@@ -455,3 +455,41 @@ def test_cli_local_bin_is_the_raw_bytes(tmp_path: Path) -> None:
 def test_info_gives_the_stream_limit(client: httpx.Client) -> None:
     limits = client.get("/v1/info").json()["limits"]
     assert limits["max_elements"] == MAX_ELEMENTS and limits["max_stream_elements"] == 2**31
+
+
+def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
+    """``app.state.posenc_stream_hold(nbytes)`` wraps each part of a streamed body: the parts
+    sum to Content-Length, none is over the block size, and each is released after use."""
+    import contextlib
+
+    from conftest import make_settings
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.streaming import STREAM_BLOCK_BYTES
+
+    held: list[int] = []
+    inside = [0]
+
+    @contextlib.asynccontextmanager
+    async def hold(nbytes: int):  # type: ignore[no-untyped-def]
+        held.append(nbytes)
+        inside[0] += 1
+        try:
+            yield
+        finally:
+            inside[0] -= 1
+
+    app = create_app(make_settings(gpt2_file, max_elements=MAX_ELEMENTS))
+    app.state.posenc_stream_hold = hold
+    with TestClient(app) as c:
+        r = c.post(
+            "/v1/encodings/sinusoidal",
+            params={"format": "npy"},
+            json={"seq_len": 2**15, "d_model": 256},
+        )
+    assert r.status_code == 200
+    assert sum(held) == len(r.content) == int(r.headers["content-length"])
+    assert len(held) >= 5 and max(held) <= STREAM_BLOCK_BYTES and inside[0] == 0
+    want = sinusoidal_table(seq_len=2**15, d_model=256).numpy()
+    np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want)
