@@ -358,7 +358,8 @@ def rope_blocks(
             pos = held[start:stop]
         angles = torch.mul(pos[:, None], inv_freq[None, :], out=scratch.get("angles", (n, half)))
         values = func(angles, out=scratch.get("values", (n, half)))  # (N, R/2)
-        values.mul_(attention_scaling)
+        if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
+            values.mul_(attention_scaling)
         _write_pair(out, values, values, layout == "interleaved")
 
     return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)

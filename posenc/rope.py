@@ -461,7 +461,9 @@ def _tables(
     sin = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
     values = torch.empty_like(angles)  # (..., R/2) float64
     for table, func in ((cos, torch.cos), (sin, torch.sin)):
-        func(angles, out=values).mul_(attention_scaling)
+        func(angles, out=values)
+        if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
+            values.mul_(attention_scaling)
         if layout == "half":
             table[..., :half].copy_(values)
             table[..., half:].copy_(values)
