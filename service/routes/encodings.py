@@ -219,7 +219,8 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         elements=2 * seq_len * rotary_dim + rotary_dim // 2,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
-        stream=stream,
+        # row blocks are of 1-D positions: (3, T) multimodal positions are not streamed
+        stream=None if req.positions and isinstance(req.positions[0], list) else stream,
     )
 
 
