@@ -31,12 +31,16 @@ holds (see ``service/admission.py``).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import io
 import json
 import struct
 import sys
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -103,6 +107,41 @@ class StreamBundle:
     def primary(self) -> TableBlocks:
         return next(iter(self.tensors.values()))
 
+
+@lru_cache(maxsize=1)
+def _libgomp() -> ctypes.CDLL | None:
+    """The OpenMP runtime torch loaded (GNU libgomp), found in /proc/self/maps; else None."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if "libgomp" in Path(path).name:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                return None
+    return None
+
+
+def _one_intra_op_thread() -> None:
+    """Initializer of the block threads: torch ops on this thread run without the intra-op
+    pool (OpenMP's thread count is a per-thread setting; the rest of the process keeps its).
+
+    A stream already computes and sends in parallel (the next block here, the current one on
+    the event loop); two intra-op threads per block on top of that only wait for a busy core.
+    """
+    torch.get_num_threads()  # torch sets this thread's OpenMP count first; then override it
+    lib = _libgomp()
+    if lib is not None:
+        lib.omp_set_num_threads(1)
+
+
+# The threads that compute stream blocks (one block at a time per response).
+_BLOCK_THREADS = ThreadPoolExecutor(
+    max_workers=4, thread_name_prefix="posenc-stream", initializer=_one_intra_op_thread
+)
 
 # A part of a body: bytes as they are, or rows [start, stop) of a table.
 Part = bytes | tuple[TableBlocks, int, int]
@@ -227,14 +266,14 @@ async def _body(parts: list[Part], hold: Callable[[int], Any] | None) -> AsyncIt
         for k, part in enumerate(parts):
             if hold is not None:
                 async with hold(_part_size(part)):
-                    yield await loop.run_in_executor(None, _part_bytes, part, pool)
+                    yield await loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
                 continue
             if pending is None:
-                pending = loop.run_in_executor(None, _part_bytes, part, pool)
+                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
             chunk = await pending
             pending = None
             if k + 1 < len(parts):
-                pending = loop.run_in_executor(None, _part_bytes, parts[k + 1], pool)
+                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, parts[k + 1], pool)
             yield chunk
     finally:
         if pending is not None:  # the client went away: drop the block being computed

@@ -493,3 +493,16 @@ def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
     assert len(held) >= 5 and max(held) <= STREAM_BLOCK_BYTES and inside[0] == 0
     want = sinusoidal_table(seq_len=2**15, d_model=256).numpy()
     np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want)
+
+
+def test_block_threads_compute_without_the_intra_op_pool() -> None:
+    """Stream blocks are computed one per thread (pipelined with sending); the rest of the
+    process keeps torch's intra-op thread count."""
+    from service.streaming import _BLOCK_THREADS, _libgomp
+
+    before = torch.get_num_threads()
+    in_pool = _BLOCK_THREADS.submit(torch.get_num_threads).result()
+    if _libgomp() is None:
+        pytest.skip("torch does not use GNU OpenMP here")
+    assert in_pool == 1
+    assert torch.get_num_threads() == before
