@@ -109,7 +109,7 @@ class OutputOptions:
 class _OutputQuery(BaseModel):
     format: str | None = None
     encoding: Literal["float", "base64"] | None = None
-    index: int | None = Field(default=None, ge=0)
+    index: int | None = Field(default=None, ge=0, le=2**31 - 1)  # (JSON keys hold 64 bits)
 
 
 _NO_OUTPUT_OPTIONS = OutputOptions(format=None, encoding=None, index=None)
@@ -151,7 +151,7 @@ OUTPUT_OPENAPI_PARAMETERS: list[dict[str, Any]] = [
         "in": "query",
         "required": False,
         "description": "png only: the leading index of a 3-D tensor to draw",
-        "schema": {"type": "integer", "minimum": 0},
+        "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
     },
 ]
 
