@@ -16,6 +16,9 @@ Cases and targets:
   and ``--workers 2`` (and the ceiling for reference);
 - peak RSS (``VmHWM``) of the service's processes over the run.
 
+``--cold`` runs the cold-path cases instead (``bench/cold.py``): a new table every request,
+a streamed 512 MiB RoPE table, distinct requests from 8 clients, an npy request body.
+
 ``--quick`` cuts repetitions; ``--out FILE`` writes the results as markdown (anything below the
 notes marker in an existing FILE is kept, so hand-written analysis survives a rerun).
 """
@@ -776,6 +779,12 @@ def main(argv: list[str] | None = None) -> int:
         "embed_safetensors, embed_fresh, embed_json, throughput",
     )
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="run the cold-path cases of bench/cold.py instead (--only picks among "
+        "cold_sin_raw, rope_stream, distinct_small, embed_npy)",
+    )
+    parser.add_argument(
         "--app",
         metavar="MODULE:ATTR",
         help="serve posenc as `uvicorn MODULE:ATTR` instead of `python -m service` "
@@ -786,7 +795,12 @@ def main(argv: list[str] | None = None) -> int:
     POSENC_APP = args.app
     started = dt.datetime.now(dt.UTC)
     t0 = time.monotonic()
-    res = run(args)
+    if args.cold:
+        from bench.cold import run_cold
+
+        res = run_cold(args)
+    else:
+        res = run(args)
     print("\n".join(table(res)))
     print(f"\nload average: {'; '.join(res.loads)}; took {time.monotonic() - t0:.0f} s")
     if args.out:

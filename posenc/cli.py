@@ -17,10 +17,15 @@ fields (``--seq-len`` is ``seq_len``...); flags left out are not sent, so the sa
 
 - ``.npy``: the primary tensor (``encoding``, ``cos``, ``bias``, ``buckets``); no bfloat16.
 - ``.safetensors``: every tensor of the bundle, ``meta`` as JSON under ``__metadata__["meta"]``.
+- ``.bin``: the primary tensor's raw bytes (C order, little-endian).
 - ``.png``: a heatmap of the primary tensor (:mod:`posenc.heatmap`, needs Pillow);
   ``--index`` picks one head of a 3-D bias.
 
-Outputs of more than ``PROGRESS_ELEMENTS`` elements are computed in chunks of positions (query
+With ``--url``, ``.npy``, ``.safetensors`` and ``.bin`` are written to disk as they arrive
+(:meth:`posenc.client.PosencClient.save_table`), so a table the service streams (over its
+``POSENC_MAX_ELEMENTS``) is never held in memory; a progress line in bytes from
+``Content-Length`` goes to stderr. Local outputs of more than ``PROGRESS_ELEMENTS`` elements are
+computed in chunks of positions (query
 rows for the biases), with a progress line on stderr (``--quiet`` hides it). Exit status: 0 on
 success, 2 for bad arguments (argparse's usage errors, the library's or the server's
 validation errors), 1 for other failures (server unreachable, other HTTP errors).
@@ -57,7 +62,7 @@ CHUNK_ELEMENTS = 1 << 22
 """Elements per chunk (about 16 MiB of float32) of the chunked computation."""
 
 KINDS = ("sinusoidal", "rope", "alibi", "relative")
-EXTENSIONS = {".npy": "npy", ".safetensors": "safetensors", ".png": "png"}
+EXTENSIONS = {".npy": "npy", ".safetensors": "safetensors", ".png": "png", ".bin": "raw"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 # Request fields of each kind, in the contract's order (the flags are these with dashes).
@@ -95,8 +100,9 @@ class Progress:
         stream: where to write (stderr); ``None`` disables the output.
     """
 
-    def __init__(self, label: str, total: int, stream: TextIO | None) -> None:
+    def __init__(self, label: str, total: int, stream: TextIO | None, unit: str = "rows") -> None:
         self.label = label
+        self.unit = unit
         self.total = max(total, 1)
         self.stream = stream
         self.done = 0
@@ -110,7 +116,7 @@ class Progress:
         if self.stream is None:
             return
         pct = 100.0 * self.done / self.total
-        text = f"posenc: {self.label}: {self.done}/{self.total} rows ({pct:5.1f}%)"
+        text = f"posenc: {self.label}: {self.done}/{self.total} {self.unit} ({pct:5.1f}%)"
         if self._tty:
             self.stream.write("\r" + text)
         elif int(pct // 10) > self._last_decile:
@@ -125,7 +131,7 @@ class Progress:
         elapsed = time.monotonic() - self._start
         end = "\r" if self._tty else ""
         self.stream.write(
-            f"{end}posenc: {self.label}: done, {self.total} rows in {elapsed:.1f} s\n"
+            f"{end}posenc: {self.label}: done, {self.total} {self.unit} in {elapsed:.1f} s\n"
         )
         self.stream.flush()
 
@@ -485,6 +491,8 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
             str(path),
             metadata={"meta": json.dumps(meta, separators=(",", ":"))},
         )
+    elif fmt == "raw":
+        path.write_bytes(primary.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     else:  # png
         try:
             from posenc.heatmap import heatmap_png
@@ -532,6 +540,35 @@ def _field_names(kind: str) -> tuple[str, ...]:
     from posenc.kinds import REGISTRY
 
     return REGISTRY[kind].field_names
+
+
+def _download(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> None:
+    """``--url`` with npy, safetensors or raw: the body written to disk as it arrives."""
+    try:
+        from posenc.client import PosencClient, PosencClientError, PosencHTTPError
+    except ImportError as exc:
+        raise CliError(
+            f"--url needs the client extra: pip install 'posenc[client]' ({exc})"
+        ) from exc
+    bar: list[Progress] = []
+
+    def progress(done: int, total: int | None) -> None:
+        if args.quiet or total is None:
+            return
+        if not bar:
+            bar.append(Progress(f"{kind} from {args.url}", total, sys.stderr, unit="bytes"))
+        bar[0].update(done - bar[0].done)
+
+    try:
+        with PosencClient(args.url, api_key=args.api_key, timeout=args.timeout) as client:
+            client.save_table(kind, args.output, format=fmt, progress=progress, **fields)  # type: ignore[arg-type]
+    except PosencHTTPError as exc:
+        code = 2 if exc.status_code in (400, 404, 406, 413, 422) else 1
+        raise CliError(f"the server at {args.url} refused the request: {exc}", code=code) from exc
+    except PosencClientError as exc:
+        raise CliError(str(exc)) from exc
+    if bar:
+        bar[0].close()
 
 
 # ------------------------------------------------------------------------------------ parser
@@ -615,7 +652,7 @@ def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     """The options every ``posenc table KIND`` has: where to write, and where to compute."""
     p.add_argument("-o", "--output", required=True, type=Path,
-                   help="output file: .npy (primary tensor), .safetensors (all), .png (heatmap)")  # fmt: skip
+                   help="output file: .npy (primary tensor), .safetensors (all), .bin (raw bytes), .png (heatmap)")  # fmt: skip
     p.add_argument("--url", help="compute on this posenc service instead of locally")
     p.add_argument("--api-key", help="bearer key for --url (servers with POSENC_API_KEY)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
@@ -715,6 +752,9 @@ def _table(args: argparse.Namespace) -> int:
             "argument --dtype: npy has no bfloat16 type: use --dtype float32, float16 or "
             "float64 with .npy, or write .safetensors"
         )
+    if args.url and fmt in ("npy", "safetensors", "raw"):
+        _download(args, args.kind, fields, fmt)
+        return 0
     if args.url:
         args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
         return 0

@@ -40,7 +40,7 @@ import email.utils
 import io
 import json
 import time
-from collections.abc import Awaitable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -62,6 +62,7 @@ __all__ = [
     "PosencConnectionError",
     "PosencHTTPError",
     "PreconditionFailed",
+    "SavedTable",
     "ServerError",
     "ServiceUnavailable",
     "TensorResult",
@@ -75,6 +76,15 @@ DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 Format = Literal["safetensors", "json", "npy", "raw", "png"]
 ArrayKind = Literal["numpy", "torch"]
 Method = Literal["POST", "GET"]
+
+# The table endpoints by kind, for PosencClient.save_table.
+TABLE_PATHS: dict[str, str] = {
+    "sinusoidal": "/v1/encodings/sinusoidal",
+    "learned": "/v1/encodings/learned",
+    "rope": "/v1/encodings/rope",
+    "alibi": "/v1/biases/alibi",
+    "relative": "/v1/biases/relative",
+}
 
 MEDIA_TYPES: dict[str, str] = {
     "json": "application/json",
@@ -230,6 +240,21 @@ def _raise_for_status(response: httpx.Response) -> None:
 
 
 # --------------------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class SavedTable:
+    """A table written to a file by :meth:`PosencClient.save_table`.
+
+    Attributes:
+        path: the file.
+        nbytes: bytes written (the whole body).
+        headers: the response headers (``X-Tensor-Shape``, ``ETag`` ...).
+    """
+
+    path: Any
+    nbytes: int
+    headers: httpx.Headers
 
 
 @dataclass
@@ -1317,6 +1342,103 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
             PosencConnectionError: still unreachable, or not ready, after ``timeout``.
         """
         return self._send(_Call("GET", "/readyz"), _Poll(self.base_url, timeout, interval)).json()
+
+    def save_table(
+        self,
+        kind: Literal["sinusoidal", "learned", "rope", "alibi", "relative"],
+        path: str | Any,
+        *,
+        format: Literal["raw", "npy", "safetensors"] = "npy",
+        method: Method = "POST",
+        progress: Callable[[int, int | None], None] | None = None,
+        chunk_size: int = 1 << 20,
+        extra: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> SavedTable:
+        """Write a table's body to ``path`` as it arrives, without holding it in memory.
+
+        For tables over the server's ``POSENC_MAX_ELEMENTS``, which it streams in raw, npy and
+        safetensors (up to ``POSENC_MAX_STREAM_ELEMENTS``). The body goes to ``PATH.part`` in
+        chunks and is renamed to ``path`` once all of ``Content-Length`` has arrived, so a
+        failed download never leaves a truncated file under the final name.
+
+        Args:
+            kind: ``"sinusoidal"``, ``"learned"``, ``"rope"``, ``"alibi"`` or ``"relative"``.
+            path: the file to write (replaced if it exists).
+            format: ``"npy"`` (default), ``"safetensors"`` or ``"raw"``.
+            method: ``"POST"`` (default) or ``"GET"``.
+            progress: called as ``progress(bytes_so_far, content_length)`` after each chunk.
+            chunk_size: bytes per read.
+            extra: further body fields sent as given (see :meth:`sinusoidal`).
+            **fields: the endpoint's body fields (``seq_len=..., head_dim=...``); ``None``
+                values are left out.
+
+        Returns:
+            :class:`SavedTable`: the path, the bytes written and the response headers.
+
+        Raises:
+            ValueError: an unknown ``kind`` or ``format``.
+            PosencHTTPError: the server refused the request (e.g. 413 over the stream limit).
+            PosencConnectionError: unreachable, or the body ended before ``Content-Length``.
+        """
+        from pathlib import Path
+
+        if kind not in TABLE_PATHS:
+            raise ValueError(f"kind must be one of {list(TABLE_PATHS)}, got {kind!r}")
+        if format not in ("raw", "npy", "safetensors"):
+            raise ValueError(f"format must be 'raw', 'npy' or 'safetensors', got {format!r}")
+        body = _body(fields, extra)
+        call = _Call(
+            method=method,
+            path=TABLE_PATHS[kind],
+            json_body=body if method == "POST" else None,
+            params=_query(body) if method == "GET" else None,
+            headers={"Accept": MEDIA_TYPES[format]},
+            fmt=format,
+        )
+        policy = _Backoff(self._cfg, call)
+        while True:
+            try:
+                outcome: _Outcome = self._http.send(self._request(call), stream=True)
+            except httpx.TransportError as exc:
+                outcome = exc
+            else:
+                if outcome.status_code >= 400:  # read the detail, free the connection
+                    outcome.read()
+                    outcome.close()
+            step = policy.settle(outcome)
+            if isinstance(step, httpx.Response):
+                break
+            self._sleep(step)
+        target = Path(path)
+        partial = target.with_name(target.name + ".part")
+        length_text = step.headers.get("content-length")
+        length = int(length_text) if length_text is not None else None
+        written = 0
+        try:
+            with partial.open("wb") as f:
+                for chunk in step.iter_bytes(chunk_size):
+                    f.write(chunk)
+                    written += len(chunk)
+                    if progress is not None:
+                        progress(written, length)
+        except httpx.TransportError as exc:
+            partial.unlink(missing_ok=True)
+            raise PosencConnectionError(
+                f"{call.method} {self.base_url}{call.path}: the body broke off after {written} "
+                f"of {length if length is not None else '?'} bytes: {exc}",
+                attempts=1,
+            ) from exc
+        finally:
+            step.close()
+        if length is not None and written != length:
+            partial.unlink(missing_ok=True)
+            raise PosencConnectionError(
+                f"{call.method} {self.base_url}{call.path}: got {written} of {length} bytes",
+                attempts=1,
+            )
+        partial.replace(target)
+        return SavedTable(target, written, step.headers)
 
     def close(self) -> None:
         """Close the connection pool."""

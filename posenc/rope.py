@@ -622,12 +622,24 @@ def _tables(
     angles = positions.to(torch.float64)[..., None] * inv_freq.to(  # (..., R/2)
         device=positions.device, dtype=torch.float64
     )
-    if layout == "half":
-        angles = torch.cat((angles, angles), dim=-1)  # (..., R): [θ_0 … θ_{R/2−1} | same]
-    else:
-        angles = angles.repeat_interleave(2, dim=-1)  # (..., R): θ_0 θ_0 θ_1 θ_1 …
-    cos = (angles.cos() * attention_scaling).to(dtype)
-    sin = (angles.sin() * attention_scaling).to(dtype)
+    half = angles.shape[-1]
+    # cos and sin of each angle once, cast straight into both of its places:
+    # half: [θ_0 … θ_{R/2−1} | same]; interleaved: θ_0 θ_0 θ_1 θ_1 …
+    shape = (*angles.shape[:-1], 2 * half)
+    cos = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
+    sin = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
+    values = torch.empty_like(angles)  # (..., R/2) float64
+    for table, func in ((cos, torch.cos), (sin, torch.sin)):
+        func(angles, out=values)
+        if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
+            values.mul_(attention_scaling)
+        if layout == "half":
+            table[..., :half].copy_(values)
+            table[..., half:].copy_(values)
+        else:
+            pairs = table.view(*table.shape[:-1], half, 2)  # (..., R/2, 2)
+            pairs[..., 0].copy_(values)
+            pairs[..., 1].copy_(values)
     return cos, sin
 
 

@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     max_elements: int = Field(
         67_108_864, ge=1, description="largest output, in elements over all tensors, of one request"
     )
+    max_stream_elements: int = Field(
+        2**31,
+        ge=1,
+        description="largest table, in elements over all tensors, streamed in raw, npy or "
+        "safetensors when it is over max_elements (computed in row blocks as it is sent)",
+    )
     cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="byte budget of the table and response cache (0: off)"
     )

@@ -515,6 +515,7 @@ class PresetList(BaseModel):
 class Limits(BaseModel):
     max_elements: int
     cache_bytes: int
+    max_stream_elements: int | None = None  # tables over max_elements stream up to this
 
 
 class Info(BaseModel):

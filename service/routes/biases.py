@@ -6,6 +6,12 @@ from fastapi import APIRouter
 
 from posenc import resolve_dtype
 from posenc.alibi import alibi_bias, alibi_slopes
+from posenc.blocks import (
+    alibi_bias_blocks,
+    relative_bias_blocks,
+    relative_buckets_blocks,
+    tensor_blocks,
+)
 from posenc.relative import (
     num_relative_buckets,
     relative_bias,
@@ -17,6 +23,7 @@ from service.routes.common import Plan, ServiceState, Source, missing
 from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import AlibiRequest, RelativeRequest
+from service.streaming import StreamBundle
 
 router = APIRouter(prefix="/v1/biases", tags=["biases"])
 
@@ -60,6 +67,23 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
         elements=heads * seq_len * key_len + heads,
         compute=compute,
         names=("bias", "slopes"),
+        stream=lambda: StreamBundle(
+            {
+                "bias": alibi_bias_blocks(
+                    heads,
+                    seq_len,
+                    key_len,
+                    mode=req.mode,
+                    max_bias=req.max_bias,
+                    device=state.device,
+                    dtype=dtype,
+                ),
+                "slopes": tensor_blocks(
+                    "slopes", alibi_slopes(heads, req.max_bias, device=state.device, dtype=dtype)
+                ),
+            },
+            meta,
+        ),
     )
 
 
@@ -104,6 +128,21 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
             tensors["bias"] = relative_bias(buckets, table, dtype=dtype)  # (H, T, S)
         return Bundle(tensors, meta)
 
+    def stream() -> StreamBundle:
+        kw = dict(
+            num_buckets=req.num_buckets,
+            max_distance=req.max_distance,
+            bidirectional=req.bidirectional,
+            bucketing=req.bucketing,
+            device=state.device,
+        )
+        tables = {"buckets": relative_buckets_blocks(seq_len, key_len, **kw)}  # type: ignore[arg-type]
+        if heads is not None:
+            tables["bias"] = relative_bias_blocks(
+                seq_len, key_len, num_heads=heads, seed=req.seed, dtype=dtype, **kw  # type: ignore[arg-type]
+            )
+        return StreamBundle(tables, meta)
+
     pairs = seq_len * key_len
     return Plan(
         route="/v1/biases/relative",
@@ -112,6 +151,7 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
         compute=compute,
         names=("buckets", "bias") if heads else ("buckets",),
         allocations={"num_heads": n_buckets * heads} if heads else {},
+        stream=stream,
     )
 
 

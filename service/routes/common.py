@@ -126,7 +126,7 @@ class OutputOptions:
 class _OutputQuery(BaseModel):
     format: str | None = None
     encoding: Literal["float", "base64"] | None = None
-    index: int | None = Field(default=None, ge=0)
+    index: int | None = Field(default=None, ge=0, le=2**31 - 1)  # (JSON keys hold 64 bits)
 
 
 _NO_OUTPUT_OPTIONS = OutputOptions(format=None, encoding=None, index=None)
@@ -168,7 +168,7 @@ OUTPUT_OPENAPI_PARAMETERS: list[dict[str, Any]] = [
         "in": "query",
         "required": False,
         "description": "png only: the leading index of a 3-D tensor to draw",
-        "schema": {"type": "integer", "minimum": 0},
+        "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
     },
 ]
 
@@ -373,6 +373,9 @@ class Plan:
     allocations: Mapping[str, int] = field(default_factory=dict)
     model: str | None = None
     cache_tensors: bool = True
+    # tables only: the bundle as row blocks (a service.streaming.StreamBundle), used when the
+    # output is over max_elements and asked as raw, npy or safetensors
+    stream: Callable[[], Any] | None = None
 
 
 def check_size(plan: Plan, limit: int) -> None:
@@ -431,10 +434,17 @@ class Prepared:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def prepare(request: Request, state: ServiceState, plan: Plan, out: OutputOptions) -> Prepared:
+def prepare(
+    request: Request,
+    state: ServiceState,
+    plan: Plan,
+    out: OutputOptions,
+    *,
+    limit: int | None = None,
+) -> Prepared:
     """The cheap steps 1–4 of the module docstring (no tensor is made here): safe on the event
-    loop. Raises TooLarge (413) or NotAcceptable (406)."""
-    check_size(plan, state.settings.max_elements)
+    loop. Raises TooLarge (413) over ``limit`` (default ``max_elements``) or NotAcceptable (406)."""
+    check_size(plan, state.settings.max_elements if limit is None else limit)
     fmt = negotiate(request.headers.get("accept"), out.format)
     base64 = fmt == "json" and out.encoding == "base64"
     index = out.index if fmt == "png" else None
@@ -530,7 +540,12 @@ async def respond_async(
     """As :func:`respond`, with only a cache miss (compute and encode) in the thread pool: a
     repeated request is answered on the event loop without a thread hop. A 200 whose body is
     in the cache is marked for :class:`service.replay.ReplayMiddleware`, which answers the
-    same request next time without running the route at all."""
+    same request next time without running the route at all. A table over ``max_elements``
+    with ``plan.stream`` is streamed (:mod:`service.streaming`)."""
+    if plan.stream is not None and plan.elements > state.settings.max_elements:
+        from service.streaming import respond_streamed
+
+        return respond_streamed(request, state, plan, out)
     prepared = prepare(request, state, plan, out)
     if prepared.response is not None:
         if prepared.response.status_code == 200:  # a body-cache hit

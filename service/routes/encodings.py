@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
+from posenc.blocks import learned_blocks, rope_blocks, sinusoidal_blocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
@@ -15,6 +16,7 @@ from service.routes.common import Plan, ServiceState, Source, missing
 from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
+from service.streaming import StreamBundle, check_row_width
 
 router = APIRouter(prefix="/v1/encodings", tags=["encodings"])
 
@@ -51,6 +53,21 @@ def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source)
         elements=seq_len * req.d_model,
         compute=compute,
         names=("encoding",),
+        stream=lambda: StreamBundle(
+            {
+                "encoding": sinusoidal_blocks(
+                    req.positions,
+                    seq_len=req.seq_len,
+                    d_model=req.d_model,
+                    base=req.base,
+                    layout=req.layout,
+                    offset=req.offset,
+                    device=state.device,
+                    dtype=dtype,
+                )
+            },
+            meta,
+        ),
     )
 
 
@@ -100,6 +117,9 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
             compute=compute,
             names=("encoding",),
             model=model.name,
+            stream=lambda: StreamBundle(
+                {"encoding": tensor_blocks("encoding", table[:seq_len].to(dtype))}, meta
+            ),
         )
 
     if req.seq_len is None:
@@ -126,6 +146,9 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
         elements=seq_len * d_model,
         compute=compute_seeded,
         names=("encoding",),
+        stream=lambda: StreamBundle(
+            {"encoding": learned_blocks(seq_len, d_model, seed=seed, dtype=dtype)}, meta
+        ),
     )
 
 
@@ -177,12 +200,16 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     )
     base = float(req.base)  # type: ignore[arg-type]  # merge_sources applied the default
     elements = 2 * seq_len * rotary_dim + rotary_dim // 2
-    attention_scaling = None  # over the limit nothing is made: respond's check_size answers 413
-    if elements <= state.settings.max_elements:
+    settings = state.settings
+    _inv_freq, attention_scaling = None, None
+    if elements <= max(settings.max_elements, settings.max_stream_elements) and (
+        rotary_dim // 2 <= settings.max_elements
+    ):
         # Validates the scaling against rotary_dim (longrope factors) and gives the attention
-        # scaling for meta: R/2 numbers, within the limit. (head_dim 1,121,509,132 once took
-        # 4.5 GB and 40 s before its 413, when this ran first.)
-        _, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+        # scaling for meta: R/2 numbers, within the limits. Over them nothing is made here and
+        # the size check answers 413 from the numbers alone (head_dim 1,121,509,132 once took
+        # 4.5 GB and 40 s before its 413, when this ran first).
+        _inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
     dtype = resolve_dtype(req.dtype)
     meta = {
         "kind": "rope",
@@ -235,12 +262,38 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
             {**meta, "attention_scaling": tables.attention_scaling},
         )
 
+    def stream() -> StreamBundle:
+        kw = dict(
+            seq_len=req.seq_len,
+            rotary_dim=rotary_dim,
+            base=base,
+            layout=req.layout,
+            scaling=scaling,
+            device=state.device,
+            dtype=dtype,
+        )
+        check_row_width("cos", rotary_dim, settings.max_elements)  # before anything is made
+        freq = _inv_freq
+        if freq is None:
+            freq, _ = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+        inv_freq = tensor_blocks("inv_freq", freq.to(device=state.device, dtype=dtype))
+        return StreamBundle(
+            {
+                "cos": rope_blocks(req.positions, which="cos", **kw),  # type: ignore[arg-type]
+                "sin": rope_blocks(req.positions, which="sin", **kw),  # type: ignore[arg-type]
+                "inv_freq": inv_freq,
+            },
+            meta,
+        )
+
     return Plan(
         route="/v1/encodings/rope",
         params={**req.model_dump(mode="json"), "rotary_dim": rotary_dim, **info},
         elements=elements,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
+        # row blocks are of 1-D positions: (3, T) multimodal positions are not streamed
+        stream=None if req.positions and isinstance(req.positions[0], list) else stream,
     )
 
 

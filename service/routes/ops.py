@@ -69,6 +69,10 @@ def info(state: State) -> dict[str, Any]:
         "cuda_device_count": torch.cuda.device_count() if cuda else 0,
         "default_model": state.default_model,
         "formats": dict(FORMAT_MEDIA_TYPES),
-        "limits": {"max_elements": settings.max_elements, "cache_bytes": settings.cache_bytes},
+        "limits": {
+            "max_elements": settings.max_elements,
+            "cache_bytes": settings.cache_bytes,
+            "max_stream_elements": settings.max_stream_elements,
+        },
         "auth": settings.api_key is not None,
     }

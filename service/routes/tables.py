@@ -74,7 +74,11 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
             "description": "a body in a media type the endpoint does not read (or without "
             "Content-Type); lists the types it reads",
         },
-        413: {"model": TooLargeBody, "description": "output over POSENC_MAX_ELEMENTS elements"},
+        413: {
+            "model": TooLargeBody,
+            "description": "output over POSENC_MAX_ELEMENTS elements (tables: JSON and PNG; "
+            "raw, npy and safetensors stream up to POSENC_MAX_STREAM_ELEMENTS)",
+        },
         422: {"model": ValidationErrorBody, "description": "a field is invalid"},
         429: {
             "model": OverloadedBody,

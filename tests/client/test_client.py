@@ -247,9 +247,10 @@ def test_validation_error_carries_the_servers_detail(client: PosencClient) -> No
 
 def test_payload_too_large_gives_limit_and_size(client: PosencClient) -> None:
     with pytest.raises(PayloadTooLarge) as info:
-        client.sinusoidal(seq_len=1_000_000, d_model=1024)
+        # over POSENC_MAX_STREAM_ELEMENTS (2^31): smaller tables stream in safetensors
+        client.sinusoidal(seq_len=3_000_000, d_model=1024)
     assert info.value.status_code == 413
-    assert "67108864" in str(info.value.detail) and "1024000000" in str(info.value.detail)
+    assert "2147483648" in str(info.value.detail) and "3072000000" in str(info.value.detail)
 
 
 def test_not_acceptable_for_bfloat16_npy(client: PosencClient) -> None:

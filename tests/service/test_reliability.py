@@ -91,9 +91,12 @@ class LiveServer:
 def start_server(log_path: Path, **env: str) -> LiveServer:
     """``python -m service`` on a free loopback port (conftest's helpers), ready to serve."""
     port = free_port()
+    # POSENC_MAX_STREAM_ELEMENTS = POSENC_MAX_ELEMENTS: nothing streams, every output over the
+    # limit is a 413 (streaming's own memory bound: tests/test_streaming.py)
     environment = clean_env(
-        POSENC_MAX_ELEMENTS=str(MAX_ELEMENTS), POSENC_DEVICE="cpu", POSENC_LOG_LEVEL="info", **env
-    )
+        POSENC_MAX_ELEMENTS=str(MAX_ELEMENTS), POSENC_DEVICE="cpu", POSENC_LOG_LEVEL="info",
+        POSENC_MAX_STREAM_ELEMENTS=str(MAX_ELEMENTS), **env,
+    )  # fmt: skip
     server = LiveServer(start_service(port, log_path, environment), port, log_path)
     wait_ready(server.proc, server.url, log_path)
     return server

@@ -23,9 +23,17 @@ from schemathesis.checks import (
 from service.app import create_app
 from service.config import Settings
 
-# A small output limit keeps every generated request cheap (larger ones are 413s, also checked).
+# Small output and stream limits keep every generated request cheap (larger ones are 413s, also
+# checked; a stream limit at its 2**31 default would let generated requests stream gigabytes).
 app = create_app(
-    Settings(device="cpu", models="", api_key=None, cors_origins="", max_elements=1_000_000)
+    Settings(
+        device="cpu",
+        models="",
+        api_key=None,
+        cors_origins="",
+        max_elements=1_000_000,
+        max_stream_elements=4_000_000,
+    )
 )
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 

@@ -1,0 +1,359 @@
+"""``python -m bench --cold``: the cold path, where no cache can help, against the ceiling.
+
+Each case alternates posenc and the ceiling (the baseline server's endpoint that reads the
+request body, then sends prebuilt bytes with posenc's headers) request by request, in one run;
+figures are medians, ratios the median of back-to-back pairs (as in ``bench/__main__.py``).
+
+- ``cold_sin_raw``: a new sinusoidal 2048x768 float32 table as raw each request (``offset``
+  changes every time, so neither the table cache nor the body cache can answer); target
+  <= 1.5x the ceiling sending a table of the same size.
+- ``rope_stream``: RoPE cos for 2^20 positions x 128 as raw (512 MiB; over the default
+  ``POSENC_MAX_ELEMENTS``, so it streams, and streams are never cached), read and discarded in
+  chunks by the client; target <= 2.0x the ceiling sending the same 512 MiB, and the service's
+  RSS growth while streaming (VmRSS sampled every 10 ms, minus VmRSS before) < 256 MiB.
+- ``distinct_small``: 8 concurrent keep-alive clients, each request a distinct 128x64
+  sinusoidal JSON (a cold compute every time): req/s, median and p99 latency, and the same
+  load on the ceiling (same body size).
+- ``embed_npy``: embed 32x512 fresh token ids sent as an npy body (``Content-Type:
+  application/x-npy``, the other fields as query parameters), raw out, against the ceiling
+  reading the same npy body; skipped with a printed reason while the service answers 415.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench.__main__ import (
+    HOST,
+    JSON,
+    RAW,
+    Call,
+    Results,
+    Row,
+    _body,
+    _server_timing,
+    compare,
+    describe_device,
+    load_average,
+    log,
+    paired_ratio,
+    start_baseline,
+    start_posenc,
+    stop,
+    wait_ready,
+)
+
+NPY = "application/x-npy"
+SIN = "/v1/encodings/sinusoidal"
+ROPE = "/v1/encodings/rope"
+CASES = ("cold_sin_raw", "rope_stream", "distinct_small", "embed_npy")
+
+
+@dataclass
+class TypedCall(Call):
+    """A :class:`Call` with its own ``Content-Type``, whose body is read in chunks and dropped
+    (``stream=True``), so a 512 MiB answer costs the client no memory."""
+
+    content_type: str = JSON
+    stream: bool = False
+
+    def send(self, client: httpx.Client) -> httpx.Response:
+        headers = {"content-type": self.content_type, "accept": self.accept}
+        if not self.stream:
+            r = client.post(self.url, content=self.body, headers=headers)
+        else:
+            with client.stream("POST", self.url, content=self.body, headers=headers) as r:
+                n = sum(len(chunk) for chunk in r.iter_raw(1 << 20))
+                r.extensions["bench_bytes"] = n
+        if r.status_code != 200:
+            if self.stream:
+                raise SystemExit(f"POST {self.url} -> {r.status_code}")
+            raise SystemExit(f"POST {self.url} -> {r.status_code}: {r.text[:500]}")
+        return r
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+class RssSampler:
+    """The largest VmRSS of ``pid`` seen every ``interval`` seconds while running."""
+
+    def __init__(self, pid: int, interval: float = 0.01) -> None:
+        self.pid, self.interval = pid, interval
+        self.peak_kib = _rss_kib(pid)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak_kib = max(self.peak_kib, _rss_kib(self.pid))
+            time.sleep(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+async def _distinct_load(
+    port: int, make: Callable[[int], bytes], clients: int, duration_s: float
+) -> tuple[int, int, list[float]]:
+    """``clients`` keep-alive connections, each request ``make(n)`` for a fresh ``n``."""
+    ok = errors = 0
+    latencies: list[float] = []
+    deadline = time.perf_counter() + duration_s
+    counter = iter(range(10**9))
+
+    async def one() -> None:
+        nonlocal ok, errors
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            while time.perf_counter() < deadline:
+                request = make(next(counter))
+                t0 = time.perf_counter()
+                writer.write(request)
+                head = await reader.readuntil(b"\r\n\r\n")
+                status = int(head[9:12])
+                headers = head.decode("latin-1").lower()
+                length = int(headers.split("content-length:")[1].split("\r\n")[0])
+                await reader.readexactly(length)
+                latencies.append(time.perf_counter() - t0)
+                ok, errors = (ok + 1, errors) if status == 200 else (ok, errors + 1)
+        except (OSError, asyncio.IncompleteReadError, ValueError, IndexError):
+            errors += 1
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one() for _ in range(clients)))
+    return ok, errors, latencies
+
+
+def _post(port: int, path: str, body: bytes, accept: str) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\ncontent-type: {JSON}\r\n"
+        f"accept: {accept}\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def _load_figure(ok: int, errors: int, lat: list[float], duration: float) -> str:
+    lat = sorted(lat)
+    p99 = lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else float("nan")
+    med = statistics.median(lat) if lat else float("nan")
+    return (
+        f"{ok / duration:.0f} req/s, median {med * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms, "
+        f"{errors} errors"
+    )
+
+
+def _npy(ids: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, ids)
+    return buf.getvalue()
+
+
+def run_cold(args: argparse.Namespace) -> Results:
+    res = Results()
+    q = args.quick
+    want = set(args.only.split(",")) if args.only else set(CASES)
+    res.loads.append(f"start: {load_average()}")
+    posenc = start_posenc(1)
+    servers = [posenc]
+    try:
+        wait_ready(posenc, "/readyz")
+        res.device = describe_device(httpx.get(posenc.url + "/v1/info", timeout=10).json())
+        models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
+        default = next(m for m in models["models"] if m["name"] == models["default"])
+        baseline = start_baseline(default)
+        servers.append(baseline)
+        wait_ready(baseline, "/healthz")
+        client = httpx.Client(timeout=300.0, limits=httpx.Limits(max_keepalive_connections=4))
+
+        def store_ceiling(name: str, r: httpx.Response) -> None:
+            own = {"content-type", "content-length", "date", "server"}
+            headers = {k: v for k, v in r.headers.items() if k.lower() not in own}
+            client.put(
+                f"{baseline.url}/ceiling/{name}",
+                content=r.content,
+                headers={
+                    "content-type": r.headers["content-type"],
+                    "x-ceiling-headers": json.dumps(headers),
+                },
+            ).raise_for_status()
+
+        # 1. a new sinusoidal 2048x768 raw table every request
+        if "cold_sin_raw" in want:
+            log("cold: sinusoidal 2048x768 raw, a new offset each request, vs ceiling")
+
+            def sin_body(i: int) -> bytes:  # same length for every i (offsets 100000..)
+                return _body({"seq_len": 2048, "d_model": 768, "offset": 100_000 + i % 800_000})
+
+            first = TypedCall(posenc.url + SIN, sin_body(999_999), RAW).send(client)
+            store_ceiling("cold_sin", first)
+            offset = random.Random(1).randrange(0, 10**6)  # new tables on every run
+            tp, tc, r = compare(
+                client,
+                lambda i: TypedCall(posenc.url + SIN, sin_body(offset + 2 * i), RAW),
+                lambda i: TypedCall(
+                    f"{baseline.url}/ceiling/cold_sin", sin_body(offset + 2 * i + 1), RAW
+                ),
+                warmup=3,
+                reps=20 if q else 60,
+                budget_s=15 if q else 40,
+            )
+            ratio = paired_ratio(tp, tc)
+            res.rows.append(
+                Row(
+                    "sinusoidal 2048x768 raw, new table each request",
+                    tp.median_s * 1e3,
+                    "ceiling, same size",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "<= 1.5x",
+                    ratio <= 1.5,
+                    f"{len(r.content) / 1e6:.2f} MB; {_server_timing(r)}",
+                )
+            )
+
+        # 2. RoPE 2^20 x 128 cos, raw, streamed
+        if "rope_stream" in want:
+            log("cold: RoPE 2^20x128 cos raw (streamed, 512 MiB) vs ceiling")
+            body = _body({"seq_len": 2**20, "head_dim": 128})
+            full = client.post(
+                posenc.url + ROPE, content=body, headers={"accept": RAW, "content-type": JSON}
+            )
+            if full.status_code != 200:
+                raise SystemExit(f"rope stream -> {full.status_code}: {full.text[:300]}")
+            store_ceiling("rope_stream", full)
+            size = len(full.content)
+            del full
+            rss_before = _rss_kib(posenc.proc.pid)
+            with RssSampler(posenc.proc.pid) as sampler:
+                tp, tc, r = compare(
+                    client,
+                    lambda i: TypedCall(posenc.url + ROPE, body, RAW, stream=True),
+                    lambda i: TypedCall(
+                        f"{baseline.url}/ceiling/rope_stream", body, RAW, stream=True
+                    ),
+                    warmup=1,
+                    reps=3 if q else 7,
+                    budget_s=30 if q else 90,
+                )
+            growth = (sampler.peak_kib - rss_before) / 1024
+            ratio = paired_ratio(tp, tc)
+            res.rows.append(
+                Row(
+                    "RoPE 2^20x128 cos raw, streamed",
+                    tp.median_s * 1e3,
+                    "ceiling, same bytes",
+                    tc.median_s * 1e3,
+                    ratio,
+                    "<= 2.0x, RSS growth < 256 MiB",
+                    ratio <= 2.0 and growth < 256,
+                    f"{size / 2**20:.0f} MiB; service RSS growth while streaming {growth:.0f} MiB "
+                    f"(before {rss_before / 1024:.0f} MiB); {_server_timing(r)}",
+                )
+            )
+
+        # 3. embed 32x512 fresh ids as an npy body (binary request bodies, API 1.1)
+        if "embed_npy" in want:
+            log("cold: embed 32x512 fresh ids, npy body, raw out, vs ceiling")
+            vocab = int(default["vocab_size"])
+            rng = np.random.default_rng(7)
+            n = 12 if q else 30
+            bodies = [
+                _npy(rng.integers(1, vocab, size=(32, 512), dtype=np.int64)) for _ in range(n + 4)
+            ]
+            url = posenc.url + "/v1/embed"
+            probe = client.post(
+                url, content=bodies[-1], headers={"content-type": NPY, "accept": RAW}
+            )
+            # 415, or FastAPI's 422 for a body it could not read as JSON at all: this build
+            # has no binary request bodies yet
+            unread = probe.status_code == 422 and all(
+                tuple(e.get("loc", ())) == ("body",) for e in probe.json().get("detail", [])
+            )
+            if probe.status_code == 415 or unread:
+                print(
+                    f"bench: embed_npy skipped: the service answers {probe.status_code} to an "
+                    f"npy body ({probe.text[:160]}); binary request bodies are not in this build"
+                )
+            elif probe.status_code != 200:
+                raise SystemExit(f"embed npy -> {probe.status_code}: {probe.text[:300]}")
+            else:
+                store_ceiling("embed_npy", probe)
+                tp, tc, r = compare(
+                    client,
+                    lambda i: TypedCall(url, bodies[i % n], RAW, content_type=NPY),
+                    lambda i: TypedCall(
+                        f"{baseline.url}/ceiling/embed_npy", bodies[i % n], RAW, content_type=NPY
+                    ),
+                    warmup=2,
+                    reps=n - 2,
+                    budget_s=15 if q else 30,
+                )
+                res.rows.append(
+                    Row(
+                        "embed 32x512 fresh ids, npy body, raw",
+                        tp.median_s * 1e3,
+                        "ceiling, same size",
+                        tc.median_s * 1e3,
+                        paired_ratio(tp, tc),
+                        "(info)",
+                        None,
+                        f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                    )
+                )
+
+        # 4. 8 clients, each request a distinct small table
+        if "distinct_small" in want:
+            duration = 3.0 if q else 8.0
+            small = _body({"seq_len": 128, "d_model": 64, "offset": 10**8})
+            store_ceiling("distinct_small", TypedCall(posenc.url + SIN, small, JSON).send(client))
+
+            def make(port: int, path: str) -> Callable[[int], bytes]:
+                def build(k: int) -> bytes:  # same length: offsets 10^8 .. 10^9
+                    body = _body({"seq_len": 128, "d_model": 64, "offset": 10**8 + k})
+                    return _post(port, path, body, JSON)
+
+                return build
+
+            for label, port, path in (
+                ("ceiling (1 process)", baseline.port, "/ceiling/distinct_small"),
+                ("posenc --workers 1", posenc.port, SIN),
+            ):
+                log(f"cold: 8 clients of distinct 128x64 JSON, {label}, {duration:.0f} s")
+                build = make(port, path)
+                asyncio.run(_distinct_load(port, build, 8, 1.0))  # warm-up
+                ok, errors, lat = asyncio.run(_distinct_load(port, build, 8, duration))
+                res.extra.append(
+                    (
+                        f"8 clients, distinct 128x64 JSON each request, {label}",
+                        _load_figure(ok, errors, lat, duration),
+                    )
+                )
+        client.close()
+        res.loads.append(f"end: {load_average()}")
+    finally:
+        for s in servers:
+            stop(s)
+    return res

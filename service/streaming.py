@@ -1,0 +1,368 @@
+"""Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
+
+A table endpoint's :class:`~service.routes.common.Plan` may carry ``stream``: a function giving
+a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
+``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
+negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
+:class:`~starlette.responses.StreamingResponse`:
+
+1. sizes are checked from the request's numbers before anything is allocated (413 above
+   ``max_stream_elements``; JSON and PNG stay limited by ``max_elements``, and their 413 says
+   which formats stream and up to what size);
+2. the ETag is the one a whole response would carry (the same canonical key), so
+   ``If-None-Match`` gives 304 / 412 without computing;
+3. the headers go first, with the exact ``Content-Length`` (the npy header and the safetensors
+   header are worked out from the shapes; the safetensors header is byte for byte the one
+   ``safetensors.torch.save`` writes for the same tensors and metadata);
+4. the body is the rows, a block of at most :data:`STREAM_BLOCK_BYTES` at a time, each block
+   computed in a worker thread while the previous one is being sent (the event loop never
+   computes). A block is written into a buffer of the response's small pool and handed to the
+   transport without a copy (:class:`_BufferPool`).
+
+Memory stays bounded by a few blocks (and their float64 scratch) whatever the table's size.
+Streamed bodies are never cached.
+
+Admission hook: when ``app.state.posenc_stream_hold`` is set, it is called as
+``hold(nbytes)`` for each block and must return an async context manager; the block is computed
+and sent inside it, so an in-flight byte budget can count a streamed response by the rows it
+holds (see ``service/admission.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import io
+import json
+import struct
+import sys
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+from fastapi import Request
+from fastapi.responses import Response
+from safetensors.torch import save as safetensors_save
+from starlette.responses import StreamingResponse
+
+from posenc.blocks import TableBlocks
+from posenc.errors import TooLarge
+from service.formats import (
+    FORMAT_MEDIA_TYPES,
+    _json_default,
+    _no_bfloat16_npy,
+    dtype_name,
+    negotiate,
+)
+from service.routes.common import OutputOptions, Plan, ServiceState, prepare
+
+__all__ = [
+    "STREAM_BLOCK_BYTES",
+    "STREAM_FORMATS",
+    "StreamBundle",
+    "check_row_width",
+    "npy_header",
+    "respond_streamed",
+    "safetensors_header",
+    "stream_parts",
+]
+
+STREAM_FORMATS = ("raw", "npy", "safetensors")
+# Output bytes of one block: the transport holds at most a few of these per response.
+STREAM_BLOCK_BYTES = 8 * 1024 * 1024
+
+_SAFETENSORS_DTYPES = {
+    torch.float64: "F64",
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+@dataclass(frozen=True)
+class StreamBundle:
+    """A bundle whose tensors are computed in row blocks.
+
+    Attributes:
+        tensors: name -> :class:`~posenc.blocks.TableBlocks`, in the endpoint's order (the
+            first is the primary tensor, the one raw and npy carry).
+        meta: the bundle's JSON-able ``meta`` (safetensors' ``__metadata__["meta"]``).
+    """
+
+    tensors: dict[str, TableBlocks]
+    meta: dict[str, Any]
+
+    @property
+    def primary(self) -> TableBlocks:
+        return next(iter(self.tensors.values()))
+
+
+@lru_cache(maxsize=1)
+def _libgomp() -> ctypes.CDLL | None:
+    """The OpenMP runtime torch loaded (GNU libgomp), found in /proc/self/maps; else None."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return None
+    for line in maps.splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if "libgomp" in Path(path).name:
+            try:
+                return ctypes.CDLL(path)
+            except OSError:
+                return None
+    return None
+
+
+def _one_intra_op_thread() -> None:
+    """Initializer of the block threads: torch ops on this thread run without the intra-op
+    pool (OpenMP's thread count is a per-thread setting; the rest of the process keeps its).
+
+    A stream already computes and sends in parallel (the next block here, the current one on
+    the event loop); two intra-op threads per block on top of that only wait for a busy core.
+    """
+    torch.get_num_threads()  # torch sets this thread's OpenMP count first; then override it
+    lib = _libgomp()
+    if lib is not None:
+        lib.omp_set_num_threads(1)
+
+
+# The threads that compute stream blocks (one block at a time per response).
+_BLOCK_THREADS = ThreadPoolExecutor(
+    max_workers=4, thread_name_prefix="posenc-stream", initializer=_one_intra_op_thread
+)
+
+# A part of a body: bytes as they are, or rows [start, stop) of a table.
+Part = bytes | tuple[TableBlocks, int, int]
+
+
+def npy_header(shape: tuple[int, ...], dtype: torch.dtype) -> bytes:
+    """The ``.npy`` header (format 1.0, or 2.0 for a header over 64 KiB) of a C-order array."""
+    descr = np.dtype(torch.empty((), dtype=dtype).numpy().dtype).newbyteorder("<").str
+    header = io.BytesIO()
+    data = {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
+    try:
+        np.lib.format.write_array_header_1_0(header, data)
+    except ValueError:
+        header = io.BytesIO()
+        np.lib.format.write_array_header_2_0(header, data)
+    return header.getvalue()
+
+
+def _safetensors_order(tensors: dict[str, TableBlocks]) -> list[str]:
+    """The order in which ``safetensors.torch.save`` lays out these tensors (it sorts by dtype,
+    then name): read back from the header it writes for one-element stand-ins."""
+    stand_ins = {name: torch.zeros(1, dtype=t.dtype) for name, t in tensors.items()}
+    data = safetensors_save(stand_ins)
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + n])
+    return sorted(tensors, key=lambda name: header[name]["data_offsets"][0])
+
+
+def safetensors_header(tensors: dict[str, TableBlocks], meta_text: str) -> tuple[bytes, list[str]]:
+    """The safetensors header of ``tensors`` with ``{"meta": meta_text}`` as metadata, and the
+    order of their data after it; the same bytes ``safetensors.torch.save`` writes."""
+    order = _safetensors_order(tensors)
+    entries: dict[str, Any] = {"__metadata__": {"meta": meta_text}}
+    offset = 0
+    for name in order:
+        t = tensors[name]
+        entries[name] = {
+            "dtype": _SAFETENSORS_DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + t.nbytes],
+        }
+        offset += t.nbytes
+    text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text, order
+
+
+def stream_parts(
+    bundle: StreamBundle, fmt: str, block_bytes: int = STREAM_BLOCK_BYTES
+) -> list[Part]:
+    """The body of ``fmt`` as parts: headers as bytes, then each table's row blocks."""
+
+    def rows(table: TableBlocks) -> list[Part]:
+        return [(table, start, stop) for start, stop in table.ranges(block_bytes)]
+
+    primary = bundle.primary
+    if fmt == "raw":
+        return rows(primary)
+    if fmt == "npy":
+        return [npy_header(primary.shape, primary.dtype), *rows(primary)]
+    meta_text = orjson.dumps(bundle.meta, default=_json_default).decode()
+    header, order = safetensors_header(bundle.tensors, meta_text)
+    parts: list[Part] = [header]
+    for name in order:
+        parts += rows(bundle.tensors[name])
+    return parts
+
+
+class _BufferPool:
+    """Output buffers of one response, reused once the transport has let go of them.
+
+    A block is handed to the server as a ``memoryview`` of a pool buffer (no copy); the
+    transport may keep it queued after ``send`` returns (uvloop does). A buffer is taken again
+    only when nothing but the pool refers to its array any more (CPython reference count), so
+    a queued block is never overwritten; otherwise a new buffer is made. With the server's flow
+    control that is two or three buffers per response.
+    """
+
+    def __init__(self, nbytes: int) -> None:
+        self.nbytes = nbytes
+        self._entries: list[tuple[torch.Tensor, np.ndarray]] = []
+
+    def take(self) -> tuple[torch.Tensor, np.ndarray]:
+        for entry in self._entries:
+            # references: the tuple in the pool and getrefcount's argument
+            if sys.getrefcount(entry[1]) <= 2:
+                return entry
+        buf = torch.empty(self.nbytes, dtype=torch.uint8)
+        entry = (buf, buf.numpy())
+        self._entries.append(entry)
+        return entry
+
+
+def _part_bytes(part: Part, pool: _BufferPool) -> memoryview | bytes:
+    """Compute one part (in a worker thread): a block written into a pool buffer, whose bytes
+    are returned without a copy."""
+    if isinstance(part, bytes):
+        return part
+    table, start, stop = part
+    nbytes = _part_size(part)
+    buf, arr = pool.take()
+    out = buf[:nbytes].view(table.dtype).view(stop - start, table.row_elements)
+    table.fill(start, stop, out)  # (N, row) on the CPU
+    if sys.byteorder == "big" and table.element_size > 1:
+        return memoryview(out.numpy().byteswap().reshape(-1).view(np.uint8))
+    return memoryview(arr)[:nbytes]
+
+
+def _part_size(part: Part) -> int:
+    if isinstance(part, bytes):
+        return len(part)
+    table, start, stop = part
+    return (stop - start) * table.row_elements * table.element_size
+
+
+async def _body(parts: list[Part], hold: Callable[[int], Any] | None) -> AsyncIterator[Any]:
+    """Each part in order; the next block is computed in a thread while this one is sent."""
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[Any] | None = None
+    pool = _BufferPool(max((_part_size(p) for p in parts if not isinstance(p, bytes)), default=0))
+    try:
+        for k, part in enumerate(parts):
+            if hold is not None:
+                async with hold(_part_size(part)):
+                    yield await loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
+                continue
+            if pending is None:
+                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
+            chunk = await pending
+            pending = None
+            if k + 1 < len(parts):
+                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, parts[k + 1], pool)
+            yield chunk
+    finally:
+        if pending is not None:  # the client went away: drop the block being computed
+            pending.cancel()
+
+
+def _too_large(plan: Plan, state: ServiceState, fmt: str) -> TooLarge:
+    settings = state.settings
+    names = " + ".join(plan.names) or "all tensors"
+    return TooLarge(
+        f"the output would have {plan.elements} elements ({names}), over the limit of "
+        f"{settings.max_elements} elements (POSENC_MAX_ELEMENTS) for {fmt}; raw, npy and "
+        f"safetensors stream tables up to {settings.max_stream_elements} elements "
+        "(POSENC_MAX_STREAM_ELEMENTS): ask for ?format=raw, npy or safetensors, or fewer positions",
+        limit=settings.max_elements,
+        requested=plan.elements,
+        field="format",
+    )
+
+
+def check_row_width(name: str, row_elements: int, limit: int) -> None:
+    """TooLarge (413) for a table whose one row (its last dimension) is wider than ``limit``
+    elements: a block holds at least one row, computed in float64, so such a row would take
+    the memory streaming is meant to bound (``d_model`` 2**30 with ``seq_len`` 1, say)."""
+    if row_elements > limit:
+        raise TooLarge(
+            f"one row of {name} would have {row_elements} elements, over the limit of {limit} "
+            "elements (POSENC_MAX_ELEMENTS) for a row of a streamed table; streaming splits "
+            "tables by rows (positions), so ask for a smaller d_model, head_dim or key_len",
+            limit=limit,
+            requested=row_elements,
+            field=None,
+        )
+
+
+def respond_streamed(
+    request: Request, state: ServiceState, plan: Plan, out: OutputOptions
+) -> Response:
+    """Answer a plan over ``max_elements`` that has ``stream``: cheap, safe on the event loop
+    (the rows are computed later, in threads, as the body is sent).
+
+    Raises:
+        TooLarge: (413) JSON or PNG asked; over ``max_stream_elements``; an allocation over
+            ``max_elements``.
+        NotAcceptable: (406) no acceptable format, or npy of bfloat16.
+    """
+    settings = state.settings
+    fmt = negotiate(request.headers.get("accept"), out.format)
+    if fmt not in STREAM_FORMATS:
+        raise _too_large(plan, state, fmt)
+    if plan.elements > settings.max_stream_elements:
+        raise TooLarge(
+            f"the output would have {plan.elements} elements "
+            f"({' + '.join(plan.names) or 'all tensors'}), over the streaming limit of "
+            f"{settings.max_stream_elements} elements (POSENC_MAX_STREAM_ELEMENTS); ask for "
+            "fewer positions, heads or a shorter key length",
+            limit=settings.max_stream_elements,
+            requested=plan.elements,
+            field=None,
+        )
+    prepared = prepare(request, state, plan, out, limit=settings.max_stream_elements)
+    if prepared.response is not None:  # 304 / 412 (streamed bodies are never in the cache)
+        return prepared.response
+    if plan.stream is None:
+        raise TypeError(f"plan for {plan.route} has no stream")
+    bundle: StreamBundle = plan.stream()
+    for blocks in bundle.tensors.values():
+        check_row_width(blocks.name, blocks.row_elements, settings.max_elements)
+    primary = bundle.primary
+    if fmt == "npy" and primary.dtype == torch.bfloat16:
+        raise _no_bfloat16_npy(primary.name)
+    parts = stream_parts(bundle, fmt)
+    length = sum(_part_size(p) for p in parts)
+    headers = {
+        **prepared.headers,
+        "Content-Length": str(length),
+        "Server-Timing": 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"',
+    }
+    if fmt != "safetensors":
+        headers["X-Tensor-Name"] = primary.name
+        headers["X-Tensor-Shape"] = ",".join(str(n) for n in primary.shape)
+        headers["X-Tensor-Dtype"] = dtype_name(primary.dtype)
+    suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin"}[fmt]
+    stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
+    if fmt != "safetensors":
+        stem = f"{stem}-{primary.name}"
+    headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
+    hold = getattr(request.app.state, "posenc_stream_hold", None)
+    return StreamingResponse(
+        _body(parts, hold), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
+    )

@@ -1,0 +1,191 @@
+"""posenc.blocks: every table computed in row blocks is bit for bit the whole table.
+
+Each case concatenates the blocks of several block sizes (one row, odd sizes, one block) and
+compares the bytes with the library's whole-table function (sinusoidal_table, rope_cos_sin,
+alibi_bias, relative_buckets / relative_bias, learned_table), in every dtype; and checks the
+values independently against the closed form in float64 for the encodings.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from posenc import alibi_bias, learned_table, sinusoidal_table
+from posenc.blocks import (
+    alibi_bias_blocks,
+    learned_blocks,
+    relative_bias_blocks,
+    relative_buckets_blocks,
+    rope_blocks,
+    row_ranges,
+    sinusoidal_blocks,
+    tensor_blocks,
+)
+from posenc.errors import InvalidArgument
+from posenc.relative import (
+    num_relative_buckets,
+    relative_bias,
+    relative_bias_table,
+    relative_buckets,
+)
+from posenc.rope import RopeScaling, rope_cos_sin
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+BLOCK_BYTES = [1, 100, 4096, 77_777, 1 << 24]
+
+
+def _bytes(t: torch.Tensor) -> bytes:
+    return t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+def _check(make, whole: torch.Tensor) -> None:  # type: ignore[no-untyped-def]
+    for block_bytes in BLOCK_BYTES:
+        table = make()
+        blocks = list(table.blocks(block_bytes))
+        assert sum(b.shape[0] for b in blocks) == table.rows
+        got = torch.cat(blocks).reshape(table.shape)
+        assert got.dtype == whole.dtype and tuple(got.shape) == tuple(whole.shape)
+        assert _bytes(got) == _bytes(whole), (table.name, block_bytes)
+        assert table.nbytes == whole.numel() * whole.element_size()
+
+
+def test_row_ranges_cover_and_keep_multiples() -> None:
+    assert row_ranges(10, 4) == [(0, 4), (4, 8), (8, 10)]
+    assert row_ranges(10, 4, multiple=3) == [(0, 3), (3, 6), (6, 9), (9, 10)]
+    assert row_ranges(10, 4, multiple=3, min_last=2) == [(0, 3), (3, 6), (6, 10)]
+    assert row_ranges(3, 100, min_last=5) == [(0, 3)]
+    assert row_ranges(0, 4) == []
+    with pytest.raises(InvalidArgument, match="block_rows"):
+        row_ranges(10, 0)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["interleaved", "concat", "tensor2tensor"])
+def test_sinusoidal_blocks_equal_whole(dtype: torch.dtype, layout: str) -> None:
+    kw = dict(d_model=64, layout=layout, dtype=dtype)
+    _check(
+        lambda: sinusoidal_blocks(seq_len=700, offset=12_345, **kw),
+        sinusoidal_table(seq_len=700, offset=12_345, **kw),
+    )
+    positions = [5, 1, 99_999, 3, 1 << 20] * 40
+    _check(
+        lambda: sinusoidal_blocks(positions, offset=2, **kw),
+        sinusoidal_table(positions, offset=2, **kw),
+    )
+
+
+def test_sinusoidal_blocks_closed_form() -> None:
+    """Independent of sinusoidal_table: PE[p, 2i] = sin(p·10000^(-2i/D)) in float64."""
+    table = sinusoidal_blocks(seq_len=50, d_model=8, offset=1_000_000, dtype=torch.float64)
+    got = torch.cat(list(table.blocks(200)))
+    for p in (0, 17, 49):
+        for i in range(4):
+            angle = (1_000_000 + p) * 10000.0 ** (-2 * i / 8)
+            assert got[p, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-12)
+            assert got[p, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-12)
+
+
+SCALINGS = [
+    None,
+    {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256},
+    {
+        "type": "llama3",
+        "factor": 8.0,
+        "original_max_position_embeddings": 512,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+    },
+    {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 1000},
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+@pytest.mark.parametrize("scaling", SCALINGS, ids=lambda s: s["type"] if s else "none")
+def test_rope_blocks_equal_whole(dtype: torch.dtype, layout: str, scaling: dict | None) -> None:
+    sc = RopeScaling.from_dict(scaling) if scaling else None
+    kw = dict(rotary_dim=32, layout=layout, scaling=sc, dtype=dtype)
+    whole = rope_cos_sin(seq_len=3000, **kw)
+    _check(lambda: rope_blocks(seq_len=3000, **kw), whole.cos)
+    _check(lambda: rope_blocks(seq_len=3000, which="sin", **kw), whole.sin)
+    positions = [0, 7, 4095, 12, 2**20 - 1] * 30
+    whole = rope_cos_sin(positions, **kw)
+    _check(lambda: rope_blocks(positions, **kw), whole.cos)
+
+
+def test_rope_blocks_closed_form_at_large_positions() -> None:
+    """cos(p·base^(-2i/R)) in float64, to 1e-6 in float32 at p near 2^20."""
+    table = rope_blocks(seq_len=2**20, rotary_dim=8, dtype=torch.float32)
+    ranges = table.ranges(1 << 20)
+    start, stop = ranges[-1]
+    block = table.fill(start, stop)
+    p = stop - 1
+    for i in range(4):
+        want = math.cos(p * 10000.0 ** (-2 * i / 8))
+        assert block[-1, i].item() == pytest.approx(want, abs=1e-6)
+        assert block[-1, i + 4].item() == pytest.approx(want, abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("mode", ["causal", "symmetric"])
+def test_alibi_blocks_equal_whole(dtype: torch.dtype, mode: str) -> None:
+    _check(
+        lambda: alibi_bias_blocks(12, 50, 70, mode=mode, dtype=dtype),
+        alibi_bias(12, 50, 70, mode=mode, dtype=dtype),
+    )
+    _check(
+        lambda: alibi_bias_blocks(5, 33, mode=mode, dtype=dtype),
+        alibi_bias(5, 33, mode=mode, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize("bucketing", ["log", "clip"])
+@pytest.mark.parametrize("bidirectional", [True, False])
+def test_relative_blocks_equal_whole(bucketing: str, bidirectional: bool) -> None:
+    kw = dict(bucketing=bucketing, bidirectional=bidirectional, max_distance=20)
+    buckets = relative_buckets(40, 90, **kw)
+    _check(lambda: relative_buckets_blocks(40, 90, **kw), buckets)
+    n = num_relative_buckets(num_buckets=32, max_distance=20, bucketing=bucketing)
+    table = relative_bias_table(n, 6, seed=2)
+    for dtype in DTYPES:
+        _check(
+            lambda dt=dtype: relative_bias_blocks(40, 90, num_heads=6, seed=2, dtype=dt, **kw),
+            relative_bias(buckets, table, dtype=dtype),
+        )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("rows", "cols"), [(1, 3), (3, 7), (17, 1), (300, 24), (129, 16), (5, 5)])
+def test_learned_blocks_equal_whole(dtype: torch.dtype, rows: int, cols: int) -> None:
+    """The seeded table's random stream is drawn block after block as normal_ draws it whole."""
+    _check(
+        lambda: learned_blocks(rows, cols, seed=3, dtype=dtype),
+        learned_table(rows, cols, seed=3, dtype=dtype),
+    )
+
+
+def test_learned_blocks_refuse_out_of_order() -> None:
+    table = learned_blocks(64, 16, seed=0)
+    table.fill(0, 16)
+    with pytest.raises(InvalidArgument, match="in order: next row is 16, got 32"):
+        table.fill(32, 48)
+
+
+def test_tensor_blocks_and_bad_out() -> None:
+    t = torch.arange(10, dtype=torch.float64)
+    _check(lambda: tensor_blocks("x", t), t)
+    table = sinusoidal_blocks(seq_len=4, d_model=4)
+    with pytest.raises(InvalidArgument, match="out must be a contiguous"):
+        table.fill(0, 2, torch.empty(3, 4))
+    with pytest.raises(InvalidArgument, match="not within the table's 4 rows"):
+        table.fill(2, 5)
+
+
+def test_whole_in_blocks_equals_whole() -> None:
+    table = sinusoidal_blocks(seq_len=1000, d_model=96, offset=5)
+    want = sinusoidal_table(seq_len=1000, d_model=96, offset=5)
+    for block_bytes in (None, 1000, 1 << 16):
+        assert _bytes(table.whole(block_bytes)) == _bytes(want)

@@ -1,0 +1,508 @@
+"""Streamed tables (API.md 1.1 "Streaming large tables"), through a real uvicorn on loopback.
+
+A service with a small ``POSENC_MAX_ELEMENTS`` streams every table endpoint in raw, npy and
+safetensors; each body is compared with
+
+- the whole table computed by the library (sinusoidal_table, rope_cos_sin, alibi_bias,
+  relative_buckets / relative_bias, learned_table), decoded with numpy's and safetensors' own
+  readers, and
+- the body the default service (limit not reached, the whole-table path) sends for the same
+  request: the same bytes and the same ETag.
+
+Then: Content-Length is the body's length; JSON and PNG stay 413 and say what streams; the
+stream limit is a 413; a ~1 GiB raw stream read in chunks leaves the server's RSS growth under
+256 MiB; a client that goes away mid-stream does not break the server.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from conftest import HOST, clean_env, free_port, start_service, stop_service, wait_ready
+from safetensors.numpy import load as st_load_numpy
+from safetensors.torch import load as st_load
+
+from posenc import alibi_bias, alibi_slopes, learned_table, sinusoidal_table
+from posenc.relative import (
+    num_relative_buckets,
+    relative_bias,
+    relative_bias_table,
+    relative_buckets,
+)
+from posenc.rope import RopeScaling, rope_cos_sin
+
+MAX_ELEMENTS = 4096
+
+
+def _serve(tmp: Path, **env: str) -> Iterator[str]:
+    port = free_port()
+    log = tmp / "service.log"
+    proc = start_service(port, log, clean_env(POSENC_DEVICE="cpu", **env))
+    url = f"http://{HOST}:{port}"
+    try:
+        wait_ready(proc, url, log)
+        yield url
+    finally:
+        stop_service(proc)
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A live service whose whole-response limit is 4096 elements (everything bigger streams)."""
+    yield from _serve(
+        tmp_path_factory.mktemp("stream"),
+        POSENC_MAX_ELEMENTS=str(MAX_ELEMENTS),
+        POSENC_MAX_STREAM_ELEMENTS=str(2**31),
+    )
+
+
+@pytest.fixture(scope="module")
+def client(small_server: str) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=small_server, timeout=120) as c:
+        yield c
+
+
+def _yarn() -> dict[str, Any]:
+    return {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+
+
+# (route, body, {tensor name: the whole table from the library}), each over 4096 elements.
+def _cases() -> list[tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]]:
+    rope = rope_cos_sin(
+        seq_len=600, rotary_dim=48, scaling=RopeScaling.from_dict(_yarn()), dtype=torch.float16
+    )
+    rope_i = rope_cos_sin([3, 0, 70_000, 5] * 40, rotary_dim=32, layout="interleaved")
+    n_log = num_relative_buckets(num_buckets=32, max_distance=128, bucketing="log")
+    buckets = relative_buckets(70, 90)
+    return [
+        (
+            "sinusoidal",
+            "/v1/encodings/sinusoidal",
+            {"seq_len": 300, "d_model": 64, "offset": 1000, "layout": "concat"},
+            {"encoding": sinusoidal_table(seq_len=300, d_model=64, offset=1000, layout="concat")},
+        ),
+        (
+            "sinusoidal-f64-positions",
+            "/v1/encodings/sinusoidal",
+            {"positions": [9, 1, 2**20, 4] * 30, "d_model": 40, "dtype": "float64"},
+            {"encoding": sinusoidal_table([9, 1, 2**20, 4] * 30, d_model=40, dtype=torch.float64)},
+        ),
+        (
+            "learned",
+            "/v1/encodings/learned",
+            {"seq_len": 333, "d_model": 24, "seed": 7},
+            {"encoding": learned_table(333, 24, seed=7)},
+        ),
+        (
+            "rope-yarn-f16",
+            "/v1/encodings/rope",
+            {
+                "seq_len": 600,
+                "head_dim": 64,
+                "rotary_dim": 48,
+                "scaling": _yarn(),
+                "dtype": "float16",
+            },
+            {"cos": rope.cos, "sin": rope.sin, "inv_freq": rope.inv_freq},
+        ),
+        (
+            "rope-interleaved-positions",
+            "/v1/encodings/rope",
+            {"positions": [3, 0, 70_000, 5] * 40, "head_dim": 32, "layout": "interleaved"},
+            {"cos": rope_i.cos, "sin": rope_i.sin, "inv_freq": rope_i.inv_freq},
+        ),
+        (
+            "alibi",
+            "/v1/biases/alibi",
+            {"num_heads": 6, "seq_len": 40, "key_len": 50},
+            {"bias": alibi_bias(6, 40, 50), "slopes": alibi_slopes(6)},
+        ),
+        (
+            "relative",
+            "/v1/biases/relative",
+            {"seq_len": 70, "key_len": 90, "num_heads": 3, "seed": 4, "dtype": "bfloat16"},
+            {
+                "buckets": buckets,
+                "bias": relative_bias(
+                    buckets, relative_bias_table(n_log, 3, seed=4), dtype=torch.bfloat16
+                ),
+            },
+        ),
+        (
+            "relative-buckets-only",
+            "/v1/biases/relative",
+            {"seq_len": 80, "bucketing": "clip", "max_distance": 16},
+            {"buckets": relative_buckets(80, bucketing="clip", max_distance=16)},
+        ),
+    ]
+
+
+CASES = _cases()
+
+
+def _decode_raw(r: httpx.Response) -> np.ndarray:
+    shape = [int(s) for s in r.headers["x-tensor-shape"].split(",")]
+    dtype = r.headers["x-tensor-dtype"]
+    if dtype == "bfloat16":
+        bits = np.frombuffer(r.content, dtype="<u2").astype(np.uint32) << 16
+        return bits.view(np.float32).reshape(shape)
+    np_dtype = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int64": "<i8"}[dtype]
+    return np.frombuffer(r.content, dtype=np_dtype).reshape(shape)
+
+
+def _as_numpy(t: torch.Tensor) -> np.ndarray:
+    return (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])
+@pytest.mark.parametrize(("case", "route", "body", "whole"), CASES, ids=[c[0] for c in CASES])
+def test_streamed_table_equals_whole_table(
+    client: httpx.Client,
+    app_client: httpx.Client,
+    fmt: str,
+    case: str,
+    route: str,
+    body: dict[str, Any],
+    whole: dict[str, torch.Tensor],
+) -> None:
+    elements = sum(t.numel() for t in whole.values())
+    assert elements > MAX_ELEMENTS  # so the small server must stream
+    primary = next(iter(whole))
+    if fmt == "npy" and whole[primary].dtype == torch.bfloat16:
+        r = client.post(route, params={"format": fmt}, json=body)
+        assert r.status_code == 406 and "bfloat16" in r.json()["detail"]
+        return
+    r = client.post(route, params={"format": fmt}, json=body)
+    assert r.status_code == 200, r.text
+    assert int(r.headers["content-length"]) == len(r.content)
+    assert r.headers["server-timing"].endswith('cache;desc="stream"')
+
+    if fmt == "raw":
+        assert r.headers["x-tensor-name"] == primary
+        np.testing.assert_array_equal(_decode_raw(r), _as_numpy(whole[primary]))
+    elif fmt == "npy":
+        np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), whole[primary].numpy())
+    else:
+        got = st_load(r.content)
+        assert set(got) == set(whole)
+        for name, table in whole.items():
+            assert got[name].dtype == table.dtype and torch.equal(got[name], table), name
+        if all(t.dtype != torch.bfloat16 for t in whole.values()):
+            for name, arr in st_load_numpy(r.content).items():
+                np.testing.assert_array_equal(arr, whole[name].numpy())
+
+    # The whole-table path (the default limit) gives the same bytes and the same ETag.
+    ref = app_client.post(route, params={"format": fmt}, json=body)
+    assert ref.status_code == 200
+    assert "stream" not in ref.headers["server-timing"]
+    assert r.content == ref.content
+    assert r.headers["etag"] == ref.headers["etag"]
+
+
+def test_get_stream_has_etag_and_304(client: httpx.Client) -> None:
+    params = {"seq_len": 200, "d_model": 64, "format": "npy"}
+    r = client.get("/v1/encodings/sinusoidal", params=params)
+    assert r.status_code == 200 and r.headers["cache-control"].startswith("public")
+    etag = r.headers["etag"]
+    again = client.get("/v1/encodings/sinusoidal", params=params, headers={"If-None-Match": etag})
+    assert again.status_code == 304 and again.content == b""
+    post = client.post(
+        "/v1/encodings/sinusoidal",
+        params={"format": "npy"},
+        json={"seq_len": 200, "d_model": 64},
+        headers={"If-None-Match": etag},
+    )
+    assert post.status_code == 412
+
+
+@pytest.mark.parametrize("fmt", ["json", "png"])
+def test_json_and_png_over_the_limit_say_what_streams(client: httpx.Client, fmt: str) -> None:
+    r = client.post(
+        "/v1/encodings/sinusoidal", params={"format": fmt}, json={"seq_len": 300, "d_model": 64}
+    )
+    assert r.status_code == 413
+    detail = r.json()["detail"]
+    assert "19200 elements" in detail and f"limit of {MAX_ELEMENTS} elements" in detail
+    assert "raw, npy and safetensors stream" in detail and str(2**31) in detail
+
+
+def test_over_the_stream_limit_is_413_at_once(client: httpx.Client) -> None:
+    """2^31 elements asked: refused from the numbers, before anything is allocated."""
+    t0 = time.perf_counter()
+    r = client.post(
+        "/v1/encodings/rope", params={"format": "raw"}, json={"seq_len": 2**24, "head_dim": 128}
+    )
+    assert r.status_code == 413
+    assert time.perf_counter() - t0 < 30  # not a timing target: it must not compute 8 GiB
+    detail = r.json()["detail"]
+    assert f"{2 * 2**24 * 128 + 64} elements" in detail and "POSENC_MAX_STREAM_ELEMENTS" in detail
+
+
+def _rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+def _server_pid(port: int) -> int:
+    """The pid listening on ``port`` (the service started by the fixture), from /proc."""
+    import os
+
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state == "0A":
+                inode = fields[9]
+    assert inode is not None
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == f"socket:[{inode}]":
+                    return int(pid)
+            except OSError:
+                continue
+    raise RuntimeError(f"no process listens on {port}")
+
+
+def test_gigabyte_raw_stream_keeps_memory_bounded(client: httpx.Client, small_server: str) -> None:
+    """RoPE cos for 2^21 positions x 128 (1 GiB of float32), read in chunks; the server's RSS
+    grows by less than 256 MiB, and the bytes are the closed form at sampled rows."""
+    pid = _server_pid(int(small_server.rsplit(":", 1)[1]))
+    seq_len, dim = 2**21, 128
+    client.post(
+        "/v1/encodings/rope", params={"format": "raw"}, json={"seq_len": 9000, "head_dim": 8}
+    )
+    before = _rss_bytes(pid)
+    peak = before
+    total = 0
+    row_bytes = dim * 4
+    sampled: dict[int, np.ndarray] = {}
+    want_rows = {0, 1, 12_345, seq_len // 2 + 7, seq_len - 1}
+    carry = b""
+    with client.stream(
+        "POST",
+        "/v1/encodings/rope",
+        params={"format": "raw"},
+        json={"seq_len": seq_len, "head_dim": dim},
+    ) as r:
+        assert r.status_code == 200
+        assert int(r.headers["content-length"]) == seq_len * dim * 4
+        for chunk in r.iter_bytes(1 << 20):
+            # keep the sampled rows (a row may straddle two chunks)
+            first_row = (total - len(carry)) // row_bytes
+            data = carry + chunk
+            for row in want_rows:
+                lo = (row - first_row) * row_bytes
+                if lo >= 0 and lo + row_bytes <= len(data):
+                    sampled[row] = np.frombuffer(data[lo : lo + row_bytes], "<f4").copy()
+            carry = data[len(data) - len(data) % row_bytes :]
+            total += len(chunk)
+            if total % (64 << 20) < len(chunk):
+                peak = max(peak, _rss_bytes(pid))
+    peak = max(peak, _rss_bytes(pid))
+    assert total == seq_len * dim * 4
+    print(f"RSS growth streaming 1 GiB: {(peak - before) / 2**20:.0f} MiB")
+    assert peak - before < 256 * 2**20, f"RSS grew by {(peak - before) / 2**20:.0f} MiB"
+    assert set(sampled) == want_rows
+    inv_freq = 1.0 / 10000.0 ** (np.arange(0, dim, 2, dtype=np.float64) / dim)
+    for row, got in sampled.items():
+        want = np.cos(row * inv_freq)
+        np.testing.assert_allclose(got[: dim // 2], want, atol=1e-6, rtol=0)
+        np.testing.assert_array_equal(got[: dim // 2], got[dim // 2 :])
+
+
+def test_client_going_away_mid_stream_leaves_the_server_well(
+    client: httpx.Client, small_server: str
+) -> None:
+    pid = _server_pid(int(small_server.rsplit(":", 1)[1]))
+    before = _rss_bytes(pid)
+    for _ in range(3):
+        with httpx.stream(
+            "POST",
+            small_server + "/v1/encodings/sinusoidal",
+            params={"format": "raw"},
+            json={"seq_len": 2**20, "d_model": 256},
+            timeout=60,
+        ) as r:
+            assert r.status_code == 200
+            it = r.iter_raw(1 << 16)
+            for _ in range(4):
+                next(it)
+        # leaving the block closes the connection with most of the 1 GiB unsent
+    assert client.get("/healthz").status_code == 200
+    r = client.post(
+        "/v1/encodings/sinusoidal", params={"format": "raw"}, json={"seq_len": 100, "d_model": 64}
+    )
+    assert r.status_code == 200
+    np.testing.assert_array_equal(_decode_raw(r), sinusoidal_table(seq_len=100, d_model=64).numpy())
+    time.sleep(0.5)
+    assert _rss_bytes(pid) - before < 256 * 2**20
+
+
+def test_many_block_stream_equals_whole_table(client: httpx.Client) -> None:
+    """48 MiB of sinusoidal table: six 8 MiB blocks through the reused buffers, every byte."""
+    seq_len, d_model = 2**16, 192
+    with client.stream(
+        "POST",
+        "/v1/encodings/sinusoidal",
+        params={"format": "npy"},
+        json={"seq_len": seq_len, "d_model": d_model, "offset": 3},
+    ) as r:
+        assert r.status_code == 200
+        body = b"".join(r.iter_bytes())
+    assert len(body) == int(r.headers["content-length"])
+    got = np.load(io.BytesIO(body))
+    want = sinusoidal_table(seq_len=seq_len, d_model=d_model, offset=3).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# Client and CLI: streamed tables written to disk as they arrive
+# ---------------------------------------------------------------------------------------------
+
+
+def test_client_save_table_writes_the_stream(small_server: str, tmp_path: Path) -> None:
+    from posenc.client import PayloadTooLarge, PosencClient
+
+    seen: list[tuple[int, int | None]] = []
+    with PosencClient(small_server) as pc:
+        saved = pc.save_table(
+            "rope",
+            tmp_path / "cos.npy",
+            seq_len=40_000,
+            head_dim=64,
+            progress=lambda done, total: seen.append((done, total)),
+            chunk_size=1 << 16,
+        )
+        assert saved.nbytes == (tmp_path / "cos.npy").stat().st_size
+        np.testing.assert_array_equal(
+            np.load(tmp_path / "cos.npy"), rope_cos_sin(seq_len=40_000, rotary_dim=64).cos.numpy()
+        )
+        assert seen[-1] == (saved.nbytes, saved.nbytes) and len(seen) > 10
+        assert [d for d, _ in seen] == sorted(d for d, _ in seen)
+
+        saved = pc.save_table(
+            "alibi", tmp_path / "a.safetensors", format="safetensors", method="GET",
+            num_heads=4, seq_len=100, mode="symmetric",
+        )  # fmt: skip
+        got = st_load((tmp_path / "a.safetensors").read_bytes())
+        assert torch.equal(got["bias"], alibi_bias(4, 100, mode="symmetric"))
+        assert torch.equal(got["slopes"], alibi_slopes(4))
+
+        with pytest.raises(PayloadTooLarge, match="POSENC_MAX_STREAM_ELEMENTS"):
+            pc.save_table("rope", tmp_path / "huge.bin", format="raw", seq_len=2**24, head_dim=128)
+    assert not (tmp_path / "huge.bin").exists() and not (tmp_path / "huge.bin.part").exists()
+
+
+def test_cli_table_url_streams_to_disk_with_progress(
+    small_server: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from posenc.cli import main
+
+    out = tmp_path / "pe.bin"
+    code = main(
+        ["table", "sinusoidal", "--url", small_server, "--seq-len", "5000", "--d-model", "128",
+         "--offset", "9", "-o", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    want = sinusoidal_table(seq_len=5000, d_model=128, offset=9)
+    assert out.read_bytes() == want.numpy().tobytes()
+    err = capsys.readouterr().err
+    assert f"done, {5000 * 128 * 4} bytes" in err and "100.0%" in err
+
+    out = tmp_path / "rel.safetensors"
+    args = ["table", "relative", "--url", small_server, "--seq-len", "80", "--num-heads", "2",
+            "-o", str(out), "--quiet"]  # fmt: skip
+    assert main(args) == 0
+    assert capsys.readouterr().err == ""
+    got = st_load(out.read_bytes())
+    buckets = relative_buckets(80)
+    assert torch.equal(got["buckets"], buckets)
+    table = relative_bias_table(32, 2, seed=0)
+    assert torch.equal(got["bias"], relative_bias(buckets, table))
+
+    code = main(
+        ["table", "sinusoidal", "--url", small_server, "--seq-len", "100", "--d-model", "64",
+         "-o", str(tmp_path / "x.png")]
+    )  # fmt: skip
+    assert code == 2  # png over the limit: 413, a usage error
+    assert "raw, npy and safetensors stream" in capsys.readouterr().err
+
+
+def test_cli_local_bin_is_the_raw_bytes(tmp_path: Path) -> None:
+    from posenc.cli import main
+
+    out = tmp_path / "cos.bin"
+    assert main(["table", "rope", "--seq-len", "50", "--head-dim", "16", "-o", str(out), "-q"]) == 0
+    assert out.read_bytes() == rope_cos_sin(seq_len=50, rotary_dim=16).cos.numpy().tobytes()
+
+
+def test_info_gives_the_stream_limit(client: httpx.Client) -> None:
+    limits = client.get("/v1/info").json()["limits"]
+    assert limits["max_elements"] == MAX_ELEMENTS and limits["max_stream_elements"] == 2**31
+
+
+def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
+    """``app.state.posenc_stream_hold(nbytes)`` wraps each part of a streamed body: the parts
+    sum to Content-Length, none is over the block size, and each is released after use."""
+    import contextlib
+
+    from conftest import make_settings
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.streaming import STREAM_BLOCK_BYTES
+
+    held: list[int] = []
+    inside = [0]
+
+    @contextlib.asynccontextmanager
+    async def hold(nbytes: int):  # type: ignore[no-untyped-def]
+        held.append(nbytes)
+        inside[0] += 1
+        try:
+            yield
+        finally:
+            inside[0] -= 1
+
+    app = create_app(make_settings(gpt2_file, max_elements=MAX_ELEMENTS))
+    app.state.posenc_stream_hold = hold
+    with TestClient(app) as c:
+        r = c.post(
+            "/v1/encodings/sinusoidal",
+            params={"format": "npy"},
+            json={"seq_len": 2**15, "d_model": 256},
+        )
+    assert r.status_code == 200
+    assert sum(held) == len(r.content) == int(r.headers["content-length"])
+    assert len(held) >= 5 and max(held) <= STREAM_BLOCK_BYTES and inside[0] == 0
+    want = sinusoidal_table(seq_len=2**15, d_model=256).numpy()
+    np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want)
+
+
+def test_block_threads_compute_without_the_intra_op_pool() -> None:
+    """Stream blocks are computed one per thread (pipelined with sending); the rest of the
+    process keeps torch's intra-op thread count."""
+    from service.streaming import _BLOCK_THREADS, _libgomp
+
+    before = torch.get_num_threads()
+    in_pool = _BLOCK_THREADS.submit(torch.get_num_threads).result()
+    if _libgomp() is None:
+        pytest.skip("torch does not use GNU OpenMP here")
+    assert in_pool == 1
+    assert torch.get_num_threads() == before
