@@ -204,7 +204,9 @@ def _merge(kind: str, given: dict[str, Any]) -> dict[str, Any]:
         and defaults.get("head_dim")
         and defaults.get("rotary_dim")
     ):
-        defaults["rotary_dim"] = int(given["head_dim"] * defaults["rotary_dim"] / defaults["head_dim"])
+        defaults["rotary_dim"] = int(
+            given["head_dim"] * defaults["rotary_dim"] / defaults["head_dim"]
+        )
     return {**defaults, **given}
 
 
@@ -519,7 +521,9 @@ def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str
         with PosencClient(args.url, api_key=args.api_key, timeout=args.timeout) as client:
             if kind in _COMPUTE:
                 # v1.1 body fields the client methods take through extra=
-                extra = {k: fields[k] for k in ("config", "layer_type") if fields.get(k) is not None}
+                extra = {
+                    k: fields[k] for k in ("config", "layer_type") if fields.get(k) is not None
+                }
                 plain = {k: v for k, v in fields.items() if k not in ("config", "layer_type")}
                 method = getattr(client, kind)
                 result = method(**plain, format=fmt, query=query, extra=extra or None)

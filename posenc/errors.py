@@ -40,7 +40,9 @@ class TooLarge(PosencError):
         requested: the number of elements asked for.
     """
 
-    def __init__(self, message: str, *, limit: int, requested: int, field: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, limit: int, requested: int, field: str | None = None
+    ) -> None:
         super().__init__(message, field=field)
         self.limit = limit
         self.requested = requested

@@ -382,11 +382,17 @@ class _Reader:
             )
         return int(value)
 
-    def float(self, key: str, default: float | None = None, *, positive: bool = True) -> float | None:
+    def float(
+        self, key: str, default: float | None = None, *, positive: bool = True
+    ) -> float | None:
         value = self.config.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise InvalidArgument(
                 f"{self.field(key)} must be a finite number, got {value!r}", field=self.field(key)
             )
@@ -532,8 +538,7 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
     if given is not None:
         if not isinstance(given, list) or not all(isinstance(t, str) for t in given):
             raise InvalidArgument(
-                "config.layer_types must be a list of strings (one per layer), got "
-                f"{given!r:.80}",
+                f"config.layer_types must be a list of strings (one per layer), got {given!r:.80}",
                 field=r.field("layer_types"),
             )
         types = list(given)
@@ -555,9 +560,7 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
         ]
     elif base == "llama4":
         interval = r.int("no_rope_layer_interval", 4) or 4
-        no_rope = c.get("no_rope_layers") or [
-            int((i + 1) % interval != 0) for i in range(n_layers)
-        ]
+        no_rope = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n_layers)]
         if not isinstance(no_rope, list):
             raise InvalidArgument(
                 "config.no_rope_layers must be a list of flags (1: RoPE, 0: none)",
@@ -701,8 +704,10 @@ def _rope_layer(
             field=f"{where}.rope_type",
         )
     theta_value = d.pop("rope_theta")
-    if isinstance(theta_value, bool) or not isinstance(theta_value, int | float) or not (
-        theta_value > 1 and math.isfinite(theta_value)
+    if (
+        isinstance(theta_value, bool)
+        or not isinstance(theta_value, int | float)
+        or not (theta_value > 1 and math.isfinite(theta_value))
     ):
         raise InvalidArgument(
             f"{where}.rope_theta must be a finite number > 1, got {theta_value!r}",
@@ -746,9 +751,7 @@ def _rope_layer(
         )
 
     mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
-    required, optional = (
-        ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
-    )
+    required, optional = ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
     known = set(required) | set(optional) | {"original_max_position_embeddings"}
     params: dict[str, Any] = {}
     for key, value in d.items():
@@ -772,7 +775,7 @@ def _rope_layer(
                 )
             params["original_max_position_embeddings"] = max_pos
     if rope_type in ("yarn", "longrope") and params.get("factor") is None and max_pos is not None:
-            params["factor"] = max_pos / params["original_max_position_embeddings"]
+        params["factor"] = max_pos / params["original_max_position_embeddings"]
     if rope_type == "dynamic":
         if max_pos is None:
             raise InvalidArgument(
@@ -801,9 +804,11 @@ def _rope_layer(
                 field=f"{where}.{key}",
             )
     try:
-        scaling = RopeScaling.from_dict({"type": rope_type, **params}) if params or (
-            rope_type != "default"
-        ) else None
+        scaling = (
+            RopeScaling.from_dict({"type": rope_type, **params})
+            if params or (rope_type != "default")
+            else None
+        )
         _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling)
     except InvalidArgument as exc:
         sub = (exc.field or "").removeprefix("scaling.")
@@ -833,7 +838,9 @@ def _is_mla(base: str, r: _Reader) -> bool:
     )
 
 
-def _softmax_scale(base: str, r: _Reader, head_dim: int | None, rope: RopeLayerType | None) -> float | None:
+def _softmax_scale(
+    base: str, r: _Reader, head_dim: int | None, rope: RopeLayerType | None
+) -> float | None:
     c = r.config
     if base.startswith(("gemma4", "gemma3n")):
         return 1.0  # their q/k norms stand in for the scale
@@ -928,7 +935,12 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
 
 
 def _rope(
-    shown_type: str, model_type: str, base: str, r: _Reader, max_pos: int | None, n_layers: int | None
+    shown_type: str,
+    model_type: str,
+    base: str,
+    r: _Reader,
+    max_pos: int | None,
+    n_layers: int | None,
 ) -> ModelPositions:
     c = r.config
     if r.has("qk_rope_head_dim") and (
@@ -960,9 +972,11 @@ def _rope(
         names = [t for t in dict.fromkeys(layer_types or ["full_attention"]) if t != "no_rope"]
         for t in names or ["full_attention"]:
             rope[t] = single
-    layout = "interleaved" if (
-        base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES
-    ) else "half"
+    layout = (
+        "interleaved"
+        if (base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES)
+        else "half"
+    )
     if c.get("rope_interleave") is False:
         layout = "half"
     elif c.get("rope_interleave") is True:
@@ -1074,9 +1088,7 @@ def _relative(
     )
 
 
-def rope_request_fields(
-    positions: ModelPositions, layer_type: str | None = None
-) -> dict[str, Any]:
+def rope_request_fields(positions: ModelPositions, layer_type: str | None = None) -> dict[str, Any]:
     """The ``/v1/encodings/rope`` fields a config gives: ``head_dim``, ``rotary_dim``,
     ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), and the mrope fields."""
     layer = positions.rope_for(layer_type)

@@ -230,9 +230,7 @@ def relative_buckets(
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
         check_int("max_distance", max_distance, 0)
-    rel = relative_positions(
-        seq_len, key_len, device=device, max_elements=max_elements
-    )  # (T, S)
+    rel = relative_positions(seq_len, key_len, device=device, max_elements=max_elements)  # (T, S)
     if bucketing == "clip":
         return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
     return relative_position_bucket(

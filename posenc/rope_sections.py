@@ -120,9 +120,7 @@ def mrope_cos_sin(
             field="positions",
         )
     if int(pos.min()) < 0:
-        raise InvalidArgument(
-            f"positions must be >= 0, got {int(pos.min())}", field="positions"
-        )
+        raise InvalidArgument(f"positions must be >= 0, got {int(pos.min())}", field="positions")
     axes = mrope_channel_axes(rotary_dim, mrope_section, interleaved=interleaved)
     inv_freq, attention_scaling = rope_inv_freq(
         rotary_dim, base, scaling, seq_len=int(pos.max()) + 1

@@ -110,9 +110,8 @@ def _check_int_dtype(dtype: np.dtype, name: str, *, allow_bool: bool) -> None:
 
 
 def _check_shape(shape: Any, name: str) -> tuple[int, int]:
-    if (
-        not isinstance(shape, tuple | list)
-        or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape)
+    if not isinstance(shape, tuple | list) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
     ):
         raise BadBody(f"{name}: the shape must be a list of ints >= 0, got {shape!r}")
     if len(shape) != 2:

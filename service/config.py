@@ -59,7 +59,8 @@ class Settings(BaseSettings):
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*': any)")
     log_level: LogLevel = Field("info", description="uvicorn and service log level")
     access_log: bool = Field(
-        True, description="log one line per request (service.access, with the request id); false saves CPU"
+        True,
+        description="log one line per request (service.access, with the request id); false saves CPU",
     )
     log_format: Literal["text", "json"] = Field(
         "text", description="text, or json: one JSON object per log line (service.logs)"

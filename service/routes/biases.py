@@ -139,7 +139,12 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
         tables = {"buckets": relative_buckets_blocks(seq_len, key_len, **kw)}  # type: ignore[arg-type]
         if heads is not None:
             tables["bias"] = relative_bias_blocks(
-                seq_len, key_len, num_heads=heads, seed=req.seed, dtype=dtype, **kw  # type: ignore[arg-type]
+                seq_len,
+                key_len,
+                num_heads=heads,
+                seed=req.seed,
+                dtype=dtype,
+                **kw,  # type: ignore[arg-type]
             )
         return StreamBundle(tables, meta)
 

@@ -18,7 +18,9 @@ from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetL
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "no such name"}}
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "no such name"}
+}
 
 
 def model_info(model: EmbeddingModel) -> dict[str, Any]:

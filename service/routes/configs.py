@@ -65,8 +65,9 @@ class ConfigPositions(BaseModel):
     max_position_embeddings: int | None
     layer_types: list[str] = Field(..., description="one per layer; no_rope where none applies")
     rope: dict[str, RopeLayerInfo] = Field(
-        ..., description="per distinct layer type: rope_type, rope_theta, scaling parameters, "
-        "attention_scaling"
+        ...,
+        description="per distinct layer type: rope_type, rope_theta, scaling parameters, "
+        "attention_scaling",
     )
     per_layer_type: bool = Field(..., description="whether rope tables need a layer_type")
     softmax_scale: float | None

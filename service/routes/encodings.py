@@ -244,9 +244,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
                 device=state.device,
                 dtype=dtype,
             )
-            return Bundle(
-                {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta
-            )
+            return Bundle({"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta)
         tables = rope_cos_sin(
             req.positions,
             seq_len=req.seq_len,

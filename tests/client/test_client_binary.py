@@ -56,7 +56,10 @@ def test_torch_ids_with_a_mask_go_as_safetensors(recorded) -> None:  # type: ign
     mask = [[1, 1, 1, 0], [1, 1, 0, 0]]
     by_list = client.position_ids(input_ids=IDS, attention_mask=mask, start=2, pad_position=1)
     by_tensor = client.position_ids(
-        input_ids=torch.tensor(IDS), attention_mask=torch.tensor(mask).bool(), start=2, pad_position=1
+        input_ids=torch.tensor(IDS),
+        attention_mask=torch.tensor(mask).bool(),
+        start=2,
+        pad_position=1,
     )
     assert transport.seen[-1][0] == "application/vnd.safetensors"
     assert by_tensor["position_ids"].tolist() == [[2, 3, 4, 1], [2, 3, 1, 1]]

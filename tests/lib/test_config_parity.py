@@ -72,7 +72,9 @@ def _hf_rotary(tc, layer_type: str | None):
         gptj = _module("gptj")
         sincos = gptj.create_sinusoidal_positions(len(POSITIONS), tc.rotary_dim)  # (T, R)
         sin, cos = torch.chunk(sincos, 2, dim=-1)
-        inv = 1.0 / (10000 ** (torch.arange(0, tc.rotary_dim, 2, dtype=torch.int64) / tc.rotary_dim))
+        inv = 1.0 / (
+            10000 ** (torch.arange(0, tc.rotary_dim, 2, dtype=torch.int64) / tc.rotary_dim)
+        )
         return inv.float(), 1.0, cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
     mod_name, cls_name, _ = ROTARY[mt]
     rot = getattr(_module(mod_name), cls_name)(config=tc)
@@ -97,7 +99,10 @@ def _hf_rotary(tc, layer_type: str | None):
         cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
     if mt in ("glm4", "glm", "deepseek_v3"):  # their attention interleaves the half table
         half = cos.shape[-1] // 2
-        cos, sin = cos[..., :half].repeat_interleave(2, -1), sin[..., :half].repeat_interleave(2, -1)
+        cos, sin = (
+            cos[..., :half].repeat_interleave(2, -1),
+            sin[..., :half].repeat_interleave(2, -1),
+        )
     return inv, float(scale), cos, sin
 
 
@@ -175,7 +180,9 @@ def test_softmax_scale_equals_the_models_attention(name: str) -> None:
         pytest.skip("attention computes the scale inline")
     with torch.device("meta"):
         attn = getattr(_module(mod_name), attn_name)(tc, layer_idx=0)
-    assert read_positions(model_config(name)).softmax_scale == pytest.approx(attn.scaling, rel=1e-12)
+    assert read_positions(model_config(name)).softmax_scale == pytest.approx(
+        attn.scaling, rel=1e-12
+    )
 
 
 def test_deepseek_softmax_scale_has_the_yarn_mscale_squared() -> None:
@@ -184,7 +191,9 @@ def test_deepseek_softmax_scale_has_the_yarn_mscale_squared() -> None:
     m = 0.1 * math.log(40) + 1.0
     assert mp.softmax_scale == pytest.approx(192**-0.5 * m * m, rel=1e-12)
     assert mp.layout == "interleaved" and mp.head_dim == 64
-    assert mp.rope["full_attention"].attention_scaling == pytest.approx(1.0)  # mscale / mscale_all_dim
+    assert mp.rope["full_attention"].attention_scaling == pytest.approx(
+        1.0
+    )  # mscale / mscale_all_dim
 
 
 def test_llama4_layer_types_and_temperature() -> None:

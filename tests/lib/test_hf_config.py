@@ -184,8 +184,14 @@ def test_every_quoted_config_reads(name: str) -> None:
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 2**20) | st.floats(allow_nan=True) | st.text(max_size=5),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    st.none()
+    | st.booleans()
+    | st.integers(-5, 2**20)
+    | st.floats(allow_nan=True)
+    | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 _KEYS = [

@@ -65,7 +65,9 @@ def test_npy_body_gives_the_json_bytes(
 
 def test_fortran_order_npy_is_read_in_c_order(api: httpx.Client) -> None:
     ids = np.asfortranarray(np.array([[1, 2, 3], [4, 5, 6]], dtype=np.int64))
-    r = api.post("/v1/position-ids", params={"pad_token_id": "5"}, content=npy_bytes(ids), headers=NPY)
+    r = api.post(
+        "/v1/position-ids", params={"pad_token_id": "5"}, content=npy_bytes(ids), headers=NPY
+    )
     assert r.status_code == 200, r.text
     assert json_tensor(r.json(), "attention_mask").tolist() == [[1, 1, 1], [1, 0, 1]]
     assert json_tensor(r.json(), "position_ids").tolist() == [[0, 1, 2], [0, 0, 1]]
@@ -77,7 +79,9 @@ def test_safetensors_with_mask_and_positions_equals_ragged_json(api: httpx.Clien
     ids = np.array([[3, 4, 5], [6, 0, 0], [0, 0, 0]], dtype=np.int32)
     mask = np.array([[1, 1, 1], [1, 0, 0], [0, 0, 0]], dtype=np.uint8)
     by_json = api.post(
-        "/v1/embed", params={"format": "safetensors"}, json={"input_ids": ragged, "model": GPT2_NAME}
+        "/v1/embed",
+        params={"format": "safetensors"},
+        json={"input_ids": ragged, "model": GPT2_NAME},
     )
     by_st = api.post(
         "/v1/embed",
@@ -111,7 +115,12 @@ def test_safetensors_with_mask_and_positions_equals_ragged_json(api: httpx.Clien
 @pytest.mark.parametrize("endpoint", ["/v1/embed", "/v1/position-ids"])
 def test_an_empty_row_is_a_row_of_padding(api: httpx.Client, endpoint: str) -> None:
     rows = [[1, 2, 3]] * 63 + [[]]
-    r = api.post(endpoint, json={"input_ids": rows, "pad_position": 1} if endpoint.endswith("ids") else {"input_ids": rows})
+    r = api.post(
+        endpoint,
+        json={"input_ids": rows, "pad_position": 1}
+        if endpoint.endswith("ids")
+        else {"input_ids": rows},
+    )
     assert r.status_code == 200, r.text
     mask = json_tensor(r.json(), "attention_mask")
     pos = json_tensor(r.json(), "position_ids")
@@ -152,8 +161,18 @@ MALFORMED = [
     (NPY, npy_bytes(np.array([1, 2, 3])), "must be 2-D"),
     (NPY, npy_bytes(np.zeros((2, 2, 2), dtype=np.int64)), "must be 2-D"),
     (NPY, npy_bytes(np.zeros((0, 3), dtype=np.int64)), "at least 1 row"),
-    (NPY, npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1, 1), }", b"x" * 8), "integer dtype"),
-    (NPY, npy_with_header("{'descr': '<i8', 'fortran_order': False, 'shape': (1048576, 1048576), }", b"\x00" * 64), "claims shape (1048576, 1048576)"),
+    (
+        NPY,
+        npy_with_header("{'descr': '|O', 'fortran_order': False, 'shape': (1, 1), }", b"x" * 8),
+        "integer dtype",
+    ),
+    (
+        NPY,
+        npy_with_header(
+            "{'descr': '<i8', 'fortran_order': False, 'shape': (1048576, 1048576), }", b"\x00" * 64
+        ),
+        "claims shape (1048576, 1048576)",
+    ),
     (NPY, npy_with_header("__import__('os').system('true')", b""), "not a Python literal"),
     (NPY, npy_with_header("{'descr': '<i8'}", b""), "keys descr, fortran_order and shape"),
     (NPY, b"\x93NUMPY\x01\x00\xff\xff{", "truncated"),
@@ -164,14 +183,63 @@ MALFORMED = [
     (SAFETENSORS, struct.pack("<Q", 4) + b"\xff\xfe{}", "not JSON"),
     (SAFETENSORS, _st_header([1, 2]), "JSON object"),
     (SAFETENSORS, _st_header({}), "no input_ids"),
-    (SAFETENSORS, _st_header({"tokens": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, 8]}}, b"\x00" * 8), "unknown tensor 'tokens'"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "F32", "shape": [1, 2], "data_offsets": [0, 8]}}, b"\x00" * 8), "must have dtype"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "BOOL", "shape": [1, 2], "data_offsets": [0, 2]}}, b"\x00" * 2), "an integer dtype"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "I64", "shape": [1, 2], "data_offsets": [0, 8]}}, b"\x00" * 8), "needs 16 bytes"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "I64", "shape": [1048576, 1048576], "data_offsets": [0, 8]}}, b"\x00" * 8), "needs 8796093022208 bytes"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, 80]}}, b"\x00" * 8), "within the 8 data bytes"),
-    (SAFETENSORS, _st_header({"input_ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}}, b"\x00" * 16), "must be 2-D"),
-    (SAFETENSORS, save_safetensors({"input_ids": np.zeros((2, 3), np.int64), "attention_mask": np.ones((2, 2), np.int64)}), "must match"),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"tokens": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, 8]}}, b"\x00" * 8
+        ),
+        "unknown tensor 'tokens'",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "F32", "shape": [1, 2], "data_offsets": [0, 8]}}, b"\x00" * 8
+        ),
+        "must have dtype",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "BOOL", "shape": [1, 2], "data_offsets": [0, 2]}}, b"\x00" * 2
+        ),
+        "an integer dtype",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "I64", "shape": [1, 2], "data_offsets": [0, 8]}}, b"\x00" * 8
+        ),
+        "needs 16 bytes",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "I64", "shape": [1048576, 1048576], "data_offsets": [0, 8]}},
+            b"\x00" * 8,
+        ),
+        "needs 8796093022208 bytes",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "I64", "shape": [1, 1], "data_offsets": [0, 80]}}, b"\x00" * 8
+        ),
+        "within the 8 data bytes",
+    ),
+    (
+        SAFETENSORS,
+        _st_header(
+            {"input_ids": {"dtype": "I64", "shape": [2], "data_offsets": [0, 16]}}, b"\x00" * 16
+        ),
+        "must be 2-D",
+    ),
+    (
+        SAFETENSORS,
+        save_safetensors(
+            {"input_ids": np.zeros((2, 3), np.int64), "attention_mask": np.ones((2, 2), np.int64)}
+        ),
+        "must match",
+    ),
 ]
 
 
@@ -197,13 +265,20 @@ def test_position_ids_endpoint_does_not_read_position_ids_tensor(api: httpx.Clie
 
 
 @pytest.mark.parametrize(
-    "content_type", ["text/csv", "application/octet-stream", "multipart/form-data; boundary=x", "image/png"]
+    "content_type",
+    ["text/csv", "application/octet-stream", "multipart/form-data; boundary=x", "image/png"],
 )
-def test_other_media_types_are_415_listing_the_accepted(api: httpx.Client, content_type: str) -> None:
+def test_other_media_types_are_415_listing_the_accepted(
+    api: httpx.Client, content_type: str
+) -> None:
     r = api.post("/v1/embed", content=b"1,2,3", headers={"content-type": content_type})
     assert r.status_code == 415, r.text
     body = r.json()
-    assert body["accepted"] == ["application/json", "application/x-npy", "application/vnd.safetensors"]
+    assert body["accepted"] == [
+        "application/json",
+        "application/x-npy",
+        "application/vnd.safetensors",
+    ]
     assert content_type.split(";")[0] in body["detail"]
 
 

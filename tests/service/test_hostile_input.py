@@ -34,14 +34,22 @@ HOSTILE_BODIES: list[tuple[str, bytes, str | None]] = [
     ("non-utf8 text/plain", b"\xc3\x28\xa0\xa1", "text/plain"),
     ("binary as json", bytes(range(256)), JSON),
     ("binary as octet-stream", bytes(range(256)) * 4, "application/octet-stream"),
-    ("binary as npy", b"\x93NUMPY\x01\x00\x10\x00{'descr': 'x'}\n" + bytes(range(64)), "application/x-npy"),
+    (
+        "binary as npy",
+        b"\x93NUMPY\x01\x00\x10\x00{'descr': 'x'}\n" + bytes(range(64)),
+        "application/x-npy",
+    ),
     ("binary as safetensors", b"\xff" * 8 + b"{}", "application/vnd.safetensors"),
     ("json array", b"[1, 2, 3]", JSON),
     ("json string", b'"seq_len"', JSON),
     ("json null", b"null", JSON),
     ("json number", b"1e999", JSON),
     ("json with NaN", b'{"seq_len": NaN, "d_model": Infinity}', JSON),
-    ("json object of wrong types", b'{"seq_len": {"a": []}, "input_ids": "abc", "head_dim": true}', JSON),
+    (
+        "json object of wrong types",
+        b'{"seq_len": {"a": []}, "input_ids": "abc", "head_dim": true}',
+        JSON,
+    ),
     ("json ids of wrong shape", b'{"input_ids": [[[1]]], "num_heads": [1]}', JSON),
     ("huge ids", b'{"input_ids": [[' + b"9" * 5000 + b"]]}", JSON),
     ("deep open brackets", b"[" * 200_000, JSON),
@@ -49,7 +57,11 @@ HOSTILE_BODIES: list[tuple[str, bytes, str | None]] = [
     ("deep balanced objects", b'{"a":' * 20_000 + b"1" + b"}" * 20_000, JSON),
     ("json with a charset", b'{"seq_len": 2}', "application/json; charset=latin-1"),
     ("json as form", b"seq_len=2&d_model=4", "application/x-www-form-urlencoded"),
-    ("multipart", b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n--x--\r\n", "multipart/form-data; boundary=x"),
+    (
+        "multipart",
+        b"--x\r\nContent-Disposition: form-data; name=a\r\n\r\n1\r\n--x--\r\n",
+        "multipart/form-data; boundary=x",
+    ),
     ("bad content type", b'{"seq_len": 2}', "json;;;==//"),
     ("xml", b"<seq_len>2</seq_len>", "application/xml"),
     ("empty json", b"", JSON),
@@ -59,7 +71,9 @@ HOSTILE_BODIES: list[tuple[str, bytes, str | None]] = [
 ]
 
 
-@pytest.mark.parametrize("name,body,content_type", HOSTILE_BODIES, ids=[b[0] for b in HOSTILE_BODIES])
+@pytest.mark.parametrize(
+    "name,body,content_type", HOSTILE_BODIES, ids=[b[0] for b in HOSTILE_BODIES]
+)
 def test_no_body_gives_a_5xx(
     api: httpx.Client, name: str, body: bytes, content_type: str | None
 ) -> None:
@@ -89,7 +103,8 @@ def test_unknown_fields_list_the_accepted_names_and_the_closest(api: httpx.Clien
     assert item["type"] == "extra_forbidden" and item["loc"] == ["body", "ofset"]
     assert "offset, dtype" in item["msg"] and "did you mean 'offset'?" in item["msg"]
     r = api.post(
-        "/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "scaling": {"type": "linear", "facter": 2}}
+        "/v1/encodings/rope",
+        json={"seq_len": 2, "head_dim": 8, "scaling": {"type": "linear", "facter": 2}},
     )
     (item,) = r.json()["detail"]
     assert item["loc"] == ["body", "scaling", "facter"] and "did you mean 'factor'?" in item["msg"]
@@ -123,8 +138,30 @@ ABSURD_REQUESTS: list[tuple[str, str, dict]] = [
     ("POST", "/v1/encodings/rope", {"head_dim": HUGE, "seq_len": 1}),
     ("POST", "/v1/encodings/rope", {"head_dim": HUGE, "seq_len": 2_729_208}),
     ("POST", "/v1/encodings/rope", {"head_dim": 2**52, "positions": [0, 2**50]}),
-    ("POST", "/v1/encodings/rope", {"head_dim": HUGE, "seq_len": 1, "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}}),
-    ("POST", "/v1/encodings/rope", {"head_dim": HUGE, "seq_len": 1, "scaling": {"type": "longrope", "factor": 4.0, "original_max_position_embeddings": 4096, "short_factor": [1.0], "long_factor": [1.0]}}),
+    (
+        "POST",
+        "/v1/encodings/rope",
+        {
+            "head_dim": HUGE,
+            "seq_len": 1,
+            "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096},
+        },
+    ),
+    (
+        "POST",
+        "/v1/encodings/rope",
+        {
+            "head_dim": HUGE,
+            "seq_len": 1,
+            "scaling": {
+                "type": "longrope",
+                "factor": 4.0,
+                "original_max_position_embeddings": 4096,
+                "short_factor": [1.0],
+                "long_factor": [1.0],
+            },
+        },
+    ),
     ("GET", "/v1/encodings/rope", {"head_dim": str(HUGE), "seq_len": "2729208"}),
     ("POST", "/v1/encodings/sinusoidal", {"d_model": 2**52, "seq_len": 1}),
     ("POST", "/v1/encodings/sinusoidal", {"d_model": 2, "seq_len": 2**53}),
@@ -133,7 +170,11 @@ ABSURD_REQUESTS: list[tuple[str, str, dict]] = [
     ("POST", "/v1/biases/alibi", {"num_heads": 1, "seq_len": 1, "key_len": 2**53}),
     ("POST", "/v1/biases/relative", {"seq_len": 1, "num_heads": 2**52}),
     ("POST", "/v1/biases/relative", {"seq_len": 1, "num_heads": 1, "num_buckets": 2**52}),
-    ("POST", "/v1/biases/relative", {"seq_len": 1, "num_heads": 1, "bucketing": "clip", "max_distance": 2**52}),
+    (
+        "POST",
+        "/v1/biases/relative",
+        {"seq_len": 1, "num_heads": 1, "bucketing": "clip", "max_distance": 2**52},
+    ),
     ("GET", "/v1/biases/relative", {"seq_len": "1", "num_heads": "4", "num_buckets": str(2**50)}),
 ]
 
@@ -216,7 +257,13 @@ def test_the_schemathesis_case_is_the_contract_413(api: httpx.Client) -> None:
     # and the attention scaling still reaches meta
     r = api.post(
         "/v1/encodings/rope",
-        json={"head_dim": 8, "seq_len": 2, "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}},
+        json={
+            "head_dim": 8,
+            "seq_len": 2,
+            "scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+        },
     )
     assert r.status_code == 200
-    assert r.json()["meta"]["attention_scaling"] == pytest.approx(0.1 * __import__("math").log(4.0) + 1.0)
+    assert r.json()["meta"]["attention_scaling"] == pytest.approx(
+        0.1 * __import__("math").log(4.0) + 1.0
+    )

@@ -14,7 +14,11 @@ from tests.helpers import make_settings
 
 SIN = "/v1/encodings/sinusoidal"
 BODY = {"seq_len": 16, "d_model": 8}
-PER_REQUEST = {"date", "server-timing", "x-request-id"}  # headers that may differ between two answers
+PER_REQUEST = {
+    "date",
+    "server-timing",
+    "x-request-id",
+}  # headers that may differ between two answers
 
 
 def counter(client: httpx.Client, name: str, **labels: str) -> float:

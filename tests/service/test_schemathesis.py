@@ -106,7 +106,9 @@ def fuzz_client():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 @given(
     path=st.sampled_from(_POSTS),
     content_type=st.sampled_from(_CONTENT_TYPES),
@@ -128,7 +130,9 @@ _SIZE = st.one_of(st.integers(1, 4), st.integers(2**20, 2**53))
 
 
 @pytest.mark.slow
-@settings(max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=150, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck)
+)
 @given(
     path=st.sampled_from(_POSTS[:5]),
     a=_SIZE,

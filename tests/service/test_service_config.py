@@ -25,7 +25,9 @@ def _inv_freq(rotary_dim: int, base: float) -> np.ndarray:
     return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
 
 
-def _llama3_inv_freq(rotary_dim: int, base: float, factor: float, low: float, high: float, omax: int):
+def _llama3_inv_freq(
+    rotary_dim: int, base: float, factor: float, low: float, high: float, omax: int
+):
     inv = _inv_freq(rotary_dim, base)
     wavelen = 2 * math.pi / inv
     out = np.where(wavelen > omax / low, inv / factor, inv)
@@ -83,7 +85,9 @@ def test_documented_defaults_apply_without_preset(api: httpx.Client) -> None:
 
 def test_head_dim_override_on_a_partial_preset_scales_rotary_dim(api: httpx.Client) -> None:
     """v1 bug: gpt-neox-20b (rotary 24 of 96) with head_dim 64 kept rotary_dim 24 → now 16."""
-    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "gpt-neox-20b", "head_dim": 64})
+    r = api.post(
+        "/v1/encodings/rope", json={"seq_len": 2, "preset": "gpt-neox-20b", "head_dim": 64}
+    )
     assert r.status_code == 200, r.text
     assert r.json()["meta"]["rotary_dim"] == 16
     r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "gpt-j-6b", "head_dim": 16})
@@ -143,7 +147,9 @@ def test_layer_type_required_for_per_layer_rope(api: httpx.Client) -> None:
         body = {"seq_len": 2, "config": config, "layer_type": layer_type}
         r = api.post("/v1/encodings/rope", json=body)
         assert r.status_code == 200, r.text
-        np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(256, base), rtol=1e-6)
+        np.testing.assert_allclose(
+            json_tensor(r.json(), "inv_freq"), _inv_freq(256, base), rtol=1e-6
+        )
     body = {"seq_len": 2, "config": model_config("llama-2-7b"), "layer_type": "full_attention"}
     assert api.post("/v1/encodings/rope", json=body).status_code == 422
 
@@ -179,7 +185,9 @@ def test_alibi_config_mpt_and_bloom(api: httpx.Client) -> None:
     config["attn_config"]["alibi_bias_max"] = 16
     r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": config})
     assert r.status_code == 200, r.text
-    np.testing.assert_allclose(json_tensor(r.json(), "slopes"), 2.0 ** (-16 * np.arange(1, 33) / 32), rtol=1e-6)
+    np.testing.assert_allclose(
+        json_tensor(r.json(), "slopes"), 2.0 ** (-16 * np.arange(1, 33) / 32), rtol=1e-6
+    )
     r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": model_config("bloom-560m")})
     assert r.json()["meta"]["num_heads"] == 16
     r = api.post("/v1/biases/alibi", json={"seq_len": 2, "config": model_config("llama-2-7b")})
@@ -271,7 +279,9 @@ def test_mrope_section_in_the_body(api: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     inv = _inv_freq(6, 10000.0)
     angles = np.array([rows[j][1] * inv[j] for j in range(3)])
-    np.testing.assert_allclose(json_tensor(r.json(), "cos")[1], np.cos(np.concatenate([angles, angles])), atol=1e-6)
+    np.testing.assert_allclose(
+        json_tensor(r.json(), "cos")[1], np.cos(np.concatenate([angles, angles])), atol=1e-6
+    )
     body["mrope_section"] = [1, 1, 2]
     r = api.post("/v1/encodings/rope", json=body)
     assert r.status_code == 422 and "rotary_dim/2 = 3" in r.text
@@ -308,7 +318,9 @@ def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
     np.testing.assert_allclose(cos[1], np.cos(7 * np.concatenate([inv, inv])), atol=1e-6)
     path.write_text(json.dumps(model_config("mpt-7b")))
     out = tmp_path / "alibi.npy"
-    assert cli.main(["table", "alibi", "--config", str(path), "--seq-len", "3", "-o", str(out)]) == 0
+    assert (
+        cli.main(["table", "alibi", "--config", str(path), "--seq-len", "3", "-o", str(out)]) == 0
+    )
     assert np.load(out).shape == (32, 3, 3)
     # the preset fix in the CLI too: gpt-neox-20b with head_dim 64 rotates 16
     out = tmp_path / "neox.npy"
