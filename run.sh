@@ -2,7 +2,7 @@
 # posenc's entry points on a fresh machine with Python >= 3.11 and pip.
 #
 #   ./run.sh serve [ARGS]   start the service on the built-in default model (python -m service ARGS)
-#   ./run.sh test  [ARGS]   lint, then the whole test suite (pytest ARGS)
+#   ./run.sh test  [ARGS]   scripts/check (format, lint, types), then the whole suite (pytest ARGS)
 #   ./run.sh bench [ARGS]   the loopback benchmark (python -m bench ARGS)
 #
 # Each command creates ./.venv when it is missing and installs what it needs into it: torch first
@@ -56,7 +56,7 @@ case "$cmd" in
         ensure_env test
         ensure_chromium
         ensure_nginx
-        "$VENV/bin/ruff" check posenc service tests bench
+        PYTHON="$VENV/bin/python" scripts/check  # ruff format --check, ruff check, mypy
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     bench)

@@ -1398,14 +1398,16 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
         )
         policy = _Backoff(self._cfg, call)
         while True:
+            outcome: _Outcome
             try:
-                outcome: _Outcome = self._http.send(self._request(call), stream=True)
+                response = self._http.send(self._request(call), stream=True)
             except httpx.TransportError as exc:
                 outcome = exc
             else:
-                if outcome.status_code >= 400:  # read the detail, free the connection
-                    outcome.read()
-                    outcome.close()
+                if response.status_code >= 400:  # read the detail, free the connection
+                    response.read()
+                    response.close()
+                outcome = response
             step = policy.settle(outcome)
             if isinstance(step, httpx.Response):
                 break

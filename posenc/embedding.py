@@ -224,7 +224,7 @@ def embed_tokens(
             out = out.to(work)
     if scale:
         out.mul_(math.sqrt(d_model) if scale_value is None else scale_value)
-    if positional == "learned":
+    if positional == "learned" and position_table is not None:  # (None was refused above)
         start = _common_range_start(safe_pos) if all_real else None
         if start is not None:  # every row is start … start+T-1: add one (T, D) slice
             out.add_(position_table[start : start + safe_pos.shape[1]].to(work))
@@ -256,6 +256,9 @@ class TokenPositionEmbedding(nn.Module):
         sinusoidal_base: the wavelength base of the sinusoidal table.
         scale_value: the multiplier when ``scale``, e.g. Gemma's ``sqrt(D)`` in the table dtype.
     """
+
+    token_table: Tensor  # (V, D) buffer
+    position_table: Tensor | None  # (P, D) buffer, or None
 
     def __init__(
         self,

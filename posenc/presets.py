@@ -140,7 +140,7 @@ def _from_config(name: str) -> list[Preset]:
         params = dict(mp.learned or {})
     else:  # pragma: no cover - every quoted config has one of the four kinds
         raise InvalidArgument(f"preset {name!r}: no table for {mp.kind} positions", field="kind")
-    return [Preset(name, mp.kind, params, _source(name, repo, config))]  # type: ignore[arg-type]
+    return [Preset(name, mp.kind, params, _source(name, repo, config))]
 
 
 def _all_presets() -> tuple[Preset, ...]:

@@ -368,7 +368,7 @@ def _yarn(
     base_inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams
 ) -> tuple[Tensor, float]:
     """YaRN (Peng et al., 2023) as transformers' ``_compute_yarn_parameters``, in float64."""
-    factor = float(s.factor)  # type: ignore[arg-type]
+    factor = float(s.factor)
     omax = s.original_max_position_embeddings
 
     def get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -404,10 +404,10 @@ def _yarn(
 
 def _llama3(base_inv_freq: Tensor, s: Llama3Params) -> Tensor:
     """Llama 3.1 band rescaling as transformers' ``_compute_llama3_parameters``, in float64."""
-    factor = float(s.factor)  # type: ignore[arg-type]
-    low_ff = float(s.low_freq_factor)  # type: ignore[arg-type]
-    high_ff = float(s.high_freq_factor)  # type: ignore[arg-type]
-    old_context_len = float(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    factor = float(s.factor)
+    low_ff = float(s.low_freq_factor)
+    high_ff = float(s.high_freq_factor)
+    old_context_len = float(s.original_max_position_embeddings)
     low_freq_wavelen = old_context_len / low_ff
     high_freq_wavelen = old_context_len / high_ff
 
@@ -429,7 +429,7 @@ def _linear_init(
     inv_freq: Tensor, rotary_dim: int, base: float, s: LinearParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
-    return inv_freq / float(s.factor), 1.0  # type: ignore[arg-type]
+    return inv_freq / float(s.factor), 1.0
 
 
 def _dynamic_init(
@@ -442,11 +442,11 @@ def _dynamic_init(
             f"got {rotary_dim}",
             field="rotary_dim",
         )
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)
     length = max(seq_len if seq_len is not None else omax, omax)
     if length == omax:
         return inv_freq, 1.0
-    factor = float(s.factor)  # type: ignore[arg-type]
+    factor = float(s.factor)
     new_base = base * ((factor * length / omax) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
     return 1.0 / (new_base**exponents), 1.0
@@ -470,7 +470,7 @@ def _longrope_init(
                 f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
                 field=f"scaling.{name}",
             )
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)
     if s.attention_factor is not None:
         attention_factor = float(s.attention_factor)
     elif s.factor <= 1.0:  # type: ignore[operator]
@@ -793,6 +793,9 @@ class RotaryEmbedding(nn.Module):
         scaling: the scaling scheme, or None.
         max_seq_len: number of cached positions.
     """
+
+    cos: Tensor  # (max_seq_len, R) buffer
+    sin: Tensor  # (max_seq_len, R) buffer
 
     def __init__(
         self,

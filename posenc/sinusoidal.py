@@ -217,6 +217,8 @@ class SinusoidalPositionalEncoding(nn.Module):
         dtype: the dtype of the cached table.
     """
 
+    pe: Tensor  # (max_seq_len, D) buffer
+
     def __init__(
         self,
         d_model: int,

@@ -315,9 +315,9 @@ def _number_array(tensor: torch.Tensor) -> np.ndarray:
     return t.numpy()  # a view: the tensor is already C-contiguous (0-d stays 0-d)
 
 
-def _byte_view(arr: np.ndarray) -> np.ndarray:
-    """1-D uint8 view of a C-contiguous array's bytes (also for zero-size arrays)."""
-    return arr.reshape(-1).view(np.uint8)
+def _byte_view(arr: np.ndarray) -> memoryview:
+    """A flat byte view of a C-contiguous array's memory, no copy (also for zero-size arrays)."""
+    return arr.reshape(-1).view(np.uint8).data
 
 
 def _shape_header(shape: Sequence[int]) -> str:
@@ -414,7 +414,7 @@ def _encode_npy(bundle: Bundle) -> Encoded:
 
 def _encode_raw(bundle: Bundle) -> Encoded:
     name, tensor = bundle.primary_name, bundle.primary
-    body = memoryview(_byte_view(_storage_array(tensor)))  # zero-copy: Starlette sends it as is
+    body = _byte_view(_storage_array(tensor))  # zero-copy: Starlette sends it as is
     return Encoded(body, FORMAT_MEDIA_TYPES["raw"], _tensor_headers(name, tensor))
 
 

@@ -258,9 +258,9 @@ def _forget_dead_workers(folder: str) -> None:
 
     pids = set()
     for path in glob.glob(os.path.join(folder, "gauge_live*_*.db")):
-        pid = os.path.basename(path)[: -len(".db")].rsplit("_", 1)[-1]
-        if pid.isdigit():
-            pids.add(int(pid))
+        suffix = os.path.basename(path)[: -len(".db")].rsplit("_", 1)[-1]
+        if suffix.isdigit():
+            pids.add(int(suffix))
     for pid in pids:
         try:
             os.kill(pid, 0)

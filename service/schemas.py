@@ -70,7 +70,7 @@ class RequestModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _exactly_one_of_seq_len_positions(seq_len: int | None, positions: list[int] | None) -> None:
+def _exactly_one_of_seq_len_positions(seq_len: int | None, positions: list[Any] | None) -> None:
     if (seq_len is None) == (positions is None):
         got = "both" if seq_len is not None else "neither"
         raise ValueError(

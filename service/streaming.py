@@ -247,8 +247,8 @@ def _part_bytes(part: Part, pool: _BufferPool) -> memoryview | bytes:
     out = buf[:nbytes].view(table.dtype).view(stop - start, table.row_elements)
     table.fill(start, stop, out)  # (N, row) on the CPU
     if sys.byteorder == "big" and table.element_size > 1:
-        return memoryview(out.numpy().byteswap().reshape(-1).view(np.uint8))
-    return memoryview(arr)[:nbytes]
+        return out.numpy().byteswap().reshape(-1).view(np.uint8).data
+    return arr.data[:nbytes]
 
 
 def _part_size(part: Part) -> int:

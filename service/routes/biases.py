@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
@@ -46,7 +48,7 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
         "dtype": req.dtype,
         **info,
     }
-    max_bias = float(req.max_bias)  # type: ignore[arg-type]  # merge_sources set the default
+    max_bias = cast(float, req.max_bias)  # merge_sources applied the default
 
     def compute() -> Bundle:
         bias = alibi_bias(
@@ -74,12 +76,12 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
                     seq_len,
                     key_len,
                     mode=req.mode,
-                    max_bias=req.max_bias,
+                    max_bias=max_bias,
                     device=state.device,
                     dtype=dtype,
                 ),
                 "slopes": tensor_blocks(
-                    "slopes", alibi_slopes(heads, req.max_bias, device=state.device, dtype=dtype)
+                    "slopes", alibi_slopes(heads, max_bias, device=state.device, dtype=dtype)
                 ),
             },
             meta,
@@ -91,8 +93,11 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
     req, info = merge_sources(req, "relative", source)
     seq_len = req.seq_len
     key_len = seq_len if req.key_len is None else req.key_len
+    # merge_sources applied the documented defaults to what neither a preset nor a config gave
+    num_buckets, max_distance = cast(int, req.num_buckets), cast(int, req.max_distance)
+    bidirectional = cast(bool, req.bidirectional)
     n_buckets = num_relative_buckets(
-        num_buckets=req.num_buckets, max_distance=req.max_distance, bucketing=req.bucketing
+        num_buckets=num_buckets, max_distance=max_distance, bucketing=req.bucketing
     )
     heads = req.num_heads
     dtype = resolve_dtype(req.dtype)
@@ -116,9 +121,9 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
         buckets = relative_buckets(
             seq_len,
             key_len,
-            num_buckets=req.num_buckets,
-            max_distance=req.max_distance,
-            bidirectional=req.bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=bidirectional,
             bucketing=req.bucketing,
             device=state.device,
         )  # (T, S) int64
@@ -130,9 +135,9 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
 
     def stream() -> StreamBundle:
         kw = dict(
-            num_buckets=req.num_buckets,
-            max_distance=req.max_distance,
-            bidirectional=req.bidirectional,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=bidirectional,
             bucketing=req.bucketing,
             device=state.device,
         )

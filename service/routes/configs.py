@@ -6,13 +6,14 @@ from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.config import JsonDict
 
 from posenc.hf_config import read_positions
 from service.schemas import ErrorBody, ValidationErrorBody
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
-_EXAMPLE_CONFIG = {
+_EXAMPLE_CONFIG: JsonDict = {
     "model_type": "llama",
     "hidden_size": 4096,
     "num_attention_heads": 32,

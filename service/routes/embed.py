@@ -3,6 +3,8 @@ body or token ids sent as npy / safetensors (``service.bodies``)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from fastapi import APIRouter
 
@@ -41,6 +43,8 @@ def embed_plan(
             f"{model.position_scheme}; use 'sinusoidal' or 'none'",
             field="positional",
         )
+    ids_in: list[list[int]] | torch.Tensor  # JSON rows, or a binary body's (B, T) ids
+    mask_in: list[list[int]] | torch.Tensor | None
     if tensors is None:
         batch_size = len(req.input_ids)
         seq_len = max(len(row) for row in req.input_ids)  # 0 when every row is empty
@@ -57,7 +61,7 @@ def embed_plan(
         }
     d_model = model.d_model
     dtype = resolve_dtype(req.dtype)
-    meta = {
+    meta: dict[str, Any] = {
         "kind": "embed",
         "model": model.name,
         "positional": positional,
@@ -90,7 +94,7 @@ def embed_plan(
         embeddings = embed_tokens(
             batch.input_ids,
             token_table=model.token_table,
-            positional="none" if rope is not None else positional,
+            positional="none" if positional == "rope" else positional,  # rope: cos/sin, below
             position_table=model.position_table,
             position_ids=position_ids,
             attention_mask=batch.attention_mask,

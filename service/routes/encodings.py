@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
@@ -190,7 +192,8 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     if mrope_rows is not None:
         seq_len, length = len(mrope_rows[0]), max(max(r) for r in mrope_rows) + 1
     elif req.positions is not None:
-        seq_len, length = len(req.positions), max(req.positions) + 1  # type: ignore[type-var]
+        positions = cast(list[int], req.positions)  # one row: (3, T) rows were taken above
+        seq_len, length = len(positions), max(positions) + 1
     else:
         seq_len = length = int(req.seq_len or 0)
     scaling = (
@@ -246,7 +249,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
             )
             return Bundle({"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}, meta)
         tables = rope_cos_sin(
-            req.positions,
+            cast("list[int] | None", req.positions),  # one row here (mrope_rows is None)
             seq_len=req.seq_len,
             rotary_dim=rotary_dim,
             base=base,

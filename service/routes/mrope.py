@@ -9,6 +9,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter
 from pydantic import ConfigDict, Field
+from pydantic.config import JsonDict
 
 from posenc.mrope import mrope_position_ids, mrope_settings
 from posenc.position_ids import build_batch
@@ -25,7 +26,7 @@ Grid = Annotated[list[GridEntry], Field(min_length=3, max_length=3)]
 _NAMES = ("position_ids", "rope_deltas")
 
 # Qwen2-VL-7B-Instruct's config.json, the keys this endpoint reads.
-_EXAMPLE_CONFIG = {
+_EXAMPLE_CONFIG: JsonDict = {
     "model_type": "qwen2_vl",
     "image_token_id": 151655,
     "video_token_id": 151656,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from fastapi import APIRouter
 
 from posenc.position_ids import build_batch
@@ -20,6 +21,8 @@ def position_ids_plan(
     tensors: TokenTensors | None = None,
 ) -> Plan:
     """The plan of one request; ``tensors`` (a binary body) replace the JSON rows when given."""
+    ids_in: list[list[int]] | torch.Tensor  # JSON rows, or a binary body's (B, T) ids
+    mask_in: list[list[int]] | torch.Tensor | None
     if tensors is None:
         batch_size = len(req.input_ids)
         seq_len = max(len(row) for row in req.input_ids)  # 0 when every row is empty
