@@ -8,7 +8,9 @@ these through :func:`posenc.hf_config.read_positions`, so a preset is a config r
 transformers reads it; the tests build transformers' own rotary embeddings from the same dicts.
 
 Where a published value could not be quoted, the entry says so in ``NOTES`` and leaves the
-key out (transformers' default then applies) rather than inventing it.
+key out (transformers' default then applies) rather than inventing it. Most entries were first
+written from memory; :data:`VERIFIED_FROM` names the copy of the published file each checked
+entry was compared with, and the entries not yet compared carry a ``NOTES`` line saying so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_key_value_heads": 32,
                 "num_hidden_layers": 32,
                 "max_position_embeddings": 4096,
-                "rope_theta": 10000.0,
                 "rope_scaling": None,
             },
         ),
@@ -163,7 +164,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_hidden_layers": 28,
                 "max_position_embeddings": 131072,
                 "rope_theta": 1000000.0,
-                "rope_scaling": None,
                 "use_sliding_window": False,
                 "sliding_window": 131072,
                 "max_window_layers": 28,
@@ -179,7 +179,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_hidden_layers": 24,
                 "max_position_embeddings": 32768,
                 "rope_theta": 1000000.0,
-                "rope_scaling": None,
                 "use_sliding_window": False,
                 "sliding_window": 32768,
                 "max_window_layers": 24,
@@ -527,6 +526,72 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
     }
 )
 
+_UNVERIFIED = (
+    "values not yet checked against the published config.json (no copy of the file was "
+    "found to compare with); they may differ from the file"
+)
+
+#: Entries whose published ``config.json`` has not been compared key by key (see
+#: :data:`VERIFIED_FROM` for the others). Their ``NOTES`` entry says so, and the preset's
+#: ``source`` carries that note.
+_UNVERIFIED_NAMES = (
+    "qwen2.5-vl-7b",
+    "phi-4",
+    "gpt-neox-20b",
+    "pythia-1b",
+    "glm-4-9b",
+    "bloom-7b1",
+    "bloom-560m",
+    "mpt-7b",
+    "t5-base",
+    "t5-small",
+    "bert-base",
+)
+
+#: Where each checked entry's values were compared with a copy of the published file.
+VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
+    {
+        "llama-2-7b": "copies of meta-llama/Llama-2-7b-hf config.json (transformers 4.31.0.dev0) "
+        "in public code; no rope_theta key",
+        "llama-3.1-8b": "mlc-ai/mlc-llm model_preset.py llama3_1_8b; "
+        "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "llama-3.2-1b": "mlc-ai/mlc-llm model_preset.py llama3_2_1b; "
+        "kevinstephano/thunder_model_blocks hf_llama/llama_config.py (1B-Instruct)",
+        "llama-3.2-3b": "mlc-ai/mlc-llm model_preset.py llama3_2_3b; "
+        "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "llama-4-scout": "test fixtures quoting the Scout text_config (max_position_embeddings "
+        "10485760; llama3 scaling factor 16, low/high 1, 8192; attention_chunk_size 8192; "
+        "attn_scale 0.1; floor_scale 8192; attn_temperature_tuning 4)",
+        "mistral-7b": "mlc-ai/mlc-llm model_preset.py mistral_7b (sliding_window 4096 renamed "
+        "sliding_window_size there)",
+        "mistral-7b-v0.3": "mlc-ai/mlc-llm model_preset.py mistral_7b_v03",
+        "mixtral-8x7b": "mlc-ai/mlc-llm model_preset.py Mixtral-8x7B-v0.1",
+        "qwen2.5-7b": "citsjtu2020/LLM-Prof sglang/Model_Config.md (no rope_scaling key)",
+        "qwen2.5-0.5b": "a published copy of Qwen/Qwen2.5-0.5B config.json (no rope_scaling key)",
+        "qwen3-8b": "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "qwen3-vl-8b": "the rope block of Qwen/Qwen3-VL-4B-Instruct's config.json (same "
+        "text rope block: theta 5e6, mrope_section [24, 20, 20], interleaved, 262144); 8B sizes "
+        "from code that builds the 8B config",
+        "gemma-2-9b": "mlc-ai/mlc-llm model_preset.py gemma2_9b",
+        "gemma-3-1b": "mlc-ai/mlc-llm model_preset.py gemma3_1b_it; a README quoting "
+        "gemma-3-1b config.json",
+        "gemma-3-4b": "sparse text_config of the multimodal Gemma 3 checkpoints, as other "
+        "loaders document it (keys absent are Gemma3TextConfig defaults)",
+        "phi-2": "copies of microsoft/phi-2 config.json (model_type phi, transformers 4.37.0)",
+        "phi-3-mini-4k": "copies of microsoft/Phi-3-mini-4k-instruct config.json "
+        "(transformers 4.40.2); rope_scaling null, so no long/short factors",
+        "deepseek-v3": "copies of DeepSeek-V3 config.json keys in public code "
+        "(163840, 128 KV heads, qk_rope 64, yarn factor 40)",
+        "gpt-oss-20b": "ParagEkbote/hf-model-inspector model_inspection_report.md "
+        "(openai/gpt-oss-20b); EchoCog/gpt-oss-20b docs (layer schedule)",
+        "gpt-j-6b": "mlc-ai/mlc-llm model_preset.py gpt_j",
+        "olmo-2-7b": "mlc-ai/mlc-llm model_preset.py olmo2_7b (rope_theta 500000.0)",
+        "falcon-7b": "test fixtures quoting tiiuae/falcon-7b (num_attention_heads 71, "
+        "num_hidden_layers 32, multi_query)",
+        "gpt2": "mlc-ai/mlc-llm model_preset.py gpt2",
+    }
+)
+
 #: What a quoted config leaves out, by name.
 NOTES: Mapping[str, str] = MappingProxyType(
     {
@@ -543,6 +608,16 @@ NOTES: Mapping[str, str] = MappingProxyType(
         "bloom-560m": "ALiBi's max_bias 8 is fixed in BLOOM's build_alibi_tensor",
         "mistral-7b": "v0.1; v0.2 and later use rope_theta 1e6 without a sliding window",
         "qwen2.5-7b": "the model card's optional YaRN factor 4 for long inputs is not in the file",
+        "llama-2-7b": "the published file has no rope_theta; LlamaConfig's default 10000 applies",
+        "llama-4-scout": "the published text_config has attn_temperature_tuning 4 (an int); it is "
+        "quoted as True because transformers 5 types the field bool (any nonzero value turns "
+        "it on); it scales queries, not the RoPE tables",
+    }
+)
+NOTES = MappingProxyType(
+    {
+        **NOTES,
+        **{n: "; ".join(filter(None, (NOTES.get(n), _UNVERIFIED))) for n in _UNVERIFIED_NAMES},
     }
 )
 
@@ -554,4 +629,4 @@ def model_config(name: str) -> dict[str, Any]:
     return copy.deepcopy(dict(MODEL_CONFIGS[name][1]))
 
 
-__all__ = ["MODEL_CONFIGS", "NOTES", "model_config"]
+__all__ = ["MODEL_CONFIGS", "NOTES", "VERIFIED_FROM", "model_config"]
