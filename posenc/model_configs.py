@@ -279,9 +279,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "text_config": {
                     "model_type": "gemma3_text",
                     "hidden_size": 2560,
-                    "num_attention_heads": 8,
-                    "num_key_value_heads": 4,
-                    "head_dim": 256,
                     "num_hidden_layers": 34,
                     "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
                     "sliding_window": 1024,
@@ -535,17 +532,10 @@ _UNVERIFIED = (
 #: :data:`VERIFIED_FROM` for the others). Their ``NOTES`` entry says so, and the preset's
 #: ``source`` carries that note.
 _UNVERIFIED_NAMES = (
-    "qwen2.5-vl-7b",
-    "phi-4",
     "gpt-neox-20b",
     "pythia-1b",
-    "glm-4-9b",
     "bloom-7b1",
-    "bloom-560m",
-    "mpt-7b",
     "t5-base",
-    "t5-small",
-    "bert-base",
 )
 
 #: Where each checked entry's values were compared with a copy of the published file.
@@ -575,8 +565,9 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "gemma-2-9b": "mlc-ai/mlc-llm model_preset.py gemma2_9b",
         "gemma-3-1b": "mlc-ai/mlc-llm model_preset.py gemma3_1b_it; a README quoting "
         "gemma-3-1b config.json",
-        "gemma-3-4b": "sparse text_config of the multimodal Gemma 3 checkpoints, as other "
-        "loaders document it (keys absent are Gemma3TextConfig defaults)",
+        "gemma-3-4b": "copies of the gemma-3-4b text_config in public code (hidden_size, "
+        "intermediate_size, model_type, num_hidden_layers, rope_scaling linear 8, "
+        "sliding_window 1024 only; no head counts or head_dim)",
         "phi-2": "copies of microsoft/phi-2 config.json (model_type phi, transformers 4.37.0)",
         "phi-3-mini-4k": "copies of microsoft/Phi-3-mini-4k-instruct config.json "
         "(transformers 4.40.2); rope_scaling null, so no long/short factors",
@@ -589,15 +580,30 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "falcon-7b": "test fixtures quoting tiiuae/falcon-7b (num_attention_heads 71, "
         "num_hidden_layers 32, multi_query)",
         "gpt2": "mlc-ai/mlc-llm model_preset.py gpt2",
+        "qwen2.5-vl-7b": "NVIDIA TensorRT-LLM test fixture QWEN2_5_VL_7B_CONFIG (rope_scaling "
+        "type mrope, mrope_section [16, 24, 24]; 128000; sliding_window 32768)",
+        "phi-4": "a copy of microsoft/phi-4 config.json (transformers 4.47.0): 16384, 10 KV "
+        "heads, rope_theta 250000, rope_scaling and sliding_window null",
+        "glm-4-9b": "a checkpoint check's expected GLM-4-9B-0414 config values (40 layers, 2 KV "
+        "heads, head_dim 128, partial_rotary_factor 0.5, 32768)",
+        "mpt-7b": "a copy of an MPT-7B config.json (d_model 4096, 32 heads, 32 layers, "
+        "max_seq_len 2048, attn_config alibi true, alibi_bias_max 8)",
+        "bloom-560m": "copies of bigscience/bloom-560m config.json (1024 / 16 heads / 24 "
+        "layers; one older copy spells them n_embed / num_attention_heads)",
+        "t5-small": "the T5Config of t5-small as loaded from the hub (d_model 512, d_kv 64, "
+        "8 heads, 6 layers, 32 buckets)",
+        "bert-base": "the BertConfig of bert-base-uncased as loaded (512 positions, absolute, "
+        "vocab 30522); google-bert/bert-base-cased config.json for the key layout",
     }
 )
 
 #: What a quoted config leaves out, by name.
 NOTES: Mapping[str, str] = MappingProxyType(
     {
-        "gemma-3-4b": "the text_config as published gives no rope_theta / rope_local_base_freq "
-        "/ max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
-        "(1e6, 1e4, 131072, 256) apply",
+        "gemma-3-4b": "the text_config as published gives no num_attention_heads / "
+        "num_key_value_heads / head_dim / rope_theta / rope_local_base_freq / "
+        "max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
+        "(8, 4, 256, 1e6, 1e4, 131072, 256) apply",
         "t5-base": "relative_attention_max_distance is not in the published file; T5Config's "
         "default 128 applies",
         "t5-small": "relative_attention_max_distance is not in the published file; T5Config's "

@@ -31,3 +31,18 @@ def test_qwen2_5_quotes_no_rope_scaling_key(name: str) -> None:
     # the published Qwen2.5 base configs carry no rope_scaling key at all
     assert "rope_scaling" not in MODEL_CONFIGS[name][1]
     assert PRESETS[name].params["scaling"] is None
+
+
+def test_gemma3_4b_quotes_the_sparse_text_config_and_reads_gemma3_defaults() -> None:
+    # google/gemma-3-4b-pt's text_config gives no head counts or head_dim; Gemma3TextConfig's
+    # defaults (8 heads, 4 KV heads, head_dim 256) apply, in transformers and in posenc alike.
+    from transformers import Gemma3TextConfig
+
+    from posenc.hf_config import read_positions
+
+    text = MODEL_CONFIGS["gemma-3-4b"][1]["text_config"]
+    assert not {"num_attention_heads", "num_key_value_heads", "head_dim"} & set(text)
+    defaults = Gemma3TextConfig()
+    mp = read_positions(MODEL_CONFIGS["gemma-3-4b"][1])
+    assert mp.head_dim == defaults.head_dim == 256
+    assert PRESETS["gemma-3-4b"].params["head_dim"] == defaults.head_dim
