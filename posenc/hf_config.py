@@ -94,6 +94,13 @@ DEFAULT_THETA: Mapping[str, float] = MappingProxyType(
     }
 )
 
+#: transformers' config-class defaults for the head geometry that published files leave out,
+#: by base model type: Gemma 3's multimodal checkpoints (``google/gemma-3-4b-pt`` ...) give in
+#: ``text_config`` only what differs from ``Gemma3TextConfig`` (8 heads, 4 KV heads, 256).
+_HEAD_DEFAULTS: Mapping[str, Mapping[str, int]] = MappingProxyType(
+    {"gemma3": MappingProxyType({"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256})}
+)
+
 #: Model types whose attention rotates adjacent channel pairs (``rotate_every_two``,
 #: ``repeat_interleave(2)`` or ``view_as_complex`` in their modeling file).
 INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
@@ -906,6 +913,8 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
     base = _base_type(model_type)
     if base == "llama4":
         model_type = "llama4_text"
+    for key, value in _HEAD_DEFAULTS.get(base, {}).items():
+        c.setdefault(key, value)
     r = _Reader(c, prefix)
     kind = _kind(model_type, c)
     shown_type = top_type if isinstance(top_type, str) else model_type

