@@ -98,7 +98,11 @@ DEFAULT_THETA: Mapping[str, float] = MappingProxyType(
 #: by base model type: Gemma 3's multimodal checkpoints (``google/gemma-3-4b-pt`` ...) give in
 #: ``text_config`` only what differs from ``Gemma3TextConfig`` (8 heads, 4 KV heads, 256).
 _HEAD_DEFAULTS: Mapping[str, Mapping[str, int]] = MappingProxyType(
-    {"gemma3": MappingProxyType({"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256})}
+    {
+        "gemma3": MappingProxyType(
+            {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
+        )
+    }
 )
 
 #: Model types whose attention rotates adjacent channel pairs (``rotate_every_two``,
