@@ -2,7 +2,7 @@
 
 ``/v1/embed`` and ``/v1/position-ids`` read ``application/x-npy`` (``input_ids`` alone) and
 ``application/vnd.safetensors`` (``input_ids`` with ``attention_mask`` / ``position_ids``), the
-other fields as query parameters (``shared/API.md``, "Binary request bodies"). Sending a numpy
+other fields as query parameters (``docs/api.md``, ``POST /v1/embed``). Sending a numpy
 array or torch tensor this way skips turning every id into JSON text and back: the bytes go as
 they are (one cast to int64 where the array holds another type).
 """

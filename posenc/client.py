@@ -1,4 +1,4 @@
-"""Typed HTTP client for the posenc service (``/work/shared/API.md``, version 1).
+"""Typed HTTP client for the posenc service (its API: ``docs/api.md``).
 
 Two clients with the same methods, one per endpoint of the contract:
 

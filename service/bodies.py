@@ -1,5 +1,5 @@
 """Request bodies of the token endpoints (``/v1/embed``, ``/v1/position-ids``): JSON, or token
-ids as binary (``shared/API.md``, "Binary request bodies").
+ids as binary (``docs/api.md``, ``POST /v1/embed`` and ``POST /v1/position-ids``).
 
 | Content-Type | body | other fields |
 | --- | --- | --- |

@@ -1,4 +1,4 @@
-"""Request and response models of the v1 HTTP contract (``shared/API.md``).
+"""Request and response models of the HTTP API (``docs/api.md``).
 
 Every request model forbids unknown fields (422) and carries an OpenAPI example that works as
 given. Size-like ints have no small upper bound here on purpose: a request that is too large

@@ -44,3 +44,17 @@ def test_links_resolve_inside_the_repository(doc: Path) -> None:
         assert ROOT in file.parents or file == ROOT, f"{doc.name}: {link} leaves the repository"
         if anchor and file.suffix == ".md":
             assert anchor in _anchors(file.read_text()), f"{doc.name}: no heading #{anchor}"
+
+
+def test_nothing_points_at_a_contract_outside_the_repository() -> None:
+    """The API is documented in docs/api.md; no file sends a reader to a file beside the clone."""
+    skip = {".git", ".venv", "node_modules", "__pycache__"}
+    offenders = []
+    for path in ROOT.rglob("*"):
+        if skip & set(path.relative_to(ROOT).parts) or path.suffix not in {".py", ".md", ".toml"}:
+            continue
+        if path == Path(__file__).resolve():
+            continue
+        if "shared/API.md" in path.read_text(errors="replace"):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
