@@ -493,6 +493,7 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
             str(path),
             metadata={"meta": json.dumps(meta, separators=(",", ":"))},
         )
+        _readable_as_other_files(path)
     elif fmt == "raw":
         path.write_bytes(primary.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     else:  # png
@@ -507,6 +508,13 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
         except (PosencError, ValueError) as exc:
             raise CliError(str(getattr(exc, "detail", exc)), code=2) from exc
         path.write_bytes(body)
+
+
+def _readable_as_other_files(path: Path) -> None:
+    """The mode ``open()`` would give (0666 less the umask): safetensors writes files 0600."""
+    umask = os.umask(0)
+    os.umask(umask)
+    path.chmod(0o666 & ~umask)
 
 
 def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> bytes:
@@ -658,7 +666,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-o", "--output", required=True, type=Path,
                    help="output file: .npy (primary tensor), .safetensors (all), .bin (raw bytes), .png (heatmap)")  # fmt: skip
     p.add_argument("--url", help="compute on this posenc service instead of locally")
-    p.add_argument("--api-key", help="bearer key for --url (servers with POSENC_API_KEY)")
+    p.add_argument("--api-key", help="bearer key for --url (default: $POSENC_API_KEY)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
     p.add_argument("--index", type=int, help="png: the leading index (head) to draw")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
@@ -756,11 +764,13 @@ def _table(args: argparse.Namespace) -> int:
             "argument --dtype: npy has no bfloat16 type: use --dtype float32, float16 or "
             "float64 with .npy, or write .safetensors"
         )
-    if args.url and fmt in ("npy", "safetensors", "raw"):
-        _download(args, args.kind, fields, fmt)
-        return 0
     if args.url:
-        args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
+        args.api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None
+        if fmt in ("npy", "safetensors", "raw"):
+            _download(args, args.kind, fields, fmt)
+        else:
+            args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
+        _report(args, f"{args.output.stat().st_size} bytes from {args.url}")
         return 0
     if args.api_key:
         parser.error("argument --api-key: only meaningful with --url")
@@ -779,7 +789,21 @@ def _table(args: argparse.Namespace) -> int:
             "positions or heads, or use --url with a bigger server"
         ) from exc
     _write_local(args.output, fmt, tensors, meta, args.index)
+    shown = tensors if fmt == "safetensors" else dict([next(iter(tensors.items()))])
+    what = ", ".join(
+        f"{n} {tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for n, t in shown.items()
+    )
+    left_out = [n for n in tensors if n not in shown]
+    if left_out:  # npy, bin and png hold the primary tensor only
+        what += f"; {', '.join(left_out)}: write .safetensors for every tensor"
+    _report(args, what)
     return 0
+
+
+def _report(args: argparse.Namespace, what: str) -> None:
+    """One line on stderr saying what was written (``-q``: nothing)."""
+    if not args.quiet:
+        print(f"posenc: wrote {args.output} ({what})", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

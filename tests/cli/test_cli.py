@@ -331,3 +331,53 @@ def test_posenc_serve_process_answers(tmp_path: Path) -> None:
     # uvicorn shuts down cleanly on SIGTERM, then re-raises it (exit status -15).
     assert proc.returncode in (0, -signal.SIGTERM), (tmp_path / "serve.log").read_text()
     assert "Application shutdown complete" in (tmp_path / "serve.log").read_text()
+
+
+# ------------------------------------------------------------------------- what a newcomer sees
+
+
+def test_success_says_what_was_written_and_what_was_left_out(tmp_path: Path, capsys) -> None:
+    npy, st = tmp_path / "r.npy", tmp_path / "r.safetensors"
+    assert run("table", "rope", "--seq-len", 4, "--head-dim", 8, "-o", npy) == 0
+    err = capsys.readouterr().err
+    assert f"wrote {npy} (cos (4, 8) float32; sin, inv_freq: write .safetensors" in err
+    assert run("table", "rope", "--seq-len", 4, "--head-dim", 8, "-o", st) == 0
+    assert (
+        "cos (4, 8) float32, sin (4, 8) float32, inv_freq (4,) float32)" in capsys.readouterr().err
+    )
+    assert run("table", "alibi", "--num-heads", 2, "--seq-len", 3, "-q", "-o", npy) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_safetensors_files_get_the_usual_mode(tmp_path: Path) -> None:
+    """safetensors itself writes 0600; the CLI gives the file what open() would (umask 022)."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        out = tmp_path / "t.safetensors"
+        assert run("table", "sinusoidal", "--seq-len", 2, "--d-model", 4, "-o", out) == 0
+    finally:
+        os.umask(old)
+    assert out.stat().st_mode & 0o777 == 0o644
+
+
+def test_api_key_comes_from_the_environment(tmp_path: Path, monkeypatch, capsys) -> None:
+    """--url to a server with POSENC_API_KEY: the key is read from the environment too."""
+    from tests.helpers import start_service, stop_service, wait_ready
+
+    port = free_port()
+    log = tmp_path / "server.log"
+    proc = start_service(port, log, clean_env(POSENC_DEVICE="cpu", POSENC_API_KEY="s3cret"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, url, log)
+        argv = ["table", "alibi", "--num-heads", "2", "--seq-len", "3", "--url", url]
+        monkeypatch.delenv("POSENC_API_KEY", raising=False)
+        assert run(*argv, "-o", tmp_path / "no-key.npy") == 1
+        assert "HTTP 401" in capsys.readouterr().err
+        monkeypatch.setenv("POSENC_API_KEY", "s3cret")
+        assert run(*argv, "-o", tmp_path / "key.npy") == 0
+        np.testing.assert_allclose(np.load(tmp_path / "key.npy")[1, 2, 0], -2 * 2.0**-8)
+    finally:
+        stop_service(proc)
