@@ -354,6 +354,8 @@ def rope_spec_from_config(config: Mapping[str, Any], where: str = "config") -> R
     scaling = None
     if rope_type not in ("default", "mrope"):
         known = {f.name for f in dataclasses.fields(RopeScaling)} - {"type"}
+        if rope_type != "proportional":  # a scaling parameter of proportional only; elsewhere
+            known.discard("partial_rotary_factor")  # it is the rotated fraction, read above
         values = {k: v for k, v in rope.items() if k in known}
         max_pos = _number(cfg, "max_position_embeddings", where)
         if rope_type == "dynamic":  # transformers rescales above config.max_position_embeddings

@@ -1383,14 +1383,17 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
         """
         from pathlib import Path
 
-        if kind not in TABLE_PATHS:
-            raise ValueError(f"kind must be one of {list(TABLE_PATHS)}, got {kind!r}")
+        from posenc.kinds import REGISTRY
+
+        paths = {**TABLE_PATHS, **{name: spec.path for name, spec in REGISTRY.items()}}
+        if kind not in paths:
+            raise ValueError(f"kind must be one of {list(paths)}, got {kind!r}")
         if format not in ("raw", "npy", "safetensors"):
             raise ValueError(f"format must be 'raw', 'npy' or 'safetensors', got {format!r}")
         body = _body(fields, extra)
         call = _Call(
             method=method,
-            path=TABLE_PATHS[kind],
+            path=paths[kind],
             json_body=body if method == "POST" else None,
             params=_query(body) if method == "GET" else None,
             headers={"Accept": MEDIA_TYPES[format]},

@@ -12,10 +12,12 @@ the OpenAPI document and ``/docs`` in ``service.openapi``, the routes in ``servi
 from __future__ import annotations
 
 import hashlib
+import inspect
 import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any
 
 import anyio
 from fastapi import FastAPI
@@ -127,11 +129,22 @@ def _lifespan(
 # ---------------------------------------------------------------------------------------------
 
 
+# Recent FastAPI releases trace every request themselves once an OpenTelemetry SDK is set up; the
+# service has its own SERVER span (service.tracing, with the request id and the compute and
+# encode spans inside), so FastAPI's is turned off rather than doubled. Older FastAPI has none.
+_OWN_TELEMETRY: dict[str, Any] = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service. ``settings`` defaults to the environment (``get_settings()``)."""
     settings = settings if settings is not None else get_settings()
     metrics = Metrics()
     app = FastAPI(
+        **_OWN_TELEMETRY,
         title="posenc",
         version=posenc.__version__,
         description=DESCRIPTION,

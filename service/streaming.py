@@ -340,6 +340,10 @@ def respond_streamed(
         return prepared.response
     if plan.stream is None:
         raise TypeError(f"plan for {plan.route} has no stream")
+    # before the stream is built: building it may make a row's worth of frequencies
+    check_row_width(
+        plan.names[0] if plan.names else "the table", plan.row_elements, settings.max_elements
+    )
     bundle: StreamBundle = plan.stream()
     for blocks in bundle.tensors.values():
         check_row_width(blocks.name, blocks.row_elements, settings.max_elements)

@@ -69,6 +69,7 @@ def alibi_plan(req: AlibiRequest, state: ServiceState, source: Source) -> Plan:
         elements=heads * seq_len * key_len + heads,
         compute=compute,
         names=("bias", "slopes"),
+        row_elements=max(key_len, heads),
         stream=lambda: StreamBundle(
             {
                 "bias": alibi_bias_blocks(
@@ -161,6 +162,7 @@ def relative_plan(req: RelativeRequest, state: ServiceState, source: Source) -> 
         compute=compute,
         names=("buckets", "bias") if heads else ("buckets",),
         allocations={"num_heads": n_buckets * heads} if heads else {},
+        row_elements=key_len,
         stream=stream,
     )
 

@@ -376,6 +376,9 @@ class Plan:
     # tables only: the bundle as row blocks (a service.streaming.StreamBundle), used when the
     # output is over max_elements and asked as raw, npy or safetensors
     stream: Callable[[], Any] | None = None
+    # the widest row of the tables (their last dimension: d_model, rotary_dim, key_len): a
+    # stream computes at least one row at a time, so a row over max_elements is not streamed
+    row_elements: int = 0
 
 
 def check_size(plan: Plan, limit: int) -> None:

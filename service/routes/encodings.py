@@ -55,6 +55,7 @@ def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source)
         elements=seq_len * req.d_model,
         compute=compute,
         names=("encoding",),
+        row_elements=req.d_model,
         stream=lambda: StreamBundle(
             {
                 "encoding": sinusoidal_blocks(
@@ -119,6 +120,7 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
             compute=compute,
             names=("encoding",),
             model=model.name,
+            row_elements=d_model,
             stream=lambda: StreamBundle(
                 {"encoding": tensor_blocks("encoding", table[:seq_len].to(dtype))}, meta
             ),
@@ -148,6 +150,7 @@ def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Pl
         elements=seq_len * d_model,
         compute=compute_seeded,
         names=("encoding",),
+        row_elements=d_model,
         stream=lambda: StreamBundle(
             {"encoding": learned_blocks(seq_len, d_model, seed=seed, dtype=dtype)}, meta
         ),
@@ -293,6 +296,7 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
         elements=elements,
         compute=compute,
         names=("cos", "sin", "inv_freq"),
+        row_elements=rotary_dim,
         # row blocks are of 1-D positions: (3, T) multimodal positions are not streamed
         stream=None if req.positions and isinstance(req.positions[0], list) else stream,
     )
