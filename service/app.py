@@ -36,8 +36,8 @@ from service.openapi import custom_openapi, install_docs
 from service.replay import ReplayMiddleware
 from service.request_id import RequestIdMiddleware
 from service.routes import biases, catalog, configs, embed, encodings, mrope, ops, position_ids
-from service.routes.common import ServiceState
 from service.routes.registered import registered_kind_routers
+from service.state import ServiceState
 from service.tracing import TracingMiddleware
 from service.tracing import setup as setup_tracing
 

@@ -34,18 +34,16 @@ from pydantic import BaseModel, ValidationError
 
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
-from service.routes.common import (
+from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
-    Plan,
-    ServiceState,
     Source,
     query_fields,
     read_output,
-    read_state,
-    respond_async,
     revalidate,
     validation_error,
 )
+from service.responding import Plan, respond_async
+from service.state import ServiceState, read_state
 
 JSON_TYPE = "application/json"
 NPY_TYPE = "application/x-npy"

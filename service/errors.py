@@ -196,7 +196,7 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
         return None
     accepted = list(owner.model_fields)
     if loc[0] == "query":
-        from service.routes.common import OUTPUT_PARAMS
+        from service.query import OUTPUT_PARAMS
 
         accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
     message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"

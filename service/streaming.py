@@ -1,6 +1,6 @@
 """Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
 
-A table endpoint's :class:`~service.routes.common.Plan` may carry ``stream``: a function giving
+A table endpoint's :class:`~service.responding.Plan` may carry ``stream``: a function giving
 a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
 negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
@@ -60,7 +60,9 @@ from service.formats import (
     dtype_name,
     negotiate,
 )
-from service.routes.common import OutputOptions, Plan, ServiceState, prepare
+from service.query import OutputOptions
+from service.responding import Plan, prepare
+from service.state import ServiceState
 
 __all__ = [
     "STREAM_BLOCK_BYTES",

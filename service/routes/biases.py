@@ -21,10 +21,12 @@ from posenc.relative import (
     relative_buckets,
 )
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source, missing
+from service.query import Source, missing
+from service.responding import Plan
 from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import AlibiRequest, RelativeRequest
+from service.state import ServiceState
 from service.streaming import StreamBundle
 
 router = APIRouter(prefix="/v1/biases", tags=["biases"])

@@ -13,8 +13,8 @@ from fastapi import APIRouter, HTTPException, Query
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
-from service.routes.common import State
 from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
+from service.state import State
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 

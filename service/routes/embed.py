@@ -15,8 +15,10 @@ from posenc.position_ids import build_batch, pad_rows
 from posenc.rope import rope_cos_sin
 from service.bodies import TokenTensors, add_token_route
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source
+from service.query import Source
+from service.responding import Plan
 from service.schemas import EmbedRequest
+from service.state import ServiceState
 
 _TENSOR_FIELDS = {"input_ids", "attention_mask", "position_ids"}
 

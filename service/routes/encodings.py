@@ -14,10 +14,12 @@ from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
 from posenc.rope_sections import mrope_channel_axes, mrope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source, missing
+from service.query import Source, missing
+from service.responding import Plan
 from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
 from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
+from service.state import ServiceState
 from service.streaming import StreamBundle, check_row_width
 
 router = APIRouter(prefix="/v1/encodings", tags=["encodings"])

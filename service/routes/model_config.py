@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from posenc.errors import InvalidArgument, UnknownName
 from posenc.hf_config import ModelPositions, read_positions, rope_request_fields
-from service.routes.common import Source, revalidate
+from service.query import Source, revalidate
 
 M = TypeVar("M", bound=BaseModel)
 

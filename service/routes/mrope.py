@@ -14,9 +14,11 @@ from pydantic.config import JsonDict
 from posenc.mrope import mrope_position_ids, mrope_settings
 from posenc.position_ids import build_batch
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source
+from service.query import Source
+from service.responding import Plan
 from service.routes.tables import add_compute_routes
 from service.schemas import MAX_SIZE, Float, Int, MaskRows, PaddingSide, RequestModel, Rows
+from service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["tokens"])
 

@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse, Response
 
 import posenc
 from service.formats import FORMAT_MEDIA_TYPES
-from service.routes.common import State
 from service.schemas import ErrorBody, Info, Status
+from service.state import State
 
 router = APIRouter()
 OPERATIONS: list[str | Enum] = ["operations"]

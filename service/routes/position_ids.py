@@ -8,8 +8,10 @@ from fastapi import APIRouter
 from posenc.position_ids import build_batch
 from service.bodies import TokenTensors, add_token_route
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source
+from service.query import Source
+from service.responding import Plan
 from service.schemas import PositionIdsRequest
+from service.state import ServiceState
 
 router = APIRouter(prefix="/v1", tags=["tokens"])
 

@@ -18,8 +18,10 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from posenc import kinds as registry
 from posenc.device import resolve_dtype
 from service.formats import Bundle
-from service.routes.common import Plan, ServiceState, Source
+from service.query import Source
+from service.responding import Plan
 from service.routes.tables import add_compute_routes
+from service.state import ServiceState
 
 
 def _not_bool(value: Any) -> Any:

@@ -16,17 +16,8 @@ from pydantic import BaseModel
 from service.admission import OverloadedBody
 from service.errors import UnsupportedMediaTypeBody
 from service.formats import FORMAT_MEDIA_TYPES
-from service.routes.common import (
-    OUTPUT_OPENAPI_PARAMETERS,
-    Plan,
-    ServiceState,
-    Source,
-    parse_query,
-    query_openapi,
-    read_output,
-    read_state,
-    respond_async,
-)
+from service.query import OUTPUT_OPENAPI_PARAMETERS, Source, parse_query, query_openapi, read_output
+from service.responding import Plan, respond_async
 from service.schemas import (
     ErrorBody,
     NotAcceptableBody,
@@ -34,6 +25,7 @@ from service.schemas import (
     TooLargeBody,
     ValidationErrorBody,
 )
+from service.state import ServiceState, read_state
 
 PlanFn = Callable[[Any, ServiceState, Source], Plan]
 

@@ -1,0 +1,223 @@
+"""Reading a request beyond its JSON body: the output options every compute endpoint takes as
+query parameters (``format``, ``encoding``, ``index``) and how they appear in OpenAPI, a GET's
+fields as query parameters (``positions`` comma-separated, ``scaling`` and ``config`` as JSON
+text) with their OpenAPI parameters, and FastAPI-shaped 422s for fields checked after pydantic
+(``missing``, ``revalidate``), located under ``body`` or ``query``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, Field, ValidationError
+
+from service.formats import FORMAT_MEDIA_TYPES
+
+Source = Literal["body", "query"]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+# Query parameters that choose the representation, on every compute endpoint (GET and POST).
+OUTPUT_PARAMS = ("format", "encoding", "index")
+
+
+# GET fields given as comma-separated integers.
+LIST_QUERY_FIELDS = ("positions", "mrope_section")
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    format: str | None
+    encoding: str | None
+    index: int | None
+
+
+class _OutputQuery(BaseModel):
+    format: str | None = None
+    encoding: Literal["float", "base64"] | None = None
+    index: int | None = Field(default=None, ge=0, le=2**31 - 1)  # (JSON keys hold 64 bits)
+
+
+_NO_OUTPUT_OPTIONS = OutputOptions(format=None, encoding=None, index=None)
+
+
+def read_output(request: Request) -> OutputOptions:
+    """The output options from the query string; a bad value is FastAPI's 422 under ``query``.
+
+    Compute routes read these here rather than through a FastAPI dependency: solving
+    dependencies is most of the framework's per-request cost on a cache hit.
+    """
+    params = request.query_params
+    given = {k: params[k] for k in OUTPUT_PARAMS if k in params}
+    if not given:
+        return _NO_OUTPUT_OPTIONS
+    q = revalidate(_OutputQuery, given, "query")
+    return OutputOptions(format=q.format, encoding=q.encoding, index=q.index)
+
+
+# How read_output's parameters appear in the OpenAPI document of every compute operation.
+OUTPUT_OPENAPI_PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "format",
+        "in": "query",
+        "required": False,
+        "description": "output format; wins over Accept: json, safetensors, npy, raw or png "
+        "(anything else is a 406 listing what is available)",
+        "schema": {"type": "string", "enum": list(FORMAT_MEDIA_TYPES)},
+    },
+    {
+        "name": "encoding",
+        "in": "query",
+        "required": False,
+        "description": "JSON only: base64 gives each tensor's data as base64 of its raw bytes",
+        "schema": {"type": "string", "enum": ["float", "base64"]},
+    },
+    {
+        "name": "index",
+        "in": "query",
+        "required": False,
+        "description": "png only: the leading index of a 3-D tensor to draw",
+        "schema": {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+    },
+]
+
+
+def validation_error(source: Source, errors: Sequence[Mapping[str, Any]]) -> RequestValidationError:
+    """A RequestValidationError (FastAPI's 422 list) with locations under ``source``."""
+    items = []
+    for e in errors:
+        item = dict(e)
+        item["loc"] = (source, *tuple(e.get("loc", ())))
+        item.pop("url", None)
+        items.append(item)
+    return RequestValidationError(items)
+
+
+def missing(source: Source, name: str, message: str) -> RequestValidationError:
+    return validation_error(source, [{"type": "missing", "loc": (name,), "msg": message}])
+
+
+def revalidate(model_cls: type[M], data: Mapping[str, Any], source: Source) -> M:
+    """Validate ``data`` as ``model_cls``; pydantic errors become FastAPI's 422 under ``source``."""
+    try:
+        return model_cls.model_validate(dict(data))
+    except ValidationError as exc:
+        raise validation_error(source, exc.errors(include_url=False)) from None
+
+
+def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]:
+    """The query string as a request dict: ``positions`` comma-separated, ``scaling`` JSON text,
+    other fields as their text (pydantic converts it); the output options are left out."""
+    data: dict[str, Any] = {}
+    errors: list[dict[str, Any]] = []
+    params = request.query_params
+    for key in dict.fromkeys(params.keys()):
+        if key in OUTPUT_PARAMS:
+            continue
+        values = params.getlist(key)
+        if key in LIST_QUERY_FIELDS:
+            text = ",".join(values)
+            try:
+                data[key] = [int(v) for v in text.split(",")]
+            except ValueError:
+                errors.append(
+                    {
+                        "type": "int_parsing",
+                        "loc": (key,),
+                        "msg": f"{key} must be comma-separated integers, e.g. 0,1,2; got {text!r}",
+                        "input": text,
+                    }
+                )
+            continue
+        if len(values) > 1:
+            errors.append(
+                {
+                    "type": "value_error",
+                    "loc": (key,),
+                    "msg": f"{key} is given {len(values)} times; give it once",
+                    "input": values,
+                }
+            )
+            continue
+        value = values[0]
+        if key in ("scaling", "config"):  # JSON text
+            try:
+                data[key] = json.loads(value)
+            except ValueError as exc:
+                errors.append(
+                    {
+                        "type": "json_invalid",
+                        "loc": (key,),
+                        "msg": f"{key} must be JSON text (an object or null): {exc}",
+                        "input": value,
+                    }
+                )
+            continue
+        data[key] = value
+    if errors:
+        raise validation_error("query", errors)
+    return data
+
+
+def parse_query(request: Request, model_cls: type[M]) -> M:
+    return revalidate(model_cls, query_fields(request, model_cls), "query")
+
+
+def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting the fields of ``model_cls`` as GET query parameters."""
+    schema = model_cls.model_json_schema(ref_template="#/components/schemas/{model}")
+    props: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    examples = (schema.get("examples") or [{}])[0]
+    parameters = []
+    for name, prop in props.items():
+        prop = dict(prop)
+        description = prop.pop("description", None)
+        prop.pop("title", None)
+        if name == "mrope_section":
+            param_schema: dict[str, Any] = {
+                "type": "string",
+                "pattern": r"^[0-9]+,[0-9]+,[0-9]+$",
+                "description": "three comma-separated ints, e.g. 16,24,24",
+            }
+        elif name == "positions":
+            param_schema = {
+                "type": "string",
+                "pattern": r"^[0-9]+(,[0-9]+)*$",
+                "description": "comma-separated positions, e.g. 0,1,2,4096",
+            }
+        elif name == "config":
+            param_schema = {
+                "type": "string",
+                "description": "JSON text of the model's config.json object",
+            }
+        elif name == "scaling":
+            param_schema = {
+                "type": "string",
+                "description": 'JSON text of the scaling object or null, e.g. {"type":"linear","factor":2}',
+            }
+        else:
+            param_schema = prop
+        parameter: dict[str, Any] = {
+            "name": name,
+            "in": "query",
+            "required": name in required,
+            "schema": param_schema,
+        }
+        if description:
+            parameter["description"] = description
+        if name in examples:
+            value = examples[name]
+            if isinstance(value, list):
+                value = ",".join(str(v) for v in value)
+            elif isinstance(value, dict):
+                value = json.dumps(value, separators=(",", ":"))
+            parameter["example"] = value
+        parameters.append(parameter)
+    return {"parameters": parameters}
