@@ -18,7 +18,6 @@ malformed body is a 400, another media type a 415, each saying what is wrong and
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import struct
 from collections.abc import Callable, Sequence
@@ -35,7 +34,6 @@ from pydantic import BaseModel, ValidationError
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
-    OUTPUT_OPENAPI_PARAMETERS,
     Source,
     query_fields,
     read_output,
@@ -424,10 +422,7 @@ def add_token_route(
     description: str,
 ) -> None:
     """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`)."""
-    from service.routes.tables import compute_responses
-
-    responses = compute_responses(names)
-    stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")
+    from service.routes.tables import add_post_route
 
     async def post_handler(request: Request) -> Response:
         out = read_output(request)
@@ -435,24 +430,13 @@ def add_token_route(
         req, tensors = await read_token_request(request, model_cls)
         return await respond_async(request, state, plan(req, state, "body", tensors), out)
 
-    post_handler.__name__ = f"post_{stem}"
-    post_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
-    router.add_api_route(
-        path,
-        post_handler,
-        methods=["POST"],
-        summary=summary,
-        description=description,
-        responses=responses,
-        response_class=Response,
-        openapi_extra={
-            "parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS),
-            "requestBody": request_body_openapi(
-                model_cls, tensors=[n for n in TENSOR_FIELDS if n in model_cls.model_fields]
-            ),
-        },
-        operation_id=f"post_{stem}",
+    body = request_body_openapi(
+        model_cls, tensors=[n for n in TENSOR_FIELDS if n in model_cls.model_fields]
     )
+    add_post_route(
+        router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
+        description=description, request_body=body,
+    )  # fmt: skip
 
 
 __all__ = [

@@ -87,6 +87,39 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
     }
 
 
+def add_post_route(
+    router: APIRouter,
+    path: str,
+    handler: Callable[..., Any],
+    *,
+    model_cls: type[BaseModel],
+    names: Sequence[str],
+    summary: str,
+    description: str,
+    request_body: dict[str, Any] | None = None,
+) -> None:
+    """Register ``handler`` as ``POST path`` of a compute endpoint whose tensors are ``names``:
+    its operation id, the output-option query parameters, the documented responses, and the
+    request body's OpenAPI when the handler reads the body itself (``request_body``)."""
+    stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
+    handler.__name__ = f"post_{stem}"
+    handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
+    openapi_extra: dict[str, Any] = {"parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)}
+    if request_body is not None:
+        openapi_extra["requestBody"] = request_body
+    router.add_api_route(
+        path,
+        handler,
+        methods=["POST"],
+        summary=summary,
+        description=description,
+        responses=compute_responses(names),
+        response_class=Response,
+        openapi_extra=openapi_extra,
+        operation_id=f"post_{stem}",
+    )
+
+
 def add_compute_routes(
     router: APIRouter,
     path: str,
@@ -112,19 +145,10 @@ def add_compute_routes(
         state = read_state(request)
         return await respond_async(request, state, plan(body, state, "body"), out)
 
-    post_handler.__name__ = f"post_{stem}"
-    post_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints
-    router.add_api_route(
-        path,
-        post_handler,
-        methods=["POST"],
-        summary=summary,
+    add_post_route(
+        router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
         description=description,
-        responses=responses,
-        response_class=Response,
-        openapi_extra={"parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)},
-        operation_id=f"post_{stem}",
-    )
+    )  # fmt: skip
     if not get:
         return
 
