@@ -61,13 +61,12 @@ PROGRESS_ELEMENTS = 10_000_000
 CHUNK_ELEMENTS = 1 << 22
 """Elements per chunk (about 16 MiB of float32) of the chunked computation."""
 
-KINDS = ("sinusoidal", "rope", "alibi", "relative")
+KINDS = ("rope", "alibi", "relative")  # written here; the registry's kinds are added to them
 EXTENSIONS = {".npy": "npy", ".safetensors": "safetensors", ".png": "png", ".bin": "raw"}
 DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 # Request fields of each kind, in the contract's order (the flags are these with dashes).
 FIELDS: dict[str, tuple[str, ...]] = {
-    "sinusoidal": ("seq_len", "positions", "d_model", "base", "layout", "offset", "dtype"),
     "rope": (
         "seq_len", "positions", "head_dim", "rotary_dim", "base", "layout", "scaling", "preset",
         "dtype", "config", "layer_type",
@@ -236,33 +235,6 @@ def _positions(f: Mapping[str, Any], offset: int = 0) -> torch.Tensor:
     return pos + offset
 
 
-def _sinusoidal(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
-    from posenc.sinusoidal import sinusoidal_table
-
-    kw = {
-        "d_model": f.get("d_model"),
-        "base": f.get("base", 10000.0),
-        "layout": f.get("layout", "interleaved"),
-    }
-    if kw["d_model"] is None:
-        raise InvalidArgument("d_model is required", field="d_model")
-    offset = f.get("offset", 0)
-    sinusoidal_table(seq_len=1, offset=offset, dtype=dtype, **kw)  # checks every scalar field
-    pos = _positions(f, offset)  # (T,)
-    d_model = int(kw["d_model"])
-    bar = progress("sinusoidal encoding", pos.numel(), pos.numel() * d_model)
-    if bar is None:
-        table = sinusoidal_table(positions=pos, dtype=dtype, **kw)  # (T, D)
-    else:
-        table = torch.empty(pos.numel(), d_model, dtype=dtype)  # (T, D)
-        for i0, i1 in _chunks(pos.numel(), d_model):
-            table[i0:i1] = sinusoidal_table(positions=pos[i0:i1], dtype=dtype, **kw)
-            bar.update(i1 - i0)
-        bar.close()
-    meta = {"kind": "sinusoidal", "seq_len": pos.numel(), **kw, "offset": offset}
-    return {"encoding": table}, {**meta, "dtype": f.get("dtype", "float32")}
-
-
 def _rope(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) -> TensorBundle:
     from posenc.rope import RopeScaling, rope_cos_sin
 
@@ -417,11 +389,30 @@ def _relative(f: dict[str, Any], dtype: torch.dtype, progress: ProgressFactory) 
 
 
 _COMPUTE: dict[str, Callable[[dict[str, Any], torch.dtype, ProgressFactory], TensorBundle]] = {
-    "sinusoidal": _sinusoidal,
     "rope": _rope,
     "alibi": _alibi,
     "relative": _relative,
 }
+
+
+def _compute_in_blocks(
+    spec: Any, params: Mapping[str, Any], stream: TextIO
+) -> dict[str, torch.Tensor]:
+    """A registered kind's tensors filled block by block (:attr:`posenc.kinds.Kind.blocks`),
+    with a progress line: the same bytes as computing them whole."""
+    from posenc.device import resolve_dtype
+
+    tables = spec.blocks(params, torch.device("cpu"), resolve_dtype(params.get("dtype")))
+    bar = Progress(f"{spec.name} {', '.join(tables)}", sum(t.rows for t in tables.values()), stream)
+    out = {}
+    for name, table in tables.items():
+        whole = torch.empty(table.rows, table.row_elements, dtype=table.dtype)
+        for start, stop in table.ranges(CHUNK_ELEMENTS * table.element_size):
+            table.fill(start, stop, whole[start:stop])
+            bar.update(stop - start)
+        out[name] = whole.reshape(table.shape)
+    bar.close()
+    return out
 
 
 def compute_table(
@@ -453,7 +444,10 @@ def compute_table(
             known = [*_COMPUTE, *kinds.REGISTRY]
             raise PosencError(f"kind must be one of {known}, got {kind!r}", field="kind")
         params = kinds.resolve_fields(spec, given)
-        return kinds.compute(spec, params), spec.make_meta(params)
+        elements = kinds.total_elements(spec, params)
+        if spec.blocks is None or progress is None or elements <= PROGRESS_ELEMENTS:
+            return kinds.compute(spec, params), spec.make_meta(params)
+        return _compute_in_blocks(spec, params, progress), spec.make_meta(params)
     merged = _merge(kind, given)
     from posenc.device import resolve_dtype
 
@@ -650,10 +644,8 @@ def _add_field(p: argparse.ArgumentParser, kind: str, name: str) -> None:
         "seed": dict(type=int, help="seed of the bias table (default 0)"),
         "dtype": dict(choices=list(DTYPES), help="output dtype (default float32)"),
     }  # fmt: skip
-    if name == "layout":
+    if name == "layout":  # rope's (the registry's kinds give their own choices)
         choices = ["half", "interleaved"]
-        if kind == "sinusoidal":
-            choices = ["interleaved", "concat", "tensor2tensor"]
         kw: dict[str, Any] = dict(choices=choices, help=f"layout (default {choices[0]})")
     else:
         kw = dict(spec[name])

@@ -156,6 +156,12 @@ class Kind:
         meta: the JSON-able ``meta`` of a response, from the resolved fields; by default the
             fields themselves with ``kind``.
         get: also serve ``GET path`` with the fields as query parameters.
+        blocks: the tensors as :class:`posenc.blocks.TableBlocks` (computable a block of rows at
+            a time, the same bytes as ``compute``), for tables beyond memory: the service
+            streams them and the CLI fills them with a progress bar. None: computed whole.
+        row_elements: the widest row of the tables (their last dimension), from the fields: a
+            block holds at least one row, so a service refuses to stream a wider one than its
+            limit. Needed with ``blocks``.
     """
 
     name: str
@@ -170,6 +176,8 @@ class Kind:
     check: Callable[[Params], None] | None = None
     meta: Callable[[Params], dict[str, Any]] | None = None
     get: bool = True
+    blocks: Callable[[Params, torch.device, torch.dtype], dict[str, Any]] | None = None
+    row_elements: Callable[[Params], int] | None = None
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -180,6 +188,8 @@ class Kind:
             raise ValueError(f"kind {self.name!r} names a field twice: {names}")
         if not self.tensors:
             raise ValueError(f"kind {self.name!r} has no tensors")
+        if (self.blocks is None) != (self.row_elements is None):
+            raise ValueError(f"kind {self.name!r}: give blocks and row_elements together")
         object.__setattr__(self, "field_names", names)
 
     def field(self, name: str) -> FieldSpec:
@@ -226,9 +236,8 @@ def _check_number(spec: FieldSpec, value: Any, where: str) -> None:
             f"{where} must be > {spec.exclusive_minimum:g}, got {value}", field=where
         )
     if spec.multiple_of is not None and value % spec.multiple_of:
-        raise InvalidArgument(
-            f"{where} must be a multiple of {spec.multiple_of}, got {value}", field=where
-        )
+        what = "even" if spec.multiple_of == 2 else f"a multiple of {spec.multiple_of}"
+        raise InvalidArgument(f"{where} must be {what}, got {value}", field=where)
 
 
 def _coerce(spec: FieldSpec, value: Any) -> Any:

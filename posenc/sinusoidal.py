@@ -17,12 +17,13 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Literal, get_args
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 
+from posenc import kinds
 from posenc._validate import (
     check_choice,
     check_int,
@@ -268,3 +269,98 @@ class SinusoidalPositionalEncoding(nn.Module):
                 device=x.device,
             )
         return x + pe.to(device=x.device, dtype=x.dtype)[None]  # (B, T, D)
+
+
+# ---------------------------------------------------------------------------------------------
+# The endpoint kind (posenc.kinds): POST/GET /v1/encodings/sinusoidal, the client, the CLI
+# ---------------------------------------------------------------------------------------------
+
+_POSITION_BOUND = 2**53  # positions stay exact in float64
+
+
+def _one_of_seq_len_positions(params: Mapping[str, Any]) -> None:
+    if (params["seq_len"] is None) == (params["positions"] is None):
+        got = "both" if params["seq_len"] is not None else "neither"
+        raise InvalidArgument(
+            f"give exactly one of seq_len (int >= 1) or positions (list of ints >= 0), got {got}",
+            field="seq_len",
+        )
+
+
+def _length(params: Mapping[str, Any]) -> int:
+    return int(params["seq_len"]) if params["seq_len"] is not None else len(params["positions"])
+
+
+def _table_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: params[k] for k in ("seq_len", "d_model", "base", "layout", "offset")}
+
+
+def _blocks(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    from posenc.blocks import sinusoidal_blocks  # blocks imports this module
+
+    blocks = sinusoidal_blocks(
+        params["positions"], **_table_arguments(params), device=device, dtype=dtype
+    )
+    return {"encoding": blocks}
+
+
+SINUSOIDAL = kinds.register(
+    kinds.Kind(
+        name="sinusoidal",
+        path="/v1/encodings/sinusoidal",
+        tag="encodings",
+        summary="Sinusoidal positional encoding",
+        description="Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast "
+        "once.",
+        fields=(
+            kinds.FieldSpec(
+                "seq_len", "int", "T: positions offset … offset+T−1", None, minimum=1, example=8
+            ),
+            kinds.FieldSpec(
+                "positions",
+                "ints",
+                "explicit positions (ints ≥ 0) instead of seq_len",
+                None,
+                minimum=0,
+                maximum=_POSITION_BOUND,
+            ),
+            kinds.FieldSpec(
+                "d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16
+            ),
+            kinds.FieldSpec("base", "float", "wavelength base", 10000.0, exclusive_minimum=0),
+            kinds.FieldSpec(
+                "layout",
+                "str",
+                "interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
+                "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
+                "interleaved",
+                choices=_LAYOUTS,
+            ),
+            kinds.FieldSpec(
+                "offset",
+                "int",
+                "added to every position",
+                0,
+                minimum=0,
+                maximum=_POSITION_BOUND,
+            ),
+        ),
+        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+        shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
+        compute=lambda p, device, dtype: {
+            "encoding": sinusoidal_table(
+                p["positions"], **_table_arguments(p), device=device, dtype=dtype
+            )
+        },
+        check=_one_of_seq_len_positions,
+        meta=lambda p: {
+            "kind": "sinusoidal",
+            "seq_len": _length(p),
+            **{k: p[k] for k in ("d_model", "base", "layout", "offset", "dtype")},
+        },
+        blocks=_blocks,
+        row_elements=lambda p: int(p["d_model"]),
+    )
+)
+"""The sinusoidal endpoint kind: described here once, served, documented, called and offered
+on the command line from this description (see :mod:`posenc.kinds`)."""

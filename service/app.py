@@ -167,8 +167,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     modules = (encodings, biases, position_ids, mrope, embed, catalog, configs, ops)
-    routers = [m.router for m in modules]
-    routers += registered_kind_routers()  # every kind of posenc.kinds.REGISTRY, derived
+    # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
+    routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:
         app.include_router(router)
     install_docs(app)

@@ -91,36 +91,6 @@ def _key_len_at_least_seq_len(key_len: int | None, seq_len: int) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-class SinusoidalRequest(RequestModel):
-    """``POST /v1/encodings/sinusoidal``: tensors ``encoding`` (T, D)."""
-
-    model_config = ConfigDict(
-        extra="forbid",
-        json_schema_extra={"examples": [{"seq_len": 8, "d_model": 16}]},
-    )
-
-    seq_len: Int | None = Field(
-        None, ge=1, le=MAX_SIZE, description="T: positions offset … offset+T−1"
-    )
-    positions: list[Position] | None = Field(
-        None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
-    )
-    d_model: Int = Field(..., ge=2, le=MAX_SIZE, multiple_of=2, description="D, even int ≥ 2")
-    base: Float = Field(10000.0, gt=0, allow_inf_nan=False, description="wavelength base")
-    layout: SinusoidalLayout = Field(
-        "interleaved",
-        description="interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
-        "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
-    )
-    offset: Int = Field(0, ge=0, le=MAX_POSITION, description="added to every position")
-    dtype: DType = Field("float32", description=_DTYPE_DESC)
-
-    @model_validator(mode="after")
-    def _one_of(self) -> SinusoidalRequest:
-        _exactly_one_of_seq_len_positions(self.seq_len, self.positions)
-        return self
-
-
 class LearnedRequest(RequestModel):
     """``POST /v1/encodings/learned``: tensors ``encoding`` (T, D).
 

@@ -1,4 +1,7 @@
-"""``/v1/encodings/{sinusoidal,learned,rope}``: positional encoding tables (POST and GET)."""
+"""``/v1/encodings/{learned,rope}``: positional encoding tables (POST and GET).
+
+``/v1/encodings/sinusoidal`` is a kind of the library's registry (:mod:`posenc.kinds`),
+served by :mod:`service.routes.registered`."""
 
 from __future__ import annotations
 
@@ -7,73 +10,21 @@ from typing import cast
 from fastapi import APIRouter
 
 from posenc import resolve_dtype
-from posenc.blocks import learned_blocks, rope_blocks, sinusoidal_blocks, tensor_blocks
+from posenc.blocks import learned_blocks, rope_blocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_table
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
 from posenc.rope_sections import mrope_channel_axes, mrope_cos_sin
-from posenc.sinusoidal import sinusoidal_table
 from service.formats import Bundle
 from service.query import Source, missing
 from service.responding import Plan
 from service.routes.model_config import merge_sources
 from service.routes.tables import add_compute_routes
-from service.schemas import LearnedRequest, RopeRequest, SinusoidalRequest
+from service.schemas import LearnedRequest, RopeRequest
 from service.state import ServiceState
 from service.streaming import StreamBundle, check_row_width
 
 router = APIRouter(prefix="/v1/encodings", tags=["encodings"])
-
-
-def sinusoidal_plan(req: SinusoidalRequest, state: ServiceState, source: Source) -> Plan:
-    seq_len = req.seq_len if req.seq_len is not None else len(req.positions or ())
-    dtype = resolve_dtype(req.dtype)
-    meta = {
-        "kind": "sinusoidal",
-        "seq_len": seq_len,
-        "d_model": req.d_model,
-        "base": req.base,
-        "layout": req.layout,
-        "offset": req.offset,
-        "dtype": req.dtype,
-    }
-
-    def compute() -> Bundle:
-        table = sinusoidal_table(
-            req.positions,
-            seq_len=req.seq_len,
-            d_model=req.d_model,
-            base=req.base,
-            layout=req.layout,
-            offset=req.offset,
-            device=state.device,
-            dtype=dtype,
-        )  # (T, D)
-        return Bundle({"encoding": table}, meta)
-
-    return Plan(
-        route="/v1/encodings/sinusoidal",
-        params=req.model_dump(mode="json"),
-        elements=seq_len * req.d_model,
-        compute=compute,
-        names=("encoding",),
-        row_elements=req.d_model,
-        stream=lambda: StreamBundle(
-            {
-                "encoding": sinusoidal_blocks(
-                    req.positions,
-                    seq_len=req.seq_len,
-                    d_model=req.d_model,
-                    base=req.base,
-                    layout=req.layout,
-                    offset=req.offset,
-                    device=state.device,
-                    dtype=dtype,
-                )
-            },
-            meta,
-        ),
-    )
 
 
 def learned_plan(req: LearnedRequest, state: ServiceState, source: Source) -> Plan:
@@ -304,18 +255,6 @@ def rope_plan(req: RopeRequest, state: ServiceState, source: Source) -> Plan:
     )
 
 
-add_compute_routes(
-    router,
-    "/sinusoidal",
-    SinusoidalRequest,
-    sinusoidal_plan,
-    names=("encoding",),
-    summary="Sinusoidal positional encoding",
-    description=(
-        "Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast once. "
-        "Tensors: `encoding` (T, D)."
-    ),
-)
 add_compute_routes(
     router,
     "/learned",

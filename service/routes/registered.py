@@ -10,18 +10,23 @@ specific to one kind: registering a kind in the library is all it takes to serve
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any, Literal, cast
 
+import torch
 from fastapi import APIRouter
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
 
 from posenc import kinds as registry
 from posenc.device import resolve_dtype
+from posenc.errors import InvalidArgument
 from service.formats import Bundle
 from service.query import Source
 from service.responding import Plan
 from service.routes.tables import add_compute_routes
 from service.state import ServiceState
+from service.streaming import StreamBundle
 
 
 def _not_bool(value: Any) -> Any:
@@ -72,12 +77,37 @@ def request_model(kind: registry.Kind) -> type[BaseModel]:
             )
     example = {s.name: s.example for s in kind.fields if s.example is not None}
     name = "".join(part.capitalize() for part in kind.name.replace("-", "_").split("_"))
+    axes = ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors)
+
+    def cross_check(self: BaseModel) -> BaseModel:
+        """The kind's own cross-field check, as a pydantic error (FastAPI's 422 list)."""
+        if kind.check is not None:
+            try:
+                kind.check(self.model_dump())
+            except InvalidArgument as exc:
+                raise ValueError(exc.message) from None
+        return self
+
     return create_model(
         f"{name}Request",
         __config__=ConfigDict(extra="forbid", json_schema_extra={"examples": [example]}),
-        __doc__=f"``{'POST'} {kind.path}``: {kind.summary}.",
+        __doc__=f"``POST {kind.path}``: tensors {axes}.",
+        __validators__=cast(  # pydantic's stubs type the values as plain callables
+            dict[str, Callable[..., Any]],
+            {"cross_check": model_validator(mode="after")(cross_check)},
+        ),
         **definitions,
     )
+
+
+def _stream_bundle(
+    blocks: Callable[[Any, torch.device, torch.dtype], dict[str, Any]],
+    params: Any,
+    device: torch.device,
+    dtype: torch.dtype,
+    meta: dict[str, Any],
+) -> StreamBundle:
+    return StreamBundle(blocks(params, device, dtype), meta)
 
 
 def _plan_for(kind: registry.Kind) -> Any:
@@ -93,12 +123,18 @@ def _plan_for(kind: registry.Kind) -> Any:
             tensors = registry.compute(kind, params, device=state.device, dtype=dtype)
             return Bundle(tensors, meta)
 
+        stream = None
+        if kind.blocks is not None:  # row blocks, for a table over max_elements
+            stream = partial(_stream_bundle, kind.blocks, params, state.device, dtype, meta)
+
         return Plan(
             route=kind.path,
             params=dict(params),
             elements=sum(math.prod(s) for s in shapes.values()),
             compute=compute,
             names=names,
+            stream=stream,
+            row_elements=kind.row_elements(params) if kind.row_elements is not None else 0,
         )
 
     return plan

@@ -132,7 +132,7 @@ def test_library_resolves_checks_and_computes(toy: kinds.Kind) -> None:
     tensors = kinds.compute(toy, params)
     np.testing.assert_array_equal(tensors["ramp"].numpy(), expected(3, 4, 0.5))
     assert tensors["steps"].dtype == torch.int64
-    with pytest.raises(InvalidArgument, match="width must be a multiple of 2, got 3"):
+    with pytest.raises(InvalidArgument, match="width must be even, got 3"):
         kinds.resolve_fields(toy, {"seq_len": 3, "width": 3})
     with pytest.raises(InvalidArgument, match=r"unknown field\(s\) \['heads'\]"):
         kinds.resolve_fields(toy, {"seq_len": 3, "width": 4, "heads": 1})

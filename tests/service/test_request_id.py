@@ -61,7 +61,7 @@ def test_only_one_x_request_id_header(api: httpx.Client) -> None:
 
 def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     """401 (auth, before routing), 404, 405, 413, 422 and an unhandled 500 all carry the id."""
-    import service.routes.encodings as encodings
+    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("boom")
@@ -83,7 +83,7 @@ def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch, caplog
         r = client.get("/v1/info", headers={"X-Request-ID": "mine-401"})
         assert r.status_code == 401 and r.headers["x-request-id"] == "mine-401"
 
-        monkeypatch.setattr(encodings, "sinusoidal_table", broken)
+        monkeypatch.setattr(sinusoidal, "sinusoidal_table", broken)
         caplog.handler.addFilter(RequestIdFilter())
         r = client.post(
             SIN,

@@ -200,17 +200,17 @@ def test_oversized_outputs_are_413_giving_limit_and_size(
 def test_413_comes_before_any_computation(gpt2_file, monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit is checked on the parameters: the library is never called, exactly-at-limit is
     served, one more element is refused; a huge internal table (clip buckets) is refused too."""
+    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
     import service.routes.biases as biases
-    import service.routes.encodings as encodings
 
     calls: list[int] = []
-    real = encodings.sinusoidal_table
+    real = sinusoidal.sinusoidal_table
 
     def spy(*args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(kwargs["d_model"])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(encodings, "sinusoidal_table", spy)
+    monkeypatch.setattr(sinusoidal, "sinusoidal_table", spy)
     monkeypatch.setattr(biases, "relative_bias_table", lambda *a, **k: pytest.fail("allocated"))
     with TestClient(create_app(make_settings(gpt2_file, max_elements=1000))) as client:
         assert client.post(SIN, json={"seq_len": 125, "d_model": 8}).status_code == 200
@@ -443,12 +443,12 @@ def test_nan_and_infinity_in_bodies_are_422(api: httpx.Client, raw: bytes) -> No
 def test_unexpected_errors_are_json_500_without_a_traceback(
     gpt2_file, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import service.routes.encodings as encodings
+    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("secret internals")
 
-    monkeypatch.setattr(encodings, "sinusoidal_table", broken)
+    monkeypatch.setattr(sinusoidal, "sinusoidal_table", broken)
     app = create_app(make_settings(gpt2_file))
     with TestClient(app, raise_server_exceptions=False) as client:
         r = client.post(SIN, json={"seq_len": 2, "d_model": 2, "base": 3.0})
