@@ -9,7 +9,6 @@ specific to one kind: registering a kind in the library is all it takes to serve
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal, cast
@@ -115,7 +114,6 @@ def _plan_for(kind: registry.Kind) -> Any:
 
     def plan(req: BaseModel, state: ServiceState, source: Source) -> Plan:
         params = registry.resolve_fields(kind, req.model_dump(exclude_none=True))
-        shapes = kind.shapes(params)
         dtype = resolve_dtype(params.get("dtype"))
         meta = kind.make_meta(params)
 
@@ -130,7 +128,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         return Plan(
             route=kind.path,
             params=dict(params),
-            elements=sum(math.prod(s) for s in shapes.values()),
+            elements=registry.total_elements(kind, params),  # from the numbers alone
             compute=compute,
             names=names,
             stream=stream,
