@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -114,6 +115,25 @@ def start_baseline(model: dict[str, int]) -> Server:
         "BENCH_MAX_POSITIONS": str(model["max_positions"]),
     }
     return start("baseline", [*argv, "--port", "{port}"], env)
+
+
+def start_posenc_and_baseline(
+    res: Results, servers: list[Server]
+) -> tuple[Server, Server, dict[str, Any]]:
+    """posenc (one worker) and the baseline at the default model's sizes, both ready, and that
+    model's entry of ``/v1/models``; each server is appended to ``servers`` as it starts (the
+    caller stops them all, also after a failure), and ``res.device`` says what posenc computes
+    on."""
+    posenc = start_posenc(1)
+    servers.append(posenc)
+    wait_ready(posenc, "/readyz")
+    res.device = describe_device(httpx.get(posenc.url + "/v1/info", timeout=10).json())
+    models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
+    default = next(m for m in models["models"] if m["name"] == models["default"])
+    baseline = start_baseline(default)
+    servers.append(baseline)
+    wait_ready(baseline, "/healthz")
+    return posenc, baseline, default
 
 
 def wait_ready(server: Server, path: str, timeout: float = 180.0) -> None:
@@ -358,16 +378,9 @@ def run(args: argparse.Namespace) -> Results:
         return case in want
 
     res.loads.append(f"start: {load_average()}")
-    posenc = start_posenc(1)
-    servers = [posenc]
+    servers: list[Server] = []
     try:
-        wait_ready(posenc, "/readyz")
-        res.device = describe_device(httpx.get(posenc.url + "/v1/info", timeout=10).json())
-        models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
-        default = next(m for m in models["models"] if m["name"] == models["default"])
-        baseline = start_baseline(default)
-        servers.append(baseline)
-        wait_ready(baseline, "/healthz")
+        posenc, baseline, default = start_posenc_and_baseline(res, servers)
         client = httpx.Client(timeout=120.0, limits=httpx.Limits(max_keepalive_connections=4))
 
         def posenc_call(path: str, body: bytes, accept: str) -> Callable[[int], Call]:

@@ -43,17 +43,15 @@ from bench.__main__ import (
     Call,
     Results,
     Row,
+    Server,
     _body,
     _server_timing,
     compare,
-    describe_device,
     load_average,
     log,
     paired_ratio,
-    start_baseline,
-    start_posenc,
+    start_posenc_and_baseline,
     stop,
-    wait_ready,
 )
 
 NPY = "application/x-npy"
@@ -176,16 +174,9 @@ def run_cold(args: argparse.Namespace) -> Results:
     q = args.quick
     want = set(args.only.split(",")) if args.only else set(CASES)
     res.loads.append(f"start: {load_average()}")
-    posenc = start_posenc(1)
-    servers = [posenc]
+    servers: list[Server] = []
     try:
-        wait_ready(posenc, "/readyz")
-        res.device = describe_device(httpx.get(posenc.url + "/v1/info", timeout=10).json())
-        models = httpx.get(posenc.url + "/v1/models", timeout=10).json()
-        default = next(m for m in models["models"] if m["name"] == models["default"])
-        baseline = start_baseline(default)
-        servers.append(baseline)
-        wait_ready(baseline, "/healthz")
+        posenc, baseline, default = start_posenc_and_baseline(res, servers)
         client = httpx.Client(timeout=300.0, limits=httpx.Limits(max_keepalive_connections=4))
 
         def store_ceiling(name: str, r: httpx.Response) -> None:
