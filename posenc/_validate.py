@@ -131,7 +131,20 @@ def first_true(bad: torch.Tensor) -> tuple[int, ...]:
     return tuple(int(i) for i in torch.nonzero(bad)[0])
 
 
+def check_binary_mask(mask: torch.Tensor, field: str) -> None:
+    """InvalidArgument naming ``field[row][col]`` of the first entry of a ``(B, T)`` mask that
+    is neither 0 nor 1."""
+    bad = (mask != 0) & (mask != 1)
+    if bool(bad.any()):
+        row, col = first_true(bad)
+        raise InvalidArgument(
+            f"{field} must hold 0 or 1, got {mask[row, col].item()} at {field}[{row}][{col}]",
+            field=f"{field}[{row}][{col}]",
+        )
+
+
 __all__ = [
+    "check_binary_mask",
     "check_choice",
     "check_finite",
     "check_int",

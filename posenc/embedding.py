@@ -20,7 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc._validate import check_choice, check_int_matrix, dtype_name, first_true
+from posenc._validate import (
+    check_binary_mask,
+    check_choice,
+    check_int_matrix,
+    dtype_name,
+    first_true,
+)
 from posenc.errors import InvalidArgument, TokenOutOfRange
 from posenc.limits import check_elements
 from posenc.sinusoidal import sinusoidal_table
@@ -134,14 +140,7 @@ def embed_tokens(
     else:
         _check_ids(attention_mask, "attention_mask", ids.shape, ints=False)
         mask = attention_mask.to(device=device)
-        bad_mask = (mask != 0) & (mask != 1)
-        if bool(bad_mask.any()):
-            row, col = first_true(bad_mask)
-            raise InvalidArgument(
-                f"attention_mask must hold 0 or 1, got {mask[row, col].item()} at "
-                f"attention_mask[{row}][{col}]",
-                field=f"attention_mask[{row}][{col}]",
-            )
+        check_binary_mask(mask, "attention_mask")
         real = mask.bool()
 
     bad = real & ((ids < 0) | (ids >= vocab_size))

@@ -35,7 +35,7 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import check_int_matrix, first_true, is_number
+from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
 from posenc.errors import InvalidArgument
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
@@ -326,14 +326,7 @@ def mrope_position_ids(
                 field="attention_mask",
             )
         mask = attention_mask.detach().to("cpu")
-        bad = (mask != 0) & (mask != 1)
-        if bool(bad.any()):
-            row, col = first_true(bad)
-            raise InvalidArgument(
-                f"attention_mask must hold 0 or 1, got {mask[row, col].item()} at "
-                f"attention_mask[{row}][{col}]",
-                field=f"attention_mask[{row}][{col}]",
-            )
+        check_binary_mask(mask, "attention_mask")
         real = mask.bool()
     counts = real.sum(dim=1)  # (B,)
     if batch and bool((counts == 0).any()):

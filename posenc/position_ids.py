@@ -19,7 +19,13 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import check_choice, check_int_matrix, device_or_cpu, dtype_name, first_true
+from posenc._validate import (
+    check_binary_mask,
+    check_choice,
+    check_int_matrix,
+    device_or_cpu,
+    dtype_name,
+)
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 
@@ -169,19 +175,9 @@ def position_ids_from_mask(
             field="attention_mask",
         )
     mask = attention_mask.to(torch.int64)
-    _check_binary(mask, "attention_mask")
+    check_binary_mask(mask, "attention_mask")
     counts = torch.cumsum(mask, dim=1)  # (B, T): real tokens so far, inclusive
     return torch.where(mask.bool(), counts - 1 + start, torch.full_like(mask, pad_position))
-
-
-def _check_binary(mask: Tensor, field: str) -> None:
-    bad = (mask != 0) & (mask != 1)
-    if bool(bad.any()):
-        b, t = first_true(bad)
-        raise InvalidArgument(
-            f"{field} must hold 0 or 1, got {int(mask[b, t])} at {field}[{b}][{t}]",
-            field=f"{field}[{b}][{t}]",
-        )
 
 
 def _as_int_matrix(x: Tensor, field: str) -> Tensor:
@@ -268,7 +264,7 @@ def build_batch(
             mask, _ = _pad(
                 attention_mask, pad_value=0, padding_side=padding_side, field="attention_mask"
             )
-        _check_binary(mask, "attention_mask")
+        check_binary_mask(mask, "attention_mask")
         mask = mask * slots
     elif pad_token_id is not None:
         mask = (ids != pad_token_id).to(torch.int64) * slots
