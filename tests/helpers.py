@@ -21,6 +21,20 @@ ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 
 
+# The presets the HTTP API promises by name, with their kinds.
+CONTRACT_PRESETS = {
+    "llama-2-7b": "rope",
+    "llama-3.1-8b": "rope",
+    "mistral-7b": "rope",
+    "qwen2.5-7b": "rope",
+    "gpt-neox-20b": "rope",
+    "bloom-7b1": "alibi",
+    "mpt-7b": "alibi",
+    "t5-base": "relative",
+    "gpt2": "learned",
+    "bert-base": "learned",
+}
+
 GPT2_NAME = "tiny-gpt2"
 
 

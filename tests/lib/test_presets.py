@@ -26,19 +26,7 @@ from posenc.learned import learned_table
 from posenc.presets import PRESET_FIELDS, PRESETS, Preset, get_preset
 from posenc.relative import relative_bias, relative_bias_table, relative_buckets
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
-
-REQUIRED = {
-    "llama-2-7b": "rope",
-    "llama-3.1-8b": "rope",
-    "mistral-7b": "rope",
-    "qwen2.5-7b": "rope",
-    "gpt-neox-20b": "rope",
-    "bloom-7b1": "alibi",
-    "mpt-7b": "alibi",
-    "t5-base": "relative",
-    "gpt2": "learned",
-    "bert-base": "learned",
-}
+from tests.helpers import CONTRACT_PRESETS
 
 # name -> (transformers model module, config class, rotary class, hidden_size, attention heads)
 HF_ROPE = {
@@ -60,7 +48,7 @@ def scaling_of(preset: Preset) -> RopeScaling | None:
 
 
 def test_required_presets_exist_with_their_kinds():
-    for name, kind in REQUIRED.items():
+    for name, kind in CONTRACT_PRESETS.items():
         assert get_preset(name).kind == kind
         assert get_preset(name).name == name
 

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import posenc
 from service.app import create_app
 from tests.helpers import (
+    CONTRACT_PRESETS,
     ROOT,
     clean_env,
     free_port,
@@ -25,19 +26,6 @@ from tests.helpers import (
     stop_service,
     wait_ready,
 )
-
-CONTRACT_PRESETS = {
-    "llama-2-7b": "rope",
-    "llama-3.1-8b": "rope",
-    "mistral-7b": "rope",
-    "qwen2.5-7b": "rope",
-    "gpt-neox-20b": "rope",
-    "bloom-7b1": "alibi",
-    "mpt-7b": "alibi",
-    "t5-base": "relative",
-    "gpt2": "learned",
-    "bert-base": "learned",
-}
 
 CONTRACT_OPERATIONS = {
     ("post", "/v1/encodings/sinusoidal"),
