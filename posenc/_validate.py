@@ -9,7 +9,8 @@ wording (``noun``) rather than picking one: these helpers must not change any me
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -108,6 +109,17 @@ def check_lengths(seq_len: object, key_len: object | None) -> tuple[int, int]:
     return t, s
 
 
+def bias_lengths(fields: Mapping[str, Any]) -> tuple[int, int]:
+    """``(T, S)`` of a bias kind's fields (:func:`check_lengths` of ``seq_len``, ``key_len``)."""
+    return check_lengths(fields["seq_len"], fields.get("key_len"))
+
+
+def check_bias_lengths(fields: Mapping[str, Any]) -> None:
+    """A bias kind's cross-check: ``key_len >= seq_len`` when both are given."""
+    if fields.get("seq_len") is not None:
+        bias_lengths(fields)
+
+
 def check_int_matrix(x: torch.Tensor, field: str, *, ints: bool = True) -> None:
     """A 2-D ``(B, T)`` tensor, holding integers (or bool) when ``ints``: floating and complex
     dtypes are refused, with the dtype's name (``float32``) in the message."""
@@ -156,3 +168,13 @@ __all__ = [
     "first_true",
     "is_number",
 ]
+
+
+def check_seq_len_or_positions(seq_len: object, positions: object) -> None:
+    """Exactly one of ``seq_len`` and ``positions`` is given (not None), or InvalidArgument."""
+    if (seq_len is None) == (positions is None):
+        got = "both" if seq_len is not None else "neither"
+        raise InvalidArgument(
+            f"give exactly one of seq_len (int >= 1) or positions (list of ints >= 0), got {got}",
+            field="seq_len",
+        )

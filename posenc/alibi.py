@@ -17,18 +17,27 @@ Slopes and biases are computed in float64 and cast once to the requested dtype.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
 
 import torch
 
-from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu, is_number
+from posenc import kinds
+from posenc._validate import (
+    bias_lengths,
+    check_bias_lengths,
+    check_choice,
+    check_int,
+    check_lengths,
+    device_or_cpu,
+    is_number,
+)
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 
 AlibiMode = Literal["causal", "symmetric"]
-
-_MODES: tuple[str, ...] = ("causal", "symmetric")
+ALIBI_MODES: tuple[str, ...] = get_args(AlibiMode)
 
 
 def _check_max_bias(max_bias: float) -> float:
@@ -141,7 +150,7 @@ def alibi_bias(
         what=f"the ALiBi bias (H={num_heads}, T={seq_len}, S={key_len})",
         max_elements=max_elements,
     )
-    check_choice("mode", mode, _MODES)
+    check_choice("mode", mode, ALIBI_MODES)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
     dev = device_or_cpu(device)
@@ -159,3 +168,114 @@ def alibi_bias(
 
 
 __all__ = ["AlibiMode", "alibi_bias", "alibi_slopes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The alibi endpoint kind (posenc.kinds)
+# ---------------------------------------------------------------------------------------------
+
+
+def _key_len(p: Mapping[str, Any]) -> int:
+    return bias_lengths(p)[1]
+
+
+def _alibi_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
+    heads, max_bias = p["num_heads"], p["max_bias"]
+    bias = alibi_bias(
+        heads,
+        p["seq_len"],
+        _key_len(p),
+        mode=p["mode"],
+        max_bias=max_bias,
+        device=ctx.device,
+        dtype=ctx.dtype,
+    )  # (H, T, S)
+    slopes = alibi_slopes(heads, max_bias, device=ctx.device, dtype=ctx.dtype)  # (H,)
+    return {"bias": bias, "slopes": slopes}
+
+
+def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    from posenc.blocks import alibi_bias_blocks, tensor_blocks  # blocks imports this module
+
+    heads, max_bias = p["num_heads"], p["max_bias"]
+    bias = alibi_bias_blocks(
+        heads,
+        p["seq_len"],
+        _key_len(p),
+        mode=p["mode"],
+        max_bias=max_bias,
+        device=ctx.device,
+        dtype=ctx.dtype,
+    )
+    slopes = alibi_slopes(heads, max_bias, device=ctx.device, dtype=ctx.dtype)  # (H,)
+    return {"bias": bias, "slopes": tensor_blocks("slopes", slopes)}
+
+
+def _alibi_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
+    return dict(positions.alibi or {}), {"config_model_type": positions.model_type}
+
+
+ALIBI: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="alibi",
+        path="/v1/biases/alibi",
+        tag="biases",
+        summary="ALiBi attention bias",
+        description="Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and "
+        "MPT. Query i sits at position i + S − T. `bias` is −inf (`null` in JSON) above the "
+        "diagonal in causal mode.",
+        fields=(
+            kinds.FieldSpec(
+                "num_heads",
+                "int",
+                "H (required unless a preset or config gives it)",
+                minimum=1,
+                sourced=True,
+                example=8,
+            ),
+            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+            kinds.FieldSpec(
+                "key_len",
+                "int",
+                "S ≥ T (default T); query i sits at position i + S − T",
+                None,
+                minimum=1,
+            ),
+            kinds.FieldSpec(
+                "mode",
+                "str",
+                "causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|",
+                "causal",
+                choices=ALIBI_MODES,
+            ),
+            kinds.FieldSpec(
+                "max_bias",
+                "float",
+                "slope exponent scale (default 8 when neither preset nor config gives it)",
+                8.0,
+                exclusive_minimum=0,
+                sourced=True,
+            ),
+            kinds.preset_field("alibi"),
+            kinds.config_field("BLOOM, MPT (attn_config) or Falcon with alibi."),
+        ),
+        tensors=(kinds.TensorSpec("bias", ("H", "T", "S")), kinds.TensorSpec("slopes", ("H",))),
+        shapes=lambda p: {
+            "bias": (p["num_heads"], p["seq_len"], _key_len(p)),
+            "slopes": (p["num_heads"],),
+        },
+        compute=_alibi_compute,
+        check=check_bias_lengths,
+        meta=lambda p: {
+            "kind": "alibi",
+            **{k: p[k] for k in ("num_heads", "seq_len")},
+            "key_len": _key_len(p),
+            **{k: p[k] for k in ("mode", "max_bias", "preset", "dtype")},
+            **kinds.derived(ALIBI, p),
+        },
+        blocks=_alibi_blocks,
+        row_elements=lambda p: max(_key_len(p), p["num_heads"]),
+        sources=kinds.Sources("alibi", _alibi_from_config),
+    )
+)
+"""The alibi endpoint kind (see :mod:`posenc.kinds`)."""

@@ -43,12 +43,12 @@ from posenc._validate import (
     check_lengths,
     device_or_cpu,
 )
-from posenc.alibi import _MODES, AlibiMode, _check_max_bias, _slopes64
+from posenc.alibi import ALIBI_MODES, AlibiMode, _check_max_bias, _slopes64
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
 from posenc.relative import (
-    _BUCKETINGS,
+    BUCKETINGS,
     Bucketing,
     _check_log_buckets,
     clipped_bucket,
@@ -444,7 +444,7 @@ def alibi_bias_blocks(
     """
     num_heads = check_int("num_heads", num_heads, 1)
     seq_len, key_len = check_lengths(seq_len, key_len)
-    check_choice("mode", mode, _MODES)
+    check_choice("mode", mode, ALIBI_MODES)
     max_bias = _check_max_bias(max_bias)
     dtype = resolve_dtype(dtype)
     dev = device_or_cpu(device)
@@ -467,7 +467,7 @@ def alibi_bias_blocks(
 def _bucket_fn(
     num_buckets: int, max_distance: int, bidirectional: bool, bucketing: Bucketing
 ) -> Callable[[Tensor], Tensor]:
-    check_choice("bucketing", bucketing, _BUCKETINGS)
+    check_choice("bucketing", bucketing, BUCKETINGS)
     if bucketing == "clip":
         check_int("max_distance", max_distance, 0)
         return lambda rel: clipped_bucket(

@@ -28,6 +28,10 @@ class InvalidArgument(PosencError):
     """An argument is out of its allowed range or inconsistent with another one (HTTP 422)."""
 
 
+class MissingField(InvalidArgument):
+    """A required field was given by neither the caller nor a preset or config (HTTP 422)."""
+
+
 class TokenOutOfRange(InvalidArgument):
     """A token id lies outside ``[0, vocab_size)``; ``field`` is ``input_ids[ROW][COL]``."""
 

@@ -20,17 +20,21 @@ the module itself::
         fields=(FieldSpec("seq_len", "int", "T", minimum=1), ...),
         tensors=(TensorSpec("encoding", ("T", "D")),),
         shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
-        compute=lambda p, device, dtype: {"encoding": toy_table(...)},
+        compute=lambda p, ctx: {"encoding": toy_table(..., device=ctx.device, dtype=ctx.dtype)},
     ))
 
 The library validates fields itself (:func:`resolve_fields`: defaults, types, bounds, choices,
 raising :class:`~posenc.errors.InvalidArgument` that names the field), so a kind works the same
-from Python, the CLI and HTTP. Notation: ``B`` batch, ``T`` positions, ``S`` keys, ``D`` model
+from Python, the CLI and HTTP. A kind with :class:`Sources` also takes ``preset`` and ``config``
+(a model's ``config.json``): :func:`resolve_fields` merges them in the library, so every caller
+gets the same precedence (the caller's fields > the config or preset > the field's default). Notation: ``B`` batch, ``T`` positions, ``S`` keys, ``D`` model
 dimension, ``H`` heads, ``R`` rotary dimension.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -40,26 +44,36 @@ from typing import Any, Final, Literal
 import torch
 
 from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument, TooLarge
+from posenc.errors import InvalidArgument, MissingField, TooLarge
 
 __all__ = [
+    "CONFIG_FIELD",
     "DTYPE_FIELD",
     "REGISTRY",
     "REQUIRED",
+    "Context",
     "FieldSpec",
     "FieldType",
     "Kind",
+    "Sources",
     "TensorSpec",
     "compute",
+    "config_field",
+    "derived",
+    "preset_field",
     "register",
     "resolve_fields",
     "total_elements",
     "unregister",
 ]
 
-FieldType = Literal["int", "float", "bool", "str", "ints"]
+FieldType = Literal["int", "float", "bool", "str", "ints", "floats", "int_rows", "object", "struct"]
 """``int``, ``float``, ``bool``, ``str`` (with ``choices``: one of them), ``ints`` (a list of ints;
-comma-separated in a GET query and on the command line)."""
+comma-separated in a GET query and on the command line; with ``rows``, also that many lists of
+ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ragged allowed: a
+batch of token rows), ``object`` (any JSON object, e.g. a model's ``config.json``; JSON text in a
+GET query, a file or JSON text on the command line) and ``struct`` (an object of the fields
+``members``; JSON text in a GET query and on the command line)."""
 
 
 class _Required:
@@ -90,6 +104,17 @@ class FieldSpec:
         multiple_of: ints must be a multiple of this (e.g. 2 for an even dimension).
         choices: the allowed values of a ``str`` field.
         example: a value that works, for the OpenAPI example and the docs.
+        sourced: a preset or a config may give it: the request schema has no default for it
+            (a generated client would send the default and override the preset), and
+            ``default`` (or REQUIRED) applies after the merge (:func:`resolve_fields`).
+        rows: ``ints`` only: also accepted as exactly this many equal-length lists of ints
+            (M-RoPE's ``(3, T)`` positions).
+        length: lists only: exactly this many items.
+        members: ``struct`` only: its fields (their defaults are None: absent members are
+            left out of the value).
+        aliases: ``struct`` only: ``(other name, member)`` pairs, e.g. ``rope_type`` for
+            ``type``.
+        schema_name: ``struct`` only: its name in the OpenAPI document.
     """
 
     name: str
@@ -102,10 +127,27 @@ class FieldSpec:
     multiple_of: int | None = None
     choices: tuple[str, ...] | None = None
     example: Any = None
+    sourced: bool = False
+    rows: int | None = None
+    length: int | None = None
+    members: tuple[FieldSpec, ...] = ()
+    aliases: tuple[tuple[str, str], ...] = ()
+    schema_name: str | None = None
 
     @property
     def required(self) -> bool:
+        """The caller must give it (after the merge of a preset or config, when ``sourced``)."""
         return self.default is REQUIRED
+
+    @property
+    def schema_required(self) -> bool:
+        """The request schema requires it (a sourced field may come from a preset instead)."""
+        return self.required and not self.sourced
+
+    @property
+    def schema_default(self) -> Any:
+        """Its default in the request schema: None when a preset or config may give it."""
+        return None if self.sourced or self.required else self.default
 
 
 DTYPE_FIELD = FieldSpec(
@@ -116,6 +158,92 @@ DTYPE_FIELD = FieldSpec(
     choices=("float32", "float16", "bfloat16", "float64"),
 )
 """Added to every kind that has a float tensor and declares no ``dtype`` of its own."""
+
+CONFIG_FIELD = FieldSpec(
+    "config",
+    "object",
+    "a model's Hugging Face config.json object, pasted as published (a multimodal file whole): "
+    "read as transformers 5 reads it; its values are defaults the other fields override. Not "
+    "together with preset. See POST /v1/configs/positions for what it means.",
+    default=None,
+)
+"""The ``config`` field of a kind with :class:`Sources` (added when the kind declares none)."""
+
+
+def config_field(what_it_gives: str) -> FieldSpec:
+    """:data:`CONFIG_FIELD` with a sentence on what the config gives this kind."""
+    return dataclasses.replace(
+        CONFIG_FIELD, description=f"{CONFIG_FIELD.description} {what_it_gives}"
+    )
+
+
+def preset_field(positions: str) -> FieldSpec:
+    """The ``preset`` field of a kind whose presets are of kind ``positions``."""
+    return FieldSpec(
+        "preset",
+        "str",
+        "name of a preset from GET /v1/presets; its params are defaults the other fields "
+        f"override (kind {positions})",
+        default=None,
+    )
+
+
+@dataclass(frozen=True)
+class Sources:
+    """How a kind takes a preset or a model's ``config.json`` (:mod:`posenc.sources`).
+
+    Attributes:
+        positions: the kind of positions its presets and configs must be (``rope``, ``alibi``,
+            ``relative``, ``learned``); another is an error that names the right endpoint.
+        from_config: ``(ModelPositions, given fields) -> (fields, info)``: the fields a read
+            config gives, and what ``meta`` should say about it (e.g. ``config_model_type``).
+        follow: ``(given fields, preset or config fields) -> fields``: adjust the preset's
+            values to what the caller overrode (RoPE: the rotated fraction follows a new
+            ``head_dim``), or None.
+    """
+
+    positions: str
+    from_config: Callable[[Any, Params], tuple[dict[str, Any], dict[str, Any]]]
+    follow: Callable[[Params, dict[str, Any]], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a kind computes: its device, the dtype of float tensors, and the loaded models.
+
+    Attributes:
+        device: where the tensors go.
+        dtype: the float tensors' dtype (integer tensors stay int64).
+        models: ``name -> EmbeddingModel`` (None: the default model); the library's own lookup
+            knows the built-in default model only, the service's every model it loaded.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    models: Callable[[str | None], Any]
+
+
+def builtin_models(name: str | None) -> Any:
+    """The library's model lookup: the built-in default model only (:mod:`posenc.models`)."""
+    from posenc.errors import UnknownName
+    from posenc.models import DEFAULT_MODEL_NAME
+
+    if name not in (None, DEFAULT_MODEL_NAME):
+        raise UnknownName(
+            f"unknown model {name!r}; the library knows {DEFAULT_MODEL_NAME!r} only (a service "
+            "loads others with POSENC_MODELS)",
+            field="model",
+            name=name,
+            known=[DEFAULT_MODEL_NAME],
+        )
+    return _default_model()
+
+
+@functools.cache
+def _default_model() -> Any:
+    from posenc.models import default_model
+
+    return default_model()
 
 
 @dataclass(frozen=True)
@@ -140,7 +268,7 @@ Tensors = dict[str, torch.Tensor]
 
 @dataclass(frozen=True)
 class Kind:
-    """One endpoint kind: a table computed from its request fields alone.
+    """One endpoint kind: tensors computed from its request fields alone.
 
     Attributes:
         name: the kind's name (``posenc table NAME``, ``client.compute(NAME)``, ``meta.kind``).
@@ -150,18 +278,31 @@ class Kind:
         description: what it computes, with the paper or reference implementation.
         fields: the request fields, in the order they are documented.
         tensors: the bundle's tensors, primary first (npy, raw and png send the primary one).
-        shapes: the tensors' shapes from the resolved fields, numbers only (nothing allocated).
-        compute: the tensors from the resolved fields, on ``device``; float tensors in ``dtype``.
-        check: cross-field checks on the resolved fields (raise ``InvalidArgument``), or None.
+        shapes: the tensors' shapes from the resolved fields, numbers only (nothing allocated);
+            a tensor left out is not computed for these fields (e.g. a bias without heads).
+        compute: the tensors from the resolved fields, in ``ctx`` (:class:`Context`).
+        check: cross-field checks (raise ``InvalidArgument``), or None. It runs on the caller's
+            fields before a preset or config is merged (fields not given are None there) and
+            again on the resolved fields.
         meta: the JSON-able ``meta`` of a response, from the resolved fields; by default the
-            fields themselves with ``kind``.
+            fields themselves with ``kind``. Called only once the size is known to be
+            acceptable, so it may compute small things (R/2 frequencies).
         get: also serve ``GET path`` with the fields as query parameters.
-        blocks: the tensors as :class:`posenc.blocks.TableBlocks` (computable a block of rows at
-            a time, the same bytes as ``compute``), for tables beyond memory: the service
-            streams them and the CLI fills them with a progress bar. None: computed whole.
+        blocks: ``(fields, ctx) -> {name: posenc.blocks.TableBlocks}`` (computable a block of
+            rows at a time, the same bytes as ``compute``), for tables beyond memory: the service
+            streams them and the CLI fills them with a progress bar; it may return None for
+            fields it cannot stream. None: computed whole.
         row_elements: the widest row of the tables (their last dimension), from the fields: a
             block holds at least one row, so a service refuses to stream a wider one than its
             limit. Needed with ``blocks``.
+        sources: takes ``preset`` and ``config`` (:class:`Sources`), or None.
+        complete: ``(fields, models) -> fields``: fill in what the named model gives (its
+            table's size) once the fields are resolved, or None.
+        allocations: ``fields -> {field: elements}``: what the compute allocates besides its
+            outputs (a bias table of ``num_heads`` columns), each checked against a limit.
+        model_field: the field that names a loaded model the output depends on (its fingerprint
+            keys a service's cache), or None.
+        examples: request bodies for the API reference; by default one of the fields' examples.
     """
 
     name: str
@@ -172,25 +313,38 @@ class Kind:
     fields: tuple[FieldSpec, ...]
     tensors: tuple[TensorSpec, ...]
     shapes: Callable[[Params], Shapes]
-    compute: Callable[[Params, torch.device, torch.dtype], Tensors]
+    compute: Callable[[Params, Context], Tensors]
     check: Callable[[Params], None] | None = None
     meta: Callable[[Params], dict[str, Any]] | None = None
     get: bool = True
-    blocks: Callable[[Params, torch.device, torch.dtype], dict[str, Any]] | None = None
+    blocks: Callable[[Params, Context], dict[str, Any] | None] | None = None
     row_elements: Callable[[Params], int] | None = None
+    sources: Sources | None = None
+    complete: Callable[[dict[str, Any], Callable[[str | None], Any]], dict[str, Any]] | None = None
+    allocations: Callable[[Params], dict[str, int]] | None = None
+    model_field: str | None = None
+    examples: tuple[dict[str, Any], ...] | None = None
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        if any(not t.integer for t in self.tensors) and all(f.name != "dtype" for f in self.fields):
-            object.__setattr__(self, "fields", (*self.fields, DTYPE_FIELD))
-        names = tuple(f.name for f in self.fields)
-        if len(set(names)) != len(names):
-            raise ValueError(f"kind {self.name!r} names a field twice: {names}")
+        fields = self.fields
+        names = {f.name for f in fields}
+        if self.sources is not None:
+            if "preset" not in names:
+                fields = (*fields, preset_field(self.sources.positions))
+            if "config" not in names:
+                fields = (*fields, CONFIG_FIELD)
+        if any(not t.integer for t in self.tensors) and "dtype" not in names:
+            fields = (*fields, DTYPE_FIELD)
+        object.__setattr__(self, "fields", fields)
+        names_in_order = tuple(f.name for f in fields)
+        if len(set(names_in_order)) != len(names_in_order):
+            raise ValueError(f"kind {self.name!r} names a field twice: {names_in_order}")
         if not self.tensors:
             raise ValueError(f"kind {self.name!r} has no tensors")
         if (self.blocks is None) != (self.row_elements is None):
             raise ValueError(f"kind {self.name!r}: give blocks and row_elements together")
-        object.__setattr__(self, "field_names", names)
+        object.__setattr__(self, "field_names", names_in_order)
 
     def field(self, name: str) -> FieldSpec:
         return self.fields[self.field_names.index(name)]
@@ -199,6 +353,12 @@ class Kind:
         if self.meta is not None:
             return self.meta(params)
         return {"kind": self.name, **params}
+
+    def request_examples(self) -> list[dict[str, Any]]:
+        """Request bodies that work, for the API reference."""
+        if self.examples is not None:
+            return [dict(e) for e in self.examples]
+        return [{s.name: s.example for s in self.fields if s.example is not None}]
 
 
 _registry: dict[str, Kind] = {}
@@ -240,9 +400,115 @@ def _check_number(spec: FieldSpec, value: Any, where: str) -> None:
         raise InvalidArgument(f"{where} must be {what}, got {value}", field=where)
 
 
-def _coerce(spec: FieldSpec, value: Any) -> Any:
+def _check_length(spec: FieldSpec, items: list[Any], where: str) -> None:
+    if not items:
+        raise InvalidArgument(f"{where} must not be empty", field=where)
+    if spec.length is not None and len(items) != spec.length:
+        raise InvalidArgument(
+            f"{where} must have {spec.length} items, got {len(items)}", field=where
+        )
+
+
+def _is_list(value: Any) -> bool:
+    return not isinstance(value, str | bytes | Mapping) and hasattr(value, "__iter__")
+
+
+def _int_item(spec: FieldSpec, item: Any, where: str) -> int:
+    if isinstance(item, bool) or not isinstance(item, int):
+        raise InvalidArgument(f"{where} must be an integer, got {item!r}", field=where)
+    _check_number(spec, item, where)
+    return int(item)
+
+
+def _ints(spec: FieldSpec, value: Any, where: str) -> list[int]:
+    if not _is_list(value):
+        raise InvalidArgument(f"{where} must be a list of integers, got {value!r}", field=where)
+    items = list(value)
+    _check_length(spec, items, where)
+    return [_int_item(spec, item, f"{where}[{i}]") for i, item in enumerate(items)]
+
+
+def _int_rows(spec: FieldSpec, value: Any, where: str) -> list[list[int]]:
+    """Rows of ints: ``rows`` equal-length rows (``ints`` with ``rows``) or a ragged batch."""
+    if not _is_list(value):
+        raise InvalidArgument(f"{where} must be a list of lists of integers", field=where)
+    rows = list(value)
+    if spec.type == "ints" and len(rows) != spec.rows:
+        raise InvalidArgument(
+            f"{where} must be a list of ints, or {spec.rows} lists of ints, got {len(rows)} lists",
+            field=where,
+        )
+    if not rows:
+        raise InvalidArgument(f"{where} must not be empty", field=where)
+    out = []
+    for r, row in enumerate(rows):
+        if not _is_list(row):
+            raise InvalidArgument(
+                f"{where}[{r}] must be a list of integers, got {row!r}", field=f"{where}[{r}]"
+            )
+        items = list(row)
+        if spec.type == "ints" and not items:
+            raise InvalidArgument(f"{where}[{r}] must not be empty", field=f"{where}[{r}]")
+        out.append([_int_item(spec, x, f"{where}[{r}][{i}]") for i, x in enumerate(items)])
+    if spec.type == "ints":
+        lengths = sorted({len(row) for row in out})
+        if len(lengths) != 1:
+            raise InvalidArgument(
+                f"the {spec.rows} rows of {where} must have the same length, got {lengths}",
+                field=where,
+            )
+    return out
+
+
+def _float(spec: FieldSpec, value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidArgument(f"{where} must be a number, got {value!r}", field=where)
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidArgument(f"{where} must be finite, got {value!r}", field=where)
+    _check_number(spec, number, where)
+    return number
+
+
+def _struct(spec: FieldSpec, value: Any, where: str) -> dict[str, Any]:
+    """A ``struct`` value: its members coerced, aliases resolved, absent members left out."""
+    if not isinstance(value, Mapping):
+        raise InvalidArgument(f"{where} must be an object, got {value!r}", field=where)
+    data = dict(value)
+    for alias, target in spec.aliases:
+        if alias in data:
+            other = data.pop(alias)
+            if target in data and data[target] != other:
+                raise InvalidArgument(
+                    f"{where}: {target} {data[target]!r} and {alias} {other!r} disagree; give "
+                    "one of them",
+                    field=f"{where}.{target}",
+                )
+            data[target] = other
+    names = [m.name for m in spec.members]
+    unknown = sorted(set(data) - set(names))
+    if unknown:
+        raise InvalidArgument(
+            f"{where} has unknown field(s) {unknown}; its fields are {', '.join(names)}",
+            field=f"{where}.{unknown[0]}",
+        )
+    out: dict[str, Any] = {}
+    for member in spec.members:
+        item = data.get(member.name)
+        if item is None:
+            if member.required:
+                raise MissingField(
+                    f"{where}.{member.name} is required ({member.description})",
+                    field=f"{where}.{member.name}",
+                )
+            continue
+        out[member.name] = _coerce(member, item, f"{where}.{member.name}")
+    return out
+
+
+def _coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     """``value`` as the field's type, or InvalidArgument naming the field."""
-    name = spec.name
+    name = where or spec.name
     if spec.type == "bool":
         if not isinstance(value, bool):
             raise InvalidArgument(f"{name} must be true or false, got {value!r}", field=name)
@@ -256,48 +522,60 @@ def _coerce(spec: FieldSpec, value: Any) -> Any:
             )
         return value
     if spec.type == "ints":
-        if isinstance(value, str | bytes) or not hasattr(value, "__iter__"):
-            raise InvalidArgument(f"{name} must be a list of integers, got {value!r}", field=name)
+        if spec.rows is not None and _is_list(value):
+            items = list(value)
+            if items and _is_list(items[0]):
+                return _int_rows(spec, items, name)
+        return _ints(spec, value, name)
+    if spec.type == "int_rows":
+        return _int_rows(spec, value, name)
+    if spec.type == "floats":
+        if not _is_list(value):
+            raise InvalidArgument(f"{name} must be a list of numbers, got {value!r}", field=name)
         items = list(value)
-        if not items:
-            raise InvalidArgument(f"{name} must not be empty", field=name)
-        out = []
-        for i, item in enumerate(items):
-            if isinstance(item, bool) or not isinstance(item, int):
-                raise InvalidArgument(
-                    f"{name}[{i}] must be an integer, got {item!r}", field=f"{name}[{i}]"
-                )
-            _check_number(spec, item, f"{name}[{i}]")
-            out.append(int(item))
-        return out
+        _check_length(spec, items, name)
+        return [_float(spec, item, f"{name}[{i}]") for i, item in enumerate(items)]
+    if spec.type == "object":
+        if not isinstance(value, Mapping):
+            raise InvalidArgument(f"{name} must be a JSON object, got {value!r}", field=name)
+        return dict(value)
+    if spec.type == "struct":
+        return _struct(spec, value, name)
+    if spec.type == "float":
+        return _float(spec, value, name)
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidArgument(f"{name} must be a number, got {value!r}", field=name)
-    if spec.type == "int":
-        if isinstance(value, float):
-            if not value.is_integer():
-                raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
-            value = int(value)
-    else:
-        value = float(value)
-        if not math.isfinite(value):
-            raise InvalidArgument(f"{name} must be finite, got {value!r}", field=name)
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise InvalidArgument(f"{name} must be an integer, got {value!r}", field=name)
+        value = int(value)
     _check_number(spec, value, name)
     return value
 
 
-def resolve_fields(kind: Kind, given: Params) -> dict[str, Any]:
-    """The kind's fields with defaults filled in, types and bounds checked, cross-checks run.
+def resolve_fields(
+    kind: Kind, given: Params, *, models: Callable[[str | None], Any] | None = None
+) -> dict[str, Any]:
+    """The kind's fields with a preset or config merged, defaults filled in, types and bounds
+    checked, cross-checks run and what a named model gives filled in.
 
     Args:
         kind: a registered (or any) kind.
-        given: the caller's fields; ``None`` values count as not given.
+        given: the caller's fields. ``None`` is no value: the field's default, except that it
+            overrides a preset's or config's value (a JSON ``null`` sent on purpose); leave a
+            field out to take the preset's.
+        models: the model lookup of a kind with ``complete`` (:class:`Context`); None: the
+            library's built-in default model only.
 
     Returns:
-        Every field by name, in the kind's order.
+        Every field by name, in the kind's order, then what a config adds for ``meta``
+        (``config_model_type``...). ``config`` itself is None once merged.
 
     Raises:
-        InvalidArgument: an unknown field (the message lists the known ones), a missing required
-            one, or a value of the wrong type or out of bounds (``field`` names it).
+        InvalidArgument: an unknown field (the message lists the known ones), a value of the
+            wrong type or out of bounds (``field`` names it), a preset or config that does not
+            fit; MissingField: a required field given by nobody.
+        UnknownName: an unknown preset or model.
     """
     unknown = sorted(set(given) - set(kind.field_names))
     if unknown:
@@ -306,25 +584,57 @@ def resolve_fields(kind: Kind, given: Params) -> dict[str, Any]:
             f"{', '.join(kind.field_names)}",
             field=unknown[0],
         )
+    info: dict[str, Any] = {}
+    if kind.sources is not None:
+        from posenc.sources import merge_sources  # sources reads configs and presets
+
+        given, info = merge_sources(kind, given)
     params: dict[str, Any] = {}
     for spec in kind.fields:
         value = given.get(spec.name)
         if value is None:
             if spec.required:
-                raise InvalidArgument(
-                    f"{spec.name} is required ({spec.description})", field=spec.name
+                hint = " (or a preset or config that gives it)" if spec.sourced else ""
+                raise MissingField(
+                    f"{spec.name} is required: give {spec.name}{hint} ({spec.description})",
+                    field=spec.name,
                 )
             params[spec.name] = spec.default
             continue
         params[spec.name] = _coerce(spec, value)
     if kind.check is not None:
         kind.check(params)
+    params.update(info)
+    if kind.complete is not None:
+        params = kind.complete(params, models or builtin_models)
     return params
+
+
+def derived(kind: Kind, params: Params) -> dict[str, Any]:
+    """What :func:`resolve_fields` added to the fields (a config's ``config_model_type``, what
+    ``complete`` filled in), for ``meta``."""
+    return {k: v for k, v in params.items() if k not in kind.field_names}
 
 
 def total_elements(kind: Kind, params: Params) -> int:
     """Elements of all the kind's tensors together, from the numbers alone."""
     return sum(math.prod(shape) for shape in kind.shapes(params).values())
+
+
+def context(
+    params: Params,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype | None = None,
+    models: Callable[[str | None], Any] | None = None,
+) -> Context:
+    """The :class:`Context` of a computation: CPU, ``params["dtype"]`` and the built-in model
+    unless given."""
+    return Context(
+        device=torch.device("cpu") if device is None else torch.device(device),
+        dtype=dtype or resolve_dtype(params.get("dtype")),
+        models=models or builtin_models,
+    )
 
 
 def compute(
@@ -334,6 +644,7 @@ def compute(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     max_elements: int | None = None,
+    models: Callable[[str | None], Any] | None = None,
 ) -> Tensors:
     """The kind's tensors, in its order, after a size check that allocates nothing.
 
@@ -344,14 +655,15 @@ def compute(
         dtype: the float tensors' dtype (integer tensors stay int64); None: ``params["dtype"]``
             (float32 when the kind has no such field).
         max_elements: refuse a bundle larger than this with ``TooLarge`` before computing.
+        models: the model lookup (:class:`Context`); None: the built-in default model only.
 
     Returns:
         The tensors by name, primary first; each of the shape ``kind.shapes`` promised.
 
     Raises:
         TooLarge: over ``max_elements``.
-        ValueError: the compute returned other tensors or shapes than the kind declares (a bug in
-            the kind, not the caller's fault).
+        ValueError: the compute returned other tensors or shapes than ``kind.shapes`` says (a
+            bug in the kind, not the caller's fault).
     """
     shapes = kind.shapes(params)
     elements = sum(math.prod(s) for s in shapes.values())
@@ -361,9 +673,17 @@ def compute(
             limit=max_elements,
             requested=elements,
         )
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    tensors = kind.compute(params, dev, dtype or resolve_dtype(params.get("dtype")))
-    names = [t.name for t in kind.tensors]
+    if max_elements is not None:
+        for what, count in (kind.allocations(params) if kind.allocations else {}).items():
+            if count > max_elements:
+                raise TooLarge(
+                    f"{what} would make {count} elements, over the limit of {max_elements}",
+                    limit=max_elements,
+                    requested=count,
+                    field=what,
+                )
+    tensors = kind.compute(params, context(params, device=device, dtype=dtype, models=models))
+    names = list(shapes)
     if list(tensors) != names:
         raise ValueError(f"kind {kind.name!r} computed {list(tensors)}, declared {names}")
     for name, tensor in tensors.items():

@@ -10,11 +10,15 @@ Notation used for tensor shapes: ``P`` table positions, ``D`` model dimension.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import torch
 from torch import Tensor
 
+from posenc import kinds
 from posenc._validate import check_int_at_least, device_or_cpu
-from posenc.errors import InvalidArgument
+from posenc.errors import InvalidArgument, MissingField
 from posenc.limits import check_elements
 
 _SEED_MIN = -(2**63)
@@ -85,3 +89,142 @@ def learned_table(
     table = seeded_normal(num_positions, d_model, seed=seed, max_elements=max_elements)
     dev = device_or_cpu(device)
     return table.to(device=dev, dtype=dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# The learned endpoint kind (posenc.kinds): a seeded table, or a loaded model's
+# ---------------------------------------------------------------------------------------------
+
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
+
+
+def _model_table(p: Mapping[str, Any], models: Callable[[str | None], Any]) -> Tensor:
+    """The named model's ``(P, D)`` position table; InvalidArgument when it has none."""
+    model = models(p["model"])
+    table: Tensor | None = model.position_table
+    if table is None:
+        raise InvalidArgument(
+            f"model {model.name!r} has no learned position table (its positional encoding is "
+            f"{model.positional!r})",
+            field="model",
+        )
+    return table
+
+
+def _learned_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[str, Any]:
+    """With ``model``: its table's size gives ``d_model`` and the default ``seq_len``; without,
+    both are required (from the caller, a preset or a config)."""
+    if p["model"] is None:
+        for name in ("seq_len", "d_model"):
+            if p[name] is None:
+                raise MissingField(
+                    f"give {name} (or a model, preset or config that gives it)", field=name
+                )
+        return p
+    model = models(p["model"])
+    num_positions, d_model = (int(n) for n in _model_table(p, models).shape)
+    if p["d_model"] is not None and p["d_model"] != d_model:
+        raise InvalidArgument(
+            f"d_model {p['d_model']} differs from model {model.name!r}'s d_model {d_model}; "
+            "omit d_model or give that",
+            field="d_model",
+        )
+    seq_len = num_positions if p["seq_len"] is None else p["seq_len"]
+    if seq_len > num_positions:
+        raise InvalidArgument(
+            f"seq_len {seq_len} is beyond model {model.name!r}'s position table of "
+            f"{num_positions} positions (seq_len must be <= {num_positions})",
+            field="seq_len",
+        )
+    return {**p, "seq_len": seq_len, "d_model": d_model, "model": model.name,
+            "table_size": num_positions}  # fmt: skip
+
+
+def _learned_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    if p["model"] is not None:
+        keys: tuple[str, ...] = ("seq_len", "d_model", "model", "table_size", "dtype")
+        return {"kind": "learned", **{k: p[k] for k in keys}}
+    keys = ("seq_len", "d_model", "seed", "dtype")
+    return {"kind": "learned", **{k: p[k] for k in keys}, **kinds.derived(LEARNED, p)}
+
+
+def _learned_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    if p["model"] is not None:
+        table = _model_table(p, ctx.models)[: p["seq_len"]]
+        return {"encoding": table.to(device=ctx.device, dtype=ctx.dtype)}  # (T, D)
+    return {
+        "encoding": learned_table(
+            p["seq_len"], p["d_model"], seed=p["seed"], device=ctx.device, dtype=ctx.dtype
+        )
+    }
+
+
+def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    from posenc.blocks import learned_blocks, tensor_blocks  # blocks imports this module
+
+    if p["model"] is not None:
+        return {"encoding": tensor_blocks("encoding", _learned_compute(p, ctx)["encoding"])}
+    return {"encoding": learned_blocks(p["seq_len"], p["d_model"], seed=p["seed"], dtype=ctx.dtype)}
+
+
+def _learned_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
+    learned = positions.learned or {}
+    fields = {k: learned[k] for k in ("seq_len", "d_model") if learned.get(k) is not None}
+    return fields, {"config_model_type": positions.model_type}
+
+
+LEARNED: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="learned",
+        path="/v1/encodings/learned",
+        tag="encodings",
+        summary="Learned positional table",
+        description="A loaded model's position table (`model`), or a seeded one: "
+        "`torch.manual_seed(seed); nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's "
+        "`wpe`, BERT's `position_embeddings` at initialisation).",
+        fields=(
+            kinds.FieldSpec(
+                "seq_len",
+                "int",
+                "T (required unless model, preset or config gives it)",
+                None,
+                minimum=1,
+                sourced=True,
+                example=8,
+            ),
+            kinds.FieldSpec(
+                "d_model",
+                "int",
+                "D (may be omitted with model, preset or config)",
+                None,
+                minimum=1,
+                sourced=True,
+                example=16,
+            ),
+            kinds.FieldSpec(
+                "model", "str", "name from GET /v1/models: use its position table", None
+            ),
+            kinds.FieldSpec(
+                "seed",
+                "int",
+                "torch.manual_seed of the table",
+                0,
+                minimum=_SEED_MIN,
+                maximum=_SEED_MAX,
+                example=0,
+            ),
+            kinds.preset_field("learned"),
+            kinds.config_field("Gives d_model and the table size (seq_len)."),
+        ),
+        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+        shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
+        compute=_learned_compute,
+        meta=_learned_meta,
+        blocks=_learned_blocks,
+        row_elements=lambda p: int(p["d_model"]),
+        sources=kinds.Sources("learned", _learned_from_config),
+        complete=_learned_complete,
+        model_field="model",
+    )
+)
+"""The learned endpoint kind (see :mod:`posenc.kinds`)."""

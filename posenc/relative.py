@@ -19,11 +19,20 @@ keys in the past, as T5 defines it (memory position minus query position).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal, get_args
 
 import torch
 
-from posenc._validate import check_choice, check_int, check_lengths, device_or_cpu
+from posenc import kinds
+from posenc._validate import (
+    bias_lengths,
+    check_bias_lengths,
+    check_choice,
+    check_int,
+    check_lengths,
+    device_or_cpu,
+)
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
@@ -31,7 +40,7 @@ from posenc.limits import check_elements
 
 Bucketing = Literal["log", "clip"]
 
-_BUCKETINGS: tuple[str, ...] = ("log", "clip")
+BUCKETINGS: tuple[str, ...] = get_args(Bucketing)
 
 
 def _check_log_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -191,7 +200,7 @@ def num_relative_buckets(
 ) -> int:
     """Number of buckets ``NB`` (rows of the bias table): ``num_buckets`` for ``"log"``,
     ``2 * max_distance + 1`` for ``"clip"``."""
-    check_choice("bucketing", bucketing, _BUCKETINGS)
+    check_choice("bucketing", bucketing, BUCKETINGS)
     if bucketing == "clip":
         return 2 * check_int("max_distance", max_distance, 0) + 1
     return check_int("num_buckets", num_buckets, 2)
@@ -225,7 +234,7 @@ def relative_buckets(
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
-    check_choice("bucketing", bucketing, _BUCKETINGS)
+    check_choice("bucketing", bucketing, BUCKETINGS)
     if bucketing == "log":
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
@@ -329,3 +338,160 @@ __all__ = [
     "relative_position_bucket",
     "relative_positions",
 ]
+
+
+# ---------------------------------------------------------------------------------------------
+# The relative endpoint kind (posenc.kinds)
+# ---------------------------------------------------------------------------------------------
+
+_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
+
+
+def _bucket_count(p: Mapping[str, Any]) -> int:
+    return num_relative_buckets(
+        num_buckets=p["num_buckets"], max_distance=p["max_distance"], bucketing=p["bucketing"]
+    )
+
+
+def _bucket_arguments(p: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: p[k] for k in ("num_buckets", "max_distance", "bidirectional", "bucketing")}
+
+
+def _relative_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    seq_len, key_len = bias_lengths(p)
+    shapes: dict[str, tuple[int, ...]] = {"buckets": (seq_len, key_len)}
+    if p["num_heads"] is not None:
+        shapes["bias"] = (p["num_heads"], seq_len, key_len)
+    return shapes
+
+
+def _relative_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
+    seq_len, key_len = bias_lengths(p)
+    buckets = relative_buckets(seq_len, key_len, **_bucket_arguments(p), device=ctx.device)
+    tensors = {"buckets": buckets}  # (T, S) int64
+    if p["num_heads"] is not None:
+        table = relative_bias_table(_bucket_count(p), p["num_heads"], seed=p["seed"])
+        tensors["bias"] = relative_bias(buckets, table.to(ctx.device), dtype=ctx.dtype)
+    return tensors
+
+
+def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    from posenc.blocks import relative_bias_blocks, relative_buckets_blocks
+
+    seq_len, key_len = bias_lengths(p)
+    kw = {**_bucket_arguments(p), "device": ctx.device}
+    tables = {"buckets": relative_buckets_blocks(seq_len, key_len, **kw)}
+    if p["num_heads"] is not None:
+        tables["bias"] = relative_bias_blocks(
+            seq_len, key_len, num_heads=p["num_heads"], seed=p["seed"], dtype=ctx.dtype, **kw
+        )
+    return tables
+
+
+def _relative_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
+    fields = {k: v for k, v in (positions.relative or {}).items() if v is not None}
+    return fields, {"config_model_type": positions.model_type}
+
+
+RELATIVE: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="relative",
+        path="/v1/biases/relative",
+        tag="biases",
+        summary="T5 relative position buckets and bias",
+        description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
+        "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
+        "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
+        fields=(
+            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+            kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
+            kinds.FieldSpec(
+                "num_buckets",
+                "int",
+                "log bucketing: the number of buckets (default 32 when neither preset nor "
+                "config gives it)",
+                32,
+                minimum=2,
+                sourced=True,
+            ),
+            kinds.FieldSpec(
+                "max_distance",
+                "int",
+                "log: distance of the last bucket; clip: the clamp (default 128 when neither "
+                "preset nor config gives it)",
+                128,
+                minimum=1,
+                sourced=True,
+            ),
+            kinds.FieldSpec(
+                "bidirectional",
+                "bool",
+                "keys on both sides of the query (default true)",
+                True,
+                sourced=True,
+            ),
+            kinds.FieldSpec(
+                "bucketing",
+                "str",
+                "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
+                "log",
+                choices=BUCKETINGS,
+            ),
+            kinds.FieldSpec(
+                "num_heads",
+                "int",
+                "H: when given, also the bias tensor",
+                None,
+                minimum=1,
+                sourced=True,
+                example=2,
+            ),
+            kinds.FieldSpec(
+                "seed",
+                "int",
+                "torch.manual_seed of the bias table",
+                0,
+                minimum=_SEED_MIN,
+                maximum=_SEED_MAX,
+            ),
+            kinds.preset_field("relative"),
+            kinds.config_field(
+                "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
+            ),
+        ),
+        tensors=(
+            kinds.TensorSpec("buckets", ("T", "S"), integer=True),
+            kinds.TensorSpec("bias", ("H", "T", "S")),
+        ),
+        shapes=_relative_shapes,
+        compute=_relative_compute,
+        check=check_bias_lengths,
+        meta=lambda p: {
+            "kind": "relative",
+            "seq_len": p["seq_len"],
+            "key_len": bias_lengths(p)[1],
+            "num_buckets": p["num_buckets"],
+            "bucket_count": _bucket_count(p),
+            **{
+                k: p[k]
+                for k in (
+                    "max_distance",
+                    "bidirectional",
+                    "bucketing",
+                    "num_heads",
+                    "seed",
+                    "preset",
+                    "dtype",
+                )
+            },
+            **kinds.derived(RELATIVE, p),
+        },
+        blocks=_relative_blocks,
+        row_elements=lambda p: bias_lengths(p)[1],
+        sources=kinds.Sources("relative", _relative_from_config),
+        allocations=lambda p: (
+            {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
+        ),
+    )
+)
+"""The relative endpoint kind (see :mod:`posenc.kinds`)."""

@@ -30,11 +30,8 @@ from posenc.errors import InvalidArgument
 from posenc.rope import ROPE_LAYOUTS, RopeLayout, RopeScaling, RopeTables, rope_inv_freq
 
 
-def mrope_channel_axes(
-    rotary_dim: int, mrope_section: Sequence[int], *, interleaved: bool = False
-) -> Tensor:
-    """Which position row (0 temporal, 1 height, 2 width) drives each of the ``R/2``
-    frequencies: ``(R/2,)`` int64.
+def check_mrope_section(rotary_dim: int, mrope_section: Sequence[int]) -> list[int]:
+    """``mrope_section`` as a list, checked against ``rotary_dim`` (numbers only).
 
     Raises:
         InvalidArgument: not three non-negative ints, or a sum other than ``R/2``.
@@ -53,6 +50,20 @@ def mrope_channel_axes(
             f"mrope_section must sum to rotary_dim/2 = {half}, got {section} (sum {sum(section)})",
             field="mrope_section",
         )
+    return section
+
+
+def mrope_channel_axes(
+    rotary_dim: int, mrope_section: Sequence[int], *, interleaved: bool = False
+) -> Tensor:
+    """Which position row (0 temporal, 1 height, 2 width) drives each of the ``R/2``
+    frequencies: ``(R/2,)`` int64.
+
+    Raises:
+        InvalidArgument: not three non-negative ints, or a sum other than ``R/2``.
+    """
+    section = check_mrope_section(rotary_dim, mrope_section)
+    half = rotary_dim // 2
     if not interleaved:
         return torch.cat([torch.full((s,), i, dtype=torch.int64) for i, s in enumerate(section)])
     axes = torch.zeros(half, dtype=torch.int64)

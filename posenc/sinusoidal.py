@@ -28,6 +28,7 @@ from posenc._validate import (
     check_choice,
     check_int,
     check_int_at_least,
+    check_seq_len_or_positions,
     device_or_cpu,
     dtype_name,
     first_true,
@@ -279,12 +280,7 @@ _POSITION_BOUND = 2**53  # positions stay exact in float64
 
 
 def _one_of_seq_len_positions(params: Mapping[str, Any]) -> None:
-    if (params["seq_len"] is None) == (params["positions"] is None):
-        got = "both" if params["seq_len"] is not None else "neither"
-        raise InvalidArgument(
-            f"give exactly one of seq_len (int >= 1) or positions (list of ints >= 0), got {got}",
-            field="seq_len",
-        )
+    check_seq_len_or_positions(params.get("seq_len"), params.get("positions"))
 
 
 def _length(params: Mapping[str, Any]) -> int:
@@ -295,11 +291,11 @@ def _table_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in ("seq_len", "d_model", "base", "layout", "offset")}
 
 
-def _blocks(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+def _blocks(params: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     from posenc.blocks import sinusoidal_blocks  # blocks imports this module
 
     blocks = sinusoidal_blocks(
-        params["positions"], **_table_arguments(params), device=device, dtype=dtype
+        params["positions"], **_table_arguments(params), device=ctx.device, dtype=ctx.dtype
     )
     return {"encoding": blocks}
 
@@ -347,9 +343,9 @@ SINUSOIDAL = kinds.register(
         ),
         tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
         shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
-        compute=lambda p, device, dtype: {
+        compute=lambda p, ctx: {
             "encoding": sinusoidal_table(
-                p["positions"], **_table_arguments(p), device=device, dtype=dtype
+                p["positions"], **_table_arguments(p), device=ctx.device, dtype=ctx.dtype
             )
         },
         check=_one_of_seq_len_positions,

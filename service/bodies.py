@@ -359,7 +359,7 @@ async def read_token_request(
     else:
         raise media_type_refusal(content_type, BODY_TYPES)
 
-    fields = query_fields(request, model_cls)
+    fields = query_fields(request)
     in_query = [n for n in TENSOR_FIELDS if n in fields]
     if in_query:
         raise validation_error(

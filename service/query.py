@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from fastapi import Request
@@ -27,8 +27,21 @@ M = TypeVar("M", bound=BaseModel)
 OUTPUT_PARAMS = ("format", "encoding", "index")
 
 
-# GET fields given as comma-separated integers.
-LIST_QUERY_FIELDS = ("positions", "mrope_section")
+@dataclass(frozen=True)
+class QueryShape:
+    """How a GET's fields that are not scalars are written in its query string.
+
+    Attributes:
+        lists: fields given as comma-separated integers (``positions=0,1,2``), each with the
+            OpenAPI schema of its query parameter.
+        json: fields given as JSON text (``scaling={"type":"linear","factor":2}``), likewise.
+    """
+
+    lists: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    json: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+
+
+SCALARS_ONLY = QueryShape()
 
 
 @dataclass(frozen=True)
@@ -111,9 +124,9 @@ def revalidate(model_cls: type[M], data: Mapping[str, Any], source: Source) -> M
         raise validation_error(source, exc.errors(include_url=False)) from None
 
 
-def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]:
-    """The query string as a request dict: ``positions`` comma-separated, ``scaling`` JSON text,
-    other fields as their text (pydantic converts it); the output options are left out."""
+def query_fields(request: Request, shape: QueryShape = SCALARS_ONLY) -> dict[str, Any]:
+    """The query string as a request dict: list fields comma-separated, JSON fields as JSON
+    text, other fields as their text (pydantic converts it); the output options left out."""
     data: dict[str, Any] = {}
     errors: list[dict[str, Any]] = []
     params = request.query_params
@@ -121,7 +134,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
         if key in OUTPUT_PARAMS:
             continue
         values = params.getlist(key)
-        if key in LIST_QUERY_FIELDS:
+        if key in shape.lists:
             text = ",".join(values)
             try:
                 data[key] = [int(v) for v in text.split(",")]
@@ -146,7 +159,7 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
             )
             continue
         value = values[0]
-        if key in ("scaling", "config"):  # JSON text
+        if key in shape.json:
             try:
                 data[key] = json.loads(value)
             except ValueError as exc:
@@ -165,11 +178,11 @@ def query_fields(request: Request, model_cls: type[BaseModel]) -> dict[str, Any]
     return data
 
 
-def parse_query(request: Request, model_cls: type[M]) -> M:
-    return revalidate(model_cls, query_fields(request, model_cls), "query")
+def parse_query(request: Request, model_cls: type[M], shape: QueryShape = SCALARS_ONLY) -> M:
+    return revalidate(model_cls, query_fields(request, shape), "query")
 
 
-def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
+def query_openapi(model_cls: type[BaseModel], shape: QueryShape = SCALARS_ONLY) -> dict[str, Any]:
     """``openapi_extra`` documenting the fields of ``model_cls`` as GET query parameters."""
     schema = model_cls.model_json_schema(ref_template="#/components/schemas/{model}")
     props: dict[str, Any] = schema.get("properties", {})
@@ -180,30 +193,7 @@ def query_openapi(model_cls: type[BaseModel]) -> dict[str, Any]:
         prop = dict(prop)
         description = prop.pop("description", None)
         prop.pop("title", None)
-        if name == "mrope_section":
-            param_schema: dict[str, Any] = {
-                "type": "string",
-                "pattern": r"^[0-9]+,[0-9]+,[0-9]+$",
-                "description": "three comma-separated ints, e.g. 16,24,24",
-            }
-        elif name == "positions":
-            param_schema = {
-                "type": "string",
-                "pattern": r"^[0-9]+(,[0-9]+)*$",
-                "description": "comma-separated positions, e.g. 0,1,2,4096",
-            }
-        elif name == "config":
-            param_schema = {
-                "type": "string",
-                "description": "JSON text of the model's config.json object",
-            }
-        elif name == "scaling":
-            param_schema = {
-                "type": "string",
-                "description": 'JSON text of the scaling object or null, e.g. {"type":"linear","factor":2}',
-            }
-        else:
-            param_schema = prop
+        param_schema = dict(shape.lists.get(name) or shape.json.get(name) or prop)
         parameter: dict[str, Any] = {
             "name": name,
             "in": "query",

@@ -9,23 +9,28 @@ specific to one kind: registering a kind in the library is all it takes to serve
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable
 from functools import partial
 from typing import Annotated, Any, Literal, cast
 
-import torch
 from fastapi import APIRouter
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model, model_validator
+from pydantic.config import JsonDict
 
 from posenc import kinds as registry
 from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument
+from posenc.errors import InvalidArgument, MissingField
 from service.formats import Bundle
-from service.query import Source
+from service.query import QueryShape, Source, missing
 from service.responding import Plan
 from service.routes.tables import add_compute_routes
 from service.state import ServiceState
 from service.streaming import StreamBundle
+
+#: The order of the kinds' tags in the API reference; within a tag, by path.
+TAG_ORDER = ("encodings", "biases", "tokens")
 
 
 def _not_bool(value: Any) -> Any:
@@ -35,8 +40,7 @@ def _not_bool(value: Any) -> Any:
     return value
 
 
-def _annotation(spec: registry.FieldSpec) -> Any:
-    """The pydantic type of one field spec, its bounds inside (so they reach the JSON schema)."""
+def _bounds(spec: registry.FieldSpec) -> dict[str, Any]:
     bounds: dict[str, Any] = {}
     if spec.minimum is not None:
         bounds["ge"] = spec.minimum
@@ -44,37 +48,110 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         bounds["gt"] = spec.exclusive_minimum
     if spec.multiple_of is not None:
         bounds["multiple_of"] = spec.multiple_of
-    if spec.type in ("int", "ints"):
+    if spec.type in ("int", "ints", "int_rows"):
         bounds["le"] = spec.maximum if spec.maximum is not None else 2**53
-        # the bounds before the validator: pydantic then writes them as JSON Schema keywords
-        number: Any = Annotated[int, Field(**bounds), BeforeValidator(_not_bool)]
-        return number if spec.type == "int" else Annotated[list[number], Field(min_length=1)]
-    if spec.type == "float":
-        if spec.maximum is not None:
-            bounds["le"] = spec.maximum
-        return Annotated[float, Field(allow_inf_nan=False, **bounds), BeforeValidator(_not_bool)]
+    elif spec.maximum is not None:
+        bounds["le"] = spec.maximum
+    return bounds
+
+
+def _sized(item: Any, spec: registry.FieldSpec) -> Any:
+    """A list of ``item``: not empty, and of exactly ``spec.length`` items when it says so."""
+    if spec.length is not None:
+        return Annotated[list[item], Field(min_length=spec.length, max_length=spec.length)]
+    return Annotated[list[item], Field(min_length=1)]
+
+
+def _annotation(spec: registry.FieldSpec) -> Any:
+    """The pydantic type of one field spec, its bounds inside (so they reach the JSON schema)."""
+    # the bounds before the validator: pydantic then writes them as JSON Schema keywords
+    if spec.type in ("int", "ints", "int_rows"):
+        number: Any = Annotated[int, Field(**_bounds(spec)), BeforeValidator(_not_bool)]
+        if spec.type == "int":
+            return number
+        if spec.type == "int_rows":
+            return Annotated[list[list[number]], Field(min_length=1)]
+        one_row = _sized(number, spec)
+        if spec.rows is None:
+            return one_row
+        rows = Annotated[
+            list[Annotated[list[number], Field(min_length=1)]],
+            Field(min_length=spec.rows, max_length=spec.rows),
+        ]
+        return one_row | rows
+    if spec.type in ("float", "floats"):
+        number = Annotated[
+            float, Field(allow_inf_nan=False, **_bounds(spec)), BeforeValidator(_not_bool)
+        ]
+        return number if spec.type == "float" else _sized(number, spec)
     if spec.type == "bool":
         return bool
+    if spec.type == "object":
+        return dict[str, Any]
+    if spec.type == "struct":
+        return _struct_model(spec)
     if spec.choices is not None:
         return Literal[spec.choices]
     return str
 
 
-def request_model(kind: registry.Kind) -> type[BaseModel]:
-    """The request body model of ``kind``: one field per spec, unknown fields refused (422)."""
+def _definitions(specs: tuple[registry.FieldSpec, ...]) -> dict[str, Any]:
+    """pydantic field definitions: required, optional (None) or with the schema's default."""
     definitions: dict[str, Any] = {}
-    for spec in kind.fields:
+    for spec in specs:
         annotation = _annotation(spec)
-        if spec.required:
+        if spec.schema_required:
             definitions[spec.name] = (annotation, Field(..., description=spec.description))
-        elif spec.default is None:
+        elif spec.schema_default is None:
             definitions[spec.name] = (annotation | None, Field(None, description=spec.description))
         else:
             definitions[spec.name] = (
                 annotation,
-                Field(spec.default, description=spec.description),
+                Field(spec.schema_default, description=spec.description),
             )
-    example = {s.name: s.example for s in kind.fields if s.example is not None}
+    return definitions
+
+
+def _with_aliases(aliases: tuple[tuple[str, str], ...]) -> Callable[..., Any]:
+    """A before-validator taking each alias as its member's name (``rope_type`` → ``type``)."""
+
+    def resolve(cls: type[BaseModel], data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for alias, member in aliases:
+            if alias in data:
+                value = data.pop(alias)
+                if member in data and data[member] != value:
+                    raise ValueError(
+                        f"{member} {data[member]!r} and {alias} {value!r} disagree; give one of them"
+                    )
+                data[member] = value
+        return data
+
+    return resolve
+
+
+def _struct_model(spec: registry.FieldSpec) -> type[BaseModel]:
+    """The pydantic model of a ``struct`` field: its members, unknown keys refused."""
+    name = spec.schema_name or "".join(w.capitalize() for w in spec.name.split("_")) + "Request"
+    examples = [spec.example] if spec.example is not None else None
+    validators = {}
+    if spec.aliases:
+        validators["aliases"] = model_validator(mode="before")(
+            classmethod(_with_aliases(spec.aliases))  # type: ignore[arg-type]
+        )
+    return create_model(
+        name,
+        __config__=ConfigDict(extra="forbid", json_schema_extra={"examples": examples or []}),
+        __doc__=spec.description,
+        __validators__=cast(dict[str, Callable[..., Any]], validators),
+        **_definitions(spec.members),
+    )
+
+
+def request_model(kind: registry.Kind) -> type[BaseModel]:
+    """The request body model of ``kind``: one field per spec, unknown fields refused (422)."""
     name = "".join(part.capitalize() for part in kind.name.replace("-", "_").split("_"))
     axes = ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors)
 
@@ -89,48 +166,86 @@ def request_model(kind: registry.Kind) -> type[BaseModel]:
 
     return create_model(
         f"{name}Request",
-        __config__=ConfigDict(extra="forbid", json_schema_extra={"examples": [example]}),
+        __config__=ConfigDict(
+            extra="forbid", json_schema_extra=cast(JsonDict, {"examples": kind.request_examples()})
+        ),
         __doc__=f"``POST {kind.path}``: tensors {axes}.",
         __validators__=cast(  # pydantic's stubs type the values as plain callables
             dict[str, Callable[..., Any]],
             {"cross_check": model_validator(mode="after")(cross_check)},
         ),
-        **definitions,
+        **_definitions(kind.fields),
     )
 
 
+def query_shape(kind: registry.Kind) -> QueryShape:
+    """How the GET of ``kind`` writes its list and object fields in the query string."""
+    lists, objects = {}, {}
+    for spec in kind.fields:
+        if spec.type == "ints":
+            number = "[0-9]+" if spec.minimum is not None and spec.minimum >= 0 else "-?[0-9]+"
+            count = f"{{{spec.length - 1}}}" if spec.length is not None else "*"
+            example = ",".join(str(v) for v in spec.example) if spec.example else "0,1,2"
+            lists[spec.name] = {
+                "type": "string",
+                "pattern": f"^{number}(,{number}){count}$",
+                "description": f"comma-separated integers, e.g. {example}",
+            }
+        elif spec.type in ("object", "struct", "floats"):
+            what = "list" if spec.type == "floats" else "object"
+            objects[spec.name] = {"type": "string", "description": f"JSON text of the {what}"}
+    return QueryShape(lists=lists, json=objects)
+
+
 def _stream_bundle(
-    blocks: Callable[[Any, torch.device, torch.dtype], dict[str, Any]],
+    blocks: Callable[[Any, registry.Context], dict[str, Any] | None],
     params: Any,
-    device: torch.device,
-    dtype: torch.dtype,
-    meta: dict[str, Any],
-) -> StreamBundle:
-    return StreamBundle(blocks(params, device, dtype), meta)
+    ctx: registry.Context,
+    meta: Callable[[], dict[str, Any]],
+) -> StreamBundle | None:
+    tables = blocks(params, ctx)
+    return None if tables is None else StreamBundle(tables, meta())
+
+
+def _resolve(
+    kind: registry.Kind, req: BaseModel, state: ServiceState, source: Source
+) -> dict[str, Any]:
+    """The request's fields resolved by the library (preset or config merged, the named model's
+    sizes filled in); a required field that nobody gave is FastAPI's 422 under ``source``."""
+    try:
+        # the fields the client sent, an explicit null included: it overrides a preset's value
+        sent = req.model_dump(include=req.model_fields_set)
+        return registry.resolve_fields(kind, sent, models=state.model)
+    except MissingField as exc:
+        raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
 
 
 def _plan_for(kind: registry.Kind) -> Any:
-    names = tuple(t.name for t in kind.tensors)
-
     def plan(req: BaseModel, state: ServiceState, source: Source) -> Plan:
-        params = registry.resolve_fields(kind, req.model_dump(exclude_none=True))
+        params = _resolve(kind, req, state, source)
         dtype = resolve_dtype(params.get("dtype"))
-        meta = kind.make_meta(params)
+        ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)
+        shapes = kind.shapes(params)  # numbers only: nothing is allocated before the 413 check
+        meta = functools.cache(partial(kind.make_meta, params))  # once the size is accepted
 
         def compute() -> Bundle:
-            tensors = registry.compute(kind, params, device=state.device, dtype=dtype)
-            return Bundle(tensors, meta)
+            tensors = registry.compute(
+                kind, params, device=state.device, dtype=dtype, models=state.model
+            )
+            return Bundle(tensors, meta())
 
         stream = None
         if kind.blocks is not None:  # row blocks, for a table over max_elements
-            stream = partial(_stream_bundle, kind.blocks, params, state.device, dtype, meta)
+            stream = partial(_stream_bundle, kind.blocks, params, ctx, meta)
 
         return Plan(
             route=kind.path,
-            params=dict(params),
-            elements=registry.total_elements(kind, params),  # from the numbers alone
+            params={k: v for k, v in params.items() if k != "config"},
+            elements=sum(math.prod(shape) for shape in shapes.values()),
             compute=compute,
-            names=names,
+            names=tuple(shapes),
+            allocations=kind.allocations(params) if kind.allocations is not None else {},
+            model=params.get(kind.model_field) if kind.model_field is not None else None,
             stream=stream,
             row_elements=kind.row_elements(params) if kind.row_elements is not None else 0,
         )
@@ -141,7 +256,9 @@ def _plan_for(kind: registry.Kind) -> Any:
 def registered_kind_routers() -> list[APIRouter]:
     """One router per kind of :data:`posenc.kinds.REGISTRY`: POST, and GET where the kind asks."""
     routers = []
-    for kind in registry.REGISTRY.values():
+    tags = {tag: i for i, tag in enumerate(TAG_ORDER)}
+    in_order = sorted(registry.REGISTRY.values(), key=lambda k: (tags.get(k.tag, 99), k.path))
+    for kind in in_order:
         router = APIRouter(tags=[kind.tag])
         axes = ", ".join(f"`{t.name}` ({', '.join(t.axes)})" for t in kind.tensors)
         add_compute_routes(
@@ -153,6 +270,7 @@ def registered_kind_routers() -> list[APIRouter]:
             summary=kind.summary,
             description=f"{kind.description} Tensors: {axes}.",
             get=kind.get,
+            query=query_shape(kind),
         )
         routers.append(router)
     return routers

@@ -16,7 +16,15 @@ from pydantic import BaseModel
 from service.admission import OverloadedBody
 from service.errors import UnsupportedMediaTypeBody
 from service.formats import FORMAT_MEDIA_TYPES
-from service.query import OUTPUT_OPENAPI_PARAMETERS, Source, parse_query, query_openapi, read_output
+from service.query import (
+    OUTPUT_OPENAPI_PARAMETERS,
+    SCALARS_ONLY,
+    QueryShape,
+    Source,
+    parse_query,
+    query_openapi,
+    read_output,
+)
 from service.responding import Plan, respond_async
 from service.schemas import (
     ErrorBody,
@@ -130,8 +138,10 @@ def add_compute_routes(
     summary: str,
     description: str,
     get: bool = True,
+    query: QueryShape = SCALARS_ONLY,
 ) -> None:
-    """Register ``POST path`` (and ``GET path`` when ``get``) computing ``plan(request)``."""
+    """Register ``POST path`` (and ``GET path`` when ``get``, its list and JSON fields written
+    in the query string as ``query`` says) computing ``plan(request)``."""
     responses = compute_responses(names)
     stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
@@ -155,7 +165,7 @@ def add_compute_routes(
     async def get_handler(request: Request) -> Response:
         out = read_output(request)
         state = read_state(request)
-        req = parse_query(request, model_cls)
+        req = parse_query(request, model_cls, query)
         return await respond_async(request, state, plan(req, state, "query"), out)
 
     get_handler.__name__ = f"get_{stem}"
@@ -166,13 +176,13 @@ def add_compute_routes(
         methods=["GET"],
         summary=summary + " (GET)",
         description=description
-        + "\n\nThe same fields as query parameters (positions comma-separated, scaling as JSON "
-        "text); the same bytes as the POST, and cacheable.",
+        + "\n\nThe same fields as query parameters (lists of ints comma-separated, objects as "
+        "JSON text); the same bytes as the POST, and cacheable.",
         responses=responses,
         response_class=Response,
         openapi_extra={
             "parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)
-            + query_openapi(model_cls)["parameters"]
+            + query_openapi(model_cls, query)["parameters"]
         },
         operation_id=f"get_{stem}",
     )

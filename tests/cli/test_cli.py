@@ -200,7 +200,7 @@ def test_chunked_computation_with_progress_equals_one_shot(
         (["table", "rope", "--seq-len", "4", "--head-dim", "8", "--scaling", "[1]", "-o", "x.npy"], "--scaling: must be a JSON object"),
         (["table", "rope", "--positions", "1,x", "--head-dim", "8", "-o", "x.npy"], "--positions: must be comma-separated integers"),
         (["table", "rope", "--seq-len", "4", "--preset", "nope", "-o", "x.npy"], "unknown preset 'nope'"),
-        (["table", "rope", "--seq-len", "4", "--preset", "bloom-7b1", "-o", "x.npy"], "is a alibi preset, not a rope one"),
+        (["table", "rope", "--seq-len", "4", "--preset", "bloom-7b1", "-o", "x.npy"], "is of kind alibi, not rope"),
         (["table", "alibi", "--seq-len", "4", "-o", "x.npy"], "--num-heads: num_heads is required"),
         (["table", "alibi", "--num-heads", "2", "--seq-len", "5", "--key-len", "3", "-o", "x.npy"], "key_len must be >= seq_len"),
         (["table", "alibi", "--num-heads", "2", "--seq-len", "3", "--dtype", "bfloat16", "-o", "x.npy"], "npy has no bfloat16"),

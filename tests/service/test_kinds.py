@@ -64,12 +64,17 @@ TOY = kinds.Kind(
     ),
     tensors=(kinds.TensorSpec("ramp", ("T", "W")), kinds.TensorSpec("steps", ("W",), integer=True)),
     shapes=lambda p: {"ramp": (p["seq_len"], p["width"]), "steps": (p["width"],)},
-    compute=lambda p, device, dtype: {
+    compute=lambda p, ctx: {
         "ramp": ramp_table(
-            p["seq_len"], p["width"], step=p["step"], offset=p["offset"], device=device, dtype=dtype
+            p["seq_len"],
+            p["width"],
+            step=p["step"],
+            offset=p["offset"],
+            device=ctx.device,
+            dtype=ctx.dtype,
         )
         * (-1 if p["signed"] else 1),
-        "steps": torch.arange(p["width"], device=device),
+        "steps": torch.arange(p["width"], device=ctx.device),
     },
     check=_check,
 )

@@ -200,8 +200,8 @@ def test_oversized_outputs_are_413_giving_limit_and_size(
 def test_413_comes_before_any_computation(gpt2_file, monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit is checked on the parameters: the library is never called, exactly-at-limit is
     served, one more element is refused; a huge internal table (clip buckets) is refused too."""
+    import posenc.relative as relative  # the relative kind computes with it
     import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
-    import service.routes.biases as biases
 
     calls: list[int] = []
     real = sinusoidal.sinusoidal_table
@@ -211,7 +211,7 @@ def test_413_comes_before_any_computation(gpt2_file, monkeypatch: pytest.MonkeyP
         return real(*args, **kwargs)
 
     monkeypatch.setattr(sinusoidal, "sinusoidal_table", spy)
-    monkeypatch.setattr(biases, "relative_bias_table", lambda *a, **k: pytest.fail("allocated"))
+    monkeypatch.setattr(relative, "relative_bias_table", lambda *a, **k: pytest.fail("allocated"))
     with TestClient(create_app(make_settings(gpt2_file, max_elements=1000))) as client:
         assert client.post(SIN, json={"seq_len": 125, "d_model": 8}).status_code == 200
         r = client.post(SIN, json={"seq_len": 126, "d_model": 8})

@@ -1,0 +1,114 @@
+"""A preset or a model's ``config.json`` merged into a kind's fields.
+
+For every field, the order of precedence is: what the caller gave > the config (or the preset)
+> the field's default (:class:`posenc.kinds.FieldSpec`). The fields a preset or config can give
+are ``sourced``: they have no default in the request schema (a generated client would send the
+default explicitly and override the preset), and :func:`posenc.kinds.resolve_fields` applies
+their defaults after this merge.
+
+A config is read as transformers 5 reads it (:func:`posenc.hf_config.read_positions`); a config
+of another kind of positions is an error that names the endpoint it belongs to. A preset is one
+of :data:`posenc.presets.PRESETS`, of the kind's kind of positions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from posenc.errors import InvalidArgument, UnknownName
+
+if TYPE_CHECKING:
+    from posenc.kinds import Kind
+
+#: Where a config of each kind of positions belongs.
+ENDPOINTS: dict[str, str] = {
+    "rope": "/v1/encodings/rope",
+    "alibi": "/v1/biases/alibi",
+    "relative": "/v1/biases/relative",
+    "learned": "/v1/encodings/learned",
+    "sinusoidal": "/v1/encodings/sinusoidal",
+}
+
+
+def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``given`` over the fields of its ``config`` or ``preset`` (not both).
+
+    Args:
+        kind: a kind with :attr:`~posenc.kinds.Kind.sources`.
+        given: the caller's fields; a ``None`` overrides the preset's or config's value.
+
+    Returns:
+        ``(fields, info)``: the merged fields (``config`` left out: it has been read) and what
+        ``meta`` should say of the source, e.g. ``{"config_model_type": "llama"}``.
+
+    Raises:
+        InvalidArgument: config together with preset; a config of another kind of positions;
+            ``layer_type`` without a config that has per-layer-type RoPE; a config key posenc
+            cannot read.
+        UnknownName: an unknown preset, or one of another kind.
+    """
+    sources = kind.sources
+    if sources is None:
+        return dict(given), {}
+    config, preset = given.get("config"), given.get("preset")
+    if config is not None and preset is not None:
+        raise InvalidArgument(
+            f"give config or preset, not both (got preset {preset!r} and a config)",
+            field="config",
+        )
+    sent = {k: v for k, v in given.items() if k != "config"}
+    info: dict[str, Any] = {}
+    if config is not None:
+        if not isinstance(config, Mapping):
+            raise InvalidArgument(f"config must be a JSON object, got {config!r}", field="config")
+        from posenc.hf_config import read_positions
+
+        positions = read_positions(config)
+        if positions.kind != sources.positions:
+            where = ENDPOINTS.get(positions.kind)
+            hint = f"; send it to {where}" if where else " (it has no positional encoding table)"
+            raise InvalidArgument(
+                f"config of model_type {positions.model_type!r} uses {positions.kind} positions, "
+                f"not {sources.positions}{hint}",
+                field="config",
+            )
+        defaults, info = sources.from_config(positions, sent)
+    else:
+        if sent.get("layer_type") is not None:
+            raise InvalidArgument(
+                "layer_type picks one layer type's RoPE parameters of a config; give a config "
+                "with per-layer-type rope parameters, or omit layer_type",
+                field="layer_type",
+            )
+        if preset is None:
+            return sent, info
+        defaults = preset_params(str(preset), sources.positions)
+    defaults = {k: v for k, v in defaults.items() if k in kind.field_names and v is not None}
+    if sources.follow is not None:
+        defaults = sources.follow(sent, defaults)
+    return {**defaults, **sent}, info
+
+
+def preset_params(name: str, positions: str) -> dict[str, Any]:
+    """The params of preset ``name``, which must be of kind ``positions``.
+
+    Raises:
+        UnknownName: an unknown preset (with the closest name), or one of another kind (listing
+            the presets of the right kind).
+    """
+    from posenc.presets import PRESETS, get_preset
+
+    preset = get_preset(name)
+    if preset.kind != positions:
+        same_kind = sorted(n for n, p in PRESETS.items() if p.kind == positions)
+        raise UnknownName(
+            f"preset {name!r} is of kind {preset.kind}, not {positions}; the {positions} presets "
+            f"are {', '.join(same_kind)}",
+            field="preset",
+        )
+    params: dict[str, Any] = preset.to_dict()["params"]
+    return params
+
+
+__all__ = ["ENDPOINTS", "merge_sources", "preset_params"]
