@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import base64 as _base64
 import email.utils
+import inspect
 import io
 import json
 import time
@@ -77,15 +78,6 @@ Format = Literal["safetensors", "json", "npy", "raw", "png"]
 ArrayKind = Literal["numpy", "torch"]
 Method = Literal["POST", "GET"]
 
-# The table endpoints by kind, for PosencClient.save_table.
-TABLE_PATHS: dict[str, str] = {
-    "sinusoidal": "/v1/encodings/sinusoidal",
-    "learned": "/v1/encodings/learned",
-    "rope": "/v1/encodings/rope",
-    "alibi": "/v1/biases/alibi",
-    "relative": "/v1/biases/relative",
-}
-
 MEDIA_TYPES: dict[str, str] = {
     "json": "application/json",
     "safetensors": "application/vnd.safetensors",
@@ -94,14 +86,10 @@ MEDIA_TYPES: dict[str, str] = {
     "png": "image/png",
 }
 
-# Tensor names of each endpoint's bundle, in the contract's order (the first is the primary one).
-# Safetensors files list their tensors in their own order; results follow this one.
+# Tensor names of the token-batch endpoints' bundles, in the contract's order (the first is the
+# primary one); the registry's kinds give their own. Safetensors files list their tensors in
+# their own order; results follow this one.
 _TENSOR_ORDER: dict[str, tuple[str, ...]] = {
-    "/v1/encodings/sinusoidal": ("encoding",),
-    "/v1/encodings/learned": ("encoding",),
-    "/v1/encodings/rope": ("cos", "sin", "inv_freq"),
-    "/v1/biases/alibi": ("bias", "slopes"),
-    "/v1/biases/relative": ("buckets", "bias"),
     "/v1/position-ids": ("position_ids", "attention_mask"),
     "/v1/position-ids/mrope": ("position_ids", "rope_deltas"),
     "/v1/embed": ("embeddings", "position_ids", "attention_mask", "cos", "sin"),
@@ -470,6 +458,8 @@ def _body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[st
             value = value.tolist()
         elif isinstance(value, tuple):
             value = list(value)
+        elif isinstance(value, Mapping):
+            value = dict(value)
         out[key] = value
     return out
 
@@ -653,6 +643,40 @@ HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
 
 
+def kind_method(name: str) -> Any:
+    """A client method for the registry's kind ``name`` (:data:`posenc.kinds.REGISTRY`): its
+    fields as keyword arguments (signature and docstring from the kind's description), the
+    output options of :meth:`_BaseClient.compute`; it calls :meth:`_BaseClient.compute`."""
+    from posenc.kinds import REGISTRY
+
+    kind = REGISTRY[name]
+    options = ("format", "as_", "device", "method", "query", "extra")
+
+    def call(self: Any, **kwargs: Any) -> Any:
+        given = {k: v for k, v in kwargs.items() if k not in options}
+        return self.compute(name, **{k: v for k, v in kwargs.items() if k in options}, **given)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(f.name, keyword, default=None) for f in kind.fields]
+    parameters += [inspect.Parameter(o, keyword, default="POST" if o == "method" else None)
+                   for o in options]  # fmt: skip
+    call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = name.replace("-", "_")
+    lines = [f"``{'GET or POST' if kind.get else 'POST'} {kind.path}``: {kind.summary}.", "",
+             kind.description, "", "Args:"]  # fmt: skip
+    for f in kind.fields:
+        default = (
+            "" if f.default is None or f.required or f.sourced else f" (default {f.default!r})"
+        )
+        lines.append(f"    {f.name}: {f.description.rstrip('.')}{default}.")
+    lines += ["    format, as_, device, method, query, extra: as for :meth:`compute`.", "",
+              "Returns:", "    A :class:`TensorResult` with "
+              + ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors) + "."]  # fmt: skip
+    call.__doc__ = "\n".join(lines)
+    return call
+
+
 class _BaseClient(Generic[T, J, HttpT, TransportT]):
     """Everything the sync and the async client share: settings, requests, endpoints.
 
@@ -778,13 +802,20 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         device: str | None = None,
         method: Method = "POST",
         query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> T:
         """Any kind of the library's registry (:data:`posenc.kinds.REGISTRY`) by name.
 
         Args:
             kind: the kind's name, e.g. a convention registered with :func:`posenc.kinds.register`.
-            format, as_, device, method, query: as for the endpoint methods.
+            format: response format (the client's default, ``safetensors``, when None).
+            as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
+            device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
+            method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
+            extra: further body fields, sent as given, ``None`` as ``null`` (for fields newer
+                than this client, or to send an explicit null that overrides a preset's value).
             **fields: the kind's request fields (``None`` values are not sent).
 
         Returns:
@@ -803,296 +834,15 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         unknown = sorted(set(fields) - set(spec.field_names))
         if unknown:
             raise ValueError(f"{kind} has no field(s) {unknown}; its fields: {spec.field_names}")
-        return self._table(spec.path, fields, None, format, as_, device, method, query)
+        return self._table(spec.path, fields, extra, format, as_, device, method, query)
 
-    # -- encodings -------------------------------------------------------------------------
+    # -- the registry's kinds: one method each, from its description (posenc.kinds) ----------
 
-    def sinusoidal(
-        self,
-        *,
-        d_model: int,
-        seq_len: int | None = None,
-        positions: Sequence[int] | None = None,
-        base: float | None = None,
-        layout: Literal["interleaved", "concat", "tensor2tensor"] | None = None,
-        offset: int | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        method: Method = "POST",
-        query: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/encodings/sinusoidal``: the fixed sinusoidal table.
-
-        Args:
-            d_model: ``D``, an even int >= 2.
-            seq_len: ``T``; positions ``offset … offset+T-1``. Give this or ``positions``.
-            positions: explicit positions (ints >= 0).
-            base: the wavelength base (server default 10000).
-            layout: ``"interleaved"`` (default), ``"concat"`` or ``"tensor2tensor"``.
-            offset: added to every position (default 0).
-            dtype: ``float32`` (default), ``float16``, ``bfloat16`` or ``float64``.
-            format: response format (the client's default, ``safetensors``, when None).
-            as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
-            device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
-            method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
-            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given, ``None`` as ``null`` (for fields
-                newer than this client, or to send an explicit null).
-
-        Returns:
-            A :class:`TensorResult` with ``encoding`` ``(T, D)``.
-        """
-        fields = dict(
-            seq_len=seq_len,
-            positions=positions,
-            d_model=d_model,
-            base=base,
-            layout=layout,
-            offset=offset,
-            dtype=dtype,
-        )
-        return self._table(
-            "/v1/encodings/sinusoidal", fields, extra, format, as_, device, method, query
-        )
-
-    def learned(
-        self,
-        *,
-        seq_len: int | None = None,
-        d_model: int | None = None,
-        model: str | None = None,
-        seed: int | None = None,
-        preset: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        method: Method = "POST",
-        query: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/encodings/learned``: a learned (seeded, or a loaded model's) position table.
-
-        Args:
-            seq_len: ``T``, rows of the table (may come from ``model``, ``preset`` or ``config``).
-            d_model: ``D`` (may be omitted with ``model``).
-            model: name of a loaded model (see :meth:`models`) whose position table is used.
-            seed: without ``model``, ``torch.manual_seed(seed); nn.Embedding(T, D).weight``.
-            preset: a name from :meth:`presets` (kind learned) giving the table's size.
-            config: a model's ``config.json`` (a dict) giving the table's size
-                (``max_position_embeddings`` / ``n_positions``, ``hidden_size``).
-            dtype: output dtype name.
-            format: response format.
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            method: ``"POST"`` or ``"GET"``.
-            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``encoding`` ``(T, D)``.
-        """
-        fields = dict(
-            seq_len=seq_len,
-            d_model=d_model,
-            model=model,
-            seed=seed,
-            preset=preset,
-            config=None if config is None else dict(config),
-            dtype=dtype,
-        )
-        return self._table(
-            "/v1/encodings/learned", fields, extra, format, as_, device, method, query
-        )
-
-    def rope(
-        self,
-        *,
-        seq_len: int | None = None,
-        positions: Sequence[int] | Sequence[Sequence[int]] | None = None,
-        head_dim: int | None = None,
-        rotary_dim: int | None = None,
-        base: float | None = None,
-        layout: Literal["half", "interleaved"] | None = None,
-        scaling: Mapping[str, Any] | None = None,
-        preset: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        layer_type: str | None = None,
-        mrope_section: Sequence[int] | None = None,
-        mrope_interleaved: bool | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        method: Method = "POST",
-        query: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/encodings/rope``: rotary cos/sin tables.
-
-        Args:
-            seq_len: ``T`` (positions ``0 … T-1``). Give this or ``positions``.
-            positions: explicit positions.
-            head_dim: an even int (may come from ``preset``).
-            rotary_dim: rotated dims ``R`` (<= head_dim; default head_dim).
-            base: RoPE base (``theta``; server default 10000).
-            layout: ``"half"`` (GPT-NeoX / Llama, default) or ``"interleaved"`` (GPT-J).
-            scaling: ``{"type": "linear"|"dynamic"|"yarn"|"longrope"|"llama3", ...}`` with the
-                Hugging Face ``rope_parameters`` names.
-            preset: a name from :meth:`presets`; its values are defaults the other fields override.
-            config: a model's ``config.json`` (a dict): the model's own rope settings, read as
-                transformers 5 reads them; the other fields override it (not with ``preset``).
-            layer_type: which per-layer-type setting of such a config (e.g. Gemma 3's
-                ``sliding_attention``).
-            mrope_section: M-RoPE: three ints summing to ``R/2``, with ``positions`` given as
-                three rows (temporal, height, width).
-            mrope_interleaved: M-RoPE: Qwen3-VL's interleaved sections (default false).
-            dtype: output dtype name.
-            format: response format.
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            method: ``"POST"`` or ``"GET"`` (``scaling`` then travels as JSON text).
-            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``cos`` ``(T, R)``, ``sin`` ``(T, R)``, ``inv_freq``
-            ``(R/2,)``; ``meta["attention_scaling"]``.
-        """
-        fields = dict(
-            seq_len=seq_len,
-            positions=positions,
-            head_dim=head_dim,
-            rotary_dim=rotary_dim,
-            base=base,
-            layout=layout,
-            scaling=None if scaling is None else dict(scaling),
-            preset=preset,
-            config=None if config is None else dict(config),
-            layer_type=layer_type,
-            mrope_section=None if mrope_section is None else list(mrope_section),
-            mrope_interleaved=mrope_interleaved,
-            dtype=dtype,
-        )
-        return self._table("/v1/encodings/rope", fields, extra, format, as_, device, method, query)
-
-    # -- biases ----------------------------------------------------------------------------
-
-    def alibi(
-        self,
-        *,
-        seq_len: int,
-        num_heads: int | None = None,
-        key_len: int | None = None,
-        mode: Literal["causal", "symmetric"] | None = None,
-        max_bias: float | None = None,
-        preset: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        method: Method = "POST",
-        query: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/biases/alibi``: ALiBi slopes and the (H, T, S) bias.
-
-        Args:
-            seq_len: ``T`` queries.
-            num_heads: ``H`` (may come from ``preset``).
-            key_len: ``S`` (default ``T``); query ``i`` sits at position ``i + S - T``.
-            mode: ``"causal"`` (default; ``-inf`` above the diagonal) or ``"symmetric"``.
-            max_bias: slope exponent scale (default 8).
-            preset: a name from :meth:`presets`.
-            config: a model's ``config.json`` (a dict) whose settings are the defaults.
-            dtype: output dtype name.
-            format: response format (JSON gives masked entries as ``null``, decoded to -inf).
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            method: ``"POST"`` or ``"GET"``.
-            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``bias`` ``(H, T, S)`` and ``slopes`` ``(H,)``.
-        """
-        fields = dict(
-            num_heads=num_heads,
-            seq_len=seq_len,
-            key_len=key_len,
-            mode=mode,
-            max_bias=max_bias,
-            preset=preset,
-            config=None if config is None else dict(config),
-            dtype=dtype,
-        )
-        return self._table("/v1/biases/alibi", fields, extra, format, as_, device, method, query)
-
-    def relative(
-        self,
-        *,
-        seq_len: int,
-        key_len: int | None = None,
-        num_buckets: int | None = None,
-        max_distance: int | None = None,
-        bidirectional: bool | None = None,
-        bucketing: Literal["log", "clip"] | None = None,
-        num_heads: int | None = None,
-        seed: int | None = None,
-        preset: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        method: Method = "POST",
-        query: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/biases/relative``: T5-style relative position buckets (and bias).
-
-        Args:
-            seq_len: ``T`` queries.
-            key_len: ``S`` keys (default ``T``).
-            num_buckets: default 32.
-            max_distance: default 128.
-            bidirectional: default true.
-            bucketing: ``"log"`` (T5, default) or ``"clip"``.
-            num_heads: when given, the bias ``(H, T, S)`` comes too.
-            seed: seed of the bias table (default 0).
-            preset: a name from :meth:`presets`.
-            config: a model's ``config.json`` (a dict) whose settings are the defaults.
-            dtype: dtype of the bias (buckets are always int64).
-            format: response format.
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            method: ``"POST"`` or ``"GET"``.
-            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``buckets`` ``(T, S)`` int64 and, with ``num_heads``,
-            ``bias`` ``(H, T, S)``.
-        """
-        fields = dict(
-            seq_len=seq_len,
-            key_len=key_len,
-            num_buckets=num_buckets,
-            max_distance=max_distance,
-            bidirectional=bidirectional,
-            bucketing=bucketing,
-            num_heads=num_heads,
-            seed=seed,
-            preset=preset,
-            config=None if config is None else dict(config),
-            dtype=dtype,
-        )
-        return self._table("/v1/biases/relative", fields, extra, format, as_, device, method, query)
+    sinusoidal = kind_method("sinusoidal")
+    learned = kind_method("learned")
+    rope = kind_method("rope")
+    alibi = kind_method("alibi")
+    relative = kind_method("relative")
 
     # -- token batches ---------------------------------------------------------------------
 
@@ -1385,7 +1135,7 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
 
         from posenc.kinds import REGISTRY
 
-        paths = {**TABLE_PATHS, **{name: spec.path for name, spec in REGISTRY.items()}}
+        paths = {name: spec.path for name, spec in REGISTRY.items()}
         if kind not in paths:
             raise ValueError(f"kind must be one of {list(paths)}, got {kind!r}")
         if format not in ("raw", "npy", "safetensors"):
