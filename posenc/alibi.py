@@ -179,40 +179,37 @@ def _key_len(p: Mapping[str, Any]) -> int:
     return bias_lengths(p)[1]
 
 
-def _alibi_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
-    heads, max_bias = p["num_heads"], p["max_bias"]
-    bias = alibi_bias(
-        heads,
-        p["seq_len"],
-        _key_len(p),
+def _bias_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    """The arguments of :func:`alibi_bias` (and of its row blocks) from resolved fields."""
+    return dict(
+        num_heads=p["num_heads"],
+        seq_len=p["seq_len"],
+        key_len=_key_len(p),
         mode=p["mode"],
-        max_bias=max_bias,
+        max_bias=p["max_bias"],
         device=ctx.device,
         dtype=ctx.dtype,
-    )  # (H, T, S)
-    slopes = alibi_slopes(heads, max_bias, device=ctx.device, dtype=ctx.dtype)  # (H,)
-    return {"bias": bias, "slopes": slopes}
+    )
+
+
+def _alibi_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
+    bias = alibi_bias(**_bias_arguments(p, ctx))  # (H, T, S)
+    slopes = alibi_slopes(p["num_heads"], p["max_bias"], device=ctx.device, dtype=ctx.dtype)
+    return {"bias": bias, "slopes": slopes}  # slopes: (H,)
 
 
 def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     from posenc.blocks import alibi_bias_blocks, tensor_blocks  # blocks imports this module
 
-    heads, max_bias = p["num_heads"], p["max_bias"]
-    bias = alibi_bias_blocks(
-        heads,
-        p["seq_len"],
-        _key_len(p),
-        mode=p["mode"],
-        max_bias=max_bias,
-        device=ctx.device,
-        dtype=ctx.dtype,
-    )
-    slopes = alibi_slopes(heads, max_bias, device=ctx.device, dtype=ctx.dtype)  # (H,)
-    return {"bias": bias, "slopes": tensor_blocks("slopes", slopes)}
+    slopes = alibi_slopes(p["num_heads"], p["max_bias"], device=ctx.device, dtype=ctx.dtype)
+    return {
+        "bias": alibi_bias_blocks(**_bias_arguments(p, ctx)),
+        "slopes": tensor_blocks("slopes", slopes),  # (H,)
+    }
 
 
 def _alibi_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
-    return dict(positions.alibi or {}), {"config_model_type": positions.model_type}
+    return dict(positions.alibi or {}), {}
 
 
 ALIBI: kinds.Kind = kinds.register(

@@ -196,7 +196,8 @@ class Sources:
         positions: the kind of positions its presets and configs must be (``rope``, ``alibi``,
             ``relative``, ``learned``); another is an error that names the right endpoint.
         from_config: ``(ModelPositions, given fields) -> (fields, info)``: the fields a read
-            config gives, and what ``meta`` should say about it (e.g. ``config_model_type``).
+            config gives, and what ``meta`` should say about it besides its
+            ``config_model_type`` (RoPE: the ``rope_type`` of the chosen layer type).
         follow: ``(given fields, preset or config fields) -> fields``: adjust the preset's
             values to what the caller overrode (RoPE: the rotated fraction follows a new
             ``head_dim``), or None.

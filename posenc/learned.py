@@ -170,7 +170,7 @@ def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
 def _learned_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
     learned = positions.learned or {}
     fields = {k: learned[k] for k in ("seq_len", "d_model") if learned.get(k) is not None}
-    return fields, {"config_model_type": positions.model_type}
+    return fields, {}
 
 
 LEARNED: kinds.Kind = kinds.register(

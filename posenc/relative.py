@@ -390,7 +390,7 @@ def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
 
 def _relative_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
     fields = {k: v for k, v in (positions.relative or {}).items() if v is not None}
-    return fields, {"config_model_type": positions.model_type}
+    return fields, {}
 
 
 RELATIVE: kinds.Kind = kinds.register(

@@ -952,8 +952,9 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-def _rope_compute(p: Mapping[str, Any], ctx: Any) -> dict[str, Tensor]:
-    common = dict(
+def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    """The arguments every RoPE table function takes, from resolved fields."""
+    return dict(
         rotary_dim=p["rotary_dim"],
         base=p["base"],
         layout=p["layout"],
@@ -961,6 +962,10 @@ def _rope_compute(p: Mapping[str, Any], ctx: Any) -> dict[str, Tensor]:
         device=ctx.device,
         dtype=ctx.dtype,
     )
+
+
+def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    common = _table_arguments(p, ctx)
     rows = _mrope_rows(p)
     if rows is not None:
         from posenc.rope_sections import mrope_cos_sin
@@ -976,21 +981,13 @@ def _rope_compute(p: Mapping[str, Any], ctx: Any) -> dict[str, Tensor]:
     return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
 
 
-def _rope_blocks(p: Mapping[str, Any], ctx: Any) -> dict[str, Any] | None:
+def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any] | None:
     """Row blocks of 1-D positions; three rows of M-RoPE positions are computed whole."""
     from posenc.blocks import rope_blocks, tensor_blocks
 
     if p["positions"] is not None and isinstance(p["positions"][0], list):
         return None
-    kw = dict(
-        seq_len=p["seq_len"],
-        rotary_dim=p["rotary_dim"],
-        base=p["base"],
-        layout=p["layout"],
-        scaling=_rope_scaling(p),
-        device=ctx.device,
-        dtype=ctx.dtype,
-    )
+    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
     return {
@@ -1005,11 +1002,7 @@ def _rope_from_config(positions: Any, given: Mapping[str, Any]) -> tuple[dict, d
 
     layer_type = given.get("layer_type")
     fields = rope_request_fields(positions, layer_type)
-    info = {
-        "config_model_type": positions.model_type,
-        "rope_type": positions.rope_for(layer_type).rope_type,
-    }
-    return fields, info
+    return fields, {"rope_type": positions.rope_for(layer_type).rope_type}
 
 
 def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:

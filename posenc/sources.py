@@ -73,7 +73,8 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
                 f"not {sources.positions}{hint}",
                 field="config",
             )
-        defaults, info = sources.from_config(positions, sent)
+        defaults, extra = sources.from_config(positions, sent)
+        info = {"config_model_type": positions.model_type, **extra}
     else:
         if sent.get("layer_type") is not None:
             raise InvalidArgument(
