@@ -228,3 +228,50 @@ def test_gemma3_uses_its_first_layers_type(folders: dict[str, Path]) -> None:
             None,
         )
         assert rope.head_dim == rope.rotary_dim == 256
+
+
+def _chatglm_cos_sin(positions: torch.Tensor, rotary: int, base: float) -> torch.Tensor:
+    """THUDM modeling_chatglm.py (ChatGLM2/3, remote code): ``RotaryEmbedding(kv_channels // 2)``
+    with ``theta = 1 / base^(arange(0, n, 2) / n)``, ``base = 10000 · rope_ratio``, applied to
+    adjacent pairs of the first ``n`` channels: cos per channel, each angle twice, in float64."""
+    theta = 1.0 / base ** (torch.arange(0, rotary, 2, dtype=torch.float64) / rotary)
+    angles = positions.to(torch.float64)[..., None] * theta  # (B, T, n/2)
+    return torch.cos(angles).repeat_interleave(2, -1)  # (B, T, n)
+
+
+@pytest.mark.parametrize("rope_ratio", [None, 50])
+def test_chatglm_rotates_half_the_head_in_pairs(tmp_path: Path, rope_ratio: int | None) -> None:
+    """THUDM/chatglm3-6b's config.json (chatglm3-6b-32k adds ``rope_ratio: 50``), tiny table."""
+    config: dict[str, Any] = {
+        "model_type": "chatglm",
+        "hidden_size": 4096,
+        "num_attention_heads": 32,
+        "kv_channels": 128,
+        "num_layers": 28,
+        "seq_length": 8192,
+        "multi_query_attention": True,
+        "multi_query_group_num": 2,
+        "padded_vocab_size": 65024,
+    }
+    if rope_ratio is not None:
+        config["rope_ratio"] = rope_ratio
+    save_file(
+        {"transformer.embedding.word_embeddings.weight": torch.randn(VOCAB, 64)},
+        str(tmp_path / "model.safetensors"),
+    )
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    rope = read_checkpoint(tmp_path).rope
+    base = 10000.0 * (rope_ratio or 1)
+    assert rope is not None
+    assert (rope.rotary_dim, rope.layout, rope.base) == (64, "interleaved", base)
+    from posenc.rope import rope_cos_sin
+
+    positions = torch.tensor([[0, 1, 2, 4095, 8191]])
+    tables = rope_cos_sin(
+        positions[0],
+        rotary_dim=rope.rotary_dim,
+        base=rope.base,
+        layout=rope.layout,
+        dtype=torch.float64,
+    )
+    torch.testing.assert_close(tables.cos, _chatglm_cos_sin(positions, 64, base)[0])
