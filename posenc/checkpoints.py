@@ -19,10 +19,13 @@ multimodal layouts), ``transformer.wte`` / ``wte`` (GPT-2, GPT-J), ``gpt_neox.em
 ``shared`` (T5), ``embeddings.word_embeddings`` (BERT), ``tok_embeddings`` (InternLM, Meta's
 original Llama). A sharded checkpoint is read through its ``model.safetensors.index.json``.
 
-The RoPE settings are read by a small private reader of the few keys the tables need
-(``rope_parameters`` / legacy ``rope_scaling``, ``rope_theta`` and GPT-NeoX's
-``rotary_emb_base``, ``partial_rotary_factor`` / ``rotary_pct``, ``head_dim``), with
-``text_config`` read where a multimodal config nests the language model's settings.
+The RoPE settings are read by the library's config reader, :func:`posenc.hf_config.read_positions`
+(every convention it knows: legacy ``rope_scaling``, Llama 3 / YaRN / LongRoPE scaling, partial
+rotary factors, DeepSeek's ``qk_rope_head_dim``, the interleaved layouts, Gemma 3's per-layer-type
+parameters and ``rope_local_base_freq``). Where a config gives RoPE parameters per layer type,
+:attr:`Checkpoint.rope` is the RoPE of the model's **first layer that applies RoPE** (Gemma 3:
+``sliding_attention``, theta ``rope_local_base_freq``): what ``/v1/embed`` returns, the input
+of the first layer, goes with the ``cos`` / ``sin`` that layer applies.
 
 Notation used for tensor shapes: ``V`` vocabulary size, ``P`` table positions, ``D`` model
 dimension, ``R`` rotary dimension.
@@ -30,6 +33,7 @@ dimension, ``R`` rotary dimension.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -43,6 +47,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
 
 logger = logging.getLogger(__name__)
@@ -92,6 +97,7 @@ _LEARNED_TYPES = {
     "gpt2", "bert", "roberta", "xlm-roberta", "opt", "gpt_bigcode", "distilbert", "electra",
     "bart", "mbart", "whisper", "biogpt", "xglm",
 }  # fmt: skip
+# model types that mean RoPE even without a RoPE key (the scheme only: the reader gives the rest)
 _INTERLEAVED_TYPES = {"gptj", "codegen", "chatglm", "glm", "glm4"}
 # Gemma family: token embeddings x sqrt(hidden_size), rounded to the model dtype.
 _GEMMA_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text"}
@@ -111,6 +117,9 @@ class RopeSpec:
         layout: ``half`` (GPT-NeoX, Llama) or ``interleaved`` (GPT-J, GLM).
         rope_type: ``default`` or the scaling type.
         scaling: the scaling scheme, or None.
+        layer_type: for a config with RoPE parameters per layer type, the one these are (the
+            first layer's); None where one set serves every layer.
+        attention_scaling: the factor the model multiplies ``cos`` and ``sin`` by.
     """
 
     head_dim: int
@@ -119,6 +128,8 @@ class RopeSpec:
     layout: RopeLayout
     rope_type: str
     scaling: RopeScaling | None
+    layer_type: str | None = None
+    attention_scaling: float = 1.0
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (for ``/v1/models``)."""
@@ -136,6 +147,8 @@ class RopeSpec:
             "layout": self.layout,
             "rope_type": self.rope_type,
             "scaling": scaling,
+            "layer_type": self.layer_type,
+            "attention_scaling": self.attention_scaling,
         }
 
 
@@ -267,119 +280,62 @@ def _text_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _number(cfg: Mapping[str, Any], key: str, where: str) -> float | None:
-    value = cfg.get(key)
-    if value is None:
+def _rope_positions(config: Mapping[str, Any], where: str) -> ModelPositions:
+    """:func:`posenc.hf_config.read_positions` of a RoPE model's config, messages led by ``where``.
+
+    A decoder whose ``model_type`` the reader does not know and whose config names no RoPE key
+    (a Llama-style token table beside it) is read with Llama's default ``rope_theta`` 10000.
+    """
+    try:
+        try:
+            positions = read_positions(config)
+        except InvalidArgument as exc:
+            if exc.field != "config.model_type":
+                raise
+            fallback = copy.deepcopy(dict(config))
+            text = fallback.get("text_config")
+            target = text if isinstance(text, dict) else fallback
+            target.setdefault("rope_theta", 10000.0)
+            positions = read_positions(fallback)
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{where}: {exc.message}", field=exc.field) from exc
+    if positions.kind != "rope" or not positions.rope:
+        raise InvalidArgument(
+            f"{where}: the tensor names and config keys say RoPE, but model_type "
+            f"{positions.model_type!r} uses {positions.kind} positions",
+            field="config",
+        )
+    return positions
+
+
+def first_rope_layer_type(positions: ModelPositions) -> str | None:
+    """The layer type whose RoPE ``/v1/embed`` gives: None for one set for every layer; else
+    the type of the first layer that applies RoPE (Gemma 3: ``sliding_attention``), or, for a
+    config that does not say how many layers it has, the first type its parameters list."""
+    if not positions.per_layer_type:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise InvalidArgument(f"{where}: {key} must be a number, got {value!r}", field=key)
-    return float(value)
+    first = next((t for t in positions.layer_types if t in positions.rope), None)
+    return first if first is not None else next(iter(positions.rope))
 
 
-def rope_spec_from_config(config: Mapping[str, Any], where: str = "config") -> RopeSpec:
-    """The RoPE settings of a config, read as transformers 5 reads the few keys needed.
-
-    ``rope_parameters`` (nested by layer type: the ``full_attention`` entry) or the legacy
-    ``rope_scaling`` (``type`` meaning ``rope_type``); ``rope_theta`` there, else top-level
-    ``rope_theta``, else GPT-NeoX's ``rotary_emb_base``, else 10000; ``partial_rotary_factor``
-    (also inside ``rope_parameters``) or GPT-NeoX's ``rotary_pct`` (default 0.25 for
-    ``gpt_neox``, else 1), or GPT-J's integer ``rotary_dim``; ``head_dim``, else
-    ``hidden_size // num_attention_heads`` (GPT-J: ``n_embd // n_head``). For ``yarn`` and
-    ``longrope`` a missing ``original_max_position_embeddings`` is the config's top-level one,
-    else its ``max_position_embeddings``; ``dynamic`` always uses ``max_position_embeddings``, as
-    transformers rescales above it. A missing yarn / longrope ``factor`` is
-    ``max_position_embeddings / original_max_position_embeddings`` (Phi-3, DeepSeek); Phi-3's
-    legacy ``su`` / ``yarn`` mean longrope. ``mrope_section`` and
-    ``mrope_interleaved`` are not scaling parameters and are left out.
+def rope_spec(positions: ModelPositions, layer_type: str | None = None) -> RopeSpec:
+    """The :class:`RopeSpec` of a RoPE config's ``layer_type`` (default: the first layer's).
 
     Raises:
-        InvalidArgument: a key of the wrong type, an unknown scaling type, no head size.
+        InvalidArgument: not a RoPE config; a layer type that is not one of the config's.
     """
-    cfg = _text_settings(config)
-    model_type = str(cfg.get("model_type", ""))
-    params = cfg.get("rope_parameters")
-    if (
-        isinstance(params, Mapping)
-        and params
-        and all(isinstance(v, Mapping) for v in params.values())
-    ):
-        params = params.get("full_attention") or next(iter(params.values()))
-    if params is not None and not isinstance(params, Mapping):
-        raise InvalidArgument(
-            f"{where}: rope_parameters must be an object, got {type(params).__name__}",
-            field="rope_parameters",
-        )
-    legacy = cfg.get("rope_scaling")
-    if legacy is not None and not isinstance(legacy, Mapping):
-        raise InvalidArgument(
-            f"{where}: rope_scaling must be an object, got {type(legacy).__name__}",
-            field="rope_scaling",
-        )
-    rope = dict(params or legacy or {})
-    theta = (
-        _number(rope, "rope_theta", where)
-        or _number(cfg, "rope_theta", where)
-        or _number(cfg, "rotary_emb_base", where)
-        or 10000.0
-    )
-    partial = (
-        _number(cfg, "partial_rotary_factor", where)
-        or _number(rope, "partial_rotary_factor", where)
-        or _number(cfg, "rotary_pct", where)
-        or (0.25 if model_type == "gpt_neox" else 1.0)
-    )
-    head_dim = cfg.get("head_dim")
-    if head_dim is None:
-        hidden = cfg.get("hidden_size", cfg.get("n_embd"))
-        heads = cfg.get("num_attention_heads", cfg.get("n_head"))
-        if not isinstance(hidden, int) or not isinstance(heads, int) or heads < 1:
-            raise InvalidArgument(
-                f"{where}: the RoPE head size needs head_dim, or hidden_size and "
-                f"num_attention_heads; got head_dim None, hidden_size {hidden!r}, "
-                f"num_attention_heads {heads!r}",
-                field="head_dim",
-            )
-        head_dim = hidden // heads
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 2:
-        raise InvalidArgument(
-            f"{where}: head_dim must be an int >= 2, got {head_dim!r}", field="head_dim"
-        )
-    rotary_dim = int(head_dim * partial)
-    explicit = cfg.get("rotary_dim")  # GPT-J, CodeGen: the rotated channels, not a fraction
-    if isinstance(explicit, int) and not isinstance(explicit, bool) and 2 <= explicit <= head_dim:
-        rotary_dim = explicit
-    rope_type = str(rope.get("rope_type", rope.get("type", "default")))
-    if model_type == "phi3" and rope_type in ("su", "yarn"):
-        rope_type = "longrope"  # Phi3Config reads its early "su" / "yarn" configs as longrope
-    scaling = None
-    if rope_type not in ("default", "mrope"):
-        known = {f.name for f in dataclasses.fields(RopeScaling)} - {"type"}
-        if rope_type != "proportional":  # a scaling parameter of proportional only; elsewhere
-            known.discard("partial_rotary_factor")  # it is the rotated fraction, read above
-        values = {k: v for k, v in rope.items() if k in known}
-        max_pos = _number(cfg, "max_position_embeddings", where)
-        if rope_type == "dynamic":  # transformers rescales above config.max_position_embeddings
-            values["original_max_position_embeddings"] = cfg.get("max_position_embeddings")
-        elif rope_type in ("yarn", "longrope"):
-            if values.get("original_max_position_embeddings") is None:
-                values["original_max_position_embeddings"] = cfg.get(
-                    "original_max_position_embeddings"
-                ) or cfg.get("max_position_embeddings")
-            original = values["original_max_position_embeddings"]
-            if values.get("factor") is None and max_pos and original:
-                values["factor"] = max_pos / float(original)  # Phi-3, DeepSeek: the ratio
-        try:
-            scaling = RopeScaling.from_dict({"type": rope_type, **values})
-        except InvalidArgument as exc:
-            raise InvalidArgument(f"{where}: rope scaling: {exc.message}", field=exc.field) from exc
-    layout: RopeLayout = "interleaved" if model_type in _INTERLEAVED_TYPES else "half"
+    if layer_type is None:
+        layer_type = first_rope_layer_type(positions)
+    layer = positions.rope_for(layer_type)
     return RopeSpec(
-        head_dim=head_dim,
-        rotary_dim=rotary_dim,
-        base=theta,
-        layout=layout,
-        rope_type="default" if scaling is None else rope_type,
-        scaling=scaling,
+        head_dim=layer.head_dim,
+        rotary_dim=layer.rotary_dim,
+        base=layer.rope_theta,
+        layout="interleaved" if positions.layout == "interleaved" else "half",
+        rope_type=layer.rope_type,
+        scaling=layer.scaling(),
+        layer_type=layer_type,
+        attention_scaling=layer.attention_scaling,
     )
 
 
@@ -480,7 +436,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                 )
             position_table = position_table[skip:]
 
-    rope = rope_spec_from_config(config, config_path or where) if scheme == "rope" else None  # type: ignore[arg-type]
+    rope = None
+    if scheme == "rope":
+        rope = rope_spec(_rope_positions(config or {}, config_path or where))
     d_model = int(token_table.shape[1])
     embed_scale = None
     model_type = None if cfg is None else str(cfg.get("model_type", "")) or None

@@ -22,10 +22,11 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
 - Dimensions: ``head_dim``, else ``hidden_size // num_attention_heads`` (with the models'
   aliases ``n_embd``, ``d_model``, ``n_head``, ``n_heads``, ``num_heads``); DeepSeek rotates
   ``qk_rope_head_dim`` channels; the rotary dimension is ``int(head_dim ·
-  partial_rotary_factor)`` (``rotary_pct`` for GPT-NeoX, default 0.25; Phi and GLM default 0.5),
-  or GPT-J's ``rotary_dim``; Gemma 4's full-attention layers use ``global_head_dim``.
-- Layout: ``interleaved`` for the models that rotate adjacent pairs (GPT-J, GLM, Llama 4,
-  DeepSeek, Cohere, ERNIE 4.5, Helium), else ``half``.
+  partial_rotary_factor)`` (``rotary_pct`` for GPT-NeoX, default 0.25; Phi, GLM and THUDM's
+  remote-code ChatGLM default 0.5), or GPT-J's ``rotary_dim``; Gemma 4's full-attention layers
+  use ``global_head_dim``. ChatGLM's theta is ``10000 · rope_ratio``.
+- Layout: ``interleaved`` for the models that rotate adjacent pairs (GPT-J, GLM, ChatGLM,
+  Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium), else ``half``.
 - Layer types: ``layer_types`` when given, else the model's own rule (Gemma 2 alternating,
   Gemma 3 every 6th full, Cohere 2 every 4th, Qwen2 sliding above ``max_window_layers``, Llama 4
   ``no_rope_layers``); a layer that applies no RoPE (Llama 4's every 4th, Cohere 2's full
@@ -111,6 +112,7 @@ INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
     {
         "gptj",
         "codegen",
+        "chatglm",
         "glm",
         "glm4",
         "glm4v",
@@ -128,9 +130,18 @@ INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
     }
 )
 
-#: ``partial_rotary_factor`` of each model type when the config gives none.
+#: ``partial_rotary_factor`` of each model type when the config gives none (THUDM's remote-code
+#: ChatGLM2/3 rotates half the head: ``RotaryEmbedding(rotary_dim // 2)`` in modeling_chatglm.py).
 DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
-    {"gpt_neox": 0.25, "phi": 0.5, "glm": 0.5, "glm4": 0.5, "stablelm": 0.25, "persimmon": 0.5}
+    {
+        "gpt_neox": 0.25,
+        "phi": 0.5,
+        "chatglm": 0.5,
+        "glm": 0.5,
+        "glm4": 0.5,
+        "stablelm": 0.25,
+        "persimmon": 0.5,
+    }
 )
 
 _GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
@@ -608,6 +619,8 @@ def _rope_dicts(
     ``rope_theta`` and ``rope_type`` filled in; and whether they are nested."""
     c = r.config
     default_theta = DEFAULT_THETA.get(model_type, DEFAULT_THETA.get(base, 10000.0))
+    if base == "chatglm":  # modeling_chatglm.py: base = 10000 * rope_ratio (ChatGLM3-6B-32k: 50)
+        default_theta *= r.float("rope_ratio", 1.0) or 1.0
     params = c.get("rope_parameters")
     scaling = c.get("rope_scaling")
     for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):

@@ -22,7 +22,9 @@ Streaming responses take a block's bytes at a time: ``await budget.acquire(n)`` 
 a block and ``budget.release(n)`` once it has been sent (or ``async with budget.hold(n):``), so a
 streamed response counts only the rows it holds.
 
-The estimate is ``elements x BYTES_PER_ELEMENT[(format, dtype)] + REQUEST_OVERHEAD``. The
+The estimate is ``elements x BYTES_PER_ELEMENT[(format, dtype)] + REQUEST_OVERHEAD``, plus
+``BYTES_PER_JSON_INT`` for each integer of a token batch sent as JSON, with a larger per-element
+figure for the routes of ``ROUTE_BYTES_PER_ELEMENT`` (M-RoPE position ids). The
 per-element figures are the largest peak RSS of compute + encode measured over every endpoint
 (16-18 M elements, a fresh process each, CPU; docs/sizing.md), plus about 15 %. The compute,
 not the body, sets them: sinusoidal builds its table in float64 (22-24 bytes per element at
@@ -55,6 +57,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BYTES_PER_ELEMENT",
+    "BYTES_PER_JSON_INT",
+    "ROUTE_BYTES_PER_ELEMENT",
     "ByteBudget",
     "HeldResponse",
     "Overloaded",
@@ -93,8 +97,28 @@ BYTES_PER_ELEMENT: Mapping[tuple[str, str], int] = {
 }
 _BINARY_FORMATS = frozenset({"safetensors", "npy", "raw"})
 
+# Routes whose compute peaks above the table, whatever the format: peak bytes per output element
+# (measured peak per element x about 1.2; docs/sizing.md). M-RoPE's vectorised rule keeps a few
+# (B, T) int64 intermediates per output row: 65-70 bytes per element measured.
+ROUTE_BYTES_PER_ELEMENT: Mapping[str, int] = {"/v1/position-ids/mrope": 84}
 
-def estimate_bytes(elements: int, fmt: str, *, base64: bool = False, dtype: str = "float32") -> int:
+# Peak bytes per integer of a token batch sent as JSON (``input_ids``, ``attention_mask``,
+# ``position_ids`` rows), besides the output: the body text, the parsed Python lists of ints,
+# the validated copy and the cache key's copy, all alive while the request computes. Measured
+# 63-71 bytes per integer (position ids of 1-8 Mi tokens, ids below 30000); binary bodies (npy,
+# safetensors) cost nothing here, their tensors are a few bytes per element of the output.
+BYTES_PER_JSON_INT = 96
+
+
+def estimate_bytes(
+    elements: int,
+    fmt: str,
+    *,
+    base64: bool = False,
+    dtype: str = "float32",
+    route: str = "",
+    json_ints: int = 0,
+) -> int:
     """Upper bound of the bytes a cache-missing request allocates before its body is sent.
 
     Args:
@@ -103,15 +127,21 @@ def estimate_bytes(elements: int, fmt: str, *, base64: bool = False, dtype: str 
         base64: JSON with base64 ``data``.
         dtype: the requested dtype of the float tensors (integer outputs such as position ids
             are int64 and cost no more than float64's entry; an unknown name is taken as such).
+        route: the route template (``Plan.route``): a route of :data:`ROUTE_BYTES_PER_ELEMENT`
+            costs at least its figure per element.
+        json_ints: integers of the request's token rows parsed from a JSON body (0 for a
+            binary body or a table request).
 
     Returns:
-        ``elements * BYTES_PER_ELEMENT[(kind, dtype)] + REQUEST_OVERHEAD``.
+        ``elements * max(BYTES_PER_ELEMENT[(kind, dtype)], ROUTE_BYTES_PER_ELEMENT[route])
+        + json_ints * BYTES_PER_JSON_INT + REQUEST_OVERHEAD``.
     """
     kind = "binary" if fmt in _BINARY_FORMATS else fmt
     if kind == "json" and base64:
         kind = "json-base64"
     per = BYTES_PER_ELEMENT.get((kind, dtype)) or BYTES_PER_ELEMENT.get((kind, "float64"), 40)
-    return max(0, elements) * per + REQUEST_OVERHEAD
+    per = max(per, ROUTE_BYTES_PER_ELEMENT.get(route, 0))
+    return max(0, elements) * per + max(0, json_ints) * BYTES_PER_JSON_INT + REQUEST_OVERHEAD
 
 
 # glibc's malloc keeps freed blocks below its mmap threshold in its arenas for reuse, and raises

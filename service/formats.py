@@ -29,7 +29,7 @@ tensor's bytes once.
 from __future__ import annotations
 
 import io
-import math
+import re
 import sys
 from base64 import b64encode
 from collections.abc import Sequence
@@ -172,8 +172,27 @@ def _media_types(formats: Sequence[str]) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
+# RFC 9110 section 12.4.2 ``qvalue``, read leniently: any number of decimals, 0 to 1.
+_QVALUE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def _qvalue(value: str) -> float:
+    """The weight of a ``q=`` parameter; 1 (the parameter ignored) when it is malformed.
+
+    RFC 9110 leaves malformed weights to the recipient; a malformed parameter should not make
+    an acceptable type unacceptable, so ``q=abc``, ``q=``, ``q=2``, ``q=-1``, ``q=nan`` and
+    ``q=1e-3`` count as no ``q`` at all, the default weight 1.
+    """
+    text = value.strip().strip('"').strip()
+    if _QVALUE.fullmatch(text) is None:
+        return 1.0
+    q = float(text)
+    return q if q <= 1.0 else 1.0
+
+
 def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
-    """``Accept`` -> [(type, subtype, q)]; malformed ranges and q-values are skipped."""
+    """``Accept`` -> [(type, subtype, q)]; malformed ranges are skipped, a malformed q-value
+    counts as 1."""
     ranges: list[tuple[str, str, float]] = []
     for item in accept.split(","):
         parts = item.split(";")
@@ -189,12 +208,8 @@ def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
         for param in parts[1:]:
             key, _, value = param.partition("=")
             if key.strip().lower() == "q":
-                try:
-                    q = float(value.strip())
-                except ValueError:
-                    q = math.nan
-        if not 0.0 <= q <= 1.0:  # also NaN
-            continue
+                q = _qvalue(value)
+                break  # parameters after the weight are accept-ext, not media-type parameters
         ranges.append((kind, sub, q))
     return ranges
 
@@ -213,8 +228,9 @@ def negotiate(
         available: the format keys the endpoint can produce, in the server's preference order.
 
     Returns:
-        A format key from ``available``. No (or an empty) ``Accept`` gives the first available
-        (``json``). Each media type takes the q-value of the most specific range that matches it
+        A format key from ``available``. No ``Accept``, an empty one, or one without a single
+        well-formed media range (RFC 9110 lets a server disregard it) gives the first available
+        (``json``); a malformed ``q`` counts as 1. Each media type takes the q-value of the most specific range that matches it
         (``type/subtype`` over ``type/*`` over ``*/*``); ``q=0`` excludes; ties keep the order of
         ``available``.
 
@@ -238,9 +254,9 @@ def negotiate(
             field="format",
         )
 
-    if accept is None or not accept.strip():
+    ranges = [] if accept is None else _parse_accept(accept)
+    if not ranges:  # no header, an empty one (",,,"), or not one well-formed range: disregarded
         return formats[0]
-    ranges = _parse_accept(accept)
 
     best: str | None = None
     best_q = 0.0

@@ -21,8 +21,16 @@ from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
 from service.config import Settings
+from service.request_id import HEADER as REQUEST_ID
+from service.request_id import PATTERN as REQUEST_ID_PATTERN
 
-__all__ = ["custom_openapi", "install_docs", "json_schema_keywords", "openapi_30"]
+__all__ = [
+    "custom_openapi",
+    "declare_request_id",
+    "install_docs",
+    "json_schema_keywords",
+    "openapi_30",
+]
 
 
 def openapi_30(spec: dict[str, Any]) -> dict[str, Any]:
@@ -132,8 +140,56 @@ def json_schema_keywords(node: Any) -> Any:
     return out
 
 
+_METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
+
+
+def declare_request_id(doc: dict[str, Any]) -> dict[str, Any]:
+    """Declare ``X-Request-ID`` (``service.request_id``) in every operation of ``doc``, in place.
+
+    Every response carries it, so each response of each operation gets it as a required header
+    (beside the headers it already declares); the caller's own id is kept when it matches the
+    pattern, so each operation takes it as an optional header parameter. The parameter's schema
+    is a plain string: any other value is not refused, only replaced by a generated id.
+    """
+    response_header = {
+        "description": (
+            "The request's id: the caller's X-Request-ID when it matches the pattern, else "
+            "32 hex digits generated here. The access log records it."
+        ),
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^{REQUEST_ID_PATTERN}$"},
+    }
+    parameter = {
+        "name": REQUEST_ID,
+        "in": "header",
+        "required": False,
+        "description": (
+            f"Your id for this request, sent back as {REQUEST_ID} and written to the access "
+            f"log when it is 1 to 128 of A-Z a-z 0-9 - _ . : / + = @; any other value is "
+            "replaced by a generated id (not refused)."
+        ),
+        "schema": {"type": "string"},
+    }
+    for item in doc.get("paths", {}).values():
+        for method, operation in item.items():
+            if method not in _METHODS or not isinstance(operation, dict):
+                continue
+            parameters = operation.setdefault("parameters", [])
+            if not any(
+                p.get("in") == "header" and str(p.get("name", "")).lower() == REQUEST_ID.lower()
+                for p in parameters
+            ):
+                parameters.append(copy.deepcopy(parameter))
+            for response in operation.get("responses", {}).values():
+                if isinstance(response, dict) and "$ref" not in response:
+                    headers = response.setdefault("headers", {})
+                    headers.setdefault(REQUEST_ID, copy.deepcopy(response_header))
+    return doc
+
+
 def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
-    """``app.openapi``: the generated document, with the bearer scheme when a key is set."""
+    """``app.openapi``: the generated document, with ``X-Request-ID`` declared on every
+    operation and the bearer scheme when a key is set."""
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
@@ -144,7 +200,7 @@ def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, A
                 routes=app.routes,
                 tags=app.openapi_tags,
             )
-            schema = json_schema_keywords(schema)
+            schema = declare_request_id(json_schema_keywords(schema))
             if settings.api_key is not None:
                 components = schema.setdefault("components", {})
                 components.setdefault("securitySchemes", {})["bearerAuth"] = {

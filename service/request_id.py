@@ -29,11 +29,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["HEADER", "RequestIdMiddleware", "request_id_var", "sane_request_id"]
+__all__ = ["HEADER", "PATTERN", "RequestIdMiddleware", "request_id_var", "sane_request_id"]
 
 HEADER = "X-Request-ID"
+#: A caller's id that is kept (and so every id the service sends): the whole value matches.
+PATTERN = r"[A-Za-z0-9\-_.:/+=@]{1,128}"
 _HEADER_KEY = b"x-request-id"
-_SANE = re.compile(rb"[A-Za-z0-9\-_.:/+=@]{1,128}")
+_SANE = re.compile(PATTERN.encode("ascii"))
 _CACHE = re.compile(rb'cache;desc="?([a-z]+)')
 
 request_id_var: ContextVar[str | None] = ContextVar("posenc_request_id", default=None)

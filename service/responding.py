@@ -72,6 +72,22 @@ class Plan:
     row_elements: int = 0
 
 
+# The integer-list fields of a JSON body (binary bodies leave them out of the params).
+_INT_LISTS = ("input_ids", "attention_mask", "position_ids", "positions")
+
+
+def json_ints(params: Mapping[str, Any]) -> int:
+    """The integers of the lists a JSON body gave (token rows ``input_ids``,
+    ``attention_mask``, ``position_ids``; a table's ``positions``): what the request holds as
+    Python lists while it computes."""
+    total = 0
+    for name in _INT_LISTS:
+        rows = params.get(name)
+        if isinstance(rows, list):
+            total += sum(len(row) if isinstance(row, list) else 1 for row in rows)
+    return total
+
+
 def check_size(plan: Plan, limit: int) -> None:
     """TooLarge (413) when the output, or anything computed on the way, exceeds ``limit``."""
     if plan.elements > limit:
@@ -243,7 +259,12 @@ async def respond_async(
     # none frees up in time), keep only the body's once encoded, release after the last byte.
     budget = state.budget
     nbytes = estimate_bytes(
-        plan.elements, prepared.fmt, base64=prepared.base64, dtype=plan.params.get("dtype", "")
+        plan.elements,
+        prepared.fmt,
+        base64=prepared.base64,
+        dtype=plan.params.get("dtype", ""),
+        route=plan.route,
+        json_ints=json_ints(plan.params),
     )
     await budget.acquire(nbytes)
     since = time.monotonic()

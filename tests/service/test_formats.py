@@ -127,11 +127,21 @@ def test_accept_that_matches_nothing_lists_the_available_types():
     assert all(media in err.value.detail for media in ALL_MEDIA)
 
 
-def test_malformed_ranges_and_q_values_are_skipped():
+def test_malformed_ranges_are_skipped_and_malformed_q_values_count_as_1():
+    """RFC 9110: a malformed parameter must not make an acceptable type unacceptable."""
     assert negotiate("garbage, application/x-npy", None) == "npy"
-    assert negotiate("application/json;q=abc, image/png;q=0.4", None) == "png"
-    assert negotiate("application/json;q=2, image/png;q=0.4", None) == "png"
+    assert negotiate("application/json;q=abc, image/png;q=0.4", None) == "json"
+    assert negotiate("image/png;q=0.4, application/x-npy;q=abc", None) == "npy"
+    assert negotiate("application/json;q=2, image/png;q=0.4", None) == "json"
     assert negotiate("application/json; charset=utf-8", None) == "json"
+    for odd in ("abc", "", "-1", "nan", "inf", "1e-3", "0x1", "0.5.5", " ", "1,0"):
+        assert negotiate(f"image/png;q={odd}, application/x-npy;q=0.9", None) == "png", odd
+    # well-formed weights keep their meaning, including a quoted one and q=0
+    assert negotiate('image/png;q="0.1", application/x-npy;q=0.9', None) == "npy"
+    assert negotiate("image/png;q=.5, application/x-npy;q=0.49", None) == "png"
+    assert negotiate("image/png;q=0., application/x-npy;q=0.001", None) == "npy"
+    with pytest.raises(NotAcceptable):
+        negotiate("application/json;q=0.000, image/png;q=0, */*;q=0", None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from transformers.models.llama.modeling_llama import LlamaModel
 from transformers.models.phi3.modeling_phi3 import Phi3Model
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
-from posenc.checkpoints import read_checkpoint, rope_spec_from_config
+from posenc.checkpoints import read_checkpoint
 from posenc.errors import InvalidArgument
 from posenc.models import load_safetensors_model
 from tests.helpers import (
@@ -284,7 +284,8 @@ def test_embed_equals_transformers_first_layer_input(
     torch.testing.assert_close(
         torch.from_numpy(json_tensor(body, "sin")).float(), sin, atol=2e-6, rtol=0
     )
-    rope = rope_spec_from_config(FAMILIES[name]["config"])
+    rope = read_checkpoint(checkpoints[name]).rope
+    assert rope is not None
     assert body["meta"]["rope"]["rotary_dim"] == rope.rotary_dim == cos.shape[-1]
 
 
