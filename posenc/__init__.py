@@ -18,6 +18,7 @@ from posenc.errors import (
 )
 from posenc.learned import learned_table, seeded_normal
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
+from posenc.mrope import MRopeSettings, mrope_position_ids, mrope_settings
 from posenc.position_ids import (
     PaddedBatch,
     PaddingSide,
@@ -62,6 +63,7 @@ __all__ = [
     "DeviceUnavailable",
     "EmbeddingModel",
     "InvalidArgument",
+    "MRopeSettings",
     "PaddedBatch",
     "PaddingSide",
     "PosencError",
@@ -90,6 +92,8 @@ __all__ = [
     "get_preset",
     "learned_table",
     "load_safetensors_model",
+    "mrope_position_ids",
+    "mrope_settings",
     "num_relative_buckets",
     "pad_rows",
     "position_ids_from_mask",

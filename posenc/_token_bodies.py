@@ -1,6 +1,7 @@
 """Token ids as binary request bodies, for the client (private).
 
-``/v1/embed`` and ``/v1/position-ids`` read ``application/x-npy`` (``input_ids`` alone) and
+A kind with ``binary_fields`` (:class:`posenc.kinds.Kind`: ``/v1/embed`` and
+``/v1/position-ids``) reads ``application/x-npy`` (the first, ``input_ids``, alone) and
 ``application/vnd.safetensors`` (``input_ids`` with ``attention_mask`` / ``position_ids``), the
 other fields as query parameters (``docs/api.md``, ``POST /v1/embed``). Sending a numpy
 array or torch tensor this way skips turning every id into JSON text and back: the bytes go as
@@ -10,14 +11,12 @@ they are (one cast to int64 where the array holds another type).
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-TOKEN_PATHS = ("/v1/embed", "/v1/position-ids")
-TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids")
 NPY_TYPE = "application/x-npy"
 SAFETENSORS_TYPE = "application/vnd.safetensors"
 
@@ -44,21 +43,23 @@ def _as_array(value: Any) -> np.ndarray | None:
     return array
 
 
-def token_body(fields: Mapping[str, Any]) -> TokenBody | None:
-    """The binary body of a token request whose ``input_ids`` is a 2-D integer numpy array or
-    torch tensor (and whose ``attention_mask`` / ``position_ids``, when given, are too); None
-    otherwise (lists stay JSON).
+def token_body(fields: Mapping[str, Any], names: Sequence[str]) -> TokenBody | None:
+    """The binary body of a token request whose first binary field (``input_ids``) is a 2-D
+    integer numpy array or torch tensor (and whose other ``names``, when given, are too); None
+    otherwise (lists stay JSON, as does a request of a kind without binary fields).
 
-    npy when ``input_ids`` is the only tensor, else safetensors.
+    npy when the first is the only tensor, else safetensors.
     """
-    arrays = {n: _as_array(fields.get(n)) for n in TENSOR_FIELDS}
-    given = [n for n in TENSOR_FIELDS if fields.get(n) is not None]
-    if arrays["input_ids"] is None or any(arrays[n] is None for n in given):
+    if not names:
         return None
-    rest = {k: v for k, v in fields.items() if k not in TENSOR_FIELDS}
-    if given == ["input_ids"]:
+    arrays = {n: _as_array(fields.get(n)) for n in names}
+    given = [n for n in names if fields.get(n) is not None]
+    if arrays[names[0]] is None or any(arrays[n] is None for n in given):
+        return None
+    rest = {k: v for k, v in fields.items() if k not in names}
+    if given == [names[0]]:
         buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(arrays["input_ids"]), allow_pickle=False)
+        np.save(buf, np.ascontiguousarray(arrays[names[0]]), allow_pickle=False)
         return TokenBody(buf.getvalue(), NPY_TYPE, rest)
     from safetensors.numpy import save
 

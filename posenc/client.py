@@ -48,7 +48,7 @@ from typing import Any, Generic, Literal, Protocol, TypeVar
 import httpx
 import numpy as np
 
-from posenc._token_bodies import TOKEN_PATHS, token_body
+from posenc._token_bodies import token_body
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -763,9 +763,11 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         device: str | None,
         method: Method = "POST",
         query: Mapping[str, Any] | None = None,
+        binary: Sequence[str] = (),
     ) -> T:
         """Call a tensor endpoint: the endpoint methods' arguments, the client's defaults
-        filling those left as ``None``."""
+        filling those left as ``None``; ``binary``: the kind's fields that may go as an npy or
+        safetensors body when given as arrays."""
         fmt = format or self._format
         kind = as_ or self._as
         dev = device if device is not None else self._device
@@ -773,7 +775,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         if method not in ("POST", "GET"):
             raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
         # numpy / torch token ids go as an npy or safetensors body, the other fields as query
-        tokens = token_body(fields) if method == "POST" and path in TOKEN_PATHS else None
+        tokens = token_body(fields, binary) if method == "POST" else None
         body = _body(fields if tokens is None else tokens.fields, extra)
         params = _query(body) if method == "GET" or tokens is not None else {}
         params.update(_query(_body(query or {}, None)))
@@ -834,9 +836,14 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         unknown = sorted(set(fields) - set(spec.field_names))
         if unknown:
             raise ValueError(f"{kind} has no field(s) {unknown}; its fields: {spec.field_names}")
-        return self._table(spec.path, fields, extra, format, as_, device, method, query)
+        return self._table(
+            spec.path, fields, extra, format, as_, device, method, query, spec.binary_fields
+        )
 
     # -- the registry's kinds: one method each, from its description (posenc.kinds) ----------
+    # A 2-D numpy array or torch tensor of token ids (and of attention_mask / position_ids) is
+    # sent as an application/x-npy or application/vnd.safetensors body, the other fields as
+    # query parameters; lists are sent as JSON.
 
     sinusoidal = kind_method("sinusoidal")
     learned = kind_method("learned")
@@ -844,146 +851,9 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     alibi = kind_method("alibi")
     relative = kind_method("relative")
 
-    # -- token batches ---------------------------------------------------------------------
-
-    def position_ids(
-        self,
-        *,
-        input_ids: Sequence[Sequence[int]],
-        pad_token_id: int | None = None,
-        attention_mask: Sequence[Sequence[int]] | None = None,
-        padding_side: Literal["right", "left"] | None = None,
-        start: int | None = None,
-        pad_position: int | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/position-ids``: position ids and attention mask of a (ragged) batch.
-
-        Args:
-            input_ids: ``B`` rows of token ids; rows may differ in length. A 2-D numpy array
-                or torch tensor is sent as an ``application/x-npy`` body (with an array
-                ``attention_mask``: ``application/vnd.safetensors``), the other fields as query
-                parameters; lists are sent as JSON.
-            pad_token_id: the padding token.
-            attention_mask: same (ragged) shape as ``input_ids``; wins over ``pad_token_id``.
-            padding_side: ``"right"`` (default) or ``"left"``.
-            start: first position of real tokens (default 0; RoBERTa uses padding_idx + 1).
-            pad_position: id given to padded slots (default 0).
-            format: response format.
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``position_ids`` and ``attention_mask``, ``(B, T)``
-            int64.
-        """
-        fields = dict(
-            input_ids=input_ids,
-            pad_token_id=pad_token_id,
-            attention_mask=attention_mask,
-            padding_side=padding_side,
-            start=start,
-            pad_position=pad_position,
-        )
-        return self._table("/v1/position-ids", fields, extra, format, as_, device)
-
-    def mrope_position_ids(
-        self,
-        *,
-        input_ids: Sequence[Sequence[int]],
-        config: Mapping[str, Any],
-        attention_mask: Sequence[Sequence[int]] | None = None,
-        image_grid_thw: Sequence[Sequence[int]] | None = None,
-        video_grid_thw: Sequence[Sequence[int]] | None = None,
-        second_per_grid_ts: Sequence[float] | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/position-ids/mrope``: Qwen2-VL / 2.5-VL / 3-VL multimodal position ids.
-
-        Args:
-            input_ids: ``B`` rows of token ids, with the model's image / video placeholder ids.
-            config: the model's ``config.json`` (its token ids, ``vision_config``,
-                ``tokens_per_second`` and ``model_type``, which picks the rule).
-            attention_mask: 0/1 rows, the shape of ``input_ids``.
-            image_grid_thw: ``[t, h, w]`` of each image, in the order they appear.
-            video_grid_thw: ``[t, h, w]`` of each video, in the order they appear.
-            second_per_grid_ts: Qwen2.5-VL: seconds per temporal grid step of each video.
-            format, as_, device, extra: as for the other endpoint methods.
-
-        Returns:
-            A :class:`TensorResult` with ``position_ids`` ``(3, B, T)`` and ``rope_deltas``
-            ``(B, 1)``, int64, equal to the model's ``get_rope_index`` in transformers.
-        """
-        fields = dict(
-            input_ids=[list(row) for row in input_ids],
-            config=dict(config),
-            attention_mask=attention_mask,
-            image_grid_thw=image_grid_thw,
-            video_grid_thw=video_grid_thw,
-            second_per_grid_ts=second_per_grid_ts,
-        )
-        return self._table("/v1/position-ids/mrope", fields, extra, format, as_, device)
-
-    def embed(
-        self,
-        *,
-        input_ids: Sequence[Sequence[int]],
-        model: str | None = None,
-        attention_mask: Sequence[Sequence[int]] | None = None,
-        pad_token_id: int | None = None,
-        padding_side: Literal["right", "left"] | None = None,
-        positional: Literal["learned", "sinusoidal", "none"] | None = None,
-        scale: bool | None = None,
-        position_ids: Sequence[Sequence[int]] | None = None,
-        dtype: str | None = None,
-        format: Format | None = None,
-        as_: ArrayKind | None = None,
-        device: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> T:
-        """``POST /v1/embed``: token embedding (× √D when ``scale``) + positional encoding.
-
-        Args:
-            input_ids: ``B`` rows of token ids (ragged allowed). A 2-D numpy array or torch
-                tensor is sent as an ``application/x-npy`` body (with array ``attention_mask`` /
-                ``position_ids``: ``application/vnd.safetensors``), the other fields as query
-                parameters; lists are sent as JSON.
-            model: a name from :meth:`models` (default: the service's default model).
-            attention_mask: wins over ``pad_token_id``.
-            pad_token_id: tokens equal to it are padding.
-            padding_side: ``"right"`` (default) or ``"left"``.
-            positional: ``"learned"``, ``"sinusoidal"`` or ``"none"`` (default: the model's).
-            scale: multiply token embeddings by √D (default: the model's).
-            position_ids: explicit ``(B, T)`` position ids.
-            dtype: output dtype name.
-            format: response format.
-            as_: ``"numpy"`` or ``"torch"``.
-            device: torch device (``as_="torch"`` only).
-            extra: further body fields, sent as given (``None`` as ``null``).
-
-        Returns:
-            A :class:`TensorResult` with ``embeddings`` ``(B, T, D)``, ``position_ids`` and
-            ``attention_mask`` ``(B, T)``.
-        """
-        fields = dict(
-            input_ids=input_ids,
-            model=model,
-            attention_mask=attention_mask,
-            pad_token_id=pad_token_id,
-            padding_side=padding_side,
-            positional=positional,
-            scale=scale,
-            position_ids=position_ids,
-            dtype=dtype,
-        )
-        return self._table("/v1/embed", fields, extra, format, as_, device)
+    position_ids = kind_method("position_ids")
+    mrope_position_ids = kind_method("mrope_position_ids")
+    embed = kind_method("embed")
 
     # -- catalogue and operations ------------------------------------------------------------
 

@@ -13,13 +13,16 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING, Literal, get_args
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from posenc import kinds
 from posenc._validate import (
     check_binary_mask,
     check_choice,
@@ -29,6 +32,12 @@ from posenc._validate import (
 )
 from posenc.errors import InvalidArgument, TokenOutOfRange
 from posenc.limits import check_elements
+from posenc.position_ids import (
+    ATTENTION_MASK_FIELD,
+    INPUT_IDS_FIELD,
+    PAD_TOKEN_ID_FIELD,
+    PADDING_SIDE_FIELD,
+)
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -319,3 +328,204 @@ class TokenPositionEmbedding(nn.Module):
             dtype=dtype,
             scale_value=self.scale_value,
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The embed endpoint kind (posenc.kinds): a loaded model's input layer over a token batch
+# ---------------------------------------------------------------------------------------------
+
+
+def _embed_check(p: Mapping[str, Any]) -> None:
+    """``position_ids``, when given, has the shape of ``input_ids`` (ragged rows row by row)."""
+    ids, pos = p.get("input_ids"), p.get("position_ids")
+    if ids is None or pos is None:
+        return
+    if isinstance(ids, Tensor) or isinstance(pos, Tensor):
+        if kinds.batch_shape(ids) != kinds.batch_shape(pos):
+            raise InvalidArgument(
+                f"position_ids must have the shape of input_ids {kinds.batch_shape(ids)}, got "
+                f"{kinds.batch_shape(pos)}",
+                field="position_ids",
+            )
+        return
+    if len(pos) != len(ids):
+        raise InvalidArgument(
+            f"position_ids must have the {len(ids)} rows of input_ids, got {len(pos)}",
+            field="position_ids",
+        )
+    for r, (row, positions) in enumerate(zip(ids, pos, strict=True)):
+        if len(row) != len(positions):
+            raise InvalidArgument(
+                f"position_ids[{r}] must have the {len(row)} entries of input_ids[{r}], got "
+                f"{len(positions)}",
+                field=f"position_ids[{r}]",
+            )
+
+
+def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[str, Any]:
+    """The model's own positional encoding and scaling unless given; what it cannot do refused."""
+    model = models(p["model"])
+    positional = p["positional"] if p["positional"] is not None else model.positional
+    if positional == "learned" and model.position_table is None:
+        raise InvalidArgument(
+            f"positional 'learned' needs a position table, and model {model.name!r} has none; "
+            "use 'sinusoidal' or 'none'",
+            field="positional",
+        )
+    if positional == "rope" and model.rope is None:
+        raise InvalidArgument(
+            f"positional 'rope' needs a RoPE model, and model {model.name!r} is "
+            f"{model.position_scheme}; use 'sinusoidal' or 'none'",
+            field="positional",
+        )
+    rope = model.rope if positional == "rope" else None
+    return {
+        **p,
+        "model": model.name,
+        "positional": positional,
+        "scale": p["scale"] if p["scale"] is not None else model.scale,
+        "vocab_size": model.vocab_size,
+        "d_model": model.d_model,
+        "rope": None if rope is None else rope.as_dict(),
+    }
+
+
+def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    b, t = kinds.batch_shape(p["input_ids"])
+    shapes: dict[str, tuple[int, ...]] = {
+        "embeddings": (b, t, p["d_model"]),
+        "position_ids": (b, t),
+        "attention_mask": (b, t),
+    }
+    if p["rope"] is not None:  # cos/sin at the position ids
+        shapes["cos"] = shapes["sin"] = (b, t, p["rope"]["rotary_dim"])
+    return shapes
+
+
+def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    from posenc.position_ids import build_batch, pad_rows
+    from posenc.rope import rope_cos_sin
+
+    model = ctx.models(p["model"])
+    batch = build_batch(
+        p["input_ids"],
+        pad_token_id=p["pad_token_id"],
+        attention_mask=p["attention_mask"],
+        padding_side=p["padding_side"],
+        device=ctx.device,
+    )
+    given = p["position_ids"]
+    if isinstance(given, Tensor):
+        position_ids = given.to(ctx.device)  # (B, T)
+    elif given is not None:
+        position_ids = pad_rows(given, padding_side=p["padding_side"])[0].to(ctx.device)
+    else:
+        position_ids = batch.position_ids  # (B, T)
+    positional = p["positional"]
+    out = {
+        "embeddings": embed_tokens(
+            batch.input_ids,
+            token_table=model.token_table,
+            positional="none" if positional == "rope" else positional,  # rope: cos/sin below
+            position_table=model.position_table,
+            position_ids=position_ids,
+            attention_mask=batch.attention_mask,
+            scale=p["scale"],
+            dtype=ctx.dtype,
+            scale_value=model.embed_scale,
+        ),  # (B, T, D)
+        "position_ids": position_ids,
+        "attention_mask": batch.attention_mask,
+    }
+    if p["rope"] is not None:
+        rope = model.rope
+        unique, inverse = torch.unique(position_ids, return_inverse=True)  # (U,), (B, T)
+        tables = rope_cos_sin(
+            unique.cpu(),
+            rotary_dim=rope.rotary_dim,
+            base=rope.base,
+            layout=rope.layout,
+            scaling=rope.scaling,
+            device=ctx.device,
+            dtype=ctx.dtype,
+        )  # cos, sin (U, R), from max(positions) + 1 as the model's own rotary embedding
+        out["cos"] = tables.cos[inverse.to(ctx.device)]  # (B, T, R)
+        out["sin"] = tables.sin[inverse.to(ctx.device)]  # (B, T, R)
+    return out
+
+
+def _embed_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    b, t = kinds.batch_shape(p["input_ids"])
+    meta = {
+        "kind": "embed",
+        **{k: p[k] for k in ("model", "positional", "scale", "vocab_size", "d_model")},
+        "batch_size": b,
+        "seq_len": t,
+        "padding_side": p["padding_side"],
+        "dtype": p["dtype"],
+    }
+    if p["rope"] is not None:
+        meta["rope"] = p["rope"]
+    return meta
+
+
+EMBED: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="embed",
+        path="/v1/embed",
+        tag="tokens",
+        summary="Embed token batches",
+        description="Token embedding (× √D when `scale`) plus the positional encoding, for a "
+        "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
+        "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
+        "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
+        "rope settings of its config.",
+        fields=(
+            dataclasses.replace(INPUT_IDS_FIELD, example=[[1, 2, 3], [4, 5]]),
+            kinds.FieldSpec(
+                "model", "str", "name from GET /v1/models (default: the default)", None
+            ),
+            ATTENTION_MASK_FIELD,
+            PAD_TOKEN_ID_FIELD,
+            PADDING_SIDE_FIELD,
+            kinds.FieldSpec(
+                "positional",
+                "str",
+                "learned, sinusoidal, none or rope (default: the model's own)",
+                None,
+                choices=(*_POSITIONALS, "rope"),
+            ),
+            kinds.FieldSpec(
+                "scale",
+                "bool",
+                "multiply token embeddings by sqrt(D) (default: the model's own)",
+                None,
+            ),
+            kinds.FieldSpec(
+                "position_ids",
+                "int_rows",
+                "explicit positions, the shape of input_ids",
+                None,
+                minimum=0,
+                maximum=2**53,
+            ),
+        ),
+        tensors=(
+            kinds.TensorSpec("embeddings", ("B", "T", "D")),
+            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+            kinds.TensorSpec("cos", ("B", "T", "R")),
+            kinds.TensorSpec("sin", ("B", "T", "R")),
+        ),
+        shapes=_embed_shapes,
+        compute=_embed_compute,
+        check=_embed_check,
+        meta=_embed_meta,
+        get=False,
+        complete=_embed_complete,
+        model_field="model",
+        binary_fields=("input_ids", "attention_mask", "position_ids"),
+        cache_tensors=False,
+    )
+)
+"""The embed endpoint kind (see :mod:`posenc.kinds`)."""

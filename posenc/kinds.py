@@ -57,6 +57,7 @@ __all__ = [
     "Kind",
     "Sources",
     "TensorSpec",
+    "batch_shape",
     "compute",
     "config_field",
     "derived",
@@ -71,7 +72,7 @@ FieldType = Literal["int", "float", "bool", "str", "ints", "floats", "int_rows",
 """``int``, ``float``, ``bool``, ``str`` (with ``choices``: one of them), ``ints`` (a list of ints;
 comma-separated in a GET query and on the command line; with ``rows``, also that many lists of
 ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ragged allowed: a
-batch of token rows), ``object`` (any JSON object, e.g. a model's ``config.json``; JSON text in a
+batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object`` (any JSON object, e.g. a model's ``config.json``; JSON text in a
 GET query, a file or JSON text on the command line) and ``struct`` (an object of the fields
 ``members``; JSON text in a GET query and on the command line)."""
 
@@ -109,7 +110,7 @@ class FieldSpec:
             ``default`` (or REQUIRED) applies after the merge (:func:`resolve_fields`).
         rows: ``ints`` only: also accepted as exactly this many equal-length lists of ints
             (M-RoPE's ``(3, T)`` positions).
-        length: lists only: exactly this many items.
+        length: lists only: exactly this many items (``int_rows``: in each row).
         members: ``struct`` only: its fields (their defaults are None: absent members are
             left out of the value).
         aliases: ``struct`` only: ``(other name, member)`` pairs, e.g. ``rope_type`` for
@@ -304,6 +305,10 @@ class Kind:
         model_field: the field that names a loaded model the output depends on (its fingerprint
             keys a service's cache), or None.
         examples: request bodies for the API reference; by default one of the fields' examples.
+        binary_fields: ``int_rows`` fields that may also come as a binary request body (npy:
+            the first alone; safetensors: any of them), the other fields then in the query.
+        cache_tensors: a service may keep the outputs in its cache (tables: yes; token batches,
+            rarely asked twice: no).
     """
 
     name: str
@@ -325,6 +330,8 @@ class Kind:
     allocations: Callable[[Params], dict[str, int]] | None = None
     model_field: str | None = None
     examples: tuple[dict[str, Any], ...] | None = None
+    binary_fields: tuple[str, ...] = ()
+    cache_tensors: bool = True
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -345,6 +352,11 @@ class Kind:
             raise ValueError(f"kind {self.name!r} has no tensors")
         if (self.blocks is None) != (self.row_elements is None):
             raise ValueError(f"kind {self.name!r}: give blocks and row_elements together")
+        for name in self.binary_fields:
+            if name not in names_in_order or fields[names_in_order.index(name)].type != "int_rows":
+                raise ValueError(
+                    f"kind {self.name!r}: binary field {name!r} is not an int_rows field"
+                )
         object.__setattr__(self, "field_names", names_in_order)
 
     def field(self, name: str) -> FieldSpec:
@@ -429,8 +441,50 @@ def _ints(spec: FieldSpec, value: Any, where: str) -> list[int]:
     return [_int_item(spec, item, f"{where}[{i}]") for i, item in enumerate(items)]
 
 
-def _int_rows(spec: FieldSpec, value: Any, where: str) -> list[list[int]]:
-    """Rows of ints: ``rows`` equal-length rows (``ints`` with ``rows``) or a ragged batch."""
+def _tensor_rows(spec: FieldSpec, value: torch.Tensor, where: str) -> torch.Tensor:
+    """An ``int_rows`` value given as a ``(B, T)`` integer tensor (a binary request body)."""
+    if value.dim() != 2 or value.is_floating_point() or value.is_complex():
+        raise InvalidArgument(
+            f"{where} must be a 2-D integer tensor (B, T), got {value.dim()}-D {value.dtype}",
+            field=where,
+        )
+    if value.shape[0] < 1:
+        raise InvalidArgument(f"{where} must have at least one row", field=where)
+    if spec.length is not None and value.shape[1] != spec.length:
+        raise InvalidArgument(
+            f"each row of {where} must have {spec.length} items, got {value.shape[1]}", field=where
+        )
+    if value.numel() and value.dtype != torch.bool:
+        low, high = int(value.min()), int(value.max())
+        for bad in (low, high):
+            _check_number(spec, bad, where)
+    return value
+
+
+def _fast_int_row(spec: FieldSpec, row: Any) -> bool:
+    """A list of plain ints within the bounds, checked in C loops (no Python call per int)."""
+    if not isinstance(row, list):
+        return False
+    if spec.length is not None and len(row) != spec.length:
+        return False
+    if not row:
+        return True
+    if not all(type(x) is int for x in row):  # bool is not int here
+        return False
+    low = spec.minimum if spec.minimum is not None else -math.inf
+    high = spec.maximum if spec.maximum is not None else _INT_BOUND
+    return bool(low <= min(row) and max(row) <= high)
+
+
+def _int_rows(spec: FieldSpec, value: Any, where: str) -> Any:
+    """Rows of ints: ``rows`` equal-length rows (``ints`` with ``rows``), or a batch of rows
+    (``int_rows``: ragged, empty rows allowed, or a ``(B, T)`` integer tensor). Valid lists are
+    returned as given (a batch of thousands of ids is checked without a Python call per id)."""
+    if spec.type == "int_rows":
+        if isinstance(value, torch.Tensor):
+            return _tensor_rows(spec, value, where)
+        if isinstance(value, list) and value and all(_fast_int_row(spec, r) for r in value):
+            return value
     if not _is_list(value):
         raise InvalidArgument(f"{where} must be a list of lists of integers", field=where)
     rows = list(value)
@@ -450,6 +504,11 @@ def _int_rows(spec: FieldSpec, value: Any, where: str) -> list[list[int]]:
         items = list(row)
         if spec.type == "ints" and not items:
             raise InvalidArgument(f"{where}[{r}] must not be empty", field=f"{where}[{r}]")
+        if spec.type == "int_rows" and spec.length is not None and len(items) != spec.length:
+            raise InvalidArgument(
+                f"{where}[{r}] must have {spec.length} items, got {len(items)}",
+                field=f"{where}[{r}]",
+            )
         out.append([_int_item(spec, x, f"{where}[{r}][{i}]") for i, x in enumerate(items)])
     if spec.type == "ints":
         lengths = sorted({len(row) for row in out})
@@ -609,6 +668,14 @@ def resolve_fields(
     if kind.complete is not None:
         params = kind.complete(params, models or builtin_models)
     return params
+
+
+def batch_shape(rows: Any) -> tuple[int, int]:
+    """``(B, T)`` of an ``int_rows`` value: rows and the longest row's length (0 when every row
+    is empty), or a tensor's shape; from the numbers alone."""
+    if isinstance(rows, torch.Tensor):
+        return int(rows.shape[0]), int(rows.shape[1])
+    return len(rows), max((len(row) for row in rows), default=0)
 
 
 def derived(kind: Kind, params: Params) -> dict[str, Any]:

@@ -28,6 +28,7 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``N`` image
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -35,8 +36,10 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
+from posenc import kinds
 from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
 from posenc.errors import InvalidArgument
+from posenc.position_ids import ATTENTION_MASK_FIELD, INPUT_IDS_FIELD, PADDING_SIDE_FIELD
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 
@@ -510,3 +513,137 @@ def mrope_position_ids(
         )
     rope_deltas = (row_max + 1 - counts).unsqueeze(1)  # (B, 1)
     return position_ids.to(device), rope_deltas.to(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# The M-RoPE position-ids endpoint kind (posenc.kinds)
+# ---------------------------------------------------------------------------------------------
+
+# Qwen2-VL-7B-Instruct's config.json, the keys this kind reads.
+_EXAMPLE_CONFIG = {
+    "model_type": "qwen2_vl",
+    "image_token_id": 151655,
+    "video_token_id": 151656,
+    "vision_start_token_id": 151652,
+    "vision_config": {"spatial_merge_size": 2},
+}
+
+
+def _grid_field(name: str, what: str) -> kinds.FieldSpec:
+    return kinds.FieldSpec(
+        name,
+        "int_rows",
+        f"[t, h, w] of each {what} (in patches), in the order the {what}s appear",
+        None,
+        minimum=1,
+        maximum=2**53,
+        length=3,
+    )
+
+
+def _mrope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
+    """The settings the config gives (a 422 naming the key, before any tensor work); they,
+    not the raw config, key a cache: configs differing in keys not read are the same request."""
+    return {**p, "settings": mrope_settings(p["config"]).kwargs()}
+
+
+def _mrope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    from posenc.position_ids import build_batch
+
+    batch = build_batch(
+        p["input_ids"], attention_mask=p["attention_mask"], padding_side=p["padding_side"]
+    )
+    position_ids, rope_deltas = mrope_position_ids(
+        batch.input_ids,
+        attention_mask=batch.attention_mask,
+        image_grid_thw=p["image_grid_thw"],
+        video_grid_thw=p["video_grid_thw"],
+        second_per_grid_ts=p["second_per_grid_ts"],
+        **p["settings"],
+    )  # (3, B, T), (B, 1)
+    return {"position_ids": position_ids.to(ctx.device), "rope_deltas": rope_deltas.to(ctx.device)}
+
+
+def _mrope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    settings = mrope_settings(p["config"])
+    ignored = []
+    if p["second_per_grid_ts"] is not None and settings.rule != "qwen2_5_vl":
+        ignored.append("second_per_grid_ts")  # transformers' other rules take no such input
+    b, t = kinds.batch_shape(p["input_ids"])
+    return {
+        "kind": "mrope_position_ids",
+        "model_type": settings.model_type,
+        "rule": settings.rule,
+        "image_token_id": settings.image_token_id,
+        "video_token_id": settings.video_token_id,
+        "spatial_merge_size": settings.spatial_merge_size,
+        "tokens_per_second": settings.tokens_per_second,
+        "defaulted": list(settings.defaulted),
+        "ignored": ignored,
+        "batch_size": b,
+        "seq_len": t,
+        "padding_side": p["padding_side"],
+    }
+
+
+def _mrope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    b, t = kinds.batch_shape(p["input_ids"])
+    return {"position_ids": (3, b, t), "rope_deltas": (b, 1)}
+
+
+MROPE_POSITION_IDS: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="mrope_position_ids",
+        path="/v1/position-ids/mrope",
+        tag="tokens",
+        summary="Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
+        description="The 3-D (temporal, height, width) position ids of transformers 5's "
+        "`get_rope_index` for the model whose `config.json` is given: runs of image (video) "
+        "placeholder tokens take the next `image_grid_thw` (`video_grid_thw`) entry and must "
+        "hold its `t·(h/m)·(w/m)` tokens (Qwen3-VL: one run per video frame); Qwen2.5-VL "
+        "spaces video frames by `tokens_per_second · second_per_grid_ts`. Padded slots get 0.",
+        fields=(
+            dataclasses.replace(INPUT_IDS_FIELD, example=None),
+            dataclasses.replace(
+                ATTENTION_MASK_FIELD,
+                description="0/1, the shape of input_ids; padded slots (0) get id 0",
+            ),
+            PADDING_SIDE_FIELD,
+            _grid_field("image_grid_thw", "image"),
+            _grid_field("video_grid_thw", "video"),
+            kinds.FieldSpec(
+                "second_per_grid_ts",
+                "floats",
+                "Qwen2.5-VL: seconds per temporal grid step of each video (default 1); read as "
+                "float32, as the processor's tensor",
+                None,
+                minimum=0,
+            ),
+            kinds.FieldSpec(
+                "config",
+                "object",
+                "the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl, "
+                "qwen3_vl_moe) selects the rule; image_token_id, video_token_id, "
+                "vision_config.spatial_merge_size, vision_config.tokens_per_second are read",
+            ),
+        ),
+        tensors=(
+            kinds.TensorSpec("position_ids", ("3", "B", "T"), integer=True),
+            kinds.TensorSpec("rope_deltas", ("B", "1"), integer=True),
+        ),
+        shapes=_mrope_shapes,
+        compute=_mrope_compute,
+        meta=_mrope_meta,
+        get=False,
+        complete=_mrope_complete,
+        cache_tensors=False,
+        examples=(
+            {
+                "input_ids": [[9906, 151652, 151655, 151655, 151655, 151655, 151653, 30]],
+                "image_grid_thw": [[1, 4, 4]],
+                "config": _EXAMPLE_CONFIG,
+            },
+        ),
+    )
+)
+"""The M-RoPE position-ids endpoint kind (see :mod:`posenc.kinds`)."""

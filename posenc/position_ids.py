@@ -11,14 +11,16 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
 
+from posenc import kinds
 from posenc._validate import (
     check_binary_mask,
     check_choice,
@@ -31,7 +33,7 @@ from posenc.limits import check_elements
 
 PaddingSide = Literal["right", "left"]
 
-_SIDES: tuple[str, ...] = get_args(PaddingSide)
+PADDING_SIDES: tuple[str, ...] = get_args(PaddingSide)
 
 Rows = Sequence[Sequence[int]]
 
@@ -79,7 +81,7 @@ def _pad(
     max_elements: int | None = None,
 ) -> tuple[Tensor, Tensor]:
     """``pad_rows`` with the name of the argument used in error messages."""
-    check_choice("padding_side", padding_side, _SIDES)
+    check_choice("padding_side", padding_side, PADDING_SIDES)
     row_lengths = _row_lengths(rows, field)
     check_elements(
         2 * len(row_lengths) * max(row_lengths),
@@ -221,7 +223,7 @@ def build_batch(
         InvalidArgument: bad ids, a mask row whose length differs from its ``input_ids`` row
             (``field`` ``attention_mask[ROW]``), a mask value other than 0/1.
     """
-    check_choice("padding_side", padding_side, _SIDES)
+    check_choice("padding_side", padding_side, PADDING_SIDES)
     pad_value = 0 if pad_token_id is None else pad_token_id
     if isinstance(input_ids, Tensor):
         ids = _as_int_matrix(input_ids, "input_ids")
@@ -276,3 +278,99 @@ def build_batch(
     return PaddedBatch(
         input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=positions.to(dev)
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# The position-ids endpoint kind (posenc.kinds), and the token fields other kinds share
+# ---------------------------------------------------------------------------------------------
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+INPUT_IDS_FIELD = kinds.FieldSpec(
+    "input_ids",
+    "int_rows",
+    "B rows of token ids (ragged allowed; an empty row is a row of padding)",
+    minimum=_INT64_MIN,
+    maximum=_INT64_MAX,
+    example=[[5, 6, 7], [8, 9]],
+)
+ATTENTION_MASK_FIELD = kinds.FieldSpec(
+    "attention_mask",
+    "int_rows",
+    "0/1, the shape of input_ids; wins over pad_token_id",
+    None,
+    minimum=0,
+    maximum=1,
+)
+PAD_TOKEN_ID_FIELD = kinds.FieldSpec(
+    "pad_token_id",
+    "int",
+    "tokens equal to it are padding",
+    None,
+    minimum=_INT64_MIN,
+    maximum=_INT64_MAX,
+)
+PADDING_SIDE_FIELD = kinds.FieldSpec(
+    "padding_side", "str", "where short rows are padded", "right", choices=PADDING_SIDES
+)
+
+
+def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    batch = build_batch(
+        p["input_ids"],
+        pad_token_id=p["pad_token_id"],
+        attention_mask=p["attention_mask"],
+        padding_side=p["padding_side"],
+        start=p["start"],
+        pad_position=p["pad_position"],
+        device=ctx.device,
+    )
+    return {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
+
+
+POSITION_IDS: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="position_ids",
+        path="/v1/position-ids",
+        tag="tokens",
+        summary="Position ids of a padded batch",
+        description="Pads a ragged batch and numbers its real tokens from `start` in order; "
+        "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
+        "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
+        "padding.",
+        fields=(
+            INPUT_IDS_FIELD,
+            dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
+            ATTENTION_MASK_FIELD,
+            PADDING_SIDE_FIELD,
+            kinds.FieldSpec(
+                "start", "int", "the first real token's position", 0, minimum=0, maximum=2**53
+            ),
+            kinds.FieldSpec(
+                "pad_position",
+                "int",
+                "the position id given to padded slots",
+                0,
+                minimum=_INT64_MIN,
+                maximum=_INT64_MAX,
+            ),
+        ),
+        tensors=(
+            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+        ),
+        shapes=lambda p: dict.fromkeys(
+            ("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])
+        ),
+        compute=_position_ids_compute,
+        meta=lambda p: {
+            "kind": "position_ids",
+            **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
+            **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
+        },
+        get=False,
+        binary_fields=("input_ids", "attention_mask"),
+        cache_tensors=False,
+    )
+)
+"""The position-ids endpoint kind (see :mod:`posenc.kinds`)."""

@@ -35,7 +35,7 @@ from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.openapi import custom_openapi, install_docs
 from service.replay import ReplayMiddleware
 from service.request_id import RequestIdMiddleware
-from service.routes import catalog, configs, embed, mrope, ops, position_ids
+from service.routes import catalog, configs, ops
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
 from service.tracing import TracingMiddleware
@@ -166,7 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (position_ids, mrope, embed, catalog, configs, ops)
+    modules = (catalog, configs, ops)
     # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:

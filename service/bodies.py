@@ -90,6 +90,15 @@ class TokenTensors:
         b, t = self.input_ids.shape
         return int(b), int(t)
 
+    def fields(self) -> dict[str, torch.Tensor]:
+        """The request fields these tensors give."""
+        given = {
+            "input_ids": self.input_ids,
+            "attention_mask": self.attention_mask,
+            "position_ids": self.position_ids,
+        }
+        return {k: v for k, v in given.items() if v is not None}
+
 
 # ---------------------------------------------------------------------------------------------
 # Parsing
@@ -317,7 +326,7 @@ def media_type(content_type: str | None) -> str | None:
 
 
 async def read_token_request(
-    request: Request, model_cls: type[BaseModel]
+    request: Request, model_cls: type[BaseModel], names: Sequence[str] = TENSOR_FIELDS
 ) -> tuple[Any, TokenTensors | None]:
     """The validated request model and, for a binary body, its tensors.
 
@@ -334,7 +343,7 @@ async def read_token_request(
     if kind in (NPY_TYPE, SAFETENSORS_TYPE):
         _check_declared_length(request)
     raw = await request.body()
-    accepted = [n for n in TENSOR_FIELDS if n in model_cls.model_fields]
+    accepted = [n for n in names if n in model_cls.model_fields]
     if kind is None and not raw:
         raise validation_error(
             "body",
@@ -420,19 +429,21 @@ def add_token_route(
     names: Sequence[str],
     summary: str,
     description: str,
+    tensors: Sequence[str] = TENSOR_FIELDS,
 ) -> None:
-    """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`)."""
+    """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`) whose
+    binary form may carry ``tensors`` (the first alone in npy)."""
     from service.routes.tables import add_post_route
+
+    accepted = [n for n in tensors if n in model_cls.model_fields]
 
     async def post_handler(request: Request) -> Response:
         out = read_output(request)
         state = read_state(request)
-        req, tensors = await read_token_request(request, model_cls)
-        return await respond_async(request, state, plan(req, state, "body", tensors), out)
+        req, given = await read_token_request(request, model_cls, accepted)
+        return await respond_async(request, state, plan(req, state, "body", given), out)
 
-    body = request_body_openapi(
-        model_cls, tensors=[n for n in TENSOR_FIELDS if n in model_cls.model_fields]
-    )
+    body = request_body_openapi(model_cls, tensors=accepted)
     add_post_route(
         router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
         description=description, request_body=body,
