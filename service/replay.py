@@ -33,7 +33,6 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 REPLAY_SCOPE_KEY = "posenc.replay_body_key"
-REPLAY_PREFIXES = ("/v1/encodings/", "/v1/biases/", "/v1/position-ids", "/v1/embed")
 HIT_TIMING = b'compute;dur=0.000, encode;dur=0.000, cache;desc="hit"'
 
 # Bodies larger than this are not buffered for a digest: such requests (huge token batches)
@@ -117,9 +116,13 @@ class ReplayMiddleware:
     """
 
     def __init__(self, app: ASGIApp, fastapi_app: Any) -> None:
+        from posenc.kinds import REGISTRY
+
         self.app = app
         self.fastapi_app = fastapi_app
         self.index = ReplayIndex()
+        # the compute endpoints: every kind registered when the app is built
+        self.paths = frozenset(kind.path for kind in REGISTRY.values())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         state = getattr(self.fastapi_app.state, "posenc", None)
@@ -127,7 +130,7 @@ class ReplayMiddleware:
             scope["type"] != "http"
             or state is None
             or not state.ready
-            or not scope.get("path", "").startswith(REPLAY_PREFIXES)
+            or scope.get("path", "") not in self.paths
             or _declared_length(scope) > MAX_REPLAY_BODY
         ):
             # (a body declared too large to replay goes straight on: the route may refuse it
