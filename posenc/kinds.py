@@ -1,19 +1,21 @@
-"""The registry of endpoint kinds: each kind of table described once, in the library.
+"""The registry of endpoint kinds: each kind of computation described once, in the library.
 
 A :class:`Kind` says everything the service, the client and the CLI need to serve one kind of
-table: its request fields (:class:`FieldSpec`: type, default, bounds, description, example), its
-tensors in order, primary first (:class:`TensorSpec`, with their axes in the seed notation), how
-their shapes follow from the request's numbers (so a size is known before anything is
-allocated), how it computes, and what ``meta`` it reports. From a registered kind:
+table, bias or token batch: its request fields (:class:`FieldSpec`: type, default, bounds,
+description, example), its tensors in order, primary first (:class:`TensorSpec`, with their axes
+in the seed notation), how their shapes follow from the request's numbers (so a size is known
+before anything is allocated), how it computes, and what ``meta`` it reports. From a registered
+kind:
 
 - the service derives the request schema (body and GET query parameters, with the constraints
-  as JSON Schema keywords and the example in ``/openapi.json``), the POST and GET routes, the 413
-  check and the response bundle (``service/routes/registered.py``);
-- the client calls it with :meth:`posenc.client.PosencClient.compute`;
+  as JSON Schema keywords and the example in ``/openapi.json``), the POST and GET routes, binary
+  token bodies, the 413 check and the response bundle (``service/routes/registered.py``);
+- the client has a method of the kind's name, its fields as keyword arguments
+  (:func:`posenc.client.kind_method`), and :meth:`~posenc.client.PosencClient.compute`;
 - the CLI offers ``posenc table KIND`` with one option per field.
 
-Adding a convention is one library module (its maths) plus one :func:`register` call here, or in
-the module itself::
+Every compute endpoint is a kind: each convention module ends with its :func:`register` call.
+Adding a convention is one library module (its maths) plus that call::
 
     register(Kind(
         name="toy", path="/v1/encodings/toy", tag="encodings", summary="...", description="...",
@@ -27,8 +29,9 @@ The library validates fields itself (:func:`resolve_fields`: defaults, types, bo
 raising :class:`~posenc.errors.InvalidArgument` that names the field), so a kind works the same
 from Python, the CLI and HTTP. A kind with :class:`Sources` also takes ``preset`` and ``config``
 (a model's ``config.json``): :func:`resolve_fields` merges them in the library, so every caller
-gets the same precedence (the caller's fields > the config or preset > the field's default). Notation: ``B`` batch, ``T`` positions, ``S`` keys, ``D`` model
-dimension, ``H`` heads, ``R`` rotary dimension.
+gets the same precedence (the caller's fields > the config or preset > the field's default).
+Notation: ``B`` batch, ``T`` positions, ``S`` keys, ``D`` model dimension, ``H`` heads, ``R``
+rotary dimension.
 """
 
 from __future__ import annotations
@@ -72,9 +75,10 @@ FieldType = Literal["int", "float", "bool", "str", "ints", "floats", "int_rows",
 """``int``, ``float``, ``bool``, ``str`` (with ``choices``: one of them), ``ints`` (a list of ints;
 comma-separated in a GET query and on the command line; with ``rows``, also that many lists of
 ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ragged allowed: a
-batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object`` (any JSON object, e.g. a model's ``config.json``; JSON text in a
-GET query, a file or JSON text on the command line) and ``struct`` (an object of the fields
-``members``; JSON text in a GET query and on the command line)."""
+batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object``
+(any JSON object, e.g. a model's ``config.json``; JSON text in a GET query, a file or JSON text
+on the command line) and ``struct`` (an object of the fields ``members``; JSON text in a GET
+query and on the command line)."""
 
 
 class _Required:
