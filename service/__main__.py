@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
         # and writes its metrics where /metrics (in any worker) sums them.
         _prepare_multiprocess_metrics()
         uvicorn.run(
-            "service.app:app",
+            "service.app:create_app",  # each worker builds its own app from POSENC_*
+            factory=True,
             host=args.host,
             port=args.port,
             workers=args.workers,

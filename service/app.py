@@ -1,4 +1,6 @@
-"""The FastAPI application: ``create_app(settings)`` and the module-level ``app``.
+"""The FastAPI application's factory, ``create_app(settings)``: ``python -m service`` calls it,
+and with ``--workers`` uvicorn calls it in each worker (``service.app:create_app``, factory
+mode); importing this module builds nothing.
 
 The lifespan picks the device (``POSENC_DEVICE``; CUDA asked for where there is none stops the
 start-up), loads the built-in default model and the ``POSENC_MODELS`` files, and only then marks
@@ -203,5 +205,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
 
-
-app = create_app()
