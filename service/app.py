@@ -204,4 +204,3 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: X-Request-ID on every response (401, 404, 500 included) and the access log.
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
-

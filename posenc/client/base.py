@@ -1,0 +1,290 @@
+"""What the sync and async clients share: one method per kind of the registry
+(:func:`kind_method`), the catalogue and operations, and the building of requests."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, TypeVar
+
+import httpx
+
+from posenc.client.bodies import token_body
+from posenc.client.calls import (
+    DEFAULT_BASE_URL,
+    MEDIA_TYPES,
+    ArrayKind,
+    Format,
+    Method,
+    _body,
+    _Call,
+    _check_output,
+    _query,
+)
+from posenc.client.retry import _Config
+
+
+def _version() -> str:
+    try:
+        from posenc import __version__
+
+        return __version__
+    except ImportError:  # pragma: no cover
+        return "unknown"
+
+
+# --------------------------------------------------------------------------------------- endpoints
+
+T = TypeVar("T")  # a TensorResult, or an Awaitable of one
+J = TypeVar("J")  # a JSON document, or an Awaitable of one
+HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+def kind_method(name: str) -> Any:
+    """A client method for the registry's kind ``name`` (:data:`posenc.kinds.REGISTRY`): its
+    fields as keyword arguments (signature and docstring from the kind's description), the
+    output options of :meth:`_BaseClient.compute`; it calls :meth:`_BaseClient.compute`."""
+    from posenc.kinds import REGISTRY
+
+    kind = REGISTRY[name]
+    options = ("format", "as_", "device", "method", "query", "extra")
+
+    def call(self: Any, **kwargs: Any) -> Any:
+        given = {k: v for k, v in kwargs.items() if k not in options}
+        return self.compute(name, **{k: v for k, v in kwargs.items() if k in options}, **given)
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    parameters += [inspect.Parameter(f.name, keyword, default=None) for f in kind.fields]
+    parameters += [inspect.Parameter(o, keyword, default="POST" if o == "method" else None)
+                   for o in options]  # fmt: skip
+    call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    call.__name__ = call.__qualname__ = name.replace("-", "_")
+    lines = [f"``{'GET or POST' if kind.get else 'POST'} {kind.path}``: {kind.summary}.", "",
+             kind.description, "", "Args:"]  # fmt: skip
+    for f in kind.fields:
+        default = (
+            "" if f.default is None or f.required or f.sourced else f" (default {f.default!r})"
+        )
+        lines.append(f"    {f.name}: {f.description.rstrip('.')}{default}.")
+    lines += ["    format, as_, device, method, query, extra: as for :meth:`compute`.", "",
+              "Returns:", "    A :class:`TensorResult` with "
+              + ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors) + "."]  # fmt: skip
+    call.__doc__ = "\n".join(lines)
+    return call
+
+
+class _BaseClient(Generic[T, J, HttpT, TransportT]):
+    """Everything the sync and the async client share: settings, requests, endpoints.
+
+    Each endpoint method prepares a :class:`_Call`; ``_tensor`` and ``_json`` (the subclass's
+    sync or async transport) send it and decode the answer. In :class:`AsyncPosencClient`
+    every endpoint method returns an awaitable.
+
+    Type parameters: ``T`` what a tensor endpoint returns, ``J`` what a JSON endpoint returns,
+    ``HttpT`` the ``httpx`` client and ``TransportT`` its transport.
+    """
+
+    _http: HttpT
+
+    def __init__(
+        self,
+        base_url: str = DEFAULT_BASE_URL,
+        *,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout | None = 60.0,
+        max_attempts: int = 3,
+        backoff: float = 0.25,
+        backoff_max: float = 8.0,
+        retry_statuses: Sequence[int] = (429, 502, 503, 504),
+        format: Format = "safetensors",
+        as_: ArrayKind = "numpy",
+        device: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: TransportT | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if backoff < 0 or backoff_max < 0:
+            raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff}, {backoff_max}")
+        _check_output(format, as_, device)
+        self._format, self._as, self._device = format, as_, device
+        self._cfg = _Config(
+            base_url.rstrip("/"), max_attempts, backoff, backoff_max, frozenset(retry_statuses)
+        )
+        sent = {"User-Agent": f"posenc-client/{_version()}", **(headers or {})}
+        if api_key is not None:
+            sent["Authorization"] = f"Bearer {api_key}"
+        self._http = self._connect(
+            base_url=self._cfg.base_url, headers=sent, timeout=timeout, transport=transport
+        )
+
+    @property
+    def base_url(self) -> str:
+        """The service's root URL."""
+        return self._cfg.base_url
+
+    def _connect(self, **options: Any) -> HttpT:  # pragma: no cover - overridden
+        """The ``httpx`` client (connection pool) made with ``options``, that requests go through."""
+        raise NotImplementedError
+
+    def _tensor(self, call: _Call) -> T:  # pragma: no cover - overridden
+        """Send ``call`` and decode its answer as a :class:`TensorResult`."""
+        raise NotImplementedError
+
+    def _json(self, call: _Call) -> J:  # pragma: no cover - overridden
+        """Send ``call`` and return its answer's JSON."""
+        raise NotImplementedError
+
+    def _request(self, call: _Call) -> httpx.Request:
+        """The ``httpx.Request`` of one attempt at ``call``."""
+        if call.content is not None:
+            return self._http.build_request(
+                call.method,
+                call.path,
+                content=call.content,
+                params=call.params,
+                headers=call.headers,
+            )
+        return self._http.build_request(
+            call.method, call.path, json=call.json_body, params=call.params, headers=call.headers
+        )
+
+    def _table(
+        self,
+        path: str,
+        fields: Mapping[str, Any],
+        extra: Mapping[str, Any] | None,
+        format: Format | None,
+        as_: ArrayKind | None,
+        device: str | None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        binary: Sequence[str] = (),
+    ) -> T:
+        """Call a tensor endpoint: the endpoint methods' arguments, the client's defaults
+        filling those left as ``None``; ``binary``: the kind's fields that may go as an npy or
+        safetensors body when given as arrays."""
+        fmt = format or self._format
+        kind = as_ or self._as
+        dev = device if device is not None else self._device
+        _check_output(fmt, kind, dev)
+        if method not in ("POST", "GET"):
+            raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
+        # numpy / torch token ids go as an npy or safetensors body, the other fields as query
+        tokens = token_body(fields, binary) if method == "POST" else None
+        body = _body(fields if tokens is None else tokens.fields, extra)
+        params = _query(body) if method == "GET" or tokens is not None else {}
+        params.update(_query(_body(query or {}, None)))
+        headers = {"Accept": MEDIA_TYPES[fmt]}
+        if tokens is not None:
+            headers["Content-Type"] = tokens.content_type
+        call = _Call(
+            method=method,
+            path=path,
+            json_body=body if method == "POST" and tokens is None else None,
+            params=params or None,
+            content=None if tokens is None else tokens.content,
+            headers=headers,
+            fmt=fmt,
+            as_=kind,
+            device=None if dev is None else str(dev),
+        )
+        return self._tensor(call)
+
+    def compute(
+        self,
+        kind: str,
+        *,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+        **fields: Any,
+    ) -> T:
+        """Any kind of the library's registry (:data:`posenc.kinds.REGISTRY`) by name.
+
+        Args:
+            kind: the kind's name, e.g. a convention registered with :func:`posenc.kinds.register`.
+            format: response format (the client's default, ``safetensors``, when None).
+            as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
+            device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
+            method: ``"POST"`` (default) or ``"GET"`` (same bytes; cacheable by HTTP caches).
+            query: extra URL query parameters, e.g. ``{"index": 2}`` (the panel of a png).
+            extra: further body fields, sent as given, ``None`` as ``null`` (for fields newer
+                than this client, or to send an explicit null that overrides a preset's value).
+            **fields: the kind's request fields (``None`` values are not sent).
+
+        Returns:
+            A :class:`TensorResult` with the kind's tensors in its order.
+
+        Raises:
+            ValueError: an unknown kind, or a field the kind does not have (before any request).
+        """
+        from posenc.kinds import REGISTRY
+
+        spec = REGISTRY.get(kind)
+        if spec is None:
+            raise ValueError(
+                f"unknown kind {kind!r}; registered: {', '.join(REGISTRY) or '(none)'}"
+            )
+        unknown = sorted(set(fields) - set(spec.field_names))
+        if unknown:
+            raise ValueError(f"{kind} has no field(s) {unknown}; its fields: {spec.field_names}")
+        return self._table(
+            spec.path, fields, extra, format, as_, device, method, query, spec.binary_fields
+        )
+
+    # -- the registry's kinds: one method each, from its description (posenc.kinds) ----------
+    # A 2-D numpy array or torch tensor of token ids (and of attention_mask / position_ids) is
+    # sent as an application/x-npy or application/vnd.safetensors body, the other fields as
+    # query parameters; lists are sent as JSON.
+
+    sinusoidal = kind_method("sinusoidal")
+    learned = kind_method("learned")
+    rope = kind_method("rope")
+    alibi = kind_method("alibi")
+    relative = kind_method("relative")
+
+    position_ids = kind_method("position_ids")
+    mrope_position_ids = kind_method("mrope_position_ids")
+    embed = kind_method("embed")
+
+    # -- catalogue and operations ------------------------------------------------------------
+
+    def models(self) -> J:
+        """``GET /v1/models``: ``{"default": NAME, "models": [{name, vocab_size, d_model, ...}]}``."""
+        return self._json(_Call("GET", "/v1/models"))
+
+    def presets(self) -> J:
+        """``GET /v1/presets``: ``{"presets": [{"name", "kind", "params", "source"}, ...]}``."""
+        return self._json(_Call("GET", "/v1/presets"))
+
+    def config_positions(self, config: Mapping[str, Any]) -> J:
+        """``POST /v1/configs/positions``: what a model's ``config.json`` (a mapping, e.g.
+        ``json.load(open("config.json"))``) means for positions: kind, head and rotary dims,
+        layout, layer types, RoPE per layer type, softmax scale, warnings. For the tables of a
+        config, pass ``config=`` to :meth:`rope`, :meth:`alibi`, :meth:`relative` or
+        :meth:`learned`."""
+        return self._json(
+            _Call("POST", "/v1/configs/positions", json_body={"config": dict(config)})
+        )
+
+    def info(self) -> J:
+        """``GET /v1/info``: version, torch version, device, CUDA availability, limits."""
+        return self._json(_Call("GET", "/v1/info"))
+
+    def healthz(self) -> J:
+        """``GET /healthz``: the server's JSON (200 while the process runs)."""
+        return self._json(_Call("GET", "/healthz", retry_on_status=False))
+
+    def readyz(self) -> J:
+        """``GET /readyz``: the server's JSON once models are loaded.
+
+        Raises:
+            ServiceUnavailable: 503 while the server is still loading.
+        """
+        return self._json(_Call("GET", "/readyz", retry_on_status=False))
