@@ -132,9 +132,9 @@ def _compute_in_blocks(
     with a progress line: the same bytes as computing them whole."""
     from posenc.kinds import context
 
-    tables = None if spec.blocks is None else spec.blocks(params, context(params))
-    if tables is None:  # fields this kind computes whole (M-RoPE's three rows of positions)
+    if spec.blocks is None or not spec.streamable(params):  # e.g. M-RoPE's three rows
         return kinds.compute(spec, params)
+    tables = spec.blocks(params, context(params))
     bar = Progress(f"{spec.name} {', '.join(tables)}", sum(t.rows for t in tables.values()), stream)
     out = {}
     for name, table in tables.items():

@@ -296,8 +296,9 @@ class Kind:
         get: also serve ``GET path`` with the fields as query parameters.
         blocks: ``(fields, ctx) -> {name: posenc.blocks.TableBlocks}`` (computable a block of
             rows at a time, the same bytes as ``compute``), for tables beyond memory: the service
-            streams them and the CLI fills them with a progress bar; it may return None for
-            fields it cannot stream. None: computed whole.
+            streams them and the CLI fills them with a progress bar. None: computed whole.
+        streams: ``fields -> bool``: whether ``blocks`` serves these fields (numbers only), or
+            None for always (RoPE streams 1-D positions, not M-RoPE's three rows).
         row_elements: the widest row of the tables (their last dimension), from the fields: a
             block holds at least one row, so a service refuses to stream a wider one than its
             limit. Needed with ``blocks``.
@@ -327,7 +328,8 @@ class Kind:
     check: Callable[[Params], None] | None = None
     meta: Callable[[Params], dict[str, Any]] | None = None
     get: bool = True
-    blocks: Callable[[Params, Context], dict[str, Any] | None] | None = None
+    blocks: Callable[[Params, Context], dict[str, Any]] | None = None
+    streams: Callable[[Params], bool] | None = None
     row_elements: Callable[[Params], int] | None = None
     sources: Sources | None = None
     complete: Callable[[dict[str, Any], Callable[[str | None], Any]], dict[str, Any]] | None = None
@@ -365,6 +367,10 @@ class Kind:
 
     def field(self, name: str) -> FieldSpec:
         return self.fields[self.field_names.index(name)]
+
+    def streamable(self, params: Params) -> bool:
+        """``blocks`` can compute these fields a block of rows at a time."""
+        return self.blocks is not None and (self.streams is None or self.streams(params))
 
     def make_meta(self, params: Params) -> dict[str, Any]:
         if self.meta is not None:

@@ -981,12 +981,14 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
     return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
 
 
-def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any] | None:
-    """Row blocks of 1-D positions; three rows of M-RoPE positions are computed whole."""
+def _rope_streams(p: Mapping[str, Any]) -> bool:
+    """Row blocks are of 1-D positions; three rows of M-RoPE positions are computed whole."""
+    return p["positions"] is None or not isinstance(p["positions"][0], list)
+
+
+def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     from posenc.blocks import rope_blocks, tensor_blocks
 
-    if p["positions"] is not None and isinstance(p["positions"][0], list):
-        return None
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
@@ -1180,6 +1182,7 @@ ROPE: kinds.Kind = kinds.register(
         check=_rope_check,
         meta=_rope_meta,
         blocks=_rope_blocks,
+        streams=_rope_streams,
         row_elements=lambda p: int(p["rotary_dim"]),
         sources=kinds.Sources("rope", _rope_from_config, _rope_follow),
         complete=_rope_complete,

@@ -212,13 +212,12 @@ def query_shape(kind: registry.Kind) -> QueryShape:
 
 
 def _stream_bundle(
-    blocks: Callable[[Any, registry.Context], dict[str, Any] | None],
+    blocks: Callable[[Any, registry.Context], dict[str, Any]],
     params: Any,
     ctx: registry.Context,
     meta: Callable[[], dict[str, Any]],
-) -> StreamBundle | None:
-    tables = blocks(params, ctx)
-    return None if tables is None else StreamBundle(tables, meta())
+) -> StreamBundle:
+    return StreamBundle(blocks(params, ctx), meta())
 
 
 def _sent(req: BaseModel) -> dict[str, Any]:
@@ -271,7 +270,7 @@ def _plan_for(kind: registry.Kind) -> Any:
             return Bundle(out, meta())
 
         stream = None
-        if kind.blocks is not None:  # row blocks, for a table over max_elements
+        if kind.blocks is not None and kind.streamable(params):  # for a table over max_elements
             stream = partial(_stream_bundle, kind.blocks, params, ctx, meta)
 
         return Plan(

@@ -244,6 +244,29 @@ def test_over_the_stream_limit_is_413_at_once(client: httpx.Client) -> None:
     assert f"{2 * 2**24 * 128 + 64} elements" in detail and "POSENC_MAX_STREAM_ELEMENTS" in detail
 
 
+def test_mrope_rows_over_the_limit_are_413_not_streamed(client: httpx.Client) -> None:
+    """Three rows of M-RoPE positions are computed whole: over the whole-response limit they are
+    a 413 naming the limit, in every format (one row of the same positions streams)."""
+    section = {"head_dim": 16, "mrope_section": [2, 3, 3]}
+    rows = [list(range(200)), list(range(200)), list(range(200))]  # 2 * 200 * 16 + 8 elements
+    for fmt in ("raw", "npy", "safetensors", "json"):
+        r = client.post(
+            "/v1/encodings/rope", params={"format": fmt}, json={**section, "positions": rows}
+        )
+        assert r.status_code == 413, (fmt, r.text)
+        assert r.json()["requested"] == 2 * 200 * 16 + 8
+    one_row = client.post(
+        "/v1/encodings/rope",
+        params={"format": "raw"},
+        json={**section, "positions": list(range(200))},
+    )
+    assert one_row.status_code == 200
+    want = rope_cos_sin(list(range(200)), rotary_dim=16).cos.numpy()  # t = h = w: plain RoPE
+    np.testing.assert_allclose(
+        np.frombuffer(one_row.content, "<f4").reshape(200, 16), want, rtol=0, atol=1e-6
+    )
+
+
 def _rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
