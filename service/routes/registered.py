@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Annotated, Any, Literal, cast
 
@@ -173,7 +173,7 @@ def request_model(kind: registry.Kind) -> type[BaseModel]:
         """The kind's own cross-field check, as a pydantic error (FastAPI's 422 list)."""
         if kind.check is not None:
             try:
-                kind.check(self.model_dump())
+                kind.check(_fields(self, type(self).model_fields))
             except InvalidArgument as exc:
                 raise ValueError(exc.message) from None
         return self
@@ -220,14 +220,19 @@ def _stream_bundle(
     return StreamBundle(blocks(params, ctx), meta())
 
 
-def _sent(req: BaseModel) -> dict[str, Any]:
-    """The fields the client sent, an explicit null included (it overrides a preset's value);
-    lists as pydantic holds them (a batch of token ids is not copied), objects as dicts."""
+def _fields(req: BaseModel, names: Iterable[str]) -> dict[str, Any]:
+    """The named fields of a request: lists as pydantic holds them (a batch of token ids is not
+    copied), nested objects as dicts."""
     return {
         name: value.model_dump(exclude_none=True) if isinstance(value, BaseModel) else value
-        for name in req.model_fields_set
+        for name in names
         for value in (getattr(req, name),)
     }
+
+
+def _sent(req: BaseModel) -> dict[str, Any]:
+    """The fields the client sent, an explicit null included (it overrides a preset's value)."""
+    return _fields(req, req.model_fields_set)
 
 
 def _resolve(
