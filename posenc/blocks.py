@@ -58,7 +58,7 @@ from posenc.relative import (
 )
 from posenc.rope import ROPE_LAYOUTS, RopeLayout, RopeScaling, rope_inv_freq
 from posenc.rope import _positions_tensor as _rope_positions
-from posenc.sinusoidal import SinusoidalLayout, sinusoidal_frequencies
+from posenc.sinusoidal import SinusoidalLayout, sinusoidal_frequencies, write_rows
 from posenc.sinusoidal import _positions_tensor as _sinusoidal_positions
 
 __all__ = [
@@ -270,8 +270,8 @@ def sinusoidal_blocks(
 ) -> TableBlocks:
     """:func:`~posenc.sinusoidal.sinusoidal_table` ``(T, D)`` in row blocks, the same bytes.
 
-    Per block: angles ``p·w_i`` ``(N, D/2)`` in float64 once, then sin and cos of them written
-    into their columns of ``out`` (interleaved, or the ``[sin | cos]`` halves), cast once.
+    Per block: :func:`~posenc.sinusoidal.write_rows`, the arithmetic of the whole table (sin
+    and cos of the float64 angles by angle addition, cast once into their columns of ``out``).
     Explicit ``positions`` are held as a ``(T,)`` tensor; ``seq_len`` positions are made per
     block. Arguments and errors as :func:`~posenc.sinusoidal.sinusoidal_table`.
     """
@@ -287,21 +287,12 @@ def sinusoidal_blocks(
         held = _sinusoidal_positions(positions, seq_len, offset).to(dev, torch.float64)  # (T,)
         total = held.numel()
     freqs = freqs.to(dev)
-    scratch = _Scratch(dev)
-    half = d_model // 2
 
     def fill(start: int, stop: int, out: Tensor) -> None:
-        n = stop - start
         if held is None:
-            pos = torch.arange(
-                offset + start, offset + stop, dtype=torch.float64, device=dev
-            )  # (N,)
+            write_rows(out, freqs, interleaved, first=offset + start)
         else:
-            pos = held[start:stop]
-        angles = torch.mul(pos[:, None], freqs[None, :], out=scratch.get("angles", (n, half)))
-        sin = torch.sin(angles, out=scratch.get("sin", (n, half)))  # (N, D/2)
-        cos = torch.cos(angles, out=scratch.get("cos", (n, half)))  # (N, D/2)
-        _write_pair(out, sin, cos, interleaved)
+            write_rows(out, freqs, interleaved, positions=held[start:stop])
 
     return TableBlocks(name, (total, d_model), dtype, fill, dev)
 
