@@ -58,7 +58,7 @@ from posenc.relative import (
 )
 from posenc.rope import ROPE_LAYOUTS, RopeLayout, RopeScaling, rope_inv_freq
 from posenc.rope import _positions_tensor as _rope_positions
-from posenc.sinusoidal import SinusoidalLayout, sinusoidal_frequencies, write_rows
+from posenc.sinusoidal import SinusoidalLayout, _split_tables, sinusoidal_frequencies, write_rows
 from posenc.sinusoidal import _positions_tensor as _sinusoidal_positions
 
 __all__ = [
@@ -287,12 +287,13 @@ def sinusoidal_blocks(
         held = _sinusoidal_positions(positions, seq_len, offset).to(dev, torch.float64)  # (T,)
         total = held.numel()
     freqs = freqs.to(dev)
+    split = _split_tables(freqs)  # sin, cos of r·w for r < 64: once for all the blocks
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         if held is None:
-            write_rows(out, freqs, interleaved, first=offset + start)
+            write_rows(out, freqs, interleaved, first=offset + start, split=split)
         else:
-            write_rows(out, freqs, interleaved, positions=held[start:stop])
+            write_rows(out, freqs, interleaved, positions=held[start:stop], split=split)
 
     return TableBlocks(name, (total, d_model), dtype, fill, dev)
 

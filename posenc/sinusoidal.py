@@ -17,7 +17,7 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import torch
@@ -133,23 +133,6 @@ def _angle_sum(
     return sin.add_(u), cos.sub_(v)
 
 
-def _segments(first: int, n: int, max_groups: int) -> Iterator[tuple[int, int, int, int]]:
-    """Positions ``first … first+n-1`` as ``(q, r, groups, m)``: ``groups`` whole groups
-    ``q·64 … (q+groups)·64 − 1`` (``r = 0``, ``m = 64``), or one part of group ``q``:
-    ``q·64 + r … q·64 + r + m − 1`` (``groups = 1``)."""
-    p, end = first, first + n
-    while p < end:
-        q, r = divmod(p, _SPLIT)
-        if r or end - p < _SPLIT:
-            m = min(_SPLIT - r, end - p)
-            yield q, r, 1, m
-            p += m
-        else:
-            groups = min(max_groups, (end - p) // _SPLIT)
-            yield q, 0, groups, _SPLIT
-            p += groups * _SPLIT
-
-
 def write_rows(
     out: Tensor,
     freqs: Tensor,
@@ -157,6 +140,7 @@ def write_rows(
     *,
     first: int = 0,
     positions: Tensor | None = None,
+    split: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> None:
     """Write the sinusoidal rows of ``positions``, or of ``first, first+1, …``, into ``out``.
 
@@ -176,16 +160,19 @@ def write_rows(
         interleaved: the layout of ``out``'s columns.
         first: the first of consecutive positions (when ``positions`` is None).
         positions: ``(N,)`` float64 integer positions ``>= 0``, in any order.
+        split: ``_split_tables(freqs)``, for a caller that writes a table in many blocks.
     """
     n, half = out.shape[0], freqs.numel()
     if n == 0:
         return
     dev = freqs.device
     direct_from = math.ceil(_SUM_LIMIT / float(freqs.max()))  # this position on: sin, cos
-    b, sb, cb = _split_tables(freqs)  # (64, D/2) each
+    b, sb, cb = _split_tables(freqs) if split is None else split  # (64, D/2) each
     max_groups = max(1, _CHUNK_ANGLES // (_SPLIT * half)) if dev.type == "cpu" else n
     chunk = max_groups * _SPLIT
-    buffers = [torch.empty(min(n, chunk) * half, dtype=torch.float64, device=dev) for _ in range(5)]
+    # enough for a chunk: of rows, or of whole groups (up to 2·63 rows more than asked)
+    size = min(chunk, n if positions is not None else n + 2 * _SPLIT) * half
+    buffers = [torch.empty(size, dtype=torch.float64, device=dev) for _ in range(5)]
 
     def put(rows: slice, sin: Tensor, cos: Tensor) -> None:
         block = out[rows]  # (N', D)
@@ -232,27 +219,26 @@ def write_rows(
             put(slice(start, stop), sin, cos)
         return
 
-    split = min(n, max(0, direct_from - first))  # rows [split, n) are computed directly
-    for q, r, groups, m in _segments(first, split, max_groups):
-        rows = groups * m
-        start = q * _SPLIT + r - first
-        views = [buf[: rows * half].view(groups, m, half) for buf in buffers]
-        pos = torch.arange(q * _SPLIT + r, q * _SPLIT + r + rows, dtype=torch.float64, device=dev)
-        a = torch.mul(pos.view(groups, m, 1), freqs, out=views[0])  # (G, M, D/2)
-        a1 = (torch.arange(q, q + groups, dtype=torch.float64, device=dev) * _SPLIT)[:, None]
-        a1 = a1 * freqs[None, :]  # (G, D/2)
-        sin, cos = _angle_sum(
-            a,
-            a1[:, None],
-            b[r : r + m],
-            torch.sin(a1)[:, None],
-            torch.cos(a1)[:, None],
-            sb[r : r + m],
-            cb[r : r + m],
-            views[1:],
-        )
-        put(slice(start, start + rows), sin.view(rows, half), cos.view(rows, half))
-    for start in range(split, n, chunk):
+    cut = min(n, max(0, direct_from - first))  # rows [cut, n) are computed directly
+    if cut:
+        # whole groups of 64 positions q·64 … q·64+63 covering rows [0, cut): a group's first
+        # or last rows outside them are computed too (fewer, larger tensor operations)
+        q0, q1 = first // _SPLIT, (first + cut - 1) // _SPLIT + 1
+        heads = torch.arange(q0, q1, dtype=torch.float64, device=dev) * _SPLIT  # (G,)
+        a1 = heads[:, None] * freqs[None, :]  # (G, D/2)
+        sa, ca = torch.sin(a1)[:, None], torch.cos(a1)[:, None]  # (G, 1, D/2)
+        for g in range(0, q1 - q0, max_groups):
+            k = min(max_groups, q1 - q0 - g)
+            p0, p1 = (q0 + g) * _SPLIT, (q0 + g + k) * _SPLIT  # the grid's positions
+            views = [buf[: k * _SPLIT * half].view(k, _SPLIT, half) for buf in buffers]
+            grid = torch.arange(p0, p1, dtype=torch.float64, device=dev).view(k, _SPLIT, 1)
+            a = torch.mul(grid, freqs, out=views[0])  # (K, 64, D/2)
+            sl = slice(g, g + k)
+            sin, cos = _angle_sum(a, a1[sl, None], b, sa[sl], ca[sl], sb, cb, views[1:])
+            lo, hi = max(p0, first), min(p1, first + cut)
+            rows = slice(lo - p0, hi - p0)
+            put(slice(lo - first, hi - first), sin.view(-1, half)[rows], cos.view(-1, half)[rows])
+    for start in range(cut, n, chunk):
         stop = min(n, start + chunk)
         pos = torch.arange(first + start, first + stop, dtype=torch.float64, device=dev)
         direct(slice(start, stop), pos)
