@@ -239,6 +239,12 @@ async def respond_async(
         if prepared.response.status_code == 200:  # a body-cache hit
             request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
         return prepared.response
+    from service.streaming import keeps, respond_kept
+
+    if keeps(request, state, plan, prepared.fmt):  # sent as computed, then kept
+        kept = await respond_kept(request, state, plan, prepared)
+        if kept is not None:
+            return kept
     # A miss allocates: take its estimated peak bytes from the in-flight budget first (429 when
     # none frees up in time), keep only the body's once encoded, release after the last byte.
     budget = state.budget
