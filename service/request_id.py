@@ -20,10 +20,10 @@ None); ``POSENC_LOG_FORMAT=json`` writes it as one JSON object.
 from __future__ import annotations
 
 import logging
-import re
-import time
 import os
 import random
+import re
+import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
