@@ -242,7 +242,9 @@ class _BufferPool:
             # references: the tuple in the pool and getrefcount's argument
             if sys.getrefcount(entry[1]) <= 2:
                 return entry
-        buf = torch.empty(self.nbytes, dtype=torch.uint8)
+        # from the shared pool (back to it after the response); the array handed out is a view
+        # of the tensor, which alone refers to the pool's buffer: the count above stays right
+        buf = torch.from_numpy(BODY_BUFFERS.take(self.nbytes))
         entry = (buf, buf.numpy())
         self._entries.append(entry)
         return entry
