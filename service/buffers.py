@@ -18,12 +18,14 @@ memory takes about 5 ms, ``MAP_POPULATE`` about 3 ms, writing it again 0.15 ms.
 
 from __future__ import annotations
 
+import math
 import mmap
 import threading
 import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+import torch
 
 __all__ = ["BODY_BUFFERS", "BufferPool"]
 
@@ -112,6 +114,14 @@ class BufferPool:
         with self._lock:
             self.made += 1
         return area
+
+    def tensor(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        """An empty CPU tensor over a pool buffer (a :data:`posenc.embedding.OutputAllocator`),
+        or None under one size class (small outputs come from the heap as they are)."""
+        nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        if nbytes < SIZE_CLASS:
+            return None
+        return torch.from_numpy(self.take(nbytes)).view(dtype).view(shape)
 
     def _give_back(self, area: mmap.mmap) -> None:
         with self._lock:
