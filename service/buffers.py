@@ -7,8 +7,8 @@ and writing it page-faults once per 4 KiB page: about as long as computing a sin
 of the same size. Here a buffer is an anonymous ``mmap`` (asked for transparent huge pages,
 where the kernel gives them on ``madvise``) handed out as a NumPy ``uint8`` array over it; when
 the last reference to that array goes (the cache evicted the body and its response was sent),
-the mapping returns to a free list, bounded in bytes, and the next body of its size class
-takes it, already faulted in. When a size class has no idle buffer left, :meth:`BufferPool.prefill`
+the mapping returns to a free list, bounded in bytes (the oldest idle buffers make room for a
+newer one), and the next body of its size class takes it, already faulted in. When a size class has no idle buffer left, :meth:`BufferPool.prefill`
 maps and populates one more in a background thread, between requests, so that a run of distinct
 tables of one size (more than the cache holds) finds one ready.
 
@@ -37,8 +37,8 @@ class BufferPool:
     """Anonymous memory mappings for bodies, reused once nothing refers to them any more.
 
     Args:
-        max_idle_bytes: the most bytes kept in the free list; a mapping given back beyond that
-            is unmapped (so the idle memory this pool holds is bounded).
+        max_idle_bytes: the most bytes kept in the free list; the oldest idle mappings are
+            dropped to make room for one given back, and one larger than this is dropped.
 
     Attributes:
         made: mappings created.
@@ -52,7 +52,7 @@ class BufferPool:
         self.idle_bytes = 0
         self.made = 0
         self.reused = 0
-        self._free: dict[int, list[mmap.mmap]] = {}
+        self._idle: list[mmap.mmap] = []  # oldest given back first
         self._filling: set[int] = set()  # size classes being prefilled
         self._filler: ThreadPoolExecutor | None = None
         # reentrant: a buffer's finalizer may run wherever its last reference is dropped
@@ -65,10 +65,8 @@ class BufferPool:
         size = _size_class(nbytes)
         area = None
         with self._lock:
-            free = self._free.get(size)
-            if free:
-                area = free.pop()
-                self.idle_bytes -= size
+            area = self._pop(size)
+            if area is not None:
                 self.reused += 1
         if area is None:  # its pages fault in as they are written (spread over the blocks)
             area = self._map(size, populate=False)
@@ -82,7 +80,7 @@ class BufferPool:
         size = _size_class(nbytes)
         with self._lock:
             if (
-                self._free.get(size)
+                any(len(a) == size for a in self._idle)
                 or size in self._filling
                 or self.idle_bytes + size > self.max_idle_bytes
             ):
@@ -123,19 +121,34 @@ class BufferPool:
             return None
         return torch.from_numpy(self.take(nbytes)).view(dtype).view(shape)
 
+    def _pop(self, size: int) -> mmap.mmap | None:
+        """The most recently given back idle buffer of ``size`` bytes, out of the list (under
+        the lock), or None."""
+        for k in range(len(self._idle) - 1, -1, -1):
+            if len(self._idle[k]) == size:
+                self.idle_bytes -= size
+                return self._idle.pop(k)
+        return None
+
     def _give_back(self, area: mmap.mmap) -> None:
+        """Keep ``area`` idle, dropping the oldest idle buffers (of any size) to make room: the
+        pool follows the sizes asked for now. One larger than ``max_idle_bytes`` is dropped.
+        A dropped buffer is unmapped when its last reference goes, right after this (closing
+        it here would fail: the array being freed still exports its buffer while its
+        finalizers run)."""
+        size = len(area)
         with self._lock:
-            if self.idle_bytes + len(area) <= self.max_idle_bytes:
-                self._free.setdefault(len(area), []).append(area)
-                self.idle_bytes += len(area)
+            if size > self.max_idle_bytes:
                 return
-        # not kept: unmapped when its last reference goes, right after this (closing it here
-        # would fail: the array being freed still exports its buffer while its finalizers run)
+            while self.idle_bytes + size > self.max_idle_bytes:
+                self.idle_bytes -= len(self._idle.pop(0))
+            self._idle.append(area)
+            self.idle_bytes += size
 
     def clear(self) -> None:
         """Drop every idle buffer (each is unmapped as its last reference goes)."""
         with self._lock:
-            self._free.clear()
+            self._idle.clear()
             self.idle_bytes = 0
 
 

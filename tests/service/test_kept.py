@@ -174,7 +174,17 @@ def test_buffer_pool_keeps_at_most_its_idle_bound_and_prefills_one():
     buffers = [pool.take(SIZE_CLASS) for _ in range(3)]
     del buffers
     gc.collect()
-    assert pool.idle_bytes == 2 * SIZE_CLASS  # the third was unmapped
+    assert pool.idle_bytes == 2 * SIZE_CLASS  # the oldest was dropped
+    big = pool.take(2 * SIZE_CLASS)  # another size: the idle ones make room for it
+    assert pool.made == 4
+    del big
+    gc.collect()
+    assert pool.idle_bytes == 2 * SIZE_CLASS
+    again = pool.take(2 * SIZE_CLASS)
+    assert (pool.made, pool.reused, pool.idle_bytes) == (4, 1, 0)
+    del again
+    huge = BufferPool(max_idle_bytes=SIZE_CLASS).take(3 * SIZE_CLASS)
+    del huge  # larger than the bound: dropped, nothing idle
     empty = BufferPool(max_idle_bytes=0)
     empty.prefill(SIZE_CLASS)
     x = empty.take(10)
