@@ -390,7 +390,7 @@ def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
     """Whether a cache miss of ``plan`` as ``fmt`` goes through :func:`respond_kept`: a table
     with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of about
     :data:`KEEP_MIN_BYTES` or more, whose tensors are not in the cache already (encoding those
-    costs less than computing), on a little-endian machine."""
+    costs less than computing), on a little-endian machine, computed on the CPU."""
     return (
         plan.stream is not None
         and fmt in STREAM_FORMATS
@@ -398,6 +398,7 @@ def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
         and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element
         and plan.elements <= state.settings.max_elements
         and sys.byteorder == "little"
+        and state.device.type == "cpu"  # not measured on a GPU: there the whole path stays
     )
 
 
