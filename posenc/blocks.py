@@ -58,7 +58,7 @@ from posenc.relative import (
 )
 from posenc.rope import ROPE_LAYOUTS, RopeLayout, RopeScaling, rope_inv_freq
 from posenc.rope import _positions_tensor as _rope_positions
-from posenc.sinusoidal import SinusoidalLayout, sinusoidal_frequencies
+from posenc.sinusoidal import SinusoidalLayout, _split_tables, sinusoidal_frequencies, write_rows
 from posenc.sinusoidal import _positions_tensor as _sinusoidal_positions
 
 __all__ = [
@@ -77,6 +77,10 @@ __all__ = [
 # The output bytes of one block by default: large enough that a block is a few big tensor
 # operations, small enough that its float64 scratch (up to 4x for float32 tables) stays small.
 DEFAULT_BLOCK_BYTES = 8 * 1024 * 1024
+# float64 angles per piece of a RoPE block on the CPU: the scratch of a piece (512 KiB a buffer)
+# comes from the heap and is reused, where a whole 8 MiB block's scratch was fresh memory
+# faulted in for every table (as fast per angle: the cosines, not the memory, set the pace)
+_ROPE_PIECE_ANGLES = 1 << 16
 
 # A fill writes rows [start, stop) into out, a C-contiguous (stop - start, row_elements) tensor
 # of the table's dtype on the table's device.
@@ -270,8 +274,8 @@ def sinusoidal_blocks(
 ) -> TableBlocks:
     """:func:`~posenc.sinusoidal.sinusoidal_table` ``(T, D)`` in row blocks, the same bytes.
 
-    Per block: angles ``p·w_i`` ``(N, D/2)`` in float64 once, then sin and cos of them written
-    into their columns of ``out`` (interleaved, or the ``[sin | cos]`` halves), cast once.
+    Per block: :func:`~posenc.sinusoidal.write_rows`, the arithmetic of the whole table (sin
+    and cos of the float64 angles by angle addition, cast once into their columns of ``out``).
     Explicit ``positions`` are held as a ``(T,)`` tensor; ``seq_len`` positions are made per
     block. Arguments and errors as :func:`~posenc.sinusoidal.sinusoidal_table`.
     """
@@ -287,21 +291,13 @@ def sinusoidal_blocks(
         held = _sinusoidal_positions(positions, seq_len, offset).to(dev, torch.float64)  # (T,)
         total = held.numel()
     freqs = freqs.to(dev)
-    scratch = _Scratch(dev)
-    half = d_model // 2
+    split = _split_tables(freqs)  # sin, cos of r·w for r < 64: once for all the blocks
 
     def fill(start: int, stop: int, out: Tensor) -> None:
-        n = stop - start
         if held is None:
-            pos = torch.arange(
-                offset + start, offset + stop, dtype=torch.float64, device=dev
-            )  # (N,)
+            write_rows(out, freqs, interleaved, first=offset + start, split=split)
         else:
-            pos = held[start:stop]
-        angles = torch.mul(pos[:, None], freqs[None, :], out=scratch.get("angles", (n, half)))
-        sin = torch.sin(angles, out=scratch.get("sin", (n, half)))  # (N, D/2)
-        cos = torch.cos(angles, out=scratch.get("cos", (n, half)))  # (N, D/2)
-        _write_pair(out, sin, cos, interleaved)
+            write_rows(out, freqs, interleaved, positions=held[start:stop], split=split)
 
     return TableBlocks(name, (total, d_model), dtype, fill, dev)
 
@@ -350,7 +346,7 @@ def rope_blocks(
     scratch = _Scratch(dev)
     half = rotary_dim // 2
 
-    def fill(start: int, stop: int, out: Tensor) -> None:
+    def fill_part(start: int, stop: int, out: Tensor) -> None:
         n = stop - start
         if held is None:
             pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
@@ -361,6 +357,12 @@ def rope_blocks(
         if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
             values.mul_(attention_scaling)
         _write_pair(out, values, values, layout == "interleaved")
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
+        for first in range(start, stop, step):
+            last = min(stop, first + step)
+            fill_part(first, last, out[first - start : last - start])
 
     return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
 

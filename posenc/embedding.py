@@ -47,6 +47,20 @@ Positional = Literal["learned", "sinusoidal", "none"]
 
 _POSITIONALS: tuple[str, ...] = get_args(Positional)
 
+# Makes the output of embed_tokens when no ``out`` is given: called as ``(shape, dtype)`` for a
+# CPU output, returns an empty C-contiguous CPU tensor of that shape and dtype, or None for a
+# fresh one. A server sets it (set_output_allocator) to reuse buffers: a batch is tens of MB,
+# and fresh memory costs its page faults every request.
+OutputAllocator = Callable[[tuple[int, ...], torch.dtype], "Tensor | None"]
+_output_allocator: OutputAllocator | None = None
+
+
+def set_output_allocator(allocator: OutputAllocator | None) -> None:
+    """Where :func:`embed_tokens` takes its CPU output from when it is not given ``out``
+    (``None``: a new tensor each call, the default). Process-wide."""
+    global _output_allocator
+    _output_allocator = allocator
+
 
 def _check_ids(
     x: Tensor, field: str, shape: torch.Size | None = None, *, ints: bool = True
@@ -210,6 +224,9 @@ def embed_tokens(
 
     # One (B, T, D) buffer, gathered into and then updated in place: a batch is tens of MB, and
     # every out-of-place step would allocate (and page-fault) another buffer of that size.
+    allocator = _output_allocator
+    if out is None and allocator is not None and device.type == "cpu" and out_dtype == work:
+        out = allocator((batch, length, d_model), work)
     if out is not None:
         want = (batch, length, d_model)
         if tuple(out.shape) != want or out.dtype != out_dtype or out_dtype != work:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,6 +201,30 @@ def prepare(
     return Prepared(None, fmt, base64, index, table_text, body_key, headers)
 
 
+# A miss of at most this many output elements is computed on one OpenMP thread: its ops are too
+# small for a second thread to pay for its wake-up (and the spin after it), which cost a 128x64
+# table about as much as its arithmetic.
+ONE_THREAD_ELEMENTS = 1 << 16
+
+
+@contextmanager
+def _one_thread_if(small: bool) -> Iterator[None]:
+    """Run the body with this thread's OpenMP team at one thread when ``small`` (a per-thread
+    setting of libgomp; the thread's own count is restored after)."""
+    from service.streaming import _libgomp
+
+    lib = _libgomp() if small else None
+    if lib is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    lib.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        lib.omp_set_num_threads(before)
+
+
 def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
     """Compute (or take the cached tensors), encode, cache the body: the thread-pool part."""
     cache, metrics = state.cache, state.metrics
@@ -211,7 +236,10 @@ def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
         metrics.record_cache("tensors", bundle is not None)
     if bundle is None:
         t0 = time.perf_counter()
-        with tracing.span("posenc.compute", **{"posenc.route": plan.route}):
+        with (
+            tracing.span("posenc.compute", **{"posenc.route": plan.route}),
+            _one_thread_if(plan.elements <= ONE_THREAD_ELEMENTS and state.device.type == "cpu"),
+        ):
             bundle = plan.compute()
             if state.device.type == "cuda":
                 torch.cuda.synchronize(state.device)
@@ -255,6 +283,12 @@ async def respond_async(
         if prepared.response.status_code == 200:  # a body-cache hit
             request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
         return prepared.response
+    from service.streaming import keeps, respond_kept
+
+    if keeps(request, state, plan, prepared.fmt):  # sent as computed, then kept
+        kept = await respond_kept(request, state, plan, prepared)
+        if kept is not None:
+            return kept
     # A miss allocates: take its estimated peak bytes from the in-flight budget first (429 when
     # none frees up in time), keep only the body's once encoded, release after the last byte.
     budget = state.budget

@@ -31,11 +31,13 @@ holds (see ``service/admission.py``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import io
 import json
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -53,23 +55,31 @@ from starlette.responses import StreamingResponse
 
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
+from service.admission import estimate_bytes
+from service.buffers import BODY_BUFFERS
 from service.formats import (
     FORMAT_MEDIA_TYPES,
+    Encoded,
     _json_default,
     _no_bfloat16_npy,
     dtype_name,
     negotiate,
 )
 from service.query import OutputOptions
-from service.responding import Plan, prepare
+from service.replay import REPLAY_SCOPE_KEY
+from service.responding import Plan, Prepared, prepare
 from service.state import ServiceState
 
 __all__ = [
+    "KEEP_BLOCK_BYTES",
+    "KEEP_MIN_BYTES",
     "STREAM_BLOCK_BYTES",
     "STREAM_FORMATS",
     "StreamBundle",
     "check_row_width",
+    "keeps",
     "npy_header",
+    "respond_kept",
     "respond_streamed",
     "safetensors_header",
     "stream_parts",
@@ -232,7 +242,9 @@ class _BufferPool:
             # references: the tuple in the pool and getrefcount's argument
             if sys.getrefcount(entry[1]) <= 2:
                 return entry
-        buf = torch.empty(self.nbytes, dtype=torch.uint8)
+        # from the shared pool (back to it after the response); the array handed out is a view
+        # of the tensor, which alone refers to the pool's buffer: the count above stays right
+        buf = torch.from_numpy(BODY_BUFFERS.take(self.nbytes))
         entry = (buf, buf.numpy())
         self._entries.append(entry)
         return entry
@@ -354,21 +366,173 @@ def respond_streamed(
         raise _no_bfloat16_npy(primary.name)
     parts = stream_parts(bundle, fmt)
     length = sum(_part_size(p) for p in parts)
-    headers = {
-        **prepared.headers,
-        "Content-Length": str(length),
-        "Server-Timing": 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"',
-    }
+    timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"'
+    headers, _ = _headers(plan, fmt, primary, prepared.headers, length, timing)
+    hold = getattr(request.app.state, "posenc_stream_hold", None)
+    return StreamingResponse(
+        _body(parts, hold), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Stream and keep: a cache miss sent as its blocks are computed, then kept in the body cache
+# ---------------------------------------------------------------------------------------------
+
+# A cache miss whose raw, npy or safetensors body has at least this many bytes is sent as its
+# row blocks are computed, then kept (respond_kept); smaller ones are computed whole first.
+KEEP_MIN_BYTES = 1 << 20
+# Output bytes of one block of a kept miss: the first block goes out after about 1/6 of a
+# 2048x768 float32 table's compute, and each later one is computed while the one before is sent.
+KEEP_BLOCK_BYTES = 1 << 20
+
+
+def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
+    """Whether a cache miss of ``plan`` as ``fmt`` goes through :func:`respond_kept`: a table
+    with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of about
+    :data:`KEEP_MIN_BYTES` or more, whose tensors are not in the cache already (encoding those
+    costs less than computing), on a little-endian machine, computed on the CPU."""
+    return (
+        plan.stream is not None
+        and fmt in STREAM_FORMATS
+        and request.method in ("GET", "POST")
+        and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element
+        and plan.elements <= state.settings.max_elements
+        and sys.byteorder == "little"
+        and state.device.type == "cpu"  # not measured on a GPU: there the whole path stays
+    )
+
+
+def _headers(
+    plan: Plan, fmt: str, primary: TableBlocks, base: dict[str, str], length: int, timing: str
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The headers of a streamed body of ``plan`` (those of the whole response, in its order),
+    and of them the encoded body's own (``X-Tensor-*``, what the body cache keeps with it)."""
+    own: dict[str, str] = {}
     if fmt != "safetensors":
-        headers["X-Tensor-Name"] = primary.name
-        headers["X-Tensor-Shape"] = ",".join(str(n) for n in primary.shape)
-        headers["X-Tensor-Dtype"] = dtype_name(primary.dtype)
+        own = {
+            "X-Tensor-Name": primary.name,
+            "X-Tensor-Shape": ",".join(str(n) for n in primary.shape),
+            "X-Tensor-Dtype": dtype_name(primary.dtype),
+        }
+    headers = {**base, "Content-Length": str(length), "Server-Timing": timing, **own}
     suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin"}[fmt]
     stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
     if fmt != "safetensors":
         stem = f"{stem}-{primary.name}"
     headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
-    hold = getattr(request.app.state, "posenc_stream_hold", None)
-    return StreamingResponse(
-        _body(parts, hold), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
-    )
+    return headers, own
+
+
+def _fill_part(part: Part, body: np.ndarray, offset: int) -> memoryview:
+    """Write one part into ``body[offset:]`` (in a worker thread); its bytes, without a copy."""
+    size = _part_size(part)
+    view = body[offset : offset + size]
+    if isinstance(part, bytes):
+        view[:] = np.frombuffer(part, dtype=np.uint8)
+    else:
+        table, start, stop = part
+        if offset % table.element_size == 0:  # always, but for safetensors' odd tensor sizes
+            out = torch.from_numpy(view).view(table.dtype).view(stop - start, table.row_elements)
+            table.fill(start, stop, out)
+        else:
+            rows = table.fill(start, stop)
+            view[:] = rows.reshape(-1).view(torch.uint8).numpy()
+    return view.data
+
+
+class _KeptResponse(StreamingResponse):
+    """A :class:`StreamingResponse` that gives its in-flight budget bytes back once it has
+    been sent, has failed or was dropped unsent (as :class:`~service.admission.HeldResponse`)."""
+
+    def __init__(self, content: Any, release: Callable[[], None], **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._release, self._loop = release, asyncio.get_running_loop()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._release()
+
+    def __del__(self) -> None:
+        # the loop is closed (RuntimeError): nobody is waiting any more
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._release)  # idempotent
+
+
+async def respond_kept(
+    request: Request, state: ServiceState, plan: Plan, prepared: Prepared
+) -> Response | None:
+    """Answer a cache miss (see :func:`keeps`) as its row blocks are computed, and keep it.
+
+    The body is one buffer of its exact size: each block is computed into its place in a
+    worker thread while the block before it is being sent, and once the last block has gone
+    the whole buffer goes into the body cache under the key and ETag :func:`prepare` derived
+    from the request, with the headers a hit carries. So the first request for a table costs
+    about its compute or its transfer, whichever is longer, instead of their sum, and the next
+    one is a hit (or a replay) of the same bytes. ``Server-Timing`` says ``cache;desc="miss"``
+    (the compute is not over when the headers go). Returns None where the whole path serves
+    the request better (a body under :data:`KEEP_MIN_BYTES`, npy of bfloat16: its 406).
+    """
+    fmt = prepared.fmt
+    if ("tensors", prepared.table_text) in state.cache or plan.stream is None:
+        return None
+    bundle: StreamBundle = plan.stream()
+    primary = bundle.primary
+    if fmt == "npy" and primary.dtype == torch.bfloat16:
+        return None
+    parts = stream_parts(bundle, fmt, KEEP_BLOCK_BYTES)
+    sizes = [_part_size(p) for p in parts]
+    length = sum(sizes)
+    if length < KEEP_MIN_BYTES:
+        return None
+    timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="miss"'
+    headers, own = _headers(plan, fmt, primary, prepared.headers, length, timing)
+    budget = state.budget
+    nbytes = estimate_bytes(plan.elements, fmt, dtype=plan.params.get("dtype", ""))
+    await budget.acquire(nbytes)
+    since = time.monotonic()
+    released = False
+
+    def release() -> None:
+        nonlocal released
+        if not released:
+            released = True
+            budget.release(nbytes, held_s=time.monotonic() - since)
+
+    offsets = [0, *np.cumsum(sizes).tolist()]
+    body: list[np.ndarray] = []  # the (length,) uint8 buffer, taken by the first block's thread
+
+    def fill(k: int) -> memoryview:
+        if not body:  # off the event loop: a new buffer is mapped and populated here
+            body.append(BODY_BUFFERS.take(length))
+        return _fill_part(parts[k], body[0], offsets[k])
+
+    def keep() -> None:
+        encoded = Encoded(body[0].data, FORMAT_MEDIA_TYPES[fmt], own)
+        state.cache.put(prepared.body_key, encoded, length)
+        if prepared.body_key in state.cache:  # replayable, as a whole miss would be
+            request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
+        BODY_BUFFERS.prefill(length)  # the next miss of this size finds a buffer ready
+
+    async def chunks() -> AsyncIterator[memoryview]:
+        loop = asyncio.get_running_loop()
+
+        def start(k: int) -> asyncio.Future[memoryview]:
+            return loop.run_in_executor(_BLOCK_THREADS, fill, k)
+
+        following = start(0)
+        pending: asyncio.Future[memoryview] | None = following
+        try:
+            for k in range(len(parts)):
+                chunk = await following
+                pending = None
+                if k + 1 < len(parts):
+                    following = pending = start(k + 1)
+                yield chunk
+            keep()
+        finally:
+            if pending is not None:  # the client went away: drop the block being computed
+                pending.cancel()
+
+    return _KeptResponse(chunks(), release, media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers)

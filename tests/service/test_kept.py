@@ -1,0 +1,203 @@
+"""Stream and keep (service.streaming.respond_kept): a cache miss of a table of 1 MiB or more
+asked as raw, npy or safetensors is sent as its row blocks are computed, then kept in the body
+cache. Checked here:
+
+- the answer is the whole path's answer (the same bytes and headers, ETag included: the whole
+  path is forced by raising ``KEEP_MIN_BYTES``), for tables of several kinds (sinusoidal from
+  offsets and from positions, learned (filled in order), RoPE (three tensors, float16), ALiBi
+  (three dimensions)), and its values are the library's;
+- the next request is a hit, then a replay, of the same bytes;
+- ``If-None-Match`` of a table never computed is a 304 / 412 without computing;
+- the in-flight budget is given back, also when the client goes away mid-body;
+- :class:`service.buffers.BufferPool` reuses a buffer only once nothing refers to it, and keeps
+  at most its idle bound.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import time
+
+import httpx
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+from safetensors.numpy import load as st_load_numpy
+
+import service.streaming
+from posenc import sinusoidal_table
+from service.app import create_app
+from service.buffers import SIZE_CLASS, BufferPool
+from tests.helpers import make_settings
+
+SIN = "/v1/encodings/sinusoidal"
+PER_REQUEST = {"date", "server-timing", "x-request-id"}  # headers that may differ
+
+# (name, route, body): each table's primary tensor is over 1 MiB
+CASES = [
+    ("sinusoidal", SIN, {"seq_len": 1024, "d_model": 512, "offset": 12_345}),
+    ("sinusoidal-positions", SIN, {"positions": [7, 3, 70_000, 1] * 90, "d_model": 1024}),
+    ("learned", "/v1/encodings/learned", {"seq_len": 1000, "d_model": 300, "seed": 7}),
+    ("rope", "/v1/encodings/rope", {"seq_len": 6000, "head_dim": 64, "rotary_dim": 48}),
+    ("rope-f16", "/v1/encodings/rope", {"seq_len": 12_000, "head_dim": 64, "dtype": "float16"}),
+    ("alibi", "/v1/biases/alibi", {"num_heads": 8, "seq_len": 200, "key_len": 210}),
+]
+
+
+def stripped(r: httpx.Response) -> list[tuple[str, str]]:
+    return sorted((k, v) for k, v in r.headers.items() if k not in PER_REQUEST)
+
+
+def counter(client: httpx.Client, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(client.get("/metrics").text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def kept(r: httpx.Response) -> bool:
+    """A kept miss: its headers went before the compute, so they carry no compute time."""
+    timing = r.headers["server-timing"]
+    return 'cache;desc="miss"' in timing and "compute;dur=0.000" in timing
+
+
+@pytest.fixture
+def client(gpt2_file):
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        yield c
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])
+@pytest.mark.parametrize(("name", "route", "body"), CASES, ids=[c[0] for c in CASES])
+def test_a_kept_miss_is_the_whole_paths_answer(gpt2_file, monkeypatch, name, route, body, fmt):
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        streamed = c.post(route, json=body, params={"format": fmt})
+    assert streamed.status_code == 200, streamed.text
+    assert kept(streamed)
+    assert int(streamed.headers["content-length"]) == len(streamed.content) >= 1 << 20
+    monkeypatch.setattr(service.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        whole = c.post(route, json=body, params={"format": fmt})
+    assert whole.status_code == 200 and not kept(whole)
+    assert 'cache;desc="miss"' in whole.headers["server-timing"]
+    assert streamed.content == whole.content
+    assert stripped(streamed) == stripped(whole)  # ETag, X-Tensor-*, Content-Disposition …
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])
+def test_the_values_are_the_librarys_and_the_next_requests_hit_then_replay(client, fmt):
+    body = {"seq_len": 2048, "d_model": 768, "offset": 99_001}
+    expected = sinusoidal_table(seq_len=2048, d_model=768, offset=99_001).numpy()
+    first = client.post(SIN, json=body, params={"format": fmt})
+    assert first.status_code == 200 and kept(first)
+    if fmt == "raw":
+        got = np.frombuffer(first.content, dtype="<f4").reshape(2048, 768)
+    elif fmt == "npy":
+        got = np.load(io.BytesIO(first.content))
+    else:
+        got = st_load_numpy(first.content)["encoding"]
+    np.testing.assert_array_equal(got, expected)
+    replays = counter(client, "posenc_cache_hits_total", cache="replay")
+    second = client.post(SIN, json=body, params={"format": fmt})
+    assert counter(client, "posenc_cache_hits_total", cache="replay") == replays + 1
+    # and the route's own hit, for a conditional request that does not match
+    third = client.post(SIN, json=body, params={"format": fmt}, headers={"If-None-Match": '"x"'})
+    for later in (second, third):
+        assert 'cache;desc="hit"' in later.headers["server-timing"]
+        assert later.content == first.content
+        assert stripped(later) == stripped(first)
+
+
+def test_if_none_match_of_a_table_never_computed_answers_without_computing(gpt2_file):
+    body = {"seq_len": 2048, "d_model": 768, "offset": 5}
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        etag = c.get(SIN, params={**body, "format": "raw"}).headers["etag"]
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        cache = c.app.state.posenc.cache  # type: ignore[attr-defined]
+        got = c.get(SIN, params={**body, "format": "raw"}, headers={"If-None-Match": etag})
+        assert (got.status_code, got.content, got.headers["etag"]) == (304, b"", etag)
+        posted = c.post(SIN, json=body, params={"format": "raw"}, headers={"If-None-Match": etag})
+        assert posted.status_code == 412
+        assert cache.stats()["items"] == 0  # nothing was computed
+
+
+def test_the_in_flight_budget_is_given_back(client):
+    budget = client.app.state.posenc.budget  # type: ignore[attr-defined]
+    r = client.post(
+        SIN, json={"seq_len": 4096, "d_model": 512, "offset": 1}, params={"format": "raw"}
+    )
+    assert r.status_code == 200 and kept(r)
+    assert budget.in_flight == 0 and budget.peak >= len(r.content)
+
+
+def test_a_client_gone_mid_body_leaves_nothing_held_over_uvicorn(live_client):
+    body = {"seq_len": 8192, "d_model": 1024, "offset": 424_242}  # 32 MiB, 32 blocks
+    with live_client.stream("POST", SIN, json=body, params={"format": "raw"}) as r:
+        assert r.status_code == 200 and kept(r)
+        next(r.iter_raw(1 << 16))  # one piece, then the connection is closed
+    time.sleep(0.5)
+    # the server goes on: the table was not kept (its body never finished), so this is a
+    # miss again, whole and right, and then a hit
+    again = live_client.post(SIN, json=body, params={"format": "raw"})
+    assert again.status_code == 200 and kept(again)
+    expected = sinusoidal_table(seq_len=8192, d_model=1024, offset=424_242).numpy()
+    np.testing.assert_array_equal(np.frombuffer(again.content, "<f4").reshape(8192, 1024), expected)
+    hit = live_client.post(SIN, json=body, params={"format": "raw"})
+    assert 'cache;desc="hit"' in hit.headers["server-timing"] and hit.content == again.content
+
+
+def test_buffer_pool_reuses_a_buffer_only_once_nothing_refers_to_it():
+    pool = BufferPool(max_idle_bytes=8 * SIZE_CLASS)
+    a = pool.take(3 * SIZE_CLASS + 5)
+    a[:] = 7
+    view = a[10:20].data  # a view keeps the buffer in use
+    del a
+    gc.collect()
+    assert pool.idle_bytes == 0
+    b = pool.take(3 * SIZE_CLASS + 5)
+    assert (pool.made, pool.reused) == (2, 0)
+    del view, b
+    gc.collect()
+    assert pool.idle_bytes == 2 * 4 * SIZE_CLASS  # both back, in the 4 MiB class
+    c = pool.take(4 * SIZE_CLASS)  # same class
+    assert (pool.made, pool.reused, pool.idle_bytes) == (2, 1, 4 * SIZE_CLASS)
+    assert c.shape == (4 * SIZE_CLASS,) and c.dtype == np.uint8
+    pool.clear()
+    assert pool.idle_bytes == 0
+
+
+def test_buffer_pool_keeps_at_most_its_idle_bound_and_prefills_one():
+    pool = BufferPool(max_idle_bytes=2 * SIZE_CLASS)
+    buffers = [pool.take(SIZE_CLASS) for _ in range(3)]
+    del buffers
+    gc.collect()
+    assert pool.idle_bytes == 2 * SIZE_CLASS  # the oldest was dropped
+    big = pool.take(2 * SIZE_CLASS)  # another size: the idle ones make room for it
+    assert pool.made == 4
+    del big
+    gc.collect()
+    assert pool.idle_bytes == 2 * SIZE_CLASS
+    again = pool.take(2 * SIZE_CLASS)
+    assert (pool.made, pool.reused, pool.idle_bytes) == (4, 1, 0)
+    del again
+    huge = BufferPool(max_idle_bytes=SIZE_CLASS).take(3 * SIZE_CLASS)
+    del huge  # larger than the bound: dropped, nothing idle
+    empty = BufferPool(max_idle_bytes=0)
+    empty.prefill(SIZE_CLASS)
+    x = empty.take(10)
+    del x
+    gc.collect()
+    assert empty.idle_bytes == 0 and empty.made == 1
+    fresh = BufferPool(max_idle_bytes=4 * SIZE_CLASS)
+    fresh.prefill(3 * SIZE_CLASS)
+    deadline = time.monotonic() + 10
+    while fresh.idle_bytes == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert fresh.idle_bytes == 3 * SIZE_CLASS and fresh.made == 1
+    fresh.prefill(3 * SIZE_CLASS)  # one is idle already: no second
+    y = fresh.take(3 * SIZE_CLASS - 1)
+    assert (fresh.made, fresh.reused, fresh.idle_bytes) == (1, 1, 0)
+    del y
