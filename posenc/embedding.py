@@ -47,19 +47,10 @@ Positional = Literal["learned", "sinusoidal", "none"]
 
 _POSITIONALS: tuple[str, ...] = get_args(Positional)
 
-# Makes the output of embed_tokens when no ``out`` is given: called as ``(shape, dtype)`` for a
-# CPU output, returns an empty C-contiguous CPU tensor of that shape and dtype, or None for a
-# fresh one. A server sets it (set_output_allocator) to reuse buffers: a batch is tens of MB,
-# and fresh memory costs its page faults every request.
 OutputAllocator = Callable[[tuple[int, ...], torch.dtype], "Tensor | None"]
-_output_allocator: OutputAllocator | None = None
-
-
-def set_output_allocator(allocator: OutputAllocator | None) -> None:
-    """Where :func:`embed_tokens` takes its CPU output from when it is not given ``out``
-    (``None``: a new tensor each call, the default). Process-wide."""
-    global _output_allocator
-    _output_allocator = allocator
+"""``(shape, dtype) -> tensor or None``: an empty C-contiguous CPU tensor of that shape and dtype
+for :func:`embed_tokens` to write into, or None for a fresh one. A server passes one to reuse
+buffers: a batch is tens of MB, and fresh memory costs its page faults every request."""
 
 
 def _check_ids(
@@ -108,6 +99,7 @@ def embed_tokens(
     scale_value: float | None = None,
     max_elements: int | None = None,
     out: Tensor | None = None,
+    allocator: OutputAllocator | None = None,
 ) -> Tensor:
     """Embed a padded batch of token ids and add the positional encoding.
 
@@ -135,6 +127,8 @@ def embed_tokens(
         out: an optional preallocated ``(B, T, D)`` C-contiguous tensor of the output dtype on
             the token table's device: the tokens are gathered straight into it (no fresh
             buffer to page-fault), and it is returned. A server can reuse one per shape.
+        allocator: without ``out``, where a CPU output without a final cast comes from
+            (:data:`OutputAllocator`); None: a new tensor.
 
     Returns:
         ``(B, T, D)`` embeddings of ``dtype``, on the token table's device.
@@ -224,7 +218,6 @@ def embed_tokens(
 
     # One (B, T, D) buffer, gathered into and then updated in place: a batch is tens of MB, and
     # every out-of-place step would allocate (and page-fault) another buffer of that size.
-    allocator = _output_allocator
     if out is None and allocator is not None and device.type == "cpu" and out_dtype == work:
         out = allocator((batch, length, d_model), work)
     if out is not None:
@@ -450,6 +443,7 @@ def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor
             scale=p["scale"],
             dtype=ctx.dtype,
             scale_value=model.embed_scale,
+            allocator=ctx.allocator,
         ),  # (B, T, D)
         "position_ids": position_ids,
         "attention_mask": batch.attention_mask,

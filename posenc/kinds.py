@@ -222,11 +222,15 @@ class Context:
         dtype: the float tensors' dtype (integer tensors stay int64).
         models: ``name -> EmbeddingModel`` (None: the default model); the library's own lookup
             knows the built-in default model only, the service's every model it loaded.
+        allocator: ``(shape, dtype) -> tensor or None``: where a big CPU output may be written
+            (a server's reused buffers, :data:`posenc.embedding.OutputAllocator`); None: new
+            tensors.
     """
 
     device: torch.device
     dtype: torch.dtype
     models: Callable[[str | None], Any]
+    allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None
 
 
 def builtin_models(name: str | None) -> Any:
@@ -705,13 +709,15 @@ def context(
     device: torch.device | str | None = None,
     dtype: torch.dtype | None = None,
     models: Callable[[str | None], Any] | None = None,
+    allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None,
 ) -> Context:
-    """The :class:`Context` of a computation: CPU, ``params["dtype"]`` and the built-in model
-    unless given."""
+    """The :class:`Context` of a computation: CPU, ``params["dtype"]``, the built-in model and
+    new output tensors unless given."""
     return Context(
         device=torch.device("cpu") if device is None else torch.device(device),
         dtype=dtype or resolve_dtype(params.get("dtype")),
         models=models or builtin_models,
+        allocator=allocator,
     )
 
 
@@ -723,6 +729,7 @@ def compute(
     dtype: torch.dtype | None = None,
     max_elements: int | None = None,
     models: Callable[[str | None], Any] | None = None,
+    allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None,
 ) -> Tensors:
     """The kind's tensors, in its order, after a size check that allocates nothing.
 
@@ -734,6 +741,7 @@ def compute(
             (float32 when the kind has no such field).
         max_elements: refuse a bundle larger than this with ``TooLarge`` before computing.
         models: the model lookup (:class:`Context`); None: the built-in default model only.
+        allocator: where big CPU outputs may be written (:class:`Context`); None: new tensors.
 
     Returns:
         The tensors by name, primary first; each of the shape ``kind.shapes`` promised.
@@ -760,7 +768,8 @@ def compute(
                     requested=count,
                     field=what,
                 )
-    tensors = kind.compute(params, context(params, device=device, dtype=dtype, models=models))
+    ctx = context(params, device=device, dtype=dtype, models=models, allocator=allocator)
+    tensors = kind.compute(params, ctx)
     names = list(shapes)
     if list(tensors) != names:
         raise ValueError(f"kind {kind.name!r} computed {list(tensors)}, declared {names}")

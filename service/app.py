@@ -27,10 +27,8 @@ from fastapi.middleware.cors import CORSMiddleware
 
 import posenc
 from posenc.device import resolve_device
-from posenc.embedding import set_output_allocator
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
 from service.admission import tune_allocator
-from service.buffers import BODY_BUFFERS
 from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
@@ -102,7 +100,6 @@ def _lifespan(
             logger.error("cannot start: POSENC_DEVICE=%r: %s", settings.device, exc.message)
             raise
         tune_allocator()  # freed tensors and bodies go back to the system (docs/sizing.md)
-        set_output_allocator(BODY_BUFFERS.tensor)  # embeddings into reused buffers
         cache = ByteLRU(settings.cache_bytes)
         metrics.watch_cache("responses", cache)
         state = ServiceState(settings=settings, device=device, metrics=metrics, cache=cache)

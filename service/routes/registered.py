@@ -32,6 +32,7 @@ from posenc import kinds as registry
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
 from service.bodies import TokenTensors, add_token_route
+from service.buffers import BODY_BUFFERS
 from service.formats import Bundle
 from service.query import QueryShape, Source, missing
 from service.responding import Plan
@@ -270,7 +271,12 @@ def _plan_for(kind: registry.Kind) -> Any:
 
         def compute() -> Bundle:
             out = registry.compute(
-                kind, params, device=state.device, dtype=dtype, models=state.model
+                kind,
+                params,
+                device=state.device,
+                dtype=dtype,
+                models=state.model,
+                allocator=BODY_BUFFERS.tensor,  # big outputs into reused buffers
             )
             return Bundle(out, meta())
 

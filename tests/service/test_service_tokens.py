@@ -296,3 +296,29 @@ def test_embed_half_precision_checkpoint_keeps_exact_sums(tmp_path) -> None:
         got = np.load(io.BytesIO(r.content))
     want = (wte.numpy()[[3, 9]] + wpe.numpy()[[0, 1]]).astype(np.float32)
     np.testing.assert_array_equal(got[0], want)
+
+
+def test_embed_writes_into_the_services_reused_buffers(
+    app_client: httpx.Client, gpt2_tables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The embed kind's output comes from the service's body-buffer pool (its Context's
+    allocator), and holds the same values as a fresh output would."""
+    from service.buffers import BODY_BUFFERS
+
+    asked: list[tuple[tuple[int, ...], torch.dtype]] = []
+    real = BODY_BUFFERS.tensor
+
+    def spy(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor | None:
+        asked.append((tuple(shape), dtype))
+        return real(shape, dtype)
+
+    monkeypatch.setattr(BODY_BUFFERS, "tensor", spy)
+    ids = [[5, 6, 7], [8, 9, 10]]
+    r = app_client.post(
+        "/v1/embed", json={"input_ids": ids, "model": GPT2_NAME}, params={"encoding": "base64"}
+    )
+    assert r.status_code == 200, r.text
+    wte, wpe = gpt2_tables
+    assert ((2, 3, GPT2_SHAPE["d_model"]), torch.float32) in asked
+    got = base64_tensor(r.json(), "embeddings")
+    np.testing.assert_array_equal(got, wte[np.array(ids)] + wpe[:3][None])
