@@ -123,7 +123,8 @@ _PYDANTIC_LENGTHS = {
 
 def json_schema_keywords(node: Any) -> Any:
     """A copy of a document with pydantic's constraint names (``ge``, ``le``, ``multiple_of``…)
-    turned into JSON Schema's (``minimum``, ``maximum``, ``multipleOf``…), wherever they are."""
+    turned into JSON Schema's (``minimum``, ``maximum``, ``multipleOf``…), wherever they are, and
+    an integer's bounds written as integers."""
     if isinstance(node, list):
         return [json_schema_keywords(v) for v in node]
     if not isinstance(node, dict):
@@ -137,6 +138,11 @@ def json_schema_keywords(node: Any) -> Any:
     for name, (for_array, for_string) in _PYDANTIC_LENGTHS.items():
         if name in out and not isinstance(out[name], dict):
             out.setdefault(for_array if out.get("type") == "array" else for_string, out.pop(name))
+    if out.get("type") == "integer":  # the bounds of an integer as integers (1, not 1.0)
+        for keyword in _PYDANTIC_BOUNDS.values():
+            value = out.get(keyword)
+            if isinstance(value, float) and value.is_integer():
+                out[keyword] = int(value)
     return out
 
 

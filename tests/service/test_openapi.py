@@ -64,3 +64,26 @@ def test_the_30_copy_keeps_every_path(documents: dict[str, dict[str, Any]]) -> N
     assert documents["3.0"]["openapi"].startswith("3.0")
     assert set(documents["3.0"]["paths"]) == set(documents["3.1"]["paths"])
     assert openapi_30(documents["3.1"])["paths"] == documents["3.0"]["paths"]
+
+
+def test_integer_bounds_are_integers(documents: dict[str, dict[str, Any]]) -> None:
+    """An integer's minimum, maximum and multipleOf are written as integers (2, not 2.0), in both
+    documents: generators that type the bound by its JSON value see an int."""
+    found: list[tuple[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "integer":
+                for keyword in ("minimum", "maximum", "exclusiveMinimum", "multipleOf"):
+                    if keyword in node:
+                        found.append((keyword, node[keyword]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    for document in documents.values():
+        walk(document)
+    assert len(found) > 50
+    assert [f for f in found if not isinstance(f[1], int) or isinstance(f[1], bool)] == []
