@@ -208,10 +208,6 @@ def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
-def _alibi_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
-    return dict(positions.alibi or {}), {}
-
-
 ALIBI: kinds.Kind = kinds.register(
     kinds.Kind(
         name="alibi",
@@ -272,7 +268,7 @@ ALIBI: kinds.Kind = kinds.register(
         },
         blocks=_alibi_blocks,
         row_elements=lambda p: max(_key_len(p), p["num_heads"]),
-        sources=kinds.Sources("alibi", _alibi_from_config),
+        sources=kinds.Sources("alibi"),
     )
 )
 """The alibi endpoint kind (see :mod:`posenc.kinds`)."""

@@ -202,14 +202,16 @@ class Sources:
             ``relative``, ``learned``); another is an error that names the right endpoint.
         from_config: ``(ModelPositions, given fields) -> (fields, info)``: the fields a read
             config gives, and what ``meta`` should say about it besides its
-            ``config_model_type`` (RoPE: the ``rope_type`` of the chosen layer type).
+            ``config_model_type`` (RoPE: the ``rope_type`` of the chosen layer type). None: the
+            ``ModelPositions`` attribute named ``positions`` (``alibi``, ``relative``,
+            ``learned``) holds the fields.
         follow: ``(given fields, preset or config fields) -> fields``: adjust the preset's
             values to what the caller overrode (RoPE: the rotated fraction follows a new
             ``head_dim``), or None.
     """
 
     positions: str
-    from_config: Callable[[Any, Params], tuple[dict[str, Any], dict[str, Any]]]
+    from_config: Callable[[Any, Params], tuple[dict[str, Any], dict[str, Any]]] | None = None
     follow: Callable[[Params, dict[str, Any]], dict[str, Any]] | None = None
 
 

@@ -167,12 +167,6 @@ def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     return {"encoding": learned_blocks(p["seq_len"], p["d_model"], seed=p["seed"], dtype=ctx.dtype)}
 
 
-def _learned_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
-    learned = positions.learned or {}
-    fields = {k: learned[k] for k in ("seq_len", "d_model") if learned.get(k) is not None}
-    return fields, {}
-
-
 LEARNED: kinds.Kind = kinds.register(
     kinds.Kind(
         name="learned",
@@ -222,7 +216,7 @@ LEARNED: kinds.Kind = kinds.register(
         meta=_learned_meta,
         blocks=_learned_blocks,
         row_elements=lambda p: int(p["d_model"]),
-        sources=kinds.Sources("learned", _learned_from_config),
+        sources=kinds.Sources("learned"),
         complete=_learned_complete,
         model_field="model",
     )

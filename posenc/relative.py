@@ -388,11 +388,6 @@ def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     return tables
 
 
-def _relative_from_config(positions: Any, _given: Mapping[str, Any]) -> tuple[dict, dict]:
-    fields = {k: v for k, v in (positions.relative or {}).items() if v is not None}
-    return fields, {}
-
-
 RELATIVE: kinds.Kind = kinds.register(
     kinds.Kind(
         name="relative",
@@ -488,7 +483,7 @@ RELATIVE: kinds.Kind = kinds.register(
         },
         blocks=_relative_blocks,
         row_elements=lambda p: bias_lengths(p)[1],
-        sources=kinds.Sources("relative", _relative_from_config),
+        sources=kinds.Sources("relative"),
         allocations=lambda p: (
             {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
         ),

@@ -73,7 +73,10 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
                 f"not {sources.positions}{hint}",
                 field="config",
             )
-        defaults, extra = sources.from_config(positions, sent)
+        if sources.from_config is not None:
+            defaults, extra = sources.from_config(positions, sent)
+        else:  # the fields are the reader's section of that name (alibi, relative, learned)
+            defaults, extra = dict(getattr(positions, sources.positions) or {}), {}
         info = {"config_model_type": positions.model_type, **extra}
     else:
         if sent.get("layer_type") is not None:
