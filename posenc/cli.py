@@ -11,9 +11,11 @@ Usage::
     posenc table rope --url http://gpu-box:8000 --api-key KEY --head-dim 128 --seq-len 4096 -o r.npy
 
 ``table`` computes locally with the library, or with ``--url`` asks a posenc service (through
-:mod:`posenc.client`) and writes its body as received. The flags mirror the HTTP contract's body
-fields (``--seq-len`` is ``seq_len``...); flags left out are not sent, so the same defaults apply
-(a preset's values, then the library's). The output format follows the file's extension:
+:mod:`posenc.client`) and writes its body as received. Its kinds and their flags are the
+library's registry (:mod:`posenc.kinds`): one flag per request field (``--seq-len`` is
+``seq_len``...; lists comma-separated, objects as JSON text, ``--config`` a file or JSON text);
+flags left out are not sent, so the same defaults apply (a preset's or config's values, then
+the library's). The output format follows the file's extension:
 
 - ``.npy``: the primary tensor (``encoding``, ``cos``, ``bias``, ``buckets``); no bfloat16.
 - ``.safetensors``: every tensor of the bundle, ``meta`` as JSON under ``__metadata__["meta"]``.
@@ -25,8 +27,8 @@ With ``--url``, ``.npy``, ``.safetensors`` and ``.bin`` are written to disk as t
 (:meth:`posenc.client.PosencClient.save_table`), so a table the service streams (over its
 ``POSENC_MAX_ELEMENTS``) is never held in memory; a progress line in bytes from
 ``Content-Length`` goes to stderr. Local outputs of more than ``PROGRESS_ELEMENTS`` elements are
-computed in chunks of positions (query
-rows for the biases), with a progress line on stderr (``--quiet`` hides it). Exit status: 0 on
+computed in blocks of rows (the kind's ``blocks``), with a progress line on stderr (``--quiet``
+hides it). Exit status: 0 on
 success, 2 for bad arguments (argparse's usage errors, the library's or the server's
 validation errors), 1 for other failures (server unreachable, other HTTP errors).
 """
