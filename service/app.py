@@ -1,6 +1,7 @@
 """The FastAPI application's factory, ``create_app(settings)``: ``python -m service`` calls it,
 and with ``--workers`` uvicorn calls it in each worker (``service.app:create_app``, factory
-mode); importing this module builds nothing.
+mode). Importing this module builds nothing; ``service.app.app`` (``uvicorn service.app:app``)
+is the app built from the environment on first use.
 
 The lifespan picks the device (``POSENC_DEVICE``; CUDA asked for where there is none stops the
 start-up), loads the built-in default model and the ``POSENC_MODELS`` files, and only then marks
@@ -204,3 +205,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Outermost: X-Request-ID on every response (401, 404, 500 included) and the access log.
     app.add_middleware(RequestIdMiddleware, access_log=settings.access_log)
     return app
+
+
+def __getattr__(name: str) -> Any:
+    """``service.app.app``: one app built from the environment when first asked for."""
+    if name == "app":
+        built = create_app()
+        globals()["app"] = built
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -141,3 +141,34 @@ def test_debug_level_shows_the_traceback(bad_files: dict[str, Path]) -> None:
     assert result.returncode == 2
     assert "Traceback" in result.stderr
     assert len([x for x in result.stderr.splitlines() if "cannot start" in x]) == 1
+
+
+def test_importing_the_app_module_builds_nothing_and_app_is_there_when_asked() -> None:
+    """``import service.app`` builds no app (uvicorn's workers call the factory); ``from
+    service.app import app`` (``uvicorn service.app:app``) gets one built from the environment,
+    serving every route, the same object each time."""
+    code = (
+        "import service.app as m\n"
+        "assert 'app' not in vars(m), 'built on import'\n"
+        "from service.app import app\n"
+        "from service.app import app as again\n"
+        "assert app is again\n"
+        "print(sorted(app.openapi()['paths']))\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=clean_env(POSENC_DEVICE="cpu"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    paths = r.stdout.strip().splitlines()[-1]
+    for path in (
+        "/v1/encodings/rope",
+        "/v1/embed",
+        "/v1/position-ids/mrope",
+        "/v1/configs/positions",
+    ):
+        assert path in paths
