@@ -21,8 +21,8 @@ from posenc._validate import check_int_at_least, device_or_cpu
 from posenc.errors import InvalidArgument, MissingField
 from posenc.limits import check_elements
 
-_SEED_MIN = -(2**63)
-_SEED_MAX = 2**64 - 1
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+"""The seeds ``torch.manual_seed`` takes."""
 
 
 def seeded_normal(
@@ -47,9 +47,9 @@ def seeded_normal(
     check_int_at_least("rows", rows, 1)
     check_int_at_least("cols", cols, 1)
     check_elements(rows * cols, what=f"the table ({rows}, {cols})", max_elements=max_elements)
-    if isinstance(seed, bool) or not isinstance(seed, int) or not _SEED_MIN <= seed <= _SEED_MAX:
+    if isinstance(seed, bool) or not isinstance(seed, int) or not SEED_MIN <= seed <= SEED_MAX:
         raise InvalidArgument(
-            f"seed must be an int in [{_SEED_MIN}, {_SEED_MAX}], got {seed!r}", field="seed"
+            f"seed must be an int in [{SEED_MIN}, {SEED_MAX}], got {seed!r}", field="seed"
         )
     generator = torch.Generator(device="cpu").manual_seed(seed)
     # nn.Embedding.reset_parameters -> init.normal_(weight) -> weight.normal_(0, 1)
@@ -94,8 +94,6 @@ def learned_table(
 # ---------------------------------------------------------------------------------------------
 # The learned endpoint kind (posenc.kinds): a seeded table, or a loaded model's
 # ---------------------------------------------------------------------------------------------
-
-_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
 
 
 def _model_table(p: Mapping[str, Any], models: Callable[[str | None], Any]) -> Tensor:
@@ -203,8 +201,8 @@ LEARNED: kinds.Kind = kinds.register(
                 "int",
                 "torch.manual_seed of the table",
                 0,
-                minimum=_SEED_MIN,
-                maximum=_SEED_MAX,
+                minimum=SEED_MIN,
+                maximum=SEED_MAX,
                 example=0,
             ),
             kinds.preset_field("learned"),

@@ -35,7 +35,7 @@ from posenc._validate import (
 )
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
-from posenc.learned import seeded_normal
+from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
 from posenc.limits import check_elements
 
 Bucketing = Literal["log", "clip"]
@@ -344,8 +344,6 @@ __all__ = [
 # The relative endpoint kind (posenc.kinds)
 # ---------------------------------------------------------------------------------------------
 
-_SEED_MIN, _SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
-
 
 def _bucket_count(p: Mapping[str, Any]) -> int:
     return num_relative_buckets(
@@ -446,8 +444,8 @@ RELATIVE: kinds.Kind = kinds.register(
                 "int",
                 "torch.manual_seed of the bias table",
                 0,
-                minimum=_SEED_MIN,
-                maximum=_SEED_MAX,
+                minimum=SEED_MIN,
+                maximum=SEED_MAX,
             ),
             kinds.preset_field("relative"),
             kinds.config_field(
