@@ -518,7 +518,6 @@ EMBED: kinds.Kind = kinds.register(
                 "explicit positions, the shape of input_ids",
                 None,
                 minimum=0,
-                maximum=2**53,
             ),
         ),
         tensors=(

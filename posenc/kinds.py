@@ -52,6 +52,7 @@ from posenc.errors import InvalidArgument, MissingField, TooLarge
 __all__ = [
     "CONFIG_FIELD",
     "DTYPE_FIELD",
+    "INT_BOUND",
     "REGISTRY",
     "REQUIRED",
     "Context",
@@ -90,7 +91,9 @@ class _Required:
 
 REQUIRED: Final = _Required()
 
-_INT_BOUND = 2**53  # every int field stays exact in float64 and in JSON readers
+INT_BOUND = 2**53
+"""The default ``maximum`` of every int field: exact in float64 and in JSON readers (positions
+included: their angles are formed in float64)."""
 
 
 @dataclass(frozen=True)
@@ -417,7 +420,7 @@ def unregister(name: str) -> None:
 def _check_number(spec: FieldSpec, value: Any, where: str) -> None:
     if spec.minimum is not None and value < spec.minimum:
         raise InvalidArgument(f"{where} must be >= {spec.minimum:g}, got {value}", field=where)
-    maximum = spec.maximum if spec.maximum is not None else _INT_BOUND
+    maximum = spec.maximum if spec.maximum is not None else INT_BOUND
     if value > maximum:
         raise InvalidArgument(f"{where} must be <= {maximum:g}, got {value}", field=where)
     if spec.exclusive_minimum is not None and not value > spec.exclusive_minimum:
@@ -488,7 +491,7 @@ def _fast_int_row(spec: FieldSpec, row: Any) -> bool:
     if not all(type(x) is int for x in row):  # bool is not int here
         return False
     low = spec.minimum if spec.minimum is not None else -math.inf
-    high = spec.maximum if spec.maximum is not None else _INT_BOUND
+    high = spec.maximum if spec.maximum is not None else INT_BOUND
     return bool(low <= min(row) and max(row) <= high)
 
 

@@ -536,7 +536,6 @@ def _grid_field(name: str, what: str) -> kinds.FieldSpec:
         f"[t, h, w] of each {what} (in patches), in the order the {what}s appear",
         None,
         minimum=1,
-        maximum=2**53,
         length=3,
     )
 

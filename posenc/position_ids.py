@@ -343,9 +343,7 @@ POSITION_IDS: kinds.Kind = kinds.register(
             dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
             ATTENTION_MASK_FIELD,
             PADDING_SIDE_FIELD,
-            kinds.FieldSpec(
-                "start", "int", "the first real token's position", 0, minimum=0, maximum=2**53
-            ),
+            kinds.FieldSpec("start", "int", "the first real token's position", 0, minimum=0),
             kinds.FieldSpec(
                 "pad_position",
                 "int",

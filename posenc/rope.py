@@ -870,8 +870,6 @@ class RotaryEmbedding(nn.Module):
 # The rope endpoint kind (posenc.kinds): RoPE and M-RoPE tables, with presets and configs
 # ---------------------------------------------------------------------------------------------
 
-_POSITION_BOUND = 2**53  # positions stay exact in float64
-
 
 def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
     """The ``(3, T)`` M-RoPE position rows of resolved fields, or None for plain RoPE: three
@@ -1054,7 +1052,6 @@ _SCALING_FIELD = kinds.FieldSpec(
             "int",
             "the pretraining context length",
             minimum=1,
-            maximum=_POSITION_BOUND,
         ),
         _scaling_member("beta_fast", "float", "YaRN: rotations where extrapolation ends"),
         _scaling_member("beta_slow", "float", "YaRN: rotations where interpolation begins"),
@@ -1102,7 +1099,6 @@ ROPE: kinds.Kind = kinds.register(
                 "height, width: (3, T)) with mrope_section",
                 None,
                 minimum=0,
-                maximum=_POSITION_BOUND,
                 rows=3,
             ),
             kinds.FieldSpec(

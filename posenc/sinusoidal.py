@@ -415,8 +415,6 @@ class SinusoidalPositionalEncoding(nn.Module):
 # The endpoint kind (posenc.kinds): POST/GET /v1/encodings/sinusoidal, the client, the CLI
 # ---------------------------------------------------------------------------------------------
 
-_POSITION_BOUND = 2**53  # positions stay exact in float64
-
 
 def _one_of_seq_len_positions(params: Mapping[str, Any]) -> None:
     check_seq_len_or_positions(params.get("seq_len"), params.get("positions"))
@@ -457,7 +455,6 @@ SINUSOIDAL = kinds.register(
                 "explicit positions (ints ≥ 0) instead of seq_len",
                 None,
                 minimum=0,
-                maximum=_POSITION_BOUND,
             ),
             kinds.FieldSpec(
                 "d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16
@@ -477,7 +474,6 @@ SINUSOIDAL = kinds.register(
                 "added to every position",
                 0,
                 minimum=0,
-                maximum=_POSITION_BOUND,
             ),
         ),
         tensors=(kinds.TensorSpec("encoding", ("T", "D")),),

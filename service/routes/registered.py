@@ -60,7 +60,7 @@ def _bounds(spec: registry.FieldSpec) -> dict[str, Any]:
     if spec.multiple_of is not None:
         bounds["multiple_of"] = spec.multiple_of
     if spec.type in ("int", "ints", "int_rows"):
-        bounds["le"] = spec.maximum if spec.maximum is not None else 2**53
+        bounds["le"] = spec.maximum if spec.maximum is not None else registry.INT_BOUND
     elif spec.maximum is not None:
         bounds["le"] = spec.maximum
     return bounds
