@@ -65,6 +65,7 @@ __all__ = [
     "compute",
     "config_field",
     "derived",
+    "elements",
     "preset_field",
     "register",
     "resolve_fields",
@@ -703,9 +704,14 @@ def derived(kind: Kind, params: Params) -> dict[str, Any]:
     return {k: v for k, v in params.items() if k not in kind.field_names}
 
 
+def elements(shapes: Shapes) -> int:
+    """Elements of all these tensors together."""
+    return sum(math.prod(shape) for shape in shapes.values())
+
+
 def total_elements(kind: Kind, params: Params) -> int:
     """Elements of all the kind's tensors together, from the numbers alone."""
-    return sum(math.prod(shape) for shape in kind.shapes(params).values())
+    return elements(kind.shapes(params))
 
 
 def context(
@@ -757,12 +763,12 @@ def compute(
             bug in the kind, not the caller's fault).
     """
     shapes = kind.shapes(params)
-    elements = sum(math.prod(s) for s in shapes.values())
-    if max_elements is not None and elements > max_elements:
+    total = elements(shapes)
+    if max_elements is not None and total > max_elements:
         raise TooLarge(
-            f"{kind.name} would have {elements} elements, over the limit of {max_elements}",
+            f"{kind.name} would have {total} elements, over the limit of {max_elements}",
             limit=max_elements,
-            requested=elements,
+            requested=total,
         )
     if max_elements is not None:
         for what, count in (kind.allocations(params) if kind.allocations else {}).items():

@@ -10,7 +10,6 @@ specific to one kind: registering a kind in the library is all it takes to serve
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Annotated, Any, Literal, cast
@@ -287,7 +286,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         return Plan(
             route=kind.path,
             params=_key(params, tensors),
-            elements=sum(math.prod(shape) for shape in shapes.values()),
+            elements=registry.elements(shapes),
             compute=compute,
             names=tuple(shapes),
             allocations=kind.allocations(params) if kind.allocations is not None else {},
