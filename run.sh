@@ -4,27 +4,31 @@
 #   ./run.sh serve [ARGS]   start the service on the built-in default model (python -m service ARGS)
 #   ./run.sh test  [ARGS]   scripts/check (format, lint, types), then the whole suite (pytest ARGS)
 #   ./run.sh bench [ARGS]   the loopback benchmark (python -m bench ARGS)
+#   ./run.sh lock [--keep]  refresh the lock, requirements/*.txt, from pyproject.toml (scripts/lock.py)
+#   ./run.sh newest [ARGS]  the parity tests against the newest transformers and FastAPI, in .venv-newest
 #
-# Each command creates ./.venv when it is missing and installs what it needs into it: torch first
-# (the local CPU build, torch==2.13.0, where one is on disk; else any torch>=2.4), then posenc
-# with the extras that command uses. A stamp keyed on pyproject.toml skips the install next time.
+# Each command creates ./.venv when it is missing and installs into it exactly what the lock pins:
+# requirements/service.txt for serve, requirements/test.txt for test and bench (torch is pinned
+# there too: the local CPU build where one is on disk), then posenc itself without dependencies.
+# A stamp keyed on the lock file skips the install next time.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV=${POSENC_VENV:-.venv}
 PYTHON=${PYTHON:-python3}
 
-ensure_env() {  # $1: the pyproject extras to install
+ensure_env() {  # $1: the lock file to install (requirements/service.txt or requirements/test.txt)
     if [ ! -x "$VENV/bin/python" ]; then
         "$PYTHON" -m venv "$VENV"
     fi
     local py="$VENV/bin/python"
-    if ! "$py" -c "import torch" >/dev/null 2>&1; then
-        "$py" -m pip install -q "torch==2.13.0" || "$py" -m pip install -q "torch>=2.4"
-    fi
-    local stamp="$VENV/.posenc-$1-$(cat pyproject.toml | sha1sum | cut -c1-12)"
+    local stamp="$VENV/.posenc-$(basename "$1" .txt)-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
     if [ ! -f "$stamp" ]; then
-        "$py" -m pip install -q -e ".[$1]"
+        # torch first and alone: the pinned release from the lock (pip takes the local CPU build
+        # where the machine has one), so the rest never pulls another build of it
+        "$py" -m pip install -q "$(grep -E '^torch==' "$1")"
+        "$py" -m pip install -q -r "$1"
+        "$py" -m pip install -q --no-deps --no-build-isolation -e .
         touch "$stamp"
     fi
 }
@@ -49,22 +53,36 @@ cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
     serve)
-        ensure_env service,client  # the client extra too: the README's client example runs here
+        ensure_env requirements/service.txt  # the client extra too: the README's client example runs here
         exec "$VENV/bin/python" -m service "$@"
         ;;
     test)
-        ensure_env test
+        ensure_env requirements/test.txt
         ensure_chromium
         ensure_nginx
-        PYTHON="$VENV/bin/python" scripts/check  # ruff format --check, ruff check, mypy
+        PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
         exec "$VENV/bin/python" -m pytest "$@"
         ;;
     bench)
-        ensure_env test
+        ensure_env requirements/test.txt
         exec "$VENV/bin/python" -m bench "$@"
         ;;
+    lock)
+        ensure_env requirements/test.txt  # pip-tools is in the lock's dev group
+        exec "$VENV/bin/python" scripts/lock.py "$@"
+        ;;
+    newest)
+        # The lane for what comes next (not CI): the lock, then the newest transformers, tokenizers
+        # and FastAPI the registry has, and the parity and HTTP tests on them, so that an upstream
+        # change shows up as a named failure before it reaches the lock.
+        VENV=${POSENC_NEWEST_VENV:-.venv-newest}
+        ensure_env requirements/test.txt
+        "$VENV/bin/python" -m pip install -q --upgrade transformers tokenizers fastapi starlette pydantic
+        "$VENV/bin/python" -m pip list 2>/dev/null | grep -i -E '^(transformers|tokenizers|fastapi|starlette|pydantic) '
+        exec "$VENV/bin/python" -m pytest -m "not slow" tests/lib tests/service "$@"
+        ;;
     *)
-        echo "usage: ./run.sh serve|test|bench [ARGS]" >&2
+        echo "usage: ./run.sh serve|test|bench|lock|newest [ARGS]" >&2
         exit 2
         ;;
 esac
