@@ -45,10 +45,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-import numpy as np
 import torch
 
-from posenc import __version__, kinds
+from posenc import __version__, codec, kinds
 from posenc.errors import PosencError
 
 if TYPE_CHECKING:
@@ -188,27 +187,24 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
     if fmt == "npy":
         if primary.dtype == torch.bfloat16:
             raise CliError(
-                f"npy has no bfloat16 type, and {primary_name!r} is bfloat16: use --dtype "
+                f"{codec.no_bfloat16_npy(primary_name)}: use --dtype "
                 "float32, float16 or float64 with .npy, or write .safetensors",
                 code=2,
             )
-        np.save(path, primary.contiguous().numpy())
+        path.write_bytes(codec.encode_npy(primary))
     elif fmt == "safetensors":
         try:
-            from safetensors.torch import save_file
+            body = codec.encode_safetensors(
+                tensors, {"meta": json.dumps(meta, separators=(",", ":"))}
+            )
         except ImportError as exc:
             raise CliError(
                 "writing .safetensors needs the safetensors package: "
                 "pip install 'posenc[client]' (or 'posenc[service]')"
             ) from exc
-        save_file(
-            {k: v.contiguous() for k, v in tensors.items()},
-            str(path),
-            metadata={"meta": json.dumps(meta, separators=(",", ":"))},
-        )
-        _readable_as_other_files(path)
+        path.write_bytes(body)
     elif fmt == "raw":
-        path.write_bytes(primary.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        path.write_bytes(codec.encode_raw(primary))
     else:  # png
         try:
             from posenc.heatmap import heatmap_png
@@ -221,13 +217,6 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
         except (PosencError, ValueError) as exc:
             raise CliError(str(getattr(exc, "detail", exc)), code=2) from exc
         path.write_bytes(body)
-
-
-def _readable_as_other_files(path: Path) -> None:
-    """The mode ``open()`` would give (0666 less the umask): safetensors writes files 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o666 & ~umask)
 
 
 def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> bytes:
@@ -431,9 +420,10 @@ def _table(args: argparse.Namespace) -> int:
     if args.output.parent and not args.output.parent.exists():
         parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
     if fmt == "npy" and fields.get("dtype") == "bfloat16":
+        primary = kinds.REGISTRY[args.kind].tensors[0].name
         parser.error(
-            "argument --dtype: npy has no bfloat16 type: use --dtype float32, float16 or "
-            "float64 with .npy, or write .safetensors"
+            f"argument --dtype: {codec.no_bfloat16_npy(primary)}: use --dtype float32, float16 "
+            "or float64 with .npy, or write .safetensors"
         )
     if args.url:
         args.api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None

@@ -33,9 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import io
-import json
-import struct
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -46,13 +43,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import torch
 from fastapi import Request
 from fastapi.responses import Response
-from safetensors.torch import save as safetensors_save
 from starlette.responses import StreamingResponse
 
+from posenc import codec
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
 from service.admission import estimate_bytes
@@ -60,10 +56,10 @@ from service.buffers import BODY_BUFFERS
 from service.formats import (
     FORMAT_MEDIA_TYPES,
     Encoded,
-    _json_default,
-    _no_bfloat16_npy,
     dtype_name,
+    meta_text,
     negotiate,
+    no_bfloat16_npy,
 )
 from service.query import OutputOptions
 from service.replay import REPLAY_SCOPE_KEY
@@ -78,29 +74,14 @@ __all__ = [
     "StreamBundle",
     "check_row_width",
     "keeps",
-    "npy_header",
     "respond_kept",
     "respond_streamed",
-    "safetensors_header",
     "stream_parts",
 ]
 
 STREAM_FORMATS = ("raw", "npy", "safetensors")
 # Output bytes of one block: the transport holds at most a few of these per response.
 STREAM_BLOCK_BYTES = 8 * 1024 * 1024
-
-_SAFETENSORS_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
 
 
 @dataclass(frozen=True)
@@ -160,48 +141,6 @@ _BLOCK_THREADS = ThreadPoolExecutor(
 Part = bytes | tuple[TableBlocks, int, int]
 
 
-def npy_header(shape: tuple[int, ...], dtype: torch.dtype) -> bytes:
-    """The ``.npy`` header (format 1.0, or 2.0 for a header over 64 KiB) of a C-order array."""
-    descr = np.dtype(torch.empty((), dtype=dtype).numpy().dtype).newbyteorder("<").str
-    header = io.BytesIO()
-    data = {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
-    try:
-        np.lib.format.write_array_header_1_0(header, data)
-    except ValueError:
-        header = io.BytesIO()
-        np.lib.format.write_array_header_2_0(header, data)
-    return header.getvalue()
-
-
-def _safetensors_order(tensors: dict[str, TableBlocks]) -> list[str]:
-    """The order in which ``safetensors.torch.save`` lays out these tensors (it sorts by dtype,
-    then name): read back from the header it writes for one-element stand-ins."""
-    stand_ins = {name: torch.zeros(1, dtype=t.dtype) for name, t in tensors.items()}
-    data = safetensors_save(stand_ins)
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    return sorted(tensors, key=lambda name: header[name]["data_offsets"][0])
-
-
-def safetensors_header(tensors: dict[str, TableBlocks], meta_text: str) -> tuple[bytes, list[str]]:
-    """The safetensors header of ``tensors`` with ``{"meta": meta_text}`` as metadata, and the
-    order of their data after it; the same bytes ``safetensors.torch.save`` writes."""
-    order = _safetensors_order(tensors)
-    entries: dict[str, Any] = {"__metadata__": {"meta": meta_text}}
-    offset = 0
-    for name in order:
-        t = tensors[name]
-        entries[name] = {
-            "dtype": _SAFETENSORS_DTYPES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + t.nbytes],
-        }
-        offset += t.nbytes
-    text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text, order
-
-
 def stream_parts(
     bundle: StreamBundle, fmt: str, block_bytes: int = STREAM_BLOCK_BYTES
 ) -> list[Part]:
@@ -214,9 +153,9 @@ def stream_parts(
     if fmt == "raw":
         return rows(primary)
     if fmt == "npy":
-        return [npy_header(primary.shape, primary.dtype), *rows(primary)]
-    meta_text = orjson.dumps(bundle.meta, default=_json_default).decode()
-    header, order = safetensors_header(bundle.tensors, meta_text)
+        return [codec.npy_header(primary.shape, primary.dtype), *rows(primary)]
+    specs = {name: (t.shape, t.dtype) for name, t in bundle.tensors.items()}
+    header, order = codec.safetensors_header(specs, {"meta": meta_text(bundle.meta)})
     parts: list[Part] = [header]
     for name in order:
         parts += rows(bundle.tensors[name])
@@ -363,7 +302,7 @@ def respond_streamed(
         check_row_width(blocks.name, blocks.row_elements, settings.max_elements)
     primary = bundle.primary
     if fmt == "npy" and primary.dtype == torch.bfloat16:
-        raise _no_bfloat16_npy(primary.name)
+        raise no_bfloat16_npy(primary.name)
     parts = stream_parts(bundle, fmt)
     length = sum(_part_size(p) for p in parts)
     timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"'
