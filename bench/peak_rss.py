@@ -190,7 +190,7 @@ def _status(pid: int, key: str) -> int:
 
 def _send(url: str, case: Case, n: int) -> tuple[int, int, int, int]:
     """(status, body bytes, elements, JSON integers sent) of the case's request for ``n``."""
-    from service.responding import json_ints
+    from service.plans import json_ints
 
     path, query, body, raw, content_type, elements = case.build(n)
     params = dict(query)

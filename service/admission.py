@@ -2,7 +2,7 @@
 
 A compute request that misses the cache allocates its tensors, the float64 buffers its compute
 works in, and its encoded body, and holds the body until the last byte has been sent. Each of
-those is proportional to the output's element count, which :class:`~service.responding.Plan`
+those is proportional to the output's element count, which :class:`~service.plans.Plan`
 knows before anything is allocated. So the service estimates a request's peak bytes from its
 plan (:func:`estimate_bytes`), and takes them from a :class:`ByteBudget` of
 ``POSENC_MAX_INFLIGHT_BYTES`` before computing:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ValidationError
 from posenc import codec
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service.plans import Plan
 from service.query import (
     Source,
     query_fields,
@@ -38,7 +39,7 @@ from service.query import (
     revalidate,
     validation_error,
 )
-from service.responding import Plan, respond_async
+from service.respond import respond
 from service.state import ServiceState, read_state
 
 JSON_TYPE = "application/json"
@@ -360,7 +361,7 @@ def add_token_route(
         out = read_output(request)
         state = read_state(request)
         req, given = await read_token_request(request, model_cls, accepted)
-        return await respond_async(request, state, plan(req, state, "body", given), out)
+        return await respond(request, state, plan(req, state, "body", given), out)
 
     body = request_body_openapi(model_cls, tensors=accepted)
     add_post_route(

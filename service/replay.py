@@ -18,7 +18,7 @@ Replays are counted as ``posenc_cache_hits_total{cache="replay"}`` (and a body-c
 replayable requests that took the normal path as ``posenc_cache_misses_total{cache="replay"}``.
 
 A route marks a response as replayable by setting ``scope[REPLAY_SCOPE_KEY]`` to its body-cache
-key (:func:`service.responding.respond_async` does, for 200s whose body is cached).
+key (:func:`service.respond.respond` does, for 200s whose body is cached).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
 
-A table endpoint's :class:`~service.responding.Plan` may carry ``stream``: a function giving
+A table endpoint's :class:`~service.plans.Plan` may carry ``stream``: a function giving
 a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
 negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
@@ -32,14 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,10 +58,11 @@ from service.formats import (
     negotiate,
     no_bfloat16_npy,
 )
+from service.plans import Plan, Prepared, prepare
 from service.query import OutputOptions
 from service.replay import REPLAY_SCOPE_KEY
-from service.responding import Plan, Prepared, prepare
 from service.state import ServiceState
+from service.threads import one_intra_op_thread
 
 __all__ = [
     "KEEP_BLOCK_BYTES",
@@ -102,39 +100,9 @@ class StreamBundle:
         return next(iter(self.tensors.values()))
 
 
-@lru_cache(maxsize=1)
-def _libgomp() -> ctypes.CDLL | None:
-    """The OpenMP runtime torch loaded (GNU libgomp), found in /proc/self/maps; else None."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    for line in maps.splitlines():
-        path = line.split()[-1] if line.split() else ""
-        if "libgomp" in Path(path).name:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                return None
-    return None
-
-
-def _one_intra_op_thread() -> None:
-    """Initializer of the block threads: torch ops on this thread run without the intra-op
-    pool (OpenMP's thread count is a per-thread setting; the rest of the process keeps its).
-
-    A stream already computes and sends in parallel (the next block here, the current one on
-    the event loop); two intra-op threads per block on top of that only wait for a busy core.
-    """
-    torch.get_num_threads()  # torch sets this thread's OpenMP count first; then override it
-    lib = _libgomp()
-    if lib is not None:
-        lib.omp_set_num_threads(1)
-
-
 # The threads that compute stream blocks (one block at a time per response).
 _BLOCK_THREADS = ThreadPoolExecutor(
-    max_workers=4, thread_name_prefix="posenc-stream", initializer=_one_intra_op_thread
+    max_workers=4, thread_name_prefix="posenc-stream", initializer=one_intra_op_thread
 )
 
 # A part of a body: bytes as they are, or rows [start, stop) of a table.

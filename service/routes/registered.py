@@ -33,8 +33,8 @@ from posenc.errors import InvalidArgument, MissingField
 from service.bodies import TokenTensors, add_token_route
 from service.buffers import BODY_BUFFERS
 from service.formats import Bundle
+from service.plans import Plan
 from service.query import QueryShape, Source, missing
-from service.responding import Plan
 from service.routes.tables import add_compute_routes
 from service.state import ServiceState
 from service.streaming import StreamBundle

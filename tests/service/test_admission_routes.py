@@ -174,7 +174,7 @@ def test_json_integers_and_the_mrope_route_add_to_the_estimate() -> None:
         ROUTE_BYTES_PER_ELEMENT,
         estimate_bytes,
     )
-    from service.responding import json_ints
+    from service.plans import json_ints
 
     table = estimate_bytes(1000, "json", dtype="float32")
     assert table == 1000 * BYTES_PER_ELEMENT[("json", "float32")] + REQUEST_OVERHEAD
