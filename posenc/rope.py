@@ -66,8 +66,11 @@ from posenc._validate import (
     check_int,
     check_int_at_least,
     check_seq_len_or_positions,
+    device_or_cpu,
     first_true,
 )
+from posenc.blocks import Scratch, TableBlocks, tensor_blocks, write_pair
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 
@@ -984,9 +987,78 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
     return p["positions"] is None or not isinstance(p["positions"][0], list)
 
 
-def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import rope_blocks, tensor_blocks
+# float64 angles per piece of a RoPE block on the CPU: the scratch of a piece (512 KiB a buffer)
+# comes from the heap and is reused, where a whole 8 MiB block's scratch was fresh memory
+# faulted in for every table (as fast per angle: the cosines, not the memory, set the pace)
+_ROPE_PIECE_ANGLES = 1 << 16
 
+
+def rope_blocks(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    rotary_dim: int,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    which: str = "cos",
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TableBlocks:
+    """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
+
+    Per block: angles ``θ = p·inv_freq`` ``(N, R/2)`` in float64 once, their cos (or sin) times
+    the attention scaling, written into both halves (``half``) or both slots of each pair
+    (``interleaved``) of ``out``, cast once. ``inv_freq`` and the scaling come from
+    :func:`~posenc.rope.rope_inv_freq` with ``seq_len = max(positions) + 1``, as the whole
+    table's do.
+
+    Args:
+        which: ``"cos"`` or ``"sin"``; the other arguments as :func:`~posenc.rope.rope_cos_sin`.
+
+    Raises:
+        InvalidArgument: as :func:`~posenc.rope.rope_cos_sin`; ``which`` not cos or sin.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("which", which, ("cos", "sin"))
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    if seq_len is not None and positions is None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
+        held: Tensor | None = None
+        total = length = int(seq_len)
+    else:
+        held = _positions_tensor(positions, seq_len)  # (T,) int64
+        total, length = held.numel(), int(held.max()) + 1
+        held = held.to(dev, torch.float64)
+    inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
+    func = torch.cos if which == "cos" else torch.sin
+    scratch = Scratch(dev)
+    half = rotary_dim // 2
+
+    def fill_part(start: int, stop: int, out: Tensor) -> None:
+        n = stop - start
+        if held is None:
+            pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
+        else:
+            pos = held[start:stop]
+        angles = torch.mul(pos[:, None], inv_freq[None, :], out=scratch.get("angles", (n, half)))
+        values = func(angles, out=scratch.get("values", (n, half)))  # (N, R/2)
+        if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
+            values.mul_(attention_scaling)
+        write_pair(out, values, values, layout == "interleaved")
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
+        for first in range(start, stop, step):
+            last = min(stop, first + step)
+            fill_part(first, last, out[first - start : last - start])
+
+    return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
+
+
+def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)

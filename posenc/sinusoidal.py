@@ -33,6 +33,8 @@ from posenc._validate import (
     dtype_name,
     first_true,
 )
+from posenc.blocks import TableBlocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 
@@ -424,13 +426,53 @@ def _length(params: Mapping[str, Any]) -> int:
     return int(params["seq_len"]) if params["seq_len"] is not None else len(params["positions"])
 
 
+def sinusoidal_blocks(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    d_model: int,
+    base: float = 10000.0,
+    layout: SinusoidalLayout = "interleaved",
+    offset: int = 0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    name: str = "encoding",
+) -> TableBlocks:
+    """:func:`~posenc.sinusoidal.sinusoidal_table` ``(T, D)`` in row blocks, the same bytes.
+
+    Per block: :func:`~posenc.sinusoidal.write_rows`, the arithmetic of the whole table (sin
+    and cos of the float64 angles by angle addition, cast once into their columns of ``out``).
+    Explicit ``positions`` are held as a ``(T,)`` tensor; ``seq_len`` positions are made per
+    block. Arguments and errors as :func:`~posenc.sinusoidal.sinusoidal_table`.
+    """
+    freqs = sinusoidal_frequencies(d_model, base, layout)  # (D/2,) float64, validates
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    interleaved = layout == "interleaved"
+    if seq_len is not None and positions is None:
+        _positions_tensor(None, seq_len, offset)  # validates seq_len and offset
+        held: Tensor | None = None
+        total = seq_len
+    else:
+        held = _positions_tensor(positions, seq_len, offset).to(dev, torch.float64)  # (T,)
+        total = held.numel()
+    freqs = freqs.to(dev)
+    split = _split_tables(freqs)  # sin, cos of r·w for r < 64: once for all the blocks
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        if held is None:
+            write_rows(out, freqs, interleaved, first=offset + start, split=split)
+        else:
+            write_rows(out, freqs, interleaved, positions=held[start:stop], split=split)
+
+    return TableBlocks(name, (total, d_model), dtype, fill, dev)
+
+
 def _table_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in ("seq_len", "d_model", "base", "layout", "offset")}
 
 
 def _blocks(params: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import sinusoidal_blocks  # blocks imports this module
-
     blocks = sinusoidal_blocks(
         params["positions"], **_table_arguments(params), device=ctx.device, dtype=ctx.dtype
     )
