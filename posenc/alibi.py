@@ -245,67 +245,65 @@ def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
-ALIBI: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="alibi",
-        path="/v1/biases/alibi",
-        tag="biases",
-        summary="ALiBi attention bias",
-        description="Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and "
-        "MPT. Query i sits at position i + S − T. `bias` is −inf (`null` in JSON) above the "
-        "diagonal in causal mode.",
-        fields=(
-            kinds.FieldSpec(
-                "num_heads",
-                "int",
-                "H (required unless a preset or config gives it)",
-                minimum=1,
-                sourced=True,
-                example=8,
-            ),
-            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
-            kinds.FieldSpec(
-                "key_len",
-                "int",
-                "S ≥ T (default T); query i sits at position i + S − T",
-                None,
-                minimum=1,
-            ),
-            kinds.FieldSpec(
-                "mode",
-                "str",
-                "causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|",
-                "causal",
-                choices=ALIBI_MODES,
-            ),
-            kinds.FieldSpec(
-                "max_bias",
-                "float",
-                "slope exponent scale (default 8 when neither preset nor config gives it)",
-                8.0,
-                exclusive_minimum=0,
-                sourced=True,
-            ),
-            kinds.preset_field("alibi"),
-            kinds.config_field("BLOOM, MPT (attn_config) or Falcon with alibi."),
+ALIBI: kinds.Kind = kinds.Kind(
+    name="alibi",
+    path="/v1/biases/alibi",
+    tag="biases",
+    summary="ALiBi attention bias",
+    description="Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and "
+    "MPT. Query i sits at position i + S − T. `bias` is −inf (`null` in JSON) above the "
+    "diagonal in causal mode.",
+    fields=(
+        kinds.FieldSpec(
+            "num_heads",
+            "int",
+            "H (required unless a preset or config gives it)",
+            minimum=1,
+            sourced=True,
+            example=8,
         ),
-        tensors=(kinds.TensorSpec("bias", ("H", "T", "S")), kinds.TensorSpec("slopes", ("H",))),
-        shapes=lambda p: {
-            "bias": (p["num_heads"], p["seq_len"], _key_len(p)),
-            "slopes": (p["num_heads"],),
-        },
-        compute=_alibi_compute,
-        check=check_bias_lengths,
-        meta=lambda p: {
-            "kind": "alibi",
-            **{k: p[k] for k in ("num_heads", "seq_len")},
-            "key_len": _key_len(p),
-            **{k: p[k] for k in ("mode", "max_bias", "preset", "dtype")},
-            **kinds.derived(ALIBI, p),
-        },
-        blocks=_alibi_blocks,
-        row_elements=lambda p: max(_key_len(p), p["num_heads"]),
-        sources=kinds.Sources("alibi"),
-    )
+        kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+        kinds.FieldSpec(
+            "key_len",
+            "int",
+            "S ≥ T (default T); query i sits at position i + S − T",
+            None,
+            minimum=1,
+        ),
+        kinds.FieldSpec(
+            "mode",
+            "str",
+            "causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|",
+            "causal",
+            choices=ALIBI_MODES,
+        ),
+        kinds.FieldSpec(
+            "max_bias",
+            "float",
+            "slope exponent scale (default 8 when neither preset nor config gives it)",
+            8.0,
+            exclusive_minimum=0,
+            sourced=True,
+        ),
+        kinds.preset_field("alibi"),
+        kinds.config_field("BLOOM, MPT (attn_config) or Falcon with alibi."),
+    ),
+    tensors=(kinds.TensorSpec("bias", ("H", "T", "S")), kinds.TensorSpec("slopes", ("H",))),
+    shapes=lambda p: {
+        "bias": (p["num_heads"], p["seq_len"], _key_len(p)),
+        "slopes": (p["num_heads"],),
+    },
+    compute=_alibi_compute,
+    check=check_bias_lengths,
+    meta=lambda p: {
+        "kind": "alibi",
+        **{k: p[k] for k in ("num_heads", "seq_len")},
+        "key_len": _key_len(p),
+        **{k: p[k] for k in ("mode", "max_bias", "preset", "dtype")},
+        **kinds.derived(ALIBI, p),
+    },
+    blocks=_alibi_blocks,
+    row_elements=lambda p: max(_key_len(p), p["num_heads"]),
+    sources=kinds.Sources("alibi"),
 )
 """The alibi endpoint kind (see :mod:`posenc.kinds`)."""

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import torch
 
-from posenc import __version__, codec, kinds
+from posenc import __version__, codec, kinds, resolve
 from posenc.errors import PosencError
 
 if TYPE_CHECKING:
@@ -131,11 +131,10 @@ def _compute_in_blocks(
 ) -> dict[str, torch.Tensor]:
     """A registered kind's tensors filled block by block (:attr:`posenc.kinds.Kind.blocks`),
     with a progress line: the same bytes as computing them whole."""
-    from posenc.kinds import context
 
     if spec.blocks is None or not spec.streamable(params):  # e.g. M-RoPE's three rows
-        return kinds.compute(spec, params)
-    tables = spec.blocks(params, context(params))
+        return resolve.compute(spec, params)
+    tables = spec.blocks(params, resolve.context(params))
     bar = Progress(f"{spec.name} {', '.join(tables)}", sum(t.rows for t in tables.values()), stream)
     out = {}
     for name, table in tables.items():
@@ -172,10 +171,10 @@ def compute_table(
     spec = kinds.REGISTRY.get(kind)
     if spec is None:
         raise PosencError(f"kind must be one of {list(kinds.REGISTRY)}, got {kind!r}", field="kind")
-    params = kinds.resolve_fields(spec, {k: v for k, v in fields.items() if v is not None})
+    params = resolve.resolve_fields(spec, {k: v for k, v in fields.items() if v is not None})
     elements = kinds.total_elements(spec, params)
     if spec.blocks is None or progress is None or elements <= PROGRESS_ELEMENTS:
-        return kinds.compute(spec, params), spec.make_meta(params)
+        return resolve.compute(spec, params), spec.make_meta(params)
     return _compute_in_blocks(spec, params, progress), spec.make_meta(params)
 
 

@@ -480,62 +480,58 @@ def _embed_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-EMBED: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="embed",
-        path="/v1/embed",
-        tag="tokens",
-        summary="Embed token batches",
-        description="Token embedding (× √D when `scale`) plus the positional encoding, for a "
-        "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
-        "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
-        "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
-        "rope settings of its config.",
-        fields=(
-            dataclasses.replace(INPUT_IDS_FIELD, example=[[1, 2, 3], [4, 5]]),
-            kinds.FieldSpec(
-                "model", "str", "name from GET /v1/models (default: the default)", None
-            ),
-            ATTENTION_MASK_FIELD,
-            PAD_TOKEN_ID_FIELD,
-            PADDING_SIDE_FIELD,
-            kinds.FieldSpec(
-                "positional",
-                "str",
-                "learned, sinusoidal, none or rope (default: the model's own)",
-                None,
-                choices=(*_POSITIONALS, "rope"),
-            ),
-            kinds.FieldSpec(
-                "scale",
-                "bool",
-                "multiply token embeddings by sqrt(D) (default: the model's own)",
-                None,
-            ),
-            kinds.FieldSpec(
-                "position_ids",
-                "int_rows",
-                "explicit positions, the shape of input_ids",
-                None,
-                minimum=0,
-            ),
+EMBED: kinds.Kind = kinds.Kind(
+    name="embed",
+    path="/v1/embed",
+    tag="tokens",
+    summary="Embed token batches",
+    description="Token embedding (× √D when `scale`) plus the positional encoding, for a "
+    "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
+    "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
+    "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
+    "rope settings of its config.",
+    fields=(
+        dataclasses.replace(INPUT_IDS_FIELD, example=[[1, 2, 3], [4, 5]]),
+        kinds.FieldSpec("model", "str", "name from GET /v1/models (default: the default)", None),
+        ATTENTION_MASK_FIELD,
+        PAD_TOKEN_ID_FIELD,
+        PADDING_SIDE_FIELD,
+        kinds.FieldSpec(
+            "positional",
+            "str",
+            "learned, sinusoidal, none or rope (default: the model's own)",
+            None,
+            choices=(*_POSITIONALS, "rope"),
         ),
-        tensors=(
-            kinds.TensorSpec("embeddings", ("B", "T", "D")),
-            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
-            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
-            kinds.TensorSpec("cos", ("B", "T", "R")),
-            kinds.TensorSpec("sin", ("B", "T", "R")),
+        kinds.FieldSpec(
+            "scale",
+            "bool",
+            "multiply token embeddings by sqrt(D) (default: the model's own)",
+            None,
         ),
-        shapes=_embed_shapes,
-        compute=_embed_compute,
-        check=_embed_check,
-        meta=_embed_meta,
-        get=False,
-        complete=_embed_complete,
-        model_field="model",
-        binary_fields=("input_ids", "attention_mask", "position_ids"),
-        cache_tensors=False,
-    )
+        kinds.FieldSpec(
+            "position_ids",
+            "int_rows",
+            "explicit positions, the shape of input_ids",
+            None,
+            minimum=0,
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("embeddings", ("B", "T", "D")),
+        kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+        kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+        kinds.TensorSpec("cos", ("B", "T", "R")),
+        kinds.TensorSpec("sin", ("B", "T", "R")),
+    ),
+    shapes=_embed_shapes,
+    compute=_embed_compute,
+    check=_embed_check,
+    meta=_embed_meta,
+    get=False,
+    complete=_embed_complete,
+    model_field="model",
+    binary_fields=("input_ids", "attention_mask", "position_ids"),
+    cache_tensors=False,
 )
 """The embed endpoint kind (see :mod:`posenc.kinds`)."""

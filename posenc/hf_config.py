@@ -300,6 +300,10 @@ class ModelPositions:
     learned: Mapping[str, Any] | None = None
     warnings: tuple[str, ...] = ()
 
+    def rope_fields(self, layer_type: str | None = None) -> dict[str, Any]:
+        """The ``/v1/encodings/rope`` fields this config gives (:func:`rope_request_fields`)."""
+        return rope_request_fields(self, layer_type)
+
     def rope_for(self, layer_type: str | None) -> RopeLayerType:
         """The RoPE of ``layer_type``: required when the config has per-layer-type parameters,
         refused otherwise (``field="layer_type"``)."""

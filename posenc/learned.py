@@ -204,58 +204,54 @@ def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     return {"encoding": learned_blocks(p["seq_len"], p["d_model"], seed=p["seed"], dtype=ctx.dtype)}
 
 
-LEARNED: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="learned",
-        path="/v1/encodings/learned",
-        tag="encodings",
-        summary="Learned positional table",
-        description="A loaded model's position table (`model`), or a seeded one: "
-        "`torch.manual_seed(seed); nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's "
-        "`wpe`, BERT's `position_embeddings` at initialisation).",
-        fields=(
-            kinds.FieldSpec(
-                "seq_len",
-                "int",
-                "T (required unless model, preset or config gives it)",
-                None,
-                minimum=1,
-                sourced=True,
-                example=8,
-            ),
-            kinds.FieldSpec(
-                "d_model",
-                "int",
-                "D (may be omitted with model, preset or config)",
-                None,
-                minimum=1,
-                sourced=True,
-                example=16,
-            ),
-            kinds.FieldSpec(
-                "model", "str", "name from GET /v1/models: use its position table", None
-            ),
-            kinds.FieldSpec(
-                "seed",
-                "int",
-                "torch.manual_seed of the table",
-                0,
-                minimum=SEED_MIN,
-                maximum=SEED_MAX,
-                example=0,
-            ),
-            kinds.preset_field("learned"),
-            kinds.config_field("Gives d_model and the table size (seq_len)."),
+LEARNED: kinds.Kind = kinds.Kind(
+    name="learned",
+    path="/v1/encodings/learned",
+    tag="encodings",
+    summary="Learned positional table",
+    description="A loaded model's position table (`model`), or a seeded one: "
+    "`torch.manual_seed(seed); nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's "
+    "`wpe`, BERT's `position_embeddings` at initialisation).",
+    fields=(
+        kinds.FieldSpec(
+            "seq_len",
+            "int",
+            "T (required unless model, preset or config gives it)",
+            None,
+            minimum=1,
+            sourced=True,
+            example=8,
         ),
-        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
-        shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
-        compute=_learned_compute,
-        meta=_learned_meta,
-        blocks=_learned_blocks,
-        row_elements=lambda p: int(p["d_model"]),
-        sources=kinds.Sources("learned"),
-        complete=_learned_complete,
-        model_field="model",
-    )
+        kinds.FieldSpec(
+            "d_model",
+            "int",
+            "D (may be omitted with model, preset or config)",
+            None,
+            minimum=1,
+            sourced=True,
+            example=16,
+        ),
+        kinds.FieldSpec("model", "str", "name from GET /v1/models: use its position table", None),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "torch.manual_seed of the table",
+            0,
+            minimum=SEED_MIN,
+            maximum=SEED_MAX,
+            example=0,
+        ),
+        kinds.preset_field("learned"),
+        kinds.config_field("Gives d_model and the table size (seq_len)."),
+    ),
+    tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+    shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
+    compute=_learned_compute,
+    meta=_learned_meta,
+    blocks=_learned_blocks,
+    row_elements=lambda p: int(p["d_model"]),
+    sources=kinds.Sources("learned"),
+    complete=_learned_complete,
+    model_field="model",
 )
 """The learned endpoint kind (see :mod:`posenc.kinds`)."""

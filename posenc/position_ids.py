@@ -328,47 +328,45 @@ def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str,
     return {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
 
 
-POSITION_IDS: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="position_ids",
-        path="/v1/position-ids",
-        tag="tokens",
-        summary="Position ids of a padded batch",
-        description="Pads a ragged batch and numbers its real tokens from `start` in order; "
-        "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
-        "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
-        "padding.",
-        fields=(
-            INPUT_IDS_FIELD,
-            dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
-            ATTENTION_MASK_FIELD,
-            PADDING_SIDE_FIELD,
-            kinds.FieldSpec("start", "int", "the first real token's position", 0, minimum=0),
-            kinds.FieldSpec(
-                "pad_position",
-                "int",
-                "the position id given to padded slots",
-                0,
-                minimum=_INT64_MIN,
-                maximum=_INT64_MAX,
-            ),
+POSITION_IDS: kinds.Kind = kinds.Kind(
+    name="position_ids",
+    path="/v1/position-ids",
+    tag="tokens",
+    summary="Position ids of a padded batch",
+    description="Pads a ragged batch and numbers its real tokens from `start` in order; "
+    "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
+    "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
+    "padding.",
+    fields=(
+        INPUT_IDS_FIELD,
+        dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
+        ATTENTION_MASK_FIELD,
+        PADDING_SIDE_FIELD,
+        kinds.FieldSpec("start", "int", "the first real token's position", 0, minimum=0),
+        kinds.FieldSpec(
+            "pad_position",
+            "int",
+            "the position id given to padded slots",
+            0,
+            minimum=_INT64_MIN,
+            maximum=_INT64_MAX,
         ),
-        tensors=(
-            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
-            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
-        ),
-        shapes=lambda p: dict.fromkeys(
-            ("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])
-        ),
-        compute=_position_ids_compute,
-        meta=lambda p: {
-            "kind": "position_ids",
-            **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
-            **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
-        },
-        get=False,
-        binary_fields=("input_ids", "attention_mask"),
-        cache_tensors=False,
-    )
+    ),
+    tensors=(
+        kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+        kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+    ),
+    shapes=lambda p: dict.fromkeys(
+        ("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])
+    ),
+    compute=_position_ids_compute,
+    meta=lambda p: {
+        "kind": "position_ids",
+        **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
+        **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
+    },
+    get=False,
+    binary_fields=("input_ids", "attention_mask"),
+    cache_tensors=False,
 )
 """The position-ids endpoint kind (see :mod:`posenc.kinds`)."""

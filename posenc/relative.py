@@ -457,105 +457,103 @@ def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     return tables
 
 
-RELATIVE: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="relative",
-        path="/v1/biases/relative",
-        tag="biases",
-        summary="T5 relative position buckets and bias",
-        description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
-        "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
-        "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
-        fields=(
-            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
-            kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
-            kinds.FieldSpec(
-                "num_buckets",
-                "int",
-                "log bucketing: the number of buckets (default 32 when neither preset nor "
-                "config gives it)",
-                32,
-                minimum=2,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
+RELATIVE: kinds.Kind = kinds.Kind(
+    name="relative",
+    path="/v1/biases/relative",
+    tag="biases",
+    summary="T5 relative position buckets and bias",
+    description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
+    "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
+    "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
+    fields=(
+        kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+        kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
+        kinds.FieldSpec(
+            "num_buckets",
+            "int",
+            "log bucketing: the number of buckets (default 32 when neither preset nor "
+            "config gives it)",
+            32,
+            minimum=2,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "max_distance",
+            "int",
+            "log: distance of the last bucket; clip: the clamp (default 128 when neither "
+            "preset nor config gives it)",
+            128,
+            minimum=1,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "bidirectional",
+            "bool",
+            "keys on both sides of the query (default true)",
+            True,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "bucketing",
+            "str",
+            "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
+            "log",
+            choices=BUCKETINGS,
+        ),
+        kinds.FieldSpec(
+            "num_heads",
+            "int",
+            "H: when given, also the bias tensor",
+            None,
+            minimum=1,
+            sourced=True,
+            example=2,
+        ),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "torch.manual_seed of the bias table",
+            0,
+            minimum=SEED_MIN,
+            maximum=SEED_MAX,
+        ),
+        kinds.preset_field("relative"),
+        kinds.config_field(
+            "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("buckets", ("T", "S"), integer=True),
+        kinds.TensorSpec("bias", ("H", "T", "S")),
+    ),
+    shapes=_relative_shapes,
+    compute=_relative_compute,
+    check=check_bias_lengths,
+    meta=lambda p: {
+        "kind": "relative",
+        "seq_len": p["seq_len"],
+        "key_len": bias_lengths(p)[1],
+        "num_buckets": p["num_buckets"],
+        "bucket_count": _bucket_count(p),
+        **{
+            k: p[k]
+            for k in (
                 "max_distance",
-                "int",
-                "log: distance of the last bucket; clip: the clamp (default 128 when neither "
-                "preset nor config gives it)",
-                128,
-                minimum=1,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
                 "bidirectional",
-                "bool",
-                "keys on both sides of the query (default true)",
-                True,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
                 "bucketing",
-                "str",
-                "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
-                "log",
-                choices=BUCKETINGS,
-            ),
-            kinds.FieldSpec(
                 "num_heads",
-                "int",
-                "H: when given, also the bias tensor",
-                None,
-                minimum=1,
-                sourced=True,
-                example=2,
-            ),
-            kinds.FieldSpec(
                 "seed",
-                "int",
-                "torch.manual_seed of the bias table",
-                0,
-                minimum=SEED_MIN,
-                maximum=SEED_MAX,
-            ),
-            kinds.preset_field("relative"),
-            kinds.config_field(
-                "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
-            ),
-        ),
-        tensors=(
-            kinds.TensorSpec("buckets", ("T", "S"), integer=True),
-            kinds.TensorSpec("bias", ("H", "T", "S")),
-        ),
-        shapes=_relative_shapes,
-        compute=_relative_compute,
-        check=check_bias_lengths,
-        meta=lambda p: {
-            "kind": "relative",
-            "seq_len": p["seq_len"],
-            "key_len": bias_lengths(p)[1],
-            "num_buckets": p["num_buckets"],
-            "bucket_count": _bucket_count(p),
-            **{
-                k: p[k]
-                for k in (
-                    "max_distance",
-                    "bidirectional",
-                    "bucketing",
-                    "num_heads",
-                    "seed",
-                    "preset",
-                    "dtype",
-                )
-            },
-            **kinds.derived(RELATIVE, p),
+                "preset",
+                "dtype",
+            )
         },
-        blocks=_relative_blocks,
-        row_elements=lambda p: bias_lengths(p)[1],
-        sources=kinds.Sources("relative"),
-        allocations=lambda p: (
-            {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
-        ),
-    )
+        **kinds.derived(RELATIVE, p),
+    },
+    blocks=_relative_blocks,
+    row_elements=lambda p: bias_lengths(p)[1],
+    sources=kinds.Sources("relative"),
+    allocations=lambda p: (
+        {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
+    ),
 )
 """The relative endpoint kind (see :mod:`posenc.kinds`)."""

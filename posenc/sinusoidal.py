@@ -479,61 +479,56 @@ def _blocks(params: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     return {"encoding": blocks}
 
 
-SINUSOIDAL = kinds.register(
-    kinds.Kind(
-        name="sinusoidal",
-        path="/v1/encodings/sinusoidal",
-        tag="encodings",
-        summary="Sinusoidal positional encoding",
-        description="Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast "
-        "once.",
-        fields=(
-            kinds.FieldSpec(
-                "seq_len", "int", "T: positions offset … offset+T−1", None, minimum=1, example=8
-            ),
-            kinds.FieldSpec(
-                "positions",
-                "ints",
-                "explicit positions (ints ≥ 0) instead of seq_len",
-                None,
-                minimum=0,
-            ),
-            kinds.FieldSpec(
-                "d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16
-            ),
-            kinds.FieldSpec("base", "float", "wavelength base", 10000.0, exclusive_minimum=0),
-            kinds.FieldSpec(
-                "layout",
-                "str",
-                "interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
-                "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
-                "interleaved",
-                choices=_LAYOUTS,
-            ),
-            kinds.FieldSpec(
-                "offset",
-                "int",
-                "added to every position",
-                0,
-                minimum=0,
-            ),
+SINUSOIDAL: kinds.Kind = kinds.Kind(
+    name="sinusoidal",
+    path="/v1/encodings/sinusoidal",
+    tag="encodings",
+    summary="Sinusoidal positional encoding",
+    description="Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast once.",
+    fields=(
+        kinds.FieldSpec(
+            "seq_len", "int", "T: positions offset … offset+T−1", None, minimum=1, example=8
         ),
-        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
-        shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
-        compute=lambda p, ctx: {
-            "encoding": sinusoidal_table(
-                p["positions"], **_table_arguments(p), device=ctx.device, dtype=ctx.dtype
-            )
-        },
-        check=_one_of_seq_len_positions,
-        meta=lambda p: {
-            "kind": "sinusoidal",
-            "seq_len": _length(p),
-            **{k: p[k] for k in ("d_model", "base", "layout", "offset", "dtype")},
-        },
-        blocks=_blocks,
-        row_elements=lambda p: int(p["d_model"]),
-    )
+        kinds.FieldSpec(
+            "positions",
+            "ints",
+            "explicit positions (ints ≥ 0) instead of seq_len",
+            None,
+            minimum=0,
+        ),
+        kinds.FieldSpec("d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16),
+        kinds.FieldSpec("base", "float", "wavelength base", 10000.0, exclusive_minimum=0),
+        kinds.FieldSpec(
+            "layout",
+            "str",
+            "interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
+            "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
+            "interleaved",
+            choices=_LAYOUTS,
+        ),
+        kinds.FieldSpec(
+            "offset",
+            "int",
+            "added to every position",
+            0,
+            minimum=0,
+        ),
+    ),
+    tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+    shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
+    compute=lambda p, ctx: {
+        "encoding": sinusoidal_table(
+            p["positions"], **_table_arguments(p), device=ctx.device, dtype=ctx.dtype
+        )
+    },
+    check=_one_of_seq_len_positions,
+    meta=lambda p: {
+        "kind": "sinusoidal",
+        "seq_len": _length(p),
+        **{k: p[k] for k in ("d_model", "base", "layout", "offset", "dtype")},
+    },
+    blocks=_blocks,
+    row_elements=lambda p: int(p["d_model"]),
 )
 """The sinusoidal endpoint kind: described here once, served, documented, called and offered
 on the command line from this description (see :mod:`posenc.kinds`)."""

@@ -3,7 +3,7 @@
 For every field, the order of precedence is: what the caller gave > the config (or the preset)
 > the field's default (:class:`posenc.kinds.FieldSpec`). The fields a preset or config can give
 are ``sourced``: they have no default in the request schema (a generated client would send the
-default explicitly and override the preset), and :func:`posenc.kinds.resolve_fields` applies
+default explicitly and override the preset), and :func:`posenc.resolve.resolve_fields` applies
 their defaults after this merge.
 
 A config is read as transformers 5 reads it (:func:`posenc.hf_config.read_positions`); a config

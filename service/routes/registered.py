@@ -28,6 +28,7 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from posenc import kinds as registry
+from posenc import resolve
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
 from service.bodies import TokenTensors, add_token_route
@@ -241,7 +242,7 @@ def _resolve(
     """The request's fields resolved by the library (preset or config merged, the named model's
     sizes filled in); a required field that nobody gave is FastAPI's 422 under ``source``."""
     try:
-        return registry.resolve_fields(kind, given, models=state.model)
+        return resolve.resolve_fields(kind, given, models=state.model)
     except MissingField as exc:
         raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
 
@@ -269,7 +270,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         meta = functools.cache(partial(kind.make_meta, params))  # once the size is accepted
 
         def compute() -> Bundle:
-            out = registry.compute(
+            out = resolve.compute(
                 kind,
                 params,
                 device=state.device,

@@ -23,7 +23,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from safetensors.numpy import load_file
 
-from posenc import cli, kinds
+from posenc import cli, kinds, resolve
 from posenc.client import PosencClient
 from posenc.errors import InvalidArgument, TooLarge
 from service.app import create_app
@@ -125,7 +125,7 @@ def toy_server(toy: kinds.Kind) -> Iterator[str]:
 
 
 def test_library_resolves_checks_and_computes(toy: kinds.Kind) -> None:
-    params = kinds.resolve_fields(toy, {"seq_len": 3, "width": 4, "step": 0.5})
+    params = resolve.resolve_fields(toy, {"seq_len": 3, "width": 4, "step": 0.5})
     assert params == {
         "seq_len": 3,
         "width": 4,
@@ -134,20 +134,20 @@ def test_library_resolves_checks_and_computes(toy: kinds.Kind) -> None:
         "signed": False,
         "dtype": "float32",
     }
-    tensors = kinds.compute(toy, params)
+    tensors = resolve.compute(toy, params)
     np.testing.assert_array_equal(tensors["ramp"].numpy(), expected(3, 4, 0.5))
     assert tensors["steps"].dtype == torch.int64
     with pytest.raises(InvalidArgument, match="width must be even, got 3"):
-        kinds.resolve_fields(toy, {"seq_len": 3, "width": 3})
+        resolve.resolve_fields(toy, {"seq_len": 3, "width": 3})
     with pytest.raises(InvalidArgument, match=r"unknown field\(s\) \['heads'\]"):
-        kinds.resolve_fields(toy, {"seq_len": 3, "width": 4, "heads": 1})
+        resolve.resolve_fields(toy, {"seq_len": 3, "width": 4, "heads": 1})
     with pytest.raises(InvalidArgument, match="seq_len is required"):
-        kinds.resolve_fields(toy, {"width": 4})
+        resolve.resolve_fields(toy, {"width": 4})
     with pytest.raises(InvalidArgument, match="width must be <= 2 \\* seq_len"):
-        kinds.resolve_fields(toy, {"seq_len": 1, "width": 4})
-    huge = kinds.resolve_fields(toy, {"seq_len": 2**40, "width": 2**12})
+        resolve.resolve_fields(toy, {"seq_len": 1, "width": 4})
+    huge = resolve.resolve_fields(toy, {"seq_len": 2**40, "width": 2**12})
     with pytest.raises(TooLarge):  # sized from the numbers: nothing is allocated
-        kinds.compute(toy, huge, max_elements=10**6)
+        resolve.compute(toy, huge, max_elements=10**6)
 
 
 def test_served_documented_and_exact(toy: kinds.Kind) -> None:
