@@ -37,7 +37,10 @@ from posenc.position_ids import (
     INPUT_IDS_FIELD,
     PAD_TOKEN_ID_FIELD,
     PADDING_SIDE_FIELD,
+    build_batch,
+    pad_rows,
 )
+from posenc.rope import rope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -413,9 +416,6 @@ def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    from posenc.position_ids import build_batch, pad_rows
-    from posenc.rope import rope_cos_sin
-
     model = ctx.models(p["model"])
     batch = build_batch(
         p["input_ids"],

@@ -39,7 +39,12 @@ from torch import Tensor
 from posenc import kinds
 from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
 from posenc.errors import InvalidArgument
-from posenc.position_ids import ATTENTION_MASK_FIELD, INPUT_IDS_FIELD, PADDING_SIDE_FIELD
+from posenc.position_ids import (
+    ATTENTION_MASK_FIELD,
+    INPUT_IDS_FIELD,
+    PADDING_SIDE_FIELD,
+    build_batch,
+)
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 
@@ -547,8 +552,6 @@ def _mrope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
 
 
 def _mrope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    from posenc.position_ids import build_batch
-
     batch = build_batch(
         p["input_ids"], attention_mask=p["attention_mask"], padding_side=p["padding_side"]
     )

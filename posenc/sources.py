@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from posenc.errors import InvalidArgument, UnknownName
+from posenc.hf_config import read_positions
+from posenc.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
     from posenc.kinds import Kind
@@ -62,8 +64,6 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
     if config is not None:
         if not isinstance(config, Mapping):
             raise InvalidArgument(f"config must be a JSON object, got {config!r}", field="config")
-        from posenc.hf_config import read_positions
-
         positions = read_positions(config)
         if positions.kind != sources.positions:
             where = ENDPOINTS.get(positions.kind)
@@ -101,8 +101,6 @@ def preset_params(name: str, positions: str) -> dict[str, Any]:
         UnknownName: an unknown preset (with the closest name), or one of another kind (listing
             the presets of the right kind).
     """
-    from posenc.presets import PRESETS, get_preset
-
     preset = get_preset(name)
     if preset.kind != positions:
         same_kind = sorted(n for n, p in PRESETS.items() if p.kind == positions)

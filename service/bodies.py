@@ -40,6 +40,7 @@ from service.query import (
     validation_error,
 )
 from service.respond import respond
+from service.routes.tables import add_post_route
 from service.state import ServiceState, read_state
 
 JSON_TYPE = "application/json"
@@ -353,8 +354,6 @@ def add_token_route(
 ) -> None:
     """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`) whose
     binary form may carry ``tensors`` (the first alone in npy)."""
-    from service.routes.tables import add_post_route
-
     accepted = [n for n in tensors if n in model_cls.model_fields]
 
     async def post_handler(request: Request) -> Response:

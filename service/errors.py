@@ -40,6 +40,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
 from service.admission import Overloaded
 from service.formats import NotAcceptable
+from service.query import OUTPUT_PARAMS
 
 logger = logging.getLogger("service.errors")
 
@@ -196,8 +197,6 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
         return None
     accepted = list(owner.model_fields)
     if loc[0] == "query":
-        from service.query import OUTPUT_PARAMS
-
         accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
     message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"
     close = difflib.get_close_matches(loc[-1], accepted, n=1, cutoff=0.6)

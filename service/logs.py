@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import orjson
 
+from service.request_id import request_id_var
+
 LogFormat = Literal["text", "json"]
 
 # Fields that the access log adds to its records, in the order a JSON line gives them.
@@ -39,8 +41,6 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
-            from service.request_id import request_id_var
-
             record.request_id = request_id_var.get()
         return True
 

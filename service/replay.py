@@ -32,6 +32,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.kinds import REGISTRY
+
 REPLAY_SCOPE_KEY = "posenc.replay_body_key"
 HIT_TIMING = b'compute;dur=0.000, encode;dur=0.000, cache;desc="hit"'
 
@@ -116,8 +118,6 @@ class ReplayMiddleware:
     """
 
     def __init__(self, app: ASGIApp, fastapi_app: Any) -> None:
-        from posenc.kinds import REGISTRY
-
         self.app = app
         self.fastapi_app = fastapi_app
         self.index = ReplayIndex()

@@ -27,6 +27,8 @@ import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from service.metrics import UNMATCHED
+
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -72,8 +74,6 @@ def sane_request_id(value: bytes | None) -> str | None:
 
 
 def _route(scope: Scope) -> str:
-    from service.metrics import UNMATCHED
-
     path = getattr(scope.get("route"), "path", None)
     return path if isinstance(path, str) and path else UNMATCHED
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from posenc import codec
 from posenc.client.errors import PosencClientError
+from posenc.kinds import REGISTRY
 
 ArrayKind = Literal["numpy", "torch"]
 """What tensors are returned as: numpy arrays or torch tensors."""
@@ -109,8 +110,6 @@ class TensorResult:
 def _tensor_order(path: str) -> tuple[str, ...]:
     """The endpoint's tensor names, primary first (its kind's, :data:`posenc.kinds.REGISTRY`);
     safetensors files list their tensors in their own order, results follow this one."""
-    from posenc.kinds import REGISTRY
-
     for kind in REGISTRY.values():
         if kind.path == path:
             return tuple(t.name for t in kind.tensors)
@@ -196,7 +195,7 @@ def _decode_raw(response: httpx.Response, path: str) -> dict[str, Any]:
         raise PosencClientError(f"tensor {name!r}: {exc}") from None
 
 
-def _decode(
+def decode_response(
     response: httpx.Response, path: str, fmt: str, as_: ArrayKind, device: str | None
 ) -> TensorResult:
     meta: dict[str, Any] = {}

@@ -13,6 +13,7 @@ from fastapi import APIRouter, HTTPException, Query
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
+from posenc.presets import PRESETS, get_preset
 from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
 from service.state import State
 
@@ -86,8 +87,6 @@ def list_presets(
     Use a preset's name as the `preset` field of the endpoint of its kind: its params are
     defaults that the request's own fields override.
     """
-    from posenc.presets import PRESETS
-
     return {
         "presets": [_preset_info(p) for p in PRESETS.values() if kind is None or p.kind == kind]
     }
@@ -97,8 +96,6 @@ def list_presets(
     "/presets/{name}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
 )
 def get_preset_by_name(name: str) -> dict[str, Any]:
-    from posenc.presets import get_preset
-
     try:
         return _preset_info(get_preset(name))
     except UnknownName as exc:

@@ -367,9 +367,9 @@ def test_client_without_retry_after_keeps_its_backoff() -> None:
 
 
 def _call():  # type: ignore[no-untyped-def]
-    from posenc.client.calls import _Call
+    from posenc.client.calls import Call
 
-    return _Call("GET", "/v1/info")
+    return Call("GET", "/v1/info")
 
 
 # ---------------------------------------------------------------------------------------------
