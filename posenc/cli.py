@@ -181,7 +181,7 @@ def compute_table(
 # ------------------------------------------------------------------------------------ output
 
 
-def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict, index: int | None) -> None:  # fmt: skip
+def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any], index: int | None) -> None:  # fmt: skip
     primary_name, primary = next(iter(tensors.items()))
     if fmt == "npy":
         if primary.dtype == torch.bfloat16:

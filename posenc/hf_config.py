@@ -46,6 +46,7 @@ spelling, and keys ignored, are listed in ``warnings``.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 from collections.abc import Mapping
@@ -387,7 +388,9 @@ class _Reader:
     def field(self, key: str) -> str:
         return f"{self.prefix}{key}"
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+    def int(
+        self, key: str, default: builtins.int | None = None, *, minimum: builtins.int = 1
+    ) -> builtins.int | None:
         value = self.config.get(key)
         if value is None:
             return default
@@ -409,8 +412,8 @@ class _Reader:
         return int(value)
 
     def float(
-        self, key: str, default: float | None = None, *, positive: bool = True
-    ) -> float | None:
+        self, key: str, default: builtins.float | None = None, *, positive: builtins.bool = True
+    ) -> builtins.float | None:
         value = self.config.get(key)
         if value is None:
             return default
@@ -428,7 +431,7 @@ class _Reader:
             )
         return float(value)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: str, default: builtins.bool) -> builtins.bool:
         value = self.config.get(key)
         if value is None:
             return default
@@ -873,14 +876,16 @@ def _softmax_scale(
     if base.startswith(("gemma4", "gemma3n")):
         return 1.0  # their q/k norms stand in for the scale
     if base in ("gemma2", *_GEMMA3_LIKE) or r.has("query_pre_attn_scalar"):
-        return float(r.float("query_pre_attn_scalar", 256.0)) ** -0.5  # type: ignore[arg-type]
+        scalar = r.float("query_pre_attn_scalar", 256.0) or 256.0  # the default: never None
+        inv_sqrt: float = scalar**-0.5
+        return inv_sqrt
     if base in _RELATIVE_MODEL_TYPES:
         return 1.0  # T5 folds the scale into its initialisation
     if r.has("attention_multiplier"):
         return r.float("attention_multiplier")
     if _is_mla(base, r):
         qk = (r.int("qk_nope_head_dim", 128) or 0) + (r.int("qk_rope_head_dim", 64) or 0)
-        scale = qk**-0.5
+        scale: float = qk**-0.5
         if rope is not None and rope.rope_type != "default":
             mad = rope.parameters.get("mscale_all_dim") or 0
             factor = rope.parameters.get("factor")

@@ -1211,7 +1211,9 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
-def _rope_from_config(positions: Any, given: Mapping[str, Any]) -> tuple[dict, dict]:
+def _rope_from_config(
+    positions: Any, given: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The fields of a read config (:class:`posenc.hf_config.ModelPositions`, which the config
     reader above this module makes) for the layer type asked for."""
     layer_type = given.get("layer_type")

@@ -14,7 +14,6 @@ from posenc.client.bodies import token_body
 from posenc.client.calls import (
     DEFAULT_BASE_URL,
     MEDIA_TYPES,
-    ArrayKind,
     Call,
     Format,
     Method,
@@ -22,6 +21,7 @@ from posenc.client.calls import (
     query_params,
     request_body,
 )
+from posenc.client.results import ArrayKind
 from posenc.client.retry import RetryConfig
 from posenc.kinds import REGISTRY
 

@@ -403,7 +403,11 @@ def test_compose_file_matches_the_compose_spec_schema():
     import jsonschema
 
     schema = json.loads(COMPOSE_SCHEMA.read_text())
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    # the spec names draft-07 as "https://json-schema.org/draft-07/schema" (no "#"), which
+    # jsonschema does not recognise: say the draft it is
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(
+        schema
+    )
     errors = sorted(validator.iter_errors(load_compose()), key=lambda e: list(e.absolute_path))
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
 
