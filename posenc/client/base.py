@@ -21,6 +21,7 @@ from posenc.client.calls import (
     query_params,
     request_body,
 )
+from posenc.client.methods import KindMethods
 from posenc.client.results import ArrayKind
 from posenc.client.retry import RetryConfig
 from posenc.kinds import REGISTRY
@@ -70,7 +71,7 @@ def kind_method(name: str) -> Any:
     return call
 
 
-class BaseClient(Generic[T, J, HttpT, TransportT]):
+class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
     """Everything the sync and the async client share: settings, requests, endpoints.
 
     Each endpoint method prepares a :class:`Call`; ``_tensor`` and ``_json`` (the subclass's
@@ -236,15 +237,14 @@ class BaseClient(Generic[T, J, HttpT, TransportT]):
     # sent as an application/x-npy or application/vnd.safetensors body, the other fields as
     # query parameters; lists are sent as JSON.
 
-    sinusoidal = kind_method("sinusoidal")
-    learned = kind_method("learned")
-    rope = kind_method("rope")
-    alibi = kind_method("alibi")
-    relative = kind_method("relative")
+    # The registry's built-in kinds are typed methods of KindMethods (posenc/client/methods.py,
+    # generated from the registry); a kind registered at run time is reached by __getattr__.
 
-    position_ids = kind_method("position_ids")
-    mrope_position_ids = kind_method("mrope_position_ids")
-    embed = kind_method("embed")
+    def __getattr__(self, name: str) -> Any:
+        kind = next((k for k in REGISTRY if k.replace("-", "_") == name), None)
+        if kind is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return kind_method(kind).__get__(self, type(self))
 
     # -- catalogue and operations ------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import httpx
 from posenc.client.base import BaseClient
 from posenc.client.calls import MEDIA_TYPES, Call, Method, query_params, request_body
 from posenc.client.errors import PosencConnectionError
+from posenc.client.methods import TableKind
 from posenc.client.results import SavedTable, TensorResult
 from posenc.client.retry import Backoff, Outcome, Policy, Poll
 from posenc.kinds import REGISTRY
@@ -88,7 +89,7 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
 
     def save_table(
         self,
-        kind: Literal["sinusoidal", "learned", "rope", "alibi", "relative"],
+        kind: TableKind,
         path: str | Any,
         *,
         format: Literal["raw", "npy", "safetensors"] = "npy",
@@ -106,7 +107,8 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
         failed download never leaves a truncated file under the final name.
 
         Args:
-            kind: ``"sinusoidal"``, ``"learned"``, ``"rope"``, ``"alibi"`` or ``"relative"``.
+            kind: a kind whose tables stream (:data:`posenc.client.methods.TableKind`):
+                ``"sinusoidal"``, ``"rope"``, ``"alibi"``...
             path: the file to write (replaced if it exists).
             format: ``"npy"`` (default), ``"safetensors"`` or ``"raw"``.
             method: ``"POST"`` (default) or ``"GET"``.

@@ -186,6 +186,9 @@ def test_client_and_cli(toy: kinds.Kind, toy_server: str, tmp_path: Path) -> Non
     with PosencClient(toy_server) as client:
         result = client.compute("test-ramp", seq_len=3, width=4, step=3.0)
         np.testing.assert_array_equal(result["ramp"], expected(3, 4, 3.0))
+        # registered at run time: a method of its name, as the generated ones are
+        by_name = client.test_ramp(seq_len=3, width=4, step=3.0)
+        np.testing.assert_array_equal(by_name["ramp"], expected(3, 4, 3.0))
         assert list(result.tensors) == ["ramp", "steps"]
         with pytest.raises(ValueError, match="no field"):
             client.compute("test-ramp", seq_len=3, width=4, heads=2)
@@ -249,3 +252,29 @@ def test_every_field_of_every_kind_reaches_schema_client_and_cli(
     usage = capsys.readouterr().out
     for f in kind.fields:
         assert f"--{f.name.replace('_', '-')}" in usage, f.name
+
+
+def test_the_generated_client_types_a_new_kind(toy: kinds.Kind) -> None:
+    """scripts/client_methods.py, run over a registry that holds the kind, writes it a typed
+    method: its fields with their types (a Literal of a string field's choices), the options,
+    and the call by name."""
+    import ast
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "client_methods.py"
+    spec = importlib.util.spec_from_file_location("client_methods", path)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    tree = ast.parse(generator.render())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KindMethods"]
+    (method,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "test_ramp"]
+    annotations = {a.arg: ast.unparse(a.annotation) for a in method.args.kwonlyargs if a.annotation}
+    assert list(annotations)[: len(toy.fields)] == list(toy.field_names)
+    for f in toy.fields:
+        if f.type == "str" and f.choices:
+            assert annotations[f.name] == f"Literal[{', '.join(repr(c) for c in f.choices)}] | None"
+        else:
+            assert annotations[f.name] == f"{generator.ANNOTATIONS[f.type]} | None"
+    assert annotations["method"] == "Method"
+    assert "'test-ramp'" in ast.unparse(method)
