@@ -222,6 +222,7 @@ def _send(url: str, case: Case, n: int) -> tuple[int, int, int, int]:
 
 def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
     """Start a service, warm the case up, reset the peak, send the max-size request."""
+    from posenc import kinds
     from service.admission import REQUEST_OVERHEAD, estimate_bytes
 
     port = _free_port()
@@ -267,8 +268,14 @@ def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
             proc.kill()
             proc.wait()
     route = case.build(case.small)[0]
+    work = next((k.work_bytes_per_element for k in kinds.REGISTRY.values() if k.path == route), 0)
     estimate = estimate_bytes(
-        n, case.fmt, base64=case.base64, dtype=case.dtype, route=route, json_ints=ints
+        n,
+        case.fmt,
+        base64=case.base64,
+        dtype=case.dtype,
+        work_bytes_per_element=work,
+        json_ints=ints,
     )
     return {
         "case": case.name,

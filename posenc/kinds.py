@@ -301,6 +301,8 @@ class Kind:
             the first alone; safetensors: any of them), the other fields then in the query.
         cache_tensors: a service may keep the outputs in its cache (tables: yes; token batches,
             rarely asked twice: no).
+        work_bytes_per_element: peak bytes per output element its compute holds beyond the
+            outputs (intermediates), measured, for a server's byte budget; 0: none to speak of.
     """
 
     name: str
@@ -325,6 +327,7 @@ class Kind:
     examples: tuple[dict[str, Any], ...] | None = None
     binary_fields: tuple[str, ...] = ()
     cache_tensors: bool = True
+    work_bytes_per_element: int = 0
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -622,6 +625,14 @@ def derived(kind: Kind, params: Params) -> dict[str, Any]:
     """What :func:`posenc.resolve.resolve_fields` added to the fields (a config's ``config_model_type``, what
     ``complete`` filled in), for ``meta``."""
     return {k: v for k, v in params.items() if k not in kind.field_names}
+
+
+def int_list_fields() -> frozenset[str]:
+    """The names of the registered kinds' fields that hold lists of ints (``ints``,
+    ``int_rows``): what a JSON body carries as Python lists."""
+    return frozenset(
+        f.name for k in REGISTRY.values() for f in k.fields if f.type in ("ints", "int_rows")
+    )
 
 
 def elements(shapes: Shapes) -> int:

@@ -638,6 +638,9 @@ MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
     get=False,
     complete=_mrope_complete,
     cache_tensors=False,
+    # its vectorised rule keeps a few (B, T) int64 intermediates per output row: 65-70 bytes per
+    # element measured, x about 1.2 (docs/sizing.md)
+    work_bytes_per_element=84,
     examples=(
         {
             "input_ids": [[9906, 151652, 151655, 151655, 151655, 151655, 151653, 30]],

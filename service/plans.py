@@ -30,6 +30,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 import posenc
+from posenc import kinds
 from posenc.errors import TooLarge
 from service import tracing
 from service.formats import Bundle, Encoded, encode_bundle, negotiate
@@ -68,10 +69,8 @@ class Plan:
     # the widest row of the tables (their last dimension: d_model, rotary_dim, key_len): a
     # stream computes at least one row at a time, so a row over max_elements is not streamed
     row_elements: int = 0
-
-
-# The integer-list fields of a JSON body (binary bodies leave them out of the params).
-_INT_LISTS = ("input_ids", "attention_mask", "position_ids", "positions")
+    # peak bytes per output element the compute holds beyond its outputs (the kind's own figure)
+    work_bytes_per_element: int = 0
 
 
 def json_ints(params: Mapping[str, Any]) -> int:
@@ -79,7 +78,7 @@ def json_ints(params: Mapping[str, Any]) -> int:
     ``attention_mask``, ``position_ids``; a table's ``positions``): what the request holds as
     Python lists while it computes."""
     total = 0
-    for name in _INT_LISTS:
+    for name in kinds.int_list_fields():  # binary bodies leave them out of the params
         rows = params.get(name)
         if isinstance(rows, list):
             total += sum(len(row) if isinstance(row, list) else 1 for row in rows)

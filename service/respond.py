@@ -54,7 +54,7 @@ async def respond(
         prepared.fmt,
         base64=prepared.base64,
         dtype=plan.params.get("dtype", ""),
-        route=plan.route,
+        work_bytes_per_element=plan.work_bytes_per_element,
         json_ints=json_ints(plan.params),
     )
     await budget.acquire(nbytes)

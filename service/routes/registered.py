@@ -295,6 +295,7 @@ def _plan_for(kind: registry.Kind) -> Any:
             cache_tensors=kind.cache_tensors,
             stream=stream,
             row_elements=kind.row_elements(params) if kind.row_elements is not None else 0,
+            work_bytes_per_element=kind.work_bytes_per_element,
         )
 
     return plan
