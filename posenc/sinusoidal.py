@@ -44,7 +44,7 @@ _LAYOUTS: tuple[str, ...] = get_args(SinusoidalLayout)
 
 # float64 angles per chunk of write_rows on the CPU: at most 768 KiB in each of its five
 # buffers, so their passes stay in cache and the buffers come from the heap, under the service's
-# 1 MiB mmap threshold (service.admission), without page faults (2 MiB buffers: 2-3x slower)
+# 1 MiB mmap threshold (service.admission.budget), without page faults (2 MiB buffers: 2-3x slower)
 _CHUNK_ANGLES = 96 * 1024
 # positions split as p = q·_SPLIT + r: sines and cosines are taken of q·_SPLIT·w and r·w only
 _SPLIT = 64

@@ -31,14 +31,14 @@ from posenc import kinds as registry
 from posenc import resolve
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
-from service.bodies import TokenTensors, add_token_route
-from service.buffers import BODY_BUFFERS
-from service.formats import Bundle
-from service.plans import Plan
 from service.query import QueryShape, Source, missing
+from service.responses.buffers import BODY_BUFFERS
+from service.responses.formats import Bundle
+from service.responses.plans import Plan
+from service.responses.streaming import StreamBundle
 from service.routes.tables import add_compute_routes
+from service.routes.token_bodies import TokenTensors, add_token_route
 from service.state import ServiceState
-from service.streaming import StreamBundle
 
 #: The order of the kinds' tags in the API reference; within a tag, by path.
 TAG_ORDER = ("encodings", "biases", "tokens")

@@ -13,10 +13,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from service.admission import OverloadedBody
+from service.admission.budget import OverloadedBody
 from service.errors import UnsupportedMediaTypeBody
-from service.formats import FORMAT_MEDIA_TYPES
-from service.plans import Plan
 from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
     SCALARS_ONLY,
@@ -26,7 +24,9 @@ from service.query import (
     query_openapi,
     read_output,
 )
-from service.respond import respond
+from service.responses.formats import FORMAT_MEDIA_TYPES
+from service.responses.plans import Plan
+from service.responses.respond import respond
 from service.schemas import (
     ErrorBody,
     NotAcceptableBody,

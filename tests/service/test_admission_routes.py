@@ -168,13 +168,13 @@ def test_estimate_covers_the_measured_peak(
 
 def test_json_integers_and_the_mrope_route_add_to_the_estimate() -> None:
     from posenc import kinds
-    from service.admission import (
+    from service.admission.budget import (
         BYTES_PER_ELEMENT,
         BYTES_PER_JSON_INT,
         REQUEST_OVERHEAD,
         estimate_bytes,
     )
-    from service.plans import json_ints
+    from service.responses.plans import json_ints
 
     table = estimate_bytes(1000, "json", dtype="float32")
     assert table == 1000 * BYTES_PER_ELEMENT[("json", "float32")] + REQUEST_OVERHEAD

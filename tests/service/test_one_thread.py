@@ -1,4 +1,4 @@
-"""service.threads.one_thread_if: a small miss computes on one OpenMP thread of its own
+"""service.responses.threads.one_thread_if: a small miss computes on one OpenMP thread of its own
 thread, and the thread's count is back afterwards (also after an error)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 
-from service.threads import libgomp, one_thread_if
+from service.responses.threads import libgomp, one_thread_if
 
 
 @pytest.mark.skipif(libgomp() is None, reason="torch is not built with GNU OpenMP here")

@@ -1,11 +1,11 @@
-"""The one response path: :func:`respond` serves a :class:`~service.plans.Plan` whole, streamed
+"""The one response path: :func:`respond` serves a :class:`~service.responses.plans.Plan` whole, streamed
 or kept.
 
-- **streamed** (:mod:`service.streaming`): a table over ``max_elements`` with ``plan.stream``,
+- **streamed** (:mod:`service.responses.streaming`): a table over ``max_elements`` with ``plan.stream``,
   in raw, npy or safetensors, computed block by block as it is sent;
-- **kept** (:func:`service.streaming.respond_kept`): a binary cache miss of a table large enough
+- **kept** (:func:`service.responses.streaming.respond_kept`): a binary cache miss of a table large enough
   to pay for it, sent as its blocks are filled and then put in the cache whole;
-- **whole** (:func:`service.plans.finish`): everything else, computed and encoded in the thread
+- **whole** (:func:`service.responses.plans.finish`): everything else, computed and encoded in the thread
   pool under the in-flight byte budget, then cached.
 """
 
@@ -17,12 +17,12 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from service.admission import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
-from service.plans import Plan, finish, json_ints, prepare
+from service.admission.budget import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
 from service.query import OutputOptions
-from service.replay import REPLAY_SCOPE_KEY
+from service.responses.plans import Plan, finish, json_ints, prepare
+from service.responses.replay import REPLAY_SCOPE_KEY
+from service.responses.streaming import keeps, respond_kept, respond_streamed
 from service.state import ServiceState
-from service.streaming import keeps, respond_kept, respond_streamed
 
 __all__ = ["respond"]
 
@@ -32,9 +32,9 @@ async def respond(
 ) -> Response:
     """Serve ``plan`` as the negotiated representation, with only a cache miss (compute and
     encode) in the thread pool: a repeated request is answered on the event loop without a thread hop. A 200 whose body is
-    in the cache is marked for :class:`service.replay.ReplayMiddleware`, which answers the
+    in the cache is marked for :class:`service.responses.replay.ReplayMiddleware`, which answers the
     same request next time without running the route at all. A table over ``max_elements``
-    with ``plan.stream`` is streamed (:mod:`service.streaming`)."""
+    with ``plan.stream`` is streamed (:mod:`service.responses.streaming`)."""
     if plan.stream is not None and plan.elements > state.settings.max_elements:
         return respond_streamed(request, state, plan, out)
     prepared = prepare(request, state, plan, out)

@@ -2,7 +2,7 @@
 
 A compute request that misses the cache allocates its tensors, the float64 buffers its compute
 works in, and its encoded body, and holds the body until the last byte has been sent. Each of
-those is proportional to the output's element count, which :class:`~service.plans.Plan`
+those is proportional to the output's element count, which :class:`~service.responses.plans.Plan`
 knows before anything is allocated. So the service estimates a request's peak bytes from its
 plan (:func:`estimate_bytes`), and takes them from a :class:`ByteBudget` of
 ``POSENC_MAX_INFLIGHT_BYTES`` before computing:
@@ -54,7 +54,7 @@ from starlette.responses import Response
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
-    from service.metrics import Metrics
+    from service.observability.metrics import Metrics
 
 __all__ = [
     "BYTES_PER_ELEMENT",

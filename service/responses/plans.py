@@ -2,16 +2,16 @@
 negotiated, cached, ETagged response (:func:`prepare`, then :func:`finish` in the thread pool).
 
 A compute route only builds a :class:`Plan` (the normalised params, the output element count
-and a closure that calls posenc) and hands it to :func:`service.respond.respond`, which in order
+and a closure that calls posenc) and hands it to :func:`service.responses.respond.respond`, which in order
 
 1. refuses a plan larger than ``max_elements`` with 413 (nothing is allocated yet), or hands a
-   table over it to :mod:`service.streaming`;
+   table over it to :mod:`service.responses.streaming`;
 2. negotiates the format (406 lists what the endpoint can give);
 3. derives the ETag from a canonical key of the request (route, params after the preset or
    config merge, format, encoding, index, model fingerprint, device, version) and answers a
    matching ``If-None-Match`` with 304 (GET) or 412 (other methods), without computing;
 4. serves the encoded body from the cache; on a miss takes the response's estimated bytes from
-   the in-flight budget (:mod:`service.admission`: 429 when none frees up in time), then
+   the in-flight budget (:mod:`service.admission.budget`: 429 when none frees up in time), then
    computes (or takes the cached tensors) and encodes in the thread pool;
 5. caches the body, and sets ``Vary``, ``ETag``, ``Server-Timing``.
 """
@@ -32,11 +32,11 @@ from fastapi.responses import Response
 import posenc
 from posenc import kinds
 from posenc.errors import TooLarge
-from service import tracing
-from service.formats import Bundle, Encoded, encode_bundle, negotiate
+from service.observability import tracing
 from service.query import OutputOptions
+from service.responses.formats import Bundle, Encoded, encode_bundle, negotiate
+from service.responses.threads import ONE_THREAD_ELEMENTS, one_thread_if
 from service.state import ServiceState
-from service.threads import ONE_THREAD_ELEMENTS, one_thread_if
 
 
 @dataclass
@@ -63,7 +63,7 @@ class Plan:
     allocations: Mapping[str, int] = field(default_factory=dict)
     model: str | None = None
     cache_tensors: bool = True
-    # tables only: the bundle as row blocks (a service.streaming.StreamBundle), used when the
+    # tables only: the bundle as row blocks (a service.responses.streaming.StreamBundle), used when the
     # output is over max_elements and asked as raw, npy or safetensors
     stream: Callable[[], Any] | None = None
     # the widest row of the tables (their last dimension: d_model, rotary_dim, key_len): a

@@ -31,7 +31,6 @@ from pydantic import BaseModel, ValidationError
 from posenc import codec
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
-from service.plans import Plan
 from service.query import (
     Source,
     query_fields,
@@ -39,7 +38,8 @@ from service.query import (
     revalidate,
     validation_error,
 )
-from service.respond import respond
+from service.responses.plans import Plan
+from service.responses.respond import respond
 from service.routes.tables import add_post_route
 from service.state import ServiceState, read_state
 

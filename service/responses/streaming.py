@@ -1,6 +1,6 @@
 """Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
 
-A table endpoint's :class:`~service.plans.Plan` may carry ``stream``: a function giving
+A table endpoint's :class:`~service.responses.plans.Plan` may carry ``stream``: a function giving
 a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
 negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
@@ -25,7 +25,7 @@ Streamed bodies are never cached.
 Admission hook: when ``app.state.posenc_stream_hold`` is set, it is called as
 ``hold(nbytes)`` for each block and must return an async context manager; the block is computed
 and sent inside it, so an in-flight byte budget can count a streamed response by the rows it
-holds (see ``service/admission.py``).
+holds (see ``service/admission/budget.py``).
 """
 
 from __future__ import annotations
@@ -48,9 +48,10 @@ from starlette.responses import StreamingResponse
 from posenc import codec
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
-from service.admission import estimate_bytes
-from service.buffers import BODY_BUFFERS
-from service.formats import (
+from service.admission.budget import estimate_bytes
+from service.query import OutputOptions
+from service.responses.buffers import BODY_BUFFERS
+from service.responses.formats import (
     FORMAT_MEDIA_TYPES,
     Encoded,
     dtype_name,
@@ -58,11 +59,10 @@ from service.formats import (
     negotiate,
     no_bfloat16_npy,
 )
-from service.plans import Plan, Prepared, prepare
-from service.query import OutputOptions
-from service.replay import REPLAY_SCOPE_KEY
+from service.responses.plans import Plan, Prepared, prepare
+from service.responses.replay import REPLAY_SCOPE_KEY
+from service.responses.threads import one_intra_op_thread
 from service.state import ServiceState
-from service.threads import one_intra_op_thread
 
 __all__ = [
     "KEEP_BLOCK_BYTES",
@@ -349,7 +349,7 @@ def _fill_part(part: Part, body: np.ndarray, offset: int) -> memoryview:
 
 class _KeptResponse(StreamingResponse):
     """A :class:`StreamingResponse` that gives its in-flight budget bytes back once it has
-    been sent, has failed or was dropped unsent (as :class:`~service.admission.HeldResponse`)."""
+    been sent, has failed or was dropped unsent (as :class:`~service.admission.budget.HeldResponse`)."""
 
     def __init__(self, content: Any, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(content, **kwargs)
