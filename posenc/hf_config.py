@@ -208,8 +208,6 @@ _ROPE_MODEL_TYPES = frozenset(
     | INTERLEAVED_MODEL_TYPES
 )
 
-# keys a rope-parameters dict may hold besides the scaling parameters of its type
-_ROPE_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 

@@ -10,7 +10,6 @@ from typing import Any, Generic, TypeVar
 import httpx
 
 from posenc import __version__
-from posenc.client.bodies import token_body
 from posenc.client.calls import (
     DEFAULT_BASE_URL,
     MEDIA_TYPES,
@@ -22,6 +21,7 @@ from posenc.client.calls import (
     request_body,
 )
 from posenc.client.methods import KindMethods
+from posenc.client.request_bodies import token_body
 from posenc.client.results import ArrayKind
 from posenc.client.retry import RetryConfig
 from posenc.kinds import REGISTRY
