@@ -7,13 +7,13 @@ names inside a request body or query are 422 (they are a field of the request).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
-from posenc.presets import PRESETS, get_preset
+from posenc.presets import PRESETS, PresetKind, get_preset
 from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
 from service.state import State
 
@@ -78,9 +78,7 @@ def get_model(name: str, state: State) -> dict[str, Any]:
 
 @router.get("/presets", response_model=PresetList, summary="Published model-family settings")
 def list_presets(
-    kind: Literal["rope", "alibi", "relative", "learned"] | None = Query(
-        None, description="only presets of this kind"
-    ),
+    kind: PresetKind | None = Query(None, description="only presets of this kind"),
 ) -> dict[str, Any]:
     """Settings of well-known model families, each with the published config it comes from.
 
