@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from posenc.config_keys import config_key_hint
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
 from service.admission import Overloaded
 from service.formats import NotAcceptable
@@ -200,8 +201,11 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
 
         accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
     message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"
+    hint = config_key_hint(loc[-1], accepted)
     close = difflib.get_close_matches(loc[-1], accepted, n=1, cutoff=0.6)
-    if close:
+    if hint is not None:  # rope_theta is base, not a misspelt mrope_section
+        message += f"; {hint}"
+    elif close:
         message += f"; did you mean {close[0]!r}?"
     return message
 

@@ -249,3 +249,11 @@ def test_every_field_of_every_kind_reaches_schema_client_and_cli(
     usage = capsys.readouterr().out
     for f in kind.fields:
         assert f"--{f.name.replace('_', '-')}" in usage, f.name
+
+
+
+def test_resolve_fields_maps_a_config_key_to_its_field():
+    """The library (so the CLI and Python callers) says it too: rope_theta is base."""
+    hint = "'rope_theta' is a config.json key: its body field is base"
+    with pytest.raises(InvalidArgument, match=hint):
+        kinds.resolve_fields(kinds.REGISTRY["rope"], {"seq_len": 2, "rope_theta": 1.0})
