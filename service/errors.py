@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from posenc.config_keys import config_key_hint
+from posenc.config_keys import CONFIG_KEYS, config_key_hint
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
 from service.admission import Overloaded
 from service.formats import NotAcceptable
@@ -210,6 +210,32 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
     return message
 
 
+def pasted_config_error(
+    model: type[BaseModel] | None, raw: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """One error for a config.json sent as the body itself (``-d @config.json``), where the
+    endpoint takes it as ``{"config": ...}``: the body's top-level keys are refused as unknown
+    fields, and at least two of them (``model_type``, ``architectures``, ``rope_theta``...) are
+    config.json keys. None for any other body."""
+    if model is None or "config" not in model.model_fields:
+        return None
+    unknown = [
+        e["loc"][1]
+        for e in raw
+        if e.get("type") == "extra_forbidden" and len(e.get("loc", ())) == 2
+        and e["loc"][0] == "body" and isinstance(e["loc"][1], str)
+    ]
+    if len([k for k in unknown if k in CONFIG_KEYS or k == "architectures"]) < 2:
+        return None
+    return {
+        "type": "config_not_wrapped",
+        "loc": ["body"],
+        "msg": 'this looks like a config.json: send it as {"config": ...} (with curl: '
+        "jq '{config: .}' config.json | curl --json @- ...); its keys "
+        f"{', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''} are not body fields",
+    }
+
+
 async def _posenc_error(request: Request, exc: Exception) -> JSONResponse:
     if not isinstance(exc, PosencError):  # registered for PosencError only
         raise exc
@@ -262,6 +288,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI hands a body without a JSON Content-Type to the model as bytes: say why.
         return bad_body_response(media_type_refusal(content_type, ["application/json"]))
     model = request_model(request)
+    pasted = pasted_config_error(model, raw)
+    if pasted is not None:
+        return JSONResponse({"detail": [pasted]}, status_code=422)
     errors = []
     for e in raw:
         loc = tuple(e.get("loc", ()))
