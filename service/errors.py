@@ -222,8 +222,10 @@ def pasted_config_error(
     unknown = [
         e["loc"][1]
         for e in raw
-        if e.get("type") == "extra_forbidden" and len(e.get("loc", ())) == 2
-        and e["loc"][0] == "body" and isinstance(e["loc"][1], str)
+        if e.get("type") == "extra_forbidden"
+        and len(e.get("loc", ())) == 2
+        and e["loc"][0] == "body"
+        and isinstance(e["loc"][1], str)
     ]
     if len([k for k in unknown if k in CONFIG_KEYS or k == "architectures"]) < 2:
         return None

@@ -251,7 +251,6 @@ def test_every_field_of_every_kind_reaches_schema_client_and_cli(
         assert f"--{f.name.replace('_', '-')}" in usage, f.name
 
 
-
 def test_resolve_fields_maps_a_config_key_to_its_field():
     """The library (so the CLI and Python callers) says it too: rope_theta is base."""
     hint = "'rope_theta' is a config.json key: its body field is base"
