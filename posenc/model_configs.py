@@ -28,6 +28,7 @@ _LLAMA3_SCALING = {
 }
 _LLAMA32_SCALING = {**_LLAMA3_SCALING, "factor": 32.0}
 
+# fmt: off
 #: Phi-3.5-mini-instruct's LongRoPE ``short_factor`` (48 values: one per frequency of its
 #: 96-wide heads), as its config.json publishes them.
 _PHI35_SHORT_FACTOR = [
@@ -60,6 +61,7 @@ _PHI35_LONG_FACTOR = [
     64.06999969482422, 64.08000183105469, 64.12000274658203, 64.41000366210938,
     64.4800033569336, 64.51000213623047, 64.52999877929688, 64.83999633789062,
 ]
+# fmt: on
 
 #: ``name -> (hub repository, config.json keys)``.
 MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
