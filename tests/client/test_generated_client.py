@@ -44,9 +44,10 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Any:
     (work / "openapi.json").write_text(json.dumps(spec))
     out = work / PACKAGE
     config = Path(__file__).parents[2] / "docs" / "openapi-python-client.yaml"
+    command = [tool, "generate", "--path", "openapi.json", "--output-path", str(out)]
+    command += ["--meta", "none", "--config", str(config)]
     run = subprocess.run(
-        [tool, "generate", "--path", "openapi.json", "--output-path", str(out), "--meta", "none"]
-        + ["--config", str(config)],
+        command,
         cwd=work,
         capture_output=True,
         text=True,
@@ -180,7 +181,7 @@ def test_request_and_response_models_have_their_own_names(generated: Any) -> Non
     ``EmbedRequest`` and ``PositionIdsRequest``, not ``PostV1EmbedJsonEmbedRequest``."""
     spec, package = generated
     for method, path, op in _operations(spec):
-        bodies = [op.get("requestBody", {})] + list(op["responses"].values())
+        bodies = [op.get("requestBody", {}), *op["responses"].values()]
         for body in bodies:
             schema = body.get("content", {}).get("application/json", {}).get("schema")
             if schema is not None:
