@@ -42,7 +42,10 @@ _HEADERS = {
     "ETag": {"description": "entity tag of this representation", "schema": {"type": "string"}},
     "Vary": {"description": "always Accept", "schema": {"type": "string"}},
     "Server-Timing": {
-        "description": "compute;dur=MS, encode;dur=MS, cache;desc=hit|miss",
+        "description": "compute;dur=MS, encode;dur=MS, cache;desc=hit|miss. A binary table "
+        "sent while it is computed (a large miss, or a stream over POSENC_MAX_ELEMENTS) gives "
+        'only cache;desc="miss" or cache;desc="stream": its times are not known when the '
+        "headers leave, and ASGI servers send no HTTP trailers",
         "schema": {"type": "string"},
     },
 }
