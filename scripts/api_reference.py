@@ -101,7 +101,10 @@ def _constraints(schema: dict[str, Any]) -> list[str]:
             found += _constraints(alternative)
     found += [text.format(schema[key]) for key, text in _CONSTRAINTS if key in schema]
     if schema.get("type") == "array" and isinstance(schema.get("items"), dict):
-        found += [f"each {c}" for c in _constraints(schema["items"])]
+        # a list of lists: "each at least 3 items" (each row), "every inner value ≥ 0"
+        inner = _constraints(schema["items"])
+        found += [f"every inner value {c[5:]}" if c.startswith("each ") else f"each {c}"
+                  for c in inner]  # fmt: skip
     return found
 
 
