@@ -38,3 +38,13 @@ def test_design_md_lists_every_scaling_type() -> None:
     text = (ROOT / "docs" / "DESIGN.md").read_text()
     (listed,) = re.findall(r"^ScalingType = Literal\[(.*)\]$", text, flags=re.M)
     assert re.findall(r'"(\w+)"', listed) == list(typing.get_args(ScalingType))
+
+
+def test_configs_md_deepseek_layout_snippet_runs() -> None:
+    """docs/configs.md maps posenc's interleaved DeepSeek tables to transformers' half layout
+    and de-interleaved q/k; its snippet asserts that against transformers' own module."""
+    pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3")
+    text = (ROOT / "docs" / "configs.md").read_text()
+    section = text.split("## DeepSeek's layout", 1)[1].split("\n## ", 1)[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    exec(compile(code, "docs/configs.md", "exec"), {})
