@@ -511,10 +511,12 @@ def _head_dim_cause(r: _Reader, head_dim: int) -> tuple[str, str]:
         if r.has(key) and r.config.get(key) == head_dim:
             return f"{r.field(key)} is {head_dim}", r.field(key)
     hidden, heads = _hidden(r), _num_heads(r)
-    hidden_key = next(k for k in ("hidden_size", "n_embd", "d_model", "dim") if r.has(k))
+    hidden_key = next((k for k in ("hidden_size", "n_embd", "d_model", "dim") if r.has(k)), None)
     heads_key = next(
-        k for k in ("num_attention_heads", "n_head", "n_heads", "num_heads") if r.has(k)
+        (k for k in ("num_attention_heads", "n_head", "n_heads", "num_heads") if r.has(k)), None
     )
+    if hidden is None or not heads or hidden_key is None or heads_key is None:
+        return f"the head dimension is {head_dim}", r.field("head_dim")
     whole = (
         "" if hidden % heads == 0 else f" (not a whole number: {hidden / heads:.4g}, rounded down)"
     )
