@@ -215,8 +215,8 @@ def pasted_config_error(
 ) -> dict[str, Any] | None:
     """One error for a config.json sent as the body itself (``-d @config.json``), where the
     endpoint takes it as ``{"config": ...}``: the body's top-level keys are refused as unknown
-    fields, and at least two of them (``model_type``, ``architectures``, ``rope_theta``...) are
-    config.json keys. None for any other body."""
+    fields, among them ``model_type`` or ``architectures`` and at least one other config.json
+    key. None for any other body."""
     if model is None or "config" not in model.model_fields:
         return None
     unknown = [
@@ -227,6 +227,10 @@ def pasted_config_error(
         and e["loc"][0] == "body"
         and isinstance(e["loc"][1], str)
     ]
+    # every config.json has model_type (and most architectures); a body field misspelt in
+    # config terms (rope_theta beside rope_scaling) is not a pasted file
+    if "model_type" not in unknown and "architectures" not in unknown:
+        return None
     if len([k for k in unknown if k in CONFIG_KEYS or k == "architectures"]) < 2:
         return None
     return {
