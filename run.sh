@@ -22,7 +22,8 @@ ensure_env() {  # $1: the lock file to install (requirements/service.txt or requ
         "$PYTHON" -m venv "$VENV"
     fi
     local py="$VENV/bin/python"
-    local stamp="$VENV/.posenc-$(basename "$1" .txt)-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
+    # "compat": the install mode below; a venv installed before it is installed again once
+    local stamp="$VENV/.posenc-$(basename "$1" .txt)-compat-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
     if [ ! -f "$stamp" ]; then
         # torch first and alone: the pinned release from the lock (pip takes the local CPU build
         # where the machine has one), so the rest never pulls another build of it
