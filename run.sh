@@ -22,13 +22,18 @@ ensure_env() {  # $1: the lock file to install (requirements/service.txt or requ
         "$PYTHON" -m venv "$VENV"
     fi
     local py="$VENV/bin/python"
-    local stamp="$VENV/.posenc-$(basename "$1" .txt)-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
+    # "compat": the install mode below; a venv installed before it is installed again once
+    local stamp="$VENV/.posenc-$(basename "$1" .txt)-compat-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
     if [ ! -f "$stamp" ]; then
         # torch first and alone: the pinned release from the lock (pip takes the local CPU build
         # where the machine has one), so the rest never pulls another build of it
         "$py" -m pip install -q "$(grep -E '^torch==' "$1")"
         "$py" -m pip install -q -r "$1"
-        "$py" -m pip install -q --no-deps --no-build-isolation -e .
+        # compat: the clone's root goes on sys.path (a .pth), so a script run from the clone's
+        # parent folder, which sees the clone folder itself as a namespace package "posenc",
+        # still imports posenc/ (a regular package wins over a namespace one; setuptools' default
+        # finder only runs after the namespace one is found)
+        "$py" -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=compat
         touch "$stamp"
     fi
 }

@@ -48,7 +48,8 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import torch
 
 from posenc import __version__, codec, kinds, resolve
-from posenc.errors import PosencError
+from posenc.errors import PosencError, TooLarge
+from posenc.limits import check_elements
 
 if TYPE_CHECKING:
     from posenc.client import Format
@@ -62,6 +63,9 @@ CHUNK_ELEMENTS = 1 << 22
 """Elements per chunk (about 16 MiB of float32) of the chunked computation."""
 
 EXTENSIONS = {".npy": "npy", ".safetensors": "safetensors", ".png": "png", ".bin": "raw"}
+
+#: ``posenc serve --log-level``: the levels ``python -m service --log-level`` takes.
+LOG_LEVELS = ["critical", "error", "warning", "info", "debug", "trace"]
 
 
 class CliError(Exception):
@@ -148,7 +152,11 @@ def _compute_in_blocks(
 
 
 def compute_table(
-    kind: str, fields: Mapping[str, Any], *, progress: TextIO | None = None
+    kind: str,
+    fields: Mapping[str, Any],
+    *,
+    progress: TextIO | None = None,
+    max_elements: int | None = None,
 ) -> TensorBundle:
     """Compute a table locally, as the service's endpoint for ``kind`` would.
 
@@ -160,19 +168,25 @@ def compute_table(
         progress: stream for a progress line when the output has more than
             :data:`PROGRESS_ELEMENTS` elements (then computed in blocks); ``None``: silent,
             and whole.
+        max_elements: refuse an output (all its tensors) larger than this, from the numbers,
+            before anything is allocated; None: the library's
+            :data:`posenc.limits.MAX_ELEMENTS`.
 
     Returns:
         ``(tensors, meta)``: the named tensors in the endpoint's order (the first is the primary
         one) and a JSON-able ``meta`` with the effective parameters.
 
     Raises:
-        PosencError: a bad argument (the library's message, naming the field).
+        PosencError: a bad argument (the library's message, naming the field); ``TooLarge``
+            over ``max_elements``.
     """
     spec = kinds.REGISTRY.get(kind)
     if spec is None:
         raise PosencError(f"kind must be one of {list(kinds.REGISTRY)}, got {kind!r}", field="kind")
     params = resolve.resolve_fields(spec, {k: v for k, v in fields.items() if v is not None})
     elements = kinds.total_elements(spec, params)
+    # the row-block path allocates the whole output first: refuse from the numbers, at once
+    check_elements(elements, what=f"the {kind} output", max_elements=max_elements)
     if spec.blocks is None or progress is None or elements <= PROGRESS_ELEMENTS:
         return resolve.compute(spec, params), spec.make_meta(params)
     return _compute_in_blocks(spec, params, progress), spec.make_meta(params)
@@ -290,6 +304,9 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=300.0, help="seconds, with --url")
     p.add_argument("--index", type=int, help="png: the leading index (head) to draw")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+    p.add_argument("--max-elements", type=int,
+                   help="computing locally, refuse outputs larger than this many elements "
+                   "(default 2**31, 8 GiB of float32: posenc.limits.MAX_ELEMENTS)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,6 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default 8000)")
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
+    serve.add_argument("--log-level", choices=LOG_LEVELS,
+                       help="log level (default $POSENC_LOG_LEVEL, else info)")  # fmt: skip
 
     table = sub.add_parser(
         "table", help="write a positional table to .npy, .safetensors or .png",
@@ -384,8 +403,8 @@ def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
             kw["metavar"] = _METAVARS[spec.type]
     elif spec.choices is not None:
         kw["choices"] = list(spec.choices)
-    if spec.default is not None and not spec.required:
-        kw["help"] += f" (default {spec.default})"
+    if spec.default is not None and not spec.required and "default" not in spec.description:
+        kw["help"] += f" (default {spec.default})"  # once: some descriptions say it themselves
     p.add_argument("--" + spec.name.replace("_", "-"), **kw)
 
 
@@ -394,10 +413,10 @@ def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     argv = []
-    for name in ("host", "port", "workers"):
+    for name in ("host", "port", "workers", "log_level"):
         value = getattr(args, name)
         if value is not None:
-            argv += [f"--{name}", str(value)]
+            argv += [f"--{name.replace('_', '-')}", str(value)]
     # The service is a separate package: run it as `python -m service` in this process's
     # place (the library never imports it), so signals reach uvicorn directly.
     if importlib.util.find_spec("service") is None or importlib.util.find_spec("uvicorn") is None:
@@ -436,7 +455,19 @@ def _table(args: argparse.Namespace) -> int:
         parser.error("argument --api-key: only meaningful with --url")
     try:
         tensors, meta = compute_table(
-            args.kind, fields, progress=None if args.quiet else sys.stderr
+            args.kind,
+            fields,
+            progress=None if args.quiet else sys.stderr,
+            max_elements=args.max_elements,
+        )
+    except TooLarge as exc:
+        dtype = fields.get("dtype") or "float32"
+        size = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+        parser.error(
+            f"{exc.args[0].split('; ')[0]}: {exc.requested * size / 2**30:.1f} GiB of {dtype} "
+            "in memory before the file is written; ask for less, raise --max-elements (this "
+            "machine must hold it), or use --url (a posenc service streams npy, safetensors "
+            "and raw up to its POSENC_MAX_STREAM_ELEMENTS)"
         )
     except PosencError as exc:
         flag = (exc.field or "").split("[")[0].split(".")[0]

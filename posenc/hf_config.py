@@ -508,6 +508,31 @@ def _head_dim(r: _Reader) -> int | None:
     return head_dim
 
 
+def _head_dim_cause(r: _Reader, head_dim: int) -> tuple[str, str]:
+    """Where the config's head dimension ``head_dim`` comes from: ``(what it says, its key)``,
+    so that an odd one is blamed on the keys the config gives (``hidden_size 64 /
+    num_attention_heads 3``), not on a ``partial_rotary_factor`` it never set."""
+    for key in ("qk_rope_head_dim", "global_head_dim", "head_dim"):
+        if r.has(key) and r.config.get(key) == head_dim:
+            return f"{r.field(key)} is {head_dim}", r.field(key)
+    hidden, heads = _hidden(r), _num_heads(r)
+    hidden_key = next((k for k in ("hidden_size", "n_embd", "d_model", "dim") if r.has(k)), None)
+    heads_key = next(
+        (k for k in ("num_attention_heads", "n_head", "n_heads", "num_heads") if r.has(k)), None
+    )
+    if hidden is None or not heads or hidden_key is None or heads_key is None:
+        return f"the head dimension is {head_dim}", r.field("head_dim")
+    whole = (
+        "" if hidden % heads == 0 else f" (not a whole number: {hidden / heads:.4g}, rounded down)"
+    )
+    return (
+        f"{r.field(hidden_key)} {hidden} / {heads_key} {heads} gives a head dimension of "
+        f"{head_dim}{whole}; give head_dim, or a {hidden_key} that {heads_key} divides into an "
+        "even size",
+        r.field(heads_key),
+    )
+
+
 def _layer_count(r: _Reader) -> int | None:
     for key in ("num_hidden_layers", "n_layer", "n_layers", "num_layers"):
         if r.has(key):
@@ -751,6 +776,7 @@ def _rope_layer(
     if prf is None and c.get("rotary_pct") is not None:
         prf = c.get("rotary_pct")
         r.warnings.append("rotary_pct: legacy spelling of partial_rotary_factor")
+    prf_default = prf is None
     if prf is None:
         prf = DEFAULT_PARTIAL_ROTARY.get(base, 1.0)
     if isinstance(prf, bool) or not isinstance(prf, int | float) or not 0 < prf <= 1:
@@ -773,10 +799,19 @@ def _rope_layer(
             else r.field("rotary_dim"),
         )
     if rotary_dim is None or rotary_dim < 2 or rotary_dim % 2:
+        field = f"{where}.partial_rotary_factor"
+        if rotary_dim == head_dim or (head_dim % 2 and prf_default):
+            # the head dimension itself is odd (or too small): blame where it comes from
+            cause, field = _head_dim_cause(r, head_dim)
+            raise InvalidArgument(
+                f"{cause}; RoPE rotates pairs of channels, so the rotary dimension "
+                f"({rotary_dim}) must be even and >= 2",
+                field=field,
+            )
         raise InvalidArgument(
             f"the rotary dimension int(head_dim {head_dim} x partial_rotary_factor {prf}) = "
             f"{rotary_dim} must be even and >= 2",
-            field=f"{where}.partial_rotary_factor",
+            field=field,
         )
 
     mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}

@@ -20,6 +20,7 @@ original code rotates interleaved pairs; ``interleaved`` for GPT-J, GLM, DeepSee
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -150,21 +151,114 @@ _PRESET_LIST: tuple[Preset, ...] = _all_presets()
 PRESETS: dict[str, Preset] = {p.name: p for p in _PRESET_LIST}
 
 
+#: Other Hub repositories whose config.json gives the same tables as a preset's own
+#: (instruct and chat tunings of the same base, renamed repositories): ``repo -> preset``.
+#: Only models whose position keys are known to equal the preset's are listed: a name that is
+#: not here gets no preset rather than a wrong one.
+_SAME_TABLES: Mapping[str, str] = MappingProxyType(
+    {
+        "meta-llama/Llama-2-7b-chat-hf": "llama-2-7b",
+        "meta-llama/Llama-2-7b": "llama-2-7b",
+        "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+        "meta-llama/Meta-Llama-3.1-8B": "llama-3.1-8b",
+        "meta-llama/Meta-Llama-3.1-8B-Instruct": "llama-3.1-8b",
+        "meta-llama/Llama-3.2-1B-Instruct": "llama-3.2-1b",
+        "meta-llama/Llama-3.2-3B-Instruct": "llama-3.2-3b",
+        "meta-llama/Llama-4-Scout-17B-16E-Instruct": "llama-4-scout",
+        "mistralai/Mistral-7B-Instruct-v0.1": "mistral-7b",
+        "mistralai/Mistral-7B-Instruct-v0.3": "mistral-7b-v0.3",
+        "mistralai/Mixtral-8x7B-Instruct-v0.1": "mixtral-8x7b",
+        "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b",
+        "Qwen/Qwen2.5-0.5B-Instruct": "qwen2.5-0.5b",
+        "google/gemma-2-9b-it": "gemma-2-9b",
+        "google/gemma-3-1b-it": "gemma-3-1b",
+        "google/gemma-3-4b-it": "gemma-3-4b",
+        "deepseek-ai/DeepSeek-R1": "deepseek-v3",
+        "tiiuae/falcon-7b-instruct": "falcon-7b",
+    }
+)
+
+
+def _aliases() -> dict[str, str]:
+    """Lower-case alias -> preset name: each preset's Hub repository id (``meta-llama/
+    Llama-3.1-8B``) and the repository's own name (``Llama-3.1-8B``), and the same for the
+    repositories of :data:`_SAME_TABLES`."""
+    repos = {repo: name for name, (repo, _) in MODEL_CONFIGS.items()}
+    repos.update(_SAME_TABLES)
+    out: dict[str, str] = {}
+    for repo, name in repos.items():
+        for alias in (repo, repo.rsplit("/", 1)[-1]):
+            if out.setdefault(alias.lower(), name) != name:  # pragma: no cover - a data error
+                raise InvalidArgument(f"preset alias {alias!r} names two presets", field="preset")
+    return out
+
+
+#: Every other name a preset answers to (lower-case), by alias: see :func:`get_preset`.
+PRESET_ALIASES: Mapping[str, str] = MappingProxyType(_aliases())
+
+
+def _numbers(name: str) -> list[str]:
+    return re.findall(r"\d+", name)
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal-string-alignment distance: insertions, deletions, substitutions and swaps of
+    two neighbours, each 1."""
+    prev2: list[int] = []
+    prev = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        row = [i] + [0] * len(b)
+        for j in range(1, len(b) + 1):
+            cost = a[i - 1] != b[j - 1]
+            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + cost)
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                row[j] = min(row[j], prev2[j - 2] + 1)
+        prev2, prev = prev, row
+    return prev[-1]
+
+
+def _typo_of(name: str) -> str | None:
+    """The preset ``name`` is a typo of, or None.
+
+    Model names differ by a number (size, version) or by a word (``mini`` / ``moe``) between
+    models whose tables differ, so a name counts as a typo only when it has the same numbers
+    and is at most two edits from a preset's name or alias: ``lama-3.1-8b`` and
+    ``llama-3.1-8`` are ``llama-3.1-8b``, while ``Phi-3.5-MoE-instruct`` is not
+    ``phi-3.5-mini`` and ``Llama-3.1-70B`` is not ``llama-3.1-8b``.
+    """
+    best: tuple[int, str] | None = None
+    for asked in {name.lower(), name.lower().rsplit("/", 1)[-1]}:
+        for known, preset in [*((n, n) for n in PRESETS), *PRESET_ALIASES.items()]:
+            if _numbers(asked) != _numbers(known):
+                continue
+            distance = _edits(asked, known)
+            if distance <= 2 and (best is None or distance < best[0]):
+                best = (distance, preset)
+    return best[1] if best else None
+
+
 def get_preset(name: str) -> Preset:
-    """The preset called ``name``.
+    """The preset called ``name``, or of which ``name`` is an alias: a Hugging Face Hub
+    repository id whose config gives the preset's tables, in any case
+    (``meta-llama/Llama-3.1-8B``, ``Qwen/Qwen2.5-7B-Instruct``, ``Llama-3.1-8B``; see
+    :data:`PRESET_ALIASES`).
 
     Raises:
-        UnknownName: no such preset; the message lists the known names (``field="preset"``).
+        UnknownName: no such preset; the message lists the known names (``field="preset"``)
+            and, where ``name`` is a typo of one (same numbers, at most two edits), suggests it.
     """
-    try:
-        return PRESETS[name]
-    except (KeyError, TypeError):
-        raise UnknownName(
-            f"unknown preset {name!r}; known presets: {', '.join(PRESETS)}",
-            field="preset",
-            name=name,
-            known=PRESETS,
-        ) from None
+    if isinstance(name, str):
+        preset = PRESETS.get(name) or PRESETS.get(PRESET_ALIASES.get(name.lower(), ""))
+        if preset is not None:
+            return preset
+    typo = _typo_of(name) if isinstance(name, str) else None
+    raise UnknownName(
+        f"unknown preset {name!r}; known presets: {', '.join(PRESETS)} (or the Hugging Face "
+        "repository id of one)",
+        field="preset",
+        name=name,
+        known=[typo] if typo else [],
+    )
 
 
-__all__ = ["PRESETS", "PRESET_FIELDS", "Preset", "PresetKind", "get_preset"]
+__all__ = ["PRESETS", "PRESET_ALIASES", "PRESET_FIELDS", "Preset", "PresetKind", "get_preset"]

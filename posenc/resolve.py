@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from posenc import kinds
+from posenc.config_keys import config_key_hint
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField, TooLarge, UnknownName
 from posenc.kinds import Context, Kind, Params, Tensors, elements
@@ -72,9 +73,10 @@ def resolve_fields(
     """
     unknown = sorted(set(given) - set(kind.field_names))
     if unknown:
+        hints = [h for h in (config_key_hint(u, kind.field_names) for u in unknown) if h]
         raise InvalidArgument(
             f"unknown field(s) {unknown} for {kind.name}; its fields are "
-            f"{', '.join(kind.field_names)}",
+            f"{', '.join(kind.field_names)}" + "".join(f"; {h}" for h in hints),
             field=unknown[0],
         )
     info: dict[str, Any] = {}

@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from posenc.config_keys import CONFIG_KEYS, config_key_hint
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
 from service.admission.budget import Overloaded
 from service.query import OUTPUT_PARAMS
@@ -199,10 +200,45 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
     if loc[0] == "query":
         accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
     message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"
+    hint = config_key_hint(loc[-1], accepted)
     close = difflib.get_close_matches(loc[-1], accepted, n=1, cutoff=0.6)
-    if close:
+    if hint is not None:  # rope_theta is base, not a misspelt mrope_section
+        message += f"; {hint}"
+    elif close:
         message += f"; did you mean {close[0]!r}?"
     return message
+
+
+def pasted_config_error(
+    model: type[BaseModel] | None, raw: list[dict[str, Any]]
+) -> dict[str, Any] | None:
+    """One error for a config.json sent as the body itself (``-d @config.json``), where the
+    endpoint takes it as ``{"config": ...}``: the body's top-level keys are refused as unknown
+    fields, among them ``model_type`` or ``architectures`` and at least one other config.json
+    key. None for any other body."""
+    if model is None or "config" not in model.model_fields:
+        return None
+    unknown = [
+        e["loc"][1]
+        for e in raw
+        if e.get("type") == "extra_forbidden"
+        and len(e.get("loc", ())) == 2
+        and e["loc"][0] == "body"
+        and isinstance(e["loc"][1], str)
+    ]
+    # every config.json has model_type (and most architectures); a body field misspelt in
+    # config terms (rope_theta beside rope_scaling) is not a pasted file
+    if "model_type" not in unknown and "architectures" not in unknown:
+        return None
+    if len([k for k in unknown if k in CONFIG_KEYS or k == "architectures"]) < 2:
+        return None
+    return {
+        "type": "config_not_wrapped",
+        "loc": ["body"],
+        "msg": 'this looks like a config.json: send it as {"config": ...} (with curl: '
+        "jq '{config: .}' config.json | curl --json @- ...); its keys "
+        f"{', '.join(unknown[:5])}{', ...' if len(unknown) > 5 else ''} are not body fields",
+    }
 
 
 async def _posenc_error(request: Request, exc: Exception) -> JSONResponse:
@@ -257,6 +293,9 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         # FastAPI hands a body without a JSON Content-Type to the model as bytes: say why.
         return bad_body_response(media_type_refusal(content_type, ["application/json"]))
     model = request_model(request)
+    pasted = pasted_config_error(model, raw)
+    if pasted is not None:
+        return JSONResponse({"detail": [pasted]}, status_code=422)
     errors = []
     for e in raw:
         loc = tuple(e.get("loc", ()))

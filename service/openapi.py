@@ -27,6 +27,7 @@ from service.observability.request_id import PATTERN as REQUEST_ID_PATTERN
 __all__ = [
     "custom_openapi",
     "declare_request_id",
+    "hoist_inline_models",
     "install_docs",
     "json_schema_keywords",
     "openapi_30",
@@ -75,6 +76,18 @@ def openapi_30(spec: dict[str, Any]) -> dict[str, Any]:
 
     doc = walk(copy.deepcopy(spec))
     doc["openapi"] = "3.0.3"
+    for item in doc.get("paths", {}).values():
+        for operation in item.values():
+            for response in (
+                operation.get("responses", {}).values() if isinstance(operation, dict) else ()
+            ):
+                content = response.get("content") if isinstance(response, dict) else None
+                if content and "application/json" in content:
+                    # JSON first: "Try it out" sends the first media type as Accept
+                    response["content"] = {
+                        "application/json": content["application/json"],
+                        **{k: v for k, v in content.items() if k != "application/json"},
+                    }
     return doc
 
 
@@ -149,6 +162,44 @@ def json_schema_keywords(node: Any) -> Any:
 _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
+def hoist_inline_models(doc: dict[str, Any]) -> dict[str, Any]:
+    """Move every request and response model written inline in ``doc`` (an object schema with
+    a ``title``, and the ``$defs`` it carries) under ``components/schemas``, in place, and
+    refer to it by ``$ref``.
+
+    FastAPI writes the body of a route that reads its request itself (the token endpoints,
+    which also take binary bodies) inline, so generators named it after the operation
+    (``PostV1EmbedJsonEmbedRequest``); under ``components`` it keeps its own name
+    (``EmbedRequest``).
+    """
+    schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+
+    def hoist(holder: dict[str, Any]) -> None:
+        schema = holder.get("schema")
+        if not isinstance(schema, dict) or "$ref" in schema:
+            return
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, sub)
+        title = schema.get("title")
+        if schema.get("type") != "object" or not isinstance(title, str):
+            return
+        if schemas.setdefault(title, schema) != schema:
+            return  # another schema has this name: leave this one inline
+        holder["schema"] = {"$ref": f"#/components/schemas/{title}"}
+
+    for item in doc.get("paths", {}).values():
+        for method, operation in item.items():
+            if method not in _METHODS or not isinstance(operation, dict):
+                continue
+            bodies = [operation.get("requestBody", {})]
+            bodies += [r for r in operation.get("responses", {}).values() if isinstance(r, dict)]
+            for body in bodies:
+                for media in body.get("content", {}).values():
+                    if isinstance(media, dict):
+                        hoist(media)
+    return doc
+
+
 def declare_request_id(doc: dict[str, Any]) -> dict[str, Any]:
     """Declare ``X-Request-ID`` (``service.observability.request_id``) in every operation of ``doc``, in place.
 
@@ -206,7 +257,7 @@ def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, A
                 routes=app.routes,
                 tags=app.openapi_tags,
             )
-            schema = declare_request_id(json_schema_keywords(schema))
+            schema = declare_request_id(hoist_inline_models(json_schema_keywords(schema)))
             if settings.api_key is not None:
                 components = schema.setdefault("components", {})
                 components.setdefault("securitySchemes", {})["bearerAuth"] = {

@@ -273,7 +273,9 @@ def respond_streamed(
         raise no_bfloat16_npy(primary.name)
     parts = stream_parts(bundle, fmt)
     length = sum(_part_size(p) for p in parts)
-    timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"'
+    # no compute or encode entries: the headers go before the first row is computed, and a
+    # zero there would read as measured (ASGI servers send no HTTP trailers to put them in)
+    timing = 'cache;desc="stream"'
     headers, _ = _headers(plan, fmt, primary, prepared.headers, length, timing)
     hold = getattr(request.app.state, "posenc_stream_hold", None)
     return StreamingResponse(
@@ -378,7 +380,7 @@ async def respond_kept(
     from the request, with the headers a hit carries. So the first request for a table costs
     about its compute or its transfer, whichever is longer, instead of their sum, and the next
     one is a hit (or a replay) of the same bytes. ``Server-Timing`` says ``cache;desc="miss"``
-    (the compute is not over when the headers go). Returns None where the whole path serves
+    alone: the compute is not over when the headers go, so it has no time to give. Returns None where the whole path serves
     the request better (a body under :data:`KEEP_MIN_BYTES`, npy of bfloat16: its 406).
     """
     fmt = prepared.fmt
@@ -393,7 +395,7 @@ async def respond_kept(
     length = sum(sizes)
     if length < KEEP_MIN_BYTES:
         return None
-    timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="miss"'
+    timing = 'cache;desc="miss"'  # no compute or encode entries: not measured yet (see above)
     headers, own = _headers(plan, fmt, primary, prepared.headers, length, timing)
     budget = state.budget
     nbytes = estimate_bytes(plan.elements, fmt, dtype=plan.params.get("dtype", ""))

@@ -91,7 +91,7 @@ def list_presets(
 
 
 @router.get(
-    "/presets/{name}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
+    "/presets/{name:path}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
 )
 def get_preset_by_name(name: str) -> dict[str, Any]:
     try:

@@ -101,3 +101,6 @@ class ConfigPositions(BaseModel):
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     return read_positions(body.config).to_dict()
+
+
+config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defined]  # 422 hints

@@ -43,7 +43,10 @@ _HEADERS = {
     "ETag": {"description": "entity tag of this representation", "schema": {"type": "string"}},
     "Vary": {"description": "always Accept", "schema": {"type": "string"}},
     "Server-Timing": {
-        "description": "compute;dur=MS, encode;dur=MS, cache;desc=hit|miss",
+        "description": "compute;dur=MS, encode;dur=MS, cache;desc=hit|miss. A binary table "
+        "sent while it is computed (a large miss, or a stream over POSENC_MAX_ELEMENTS) gives "
+        'only cache;desc="miss" or cache;desc="stream": its times are not known when the '
+        "headers leave, and ASGI servers send no HTTP trailers",
         "schema": {"type": "string"},
     },
 }
@@ -52,9 +55,13 @@ _HEADERS = {
 def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
     """The documented responses of a compute endpoint whose tensors are ``names``."""
     primary = names[0]
-    # JSON first: Swagger UI sends the first media type as Accept when trying an operation.
-    content: dict[str, Any] = {FORMAT_MEDIA_TYPES["json"]: {}}
-    content.update({m: _BINARY for f, m in FORMAT_MEDIA_TYPES.items() if f != "json"})
+    # application/octet-stream first: a generated client (openapi-python-client and the like)
+    # parses a 200 by the first media type it knows, and JSON first made it call
+    # response.json() on safetensors, npy, raw and png bodies (UnicodeDecodeError); bytes
+    # first, it hands back the body's bytes whatever the format. Swagger UI sends the first
+    # media type as Accept, so its copy of the document puts JSON first again (openapi_30).
+    content: dict[str, Any] = {FORMAT_MEDIA_TYPES["raw"]: _BINARY, FORMAT_MEDIA_TYPES["json"]: {}}
+    content.update({m: _BINARY for m in FORMAT_MEDIA_TYPES.values() if m not in content})
     return {
         200: {
             "model": TensorBundleJSON,

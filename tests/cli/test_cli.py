@@ -305,6 +305,42 @@ def test_serve_delegates_to_python_m_service(monkeypatch) -> None:
         [py, py, "-m", "service", "--port", "8123", "--workers", "2"],
         [py, py, "-m", "service"],
     ]
+    # --log-level, as python -m service takes it
+    seen.clear()
+    assert cli.main(["serve", "--log-level", "debug"]) == 0
+    assert seen == [[py, py, "-m", "service", "--log-level", "debug"]]
+
+
+def test_a_local_table_too_large_for_memory_is_refused_before_allocating(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    """``--seq-len 100000000 --d-model 768`` tried to allocate 307 GB before it exited: it is
+    refused from the numbers (exit 2), and nothing is computed or written."""
+    computed: list[str] = []
+    monkeypatch.setattr(cli.kinds, "compute", lambda *a, **k: computed.append("whole"))
+    monkeypatch.setattr(cli, "_compute_in_blocks", lambda *a, **k: computed.append("blocks"))
+    out = tmp_path / "big.npy"
+    with pytest.raises(SystemExit) as info:
+        cli.main(["table", "sinusoidal", "--seq-len", "100000000", "--d-model", "768", "-o", str(out)])  # fmt: skip
+    assert info.value.code == 2 and computed == [] and not out.exists()
+    err = capsys.readouterr().err
+    assert "76800000000 elements, over the limit of 2147483648" in err
+    assert "286.1 GiB of float32" in err and "--url" in err
+    # --max-elements sets the limit (here below a small table)
+    with pytest.raises(SystemExit):
+        cli.main(["table", "sinusoidal", "--seq-len", "8", "--d-model", "8", "--max-elements", "63", "-o", str(out)])  # fmt: skip
+    assert computed == []
+
+
+def test_help_gives_each_default_once(capsys) -> None:
+    """``posenc table rope --help`` said "(default 10000 when neither preset nor config gives
+    it) (default 10000.0)"."""
+    with pytest.raises(SystemExit):
+        cli.main(["table", "rope", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default 10000.0)" not in text and "(default half)" not in text
+    assert "rope_theta (default 10000 when neither preset nor config gives it)" in text
+    assert "(default float32)" in text  # a field whose description gives none still gets it
 
 
 def test_posenc_serve_process_answers(tmp_path: Path) -> None:

@@ -495,3 +495,27 @@ def test_hpa_metrics() -> None:
     both = rendered("cpu", "hpa-inflight")["HorizontalPodAutoscaler"]["spec"]["metrics"]
     assert [m["type"] for m in both] == ["Resource", "Pods"]
     assert both[1]["pods"]["metric"]["name"] == "posenc_inflight_bytes"
+
+
+def test_the_prerequisites_name_every_claim_and_secret_the_pods_need(
+    objects: dict[str, dict],
+) -> None:
+    """A first `kubectl apply -k` left pods Pending or in CreateContainerConfigError: the
+    docs' prerequisites list every PersistentVolumeClaim and Secret the manifests refer to
+    but do not create, and the namespace of each overlay."""
+    text = (ROOT / "docs" / "deployment.md").read_text()
+    section = text.split("### Prerequisites", 1)[1].split("\n### ", 1)[0]
+    spec = pod(objects)
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}  # fmt: skip
+    secrets = {
+        e["valueFrom"]["secretKeyRef"]["name"]
+        for c in spec["containers"]
+        for e in c.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    created = {(o["kind"], o["metadata"]["name"]) for o in objects.values()}
+    needed = {("PersistentVolumeClaim", n) for n in claims} | {("Secret", n) for n in secrets}
+    assert claims and secrets
+    for kind, name in needed - created:
+        assert f"`{name}`" in section, (kind, name)
+    assert f"`{objects['Deployment']['metadata']['namespace']}`" in text

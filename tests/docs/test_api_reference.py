@@ -44,3 +44,14 @@ def test_reference_names_every_operation_field_and_status() -> None:
                 schema = spec["components"]["schemas"].get(ref.rsplit("/", 1)[-1], {})
                 for field in schema.get("properties", {}):
                     assert f"| `{field}` |" in section, (method, path, field)
+
+
+def test_nested_list_bounds_read_as_english() -> None:
+    """A list of lists' bounds once read "each each ≥ 0"."""
+    constraints = _generator()["_constraints"]
+    rows = {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 3,
+            "items": {"type": "integer", "minimum": 0}}}  # fmt: skip
+    said = constraints(rows)
+    assert "every inner value ≥ 0" in said and "each at least 3 items" in said
+    assert not any("each each" in c for c in said)
+    assert "each each" not in REFERENCE.read_text()

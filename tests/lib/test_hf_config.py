@@ -159,7 +159,7 @@ def test_other_kinds() -> None:
         ({"rope_scaling": {"type": "linear"}}, "config.rope_scaling.factor", "required"),
         ({"rope_scaling": [1, 2]}, "config.rope_scaling", "object"),
         ({"partial_rotary_factor": 2}, "config.rope_parameters.partial_rotary_factor", "(0, 1]"),
-        ({"head_dim": 7}, "config.rope_parameters.partial_rotary_factor", "even"),
+        ({"head_dim": 7}, "config.head_dim", "even"),
         ({"num_attention_heads": 0}, "config.num_attention_heads", ">= 1"),
         ({"layer_types": "full"}, "config.layer_types", "list of strings"),
     ],
@@ -231,3 +231,20 @@ def test_any_json_is_read_or_refused_with_invalid_argument(name: str, patch: dic
         assert exc.field and exc.field.startswith(("config", "layer_type"))
         return
     mp.to_dict()
+
+
+def test_an_odd_head_dimension_is_blamed_on_the_keys_that_give_it():
+    """hidden_size 64 / num_attention_heads 3 was blamed on partial_rotary_factor, which the
+    config never set: the cause is 64 // 3 = 21, an odd head dimension."""
+    config = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 3}
+    with pytest.raises(InvalidArgument, match=r"hidden_size 64 / num_attention_heads 3") as info:
+        read_positions(config)
+    assert info.value.field == "config.num_attention_heads"
+    assert "partial_rotary_factor" not in str(info.value)
+    with pytest.raises(InvalidArgument, match=r"config.head_dim is 21") as info:
+        read_positions({**config, "head_dim": 21})
+    assert info.value.field == "config.head_dim"
+    # a factor the config does give, on an even head dimension, is still the one blamed
+    with pytest.raises(InvalidArgument) as info:
+        read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.15})
+    assert info.value.field.endswith("partial_rotary_factor")

@@ -55,3 +55,41 @@ def test_the_library_never_imports_the_service() -> None:
     root = Path(__file__).resolve().parents[2] / "posenc"
     offenders = [p.name for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert offenders == []
+
+
+@pytest.mark.slow
+def test_a_script_beside_the_clone_imports_posenc(tmp_path):
+    """``posenc/.venv/bin/python script.py`` run from the clone's parent folder once imported
+    the clone folder as a namespace package (``cannot import name 'RopeScaling' from 'posenc'
+    (unknown location)``). The clone is installed as run.sh installs it into a fresh venv,
+    then a script beside a folder named posenc holding the clone imports the real package."""
+    import os
+    import shlex
+    import sysconfig
+    from pathlib import Path
+
+    repo = Path(__file__).parents[2]
+    line = next(
+        x for x in (repo / "run.sh").read_text().splitlines() if "pip install" in x and " -e ." in x
+    )
+    args = shlex.split(line.strip())[1:]  # after "$py"
+    args = [str(repo) if a == "." else a for a in args]
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    # setuptools (for the build) and torch (for the import) from this interpreter, on
+    # PYTHONPATH: not a site folder, so its own posenc install is not set up there
+    env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
+    install = subprocess.run([str(python), *args], env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "posenc").symlink_to(repo, target_is_directory=True)
+    (parent / "script.py").write_text(
+        "from posenc import RopeScaling\nprint(RopeScaling.__module__)\n"
+    )
+    run = subprocess.run(
+        [str(python), "script.py"], cwd=parent, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "posenc.rope"

@@ -104,8 +104,14 @@ def test_rope_presets_are_accepted_by_rope_cos_sin(name):
     # the first frequency is 1 rad per position for every preset whose scaling keeps the
     # highest frequency (all but linear interpolation, which divides every frequency)
     scaling = p["scaling"]
-    if scaling is not None and scaling["type"] == "linear":
-        first = 1.0 / scaling["factor"]
+    if scaling is not None and scaling["type"] in ("linear", "longrope"):
+        # linear divides every frequency by the factor; longrope divides each by its own
+        # long factor here, since position 4096 makes the sequence longer than 4096
+        if scaling["type"] == "linear":
+            first = 1.0 / scaling["factor"]
+        else:
+            assert scaling["original_max_position_embeddings"] <= 4096
+            first = 1.0 / scaling["long_factor"][0]
         assert_close(
             tables.cos[1, 0].double(), torch.tensor(math.cos(first) * scale, dtype=torch.float64)
         )
@@ -289,3 +295,74 @@ def test_spot_values():
     assert get_preset("t5-base").params["num_heads"] == 12
     assert get_preset("gpt2").params["vocab_size"] == 50257
     assert get_preset("bert-base").params["seq_len"] == 512
+
+
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
+        ("Llama-3.1-8B", "llama-3.1-8b"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+        ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+        ("microsoft/Phi-3.5-mini-instruct", "phi-3.5-mini"),
+        ("Phi-3.5-mini-instruct", "phi-3.5-mini"),
+        ("google-bert/bert-base-uncased", "bert-base"),
+        ("EleutherAI/gpt-neox-20b", "gpt-neox-20b"),
+    ],
+)
+def test_a_hugging_face_repository_id_names_its_preset(alias, name):
+    assert get_preset(alias) is PRESETS[name]
+
+
+def test_every_preset_answers_to_its_own_repository_id():
+    from posenc.model_configs import MODEL_CONFIGS
+
+    for name, (repo, _) in MODEL_CONFIGS.items():
+        assert get_preset(repo).name == name
+        assert get_preset(repo.upper()).name == name
+
+
+@pytest.mark.parametrize(
+    "asked",
+    [
+        "Phi-3.5-MoE-instruct",  # another Phi-3.5, with other LongRoPE factors
+        "phi-3-mini-128k",  # LongRoPE, unlike phi-3-mini-4k
+        "Llama-3.1-70B",
+        "mistral-7b-v0.2",  # rope_theta 1e6, unlike v0.1 and v0.3's neighbours
+        "qwen2.5-14b",
+    ],
+)
+def test_a_suggestion_never_points_at_another_model(asked):
+    """A name that differs from a preset by a number or a word is another model, whose tables
+    may differ: no "did you mean" (Phi-3.5-mini was once offered phi-3-mini-4k)."""
+    with pytest.raises(UnknownName) as info:
+        get_preset(asked)
+    assert info.value.suggestion is None
+    assert "did you mean" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("asked", "meant"), [("lama-3.1-8b", "llama-3.1-8b"), ("llama-3.1-8", "llama-3.1-8b")]
+)
+def test_a_typo_is_still_suggested(asked, meant):
+    with pytest.raises(UnknownName, match=f"did you mean '{meant}'"):
+        get_preset(asked)
+
+
+def test_phi_3_5_mini_is_its_published_longrope_config():
+    """microsoft/Phi-3.5-mini-instruct config.json: 96-wide heads (3072 / 32), rope_theta 10000,
+    LongRoPE with 48 short and 48 long factors, original_max_position_embeddings 4096 of
+    131072, so attention scaling sqrt(1 + ln 32 / ln 4096) (Phi3's longrope rule)."""
+    params = get_preset("phi-3.5-mini").params
+    assert (params["head_dim"], params["rotary_dim"], params["base"]) == (96, 96, 10000.0)
+    scaling = params["scaling"]
+    assert scaling["type"] == "longrope"
+    assert scaling["original_max_position_embeddings"] == 4096
+    assert scaling["factor"] == 32.0
+    assert len(scaling["short_factor"]) == len(scaling["long_factor"]) == 48
+    assert (scaling["short_factor"][0], scaling["long_factor"][-1]) == (1.0, 64.83999633789062)
+    tables = rope_cos_sin(
+        [0], rotary_dim=96, scaling=scaling_of(get_preset("phi-3.5-mini")), dtype=torch.float64
+    )
+    expected = math.sqrt(1 + math.log(32) / math.log(4096))  # 1.190
+    assert_close(tables.cos[0], torch.full((96,), expected, dtype=torch.float64))

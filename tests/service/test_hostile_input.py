@@ -117,14 +117,45 @@ def test_unknown_fields_list_the_accepted_names_and_the_closest(api: httpx.Clien
     assert "accepted fields: input_ids, model" in item["msg"] and "did you mean" not in item["msg"]
 
 
+def test_config_keys_in_a_body_are_mapped_to_the_body_field(api: httpx.Client) -> None:
+    """rope_theta was answered "did you mean 'mrope_section'?": a config.json key gets its body
+    field, or "send it inside config" where the body has none."""
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "rope_theta": 5e5})
+    (item,) = r.json()["detail"]
+    assert "'rope_theta' is a config.json key: its body field is base" in item["msg"]
+    assert "did you mean" not in item["msg"]
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "hidden_size": 64})
+    (item,) = r.json()["detail"]
+    assert "send it inside config" in item["msg"]
+    r = api.post(
+        "/v1/encodings/rope",
+        json={"seq_len": 2, "head_dim": 8, "partial_rotary_factor": 0.5, "rope_scaling": None},
+    )
+    messages = {tuple(e["loc"]): e["msg"] for e in r.json()["detail"]}
+    assert "body field is rotary_dim" in messages[("body", "partial_rotary_factor")]
+    assert "body field is scaling" in messages[("body", "rope_scaling")]
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "num_attention_heads": 4})
+    (item,) = r.json()["detail"]
+    assert "body field is num_heads" in item["msg"]
+    r = api.post("/v1/encodings/learned", json={"d_model": 4, "max_position_embeddings": 8})
+    (item,) = r.json()["detail"]
+    assert "body field is seq_len" in item["msg"]
+
+
 def test_unknown_preset_and_model_say_did_you_mean(api: httpx.Client) -> None:
     r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "llama-3.1-8"})
     assert r.status_code == 422
     body = r.json()
     assert body["type"] == "unknown_name" and body["suggestion"] == "llama-3.1-8b"
     assert "did you mean 'llama-3.1-8b'?" in body["detail"]
-    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "preset": "BLOOM-7b1"})
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "preset": "blom-7b1"})
     assert r.json()["suggestion"] == "bloom-7b1"
+    # a name in another case, or the Hub repository id, is the preset itself
+    r = api.post("/v1/biases/alibi", json={"seq_len": 2, "preset": "bigscience/BLOOM-7b1"})
+    assert r.status_code == 200 and r.json()["tensors"]["bias"]["shape"] == [32, 2, 2]
+    # another model's name is never offered a preset with other tables
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "preset": "Phi-3.5-MoE-instruct"})
+    assert r.status_code == 422 and "suggestion" not in r.json()
     r = api.post("/v1/embed", json={"input_ids": [[1]], "model": "posenc-bas"})
     assert r.status_code == 422 and r.json()["suggestion"] == "posenc-base"
     r = api.post("/v1/embed", json={"input_ids": [[1]], "model": "qqqqqqqq"})

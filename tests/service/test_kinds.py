@@ -278,3 +278,10 @@ def test_the_generated_client_types_a_new_kind(toy: kinds.Kind) -> None:
             assert annotations[f.name] == f"{generator.ANNOTATIONS[f.type]} | None"
     assert annotations["method"] == "Method"
     assert "'test-ramp'" in ast.unparse(method)
+
+
+def test_resolve_fields_maps_a_config_key_to_its_field():
+    """The library (so the CLI and Python callers) says it too: rope_theta is base."""
+    hint = "'rope_theta' is a config.json key: its body field is base"
+    with pytest.raises(InvalidArgument, match=hint):
+        resolve.resolve_fields(kinds.REGISTRY["rope"], {"seq_len": 2, "rope_theta": 1.0})

@@ -66,6 +66,20 @@ def test_the_30_copy_keeps_every_path(documents: dict[str, dict[str, Any]]) -> N
     assert openapi_30(documents["3.1"])["paths"] == documents["3.0"]["paths"]
 
 
+def test_binary_first_for_generated_clients_json_first_for_swagger(
+    documents: dict[str, dict[str, Any]],
+) -> None:
+    """A generated client parses a 200 by the first media type it knows: bytes first, it
+    returns every format's bytes. Swagger UI's "Try it out" sends the first as Accept: JSON
+    first there."""
+    for path in ("/v1/encodings/rope", "/v1/embed", "/v1/biases/alibi"):
+        first = {
+            v: next(iter(documents[v]["paths"][path]["post"]["responses"]["200"]["content"]))
+            for v in ("3.1", "3.0")
+        }
+        assert first == {"3.1": "application/octet-stream", "3.0": "application/json"}, path
+
+
 def test_integer_bounds_are_integers(documents: dict[str, dict[str, Any]]) -> None:
     """An integer's minimum, maximum and multipleOf are written as integers (2, not 2.0), in both
     documents: generators that type the bound by its JSON value see an int."""

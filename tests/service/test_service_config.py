@@ -232,6 +232,21 @@ def test_configs_positions_llama4(api: httpx.Client) -> None:
     assert any("rope_scaling" in w for w in body["warnings"])
 
 
+def test_a_config_json_pasted_as_the_body_is_one_clear_error(api: httpx.Client) -> None:
+    """``curl -d @config.json`` gave a "Field required" and one "Extra inputs" per key (24
+    errors): it is one error that says to wrap it, on every endpoint that takes ``config``."""
+    config = model_config("llama-3.1-8b")
+    for path in ("/v1/configs/positions", "/v1/encodings/rope"):
+        r = api.post(path, json={**config, "architectures": ["LlamaForCausalLM"]})
+        assert r.status_code == 422
+        (item,) = r.json()["detail"]
+        assert item["type"] == "config_not_wrapped" and item["loc"] == ["body"]
+        assert 'this looks like a config.json: send it as {"config": ...}' in item["msg"]
+    # a body that only misspells a field is not taken for a config
+    r = api.post("/v1/configs/positions", json={"confg": config})
+    assert [e["type"] for e in r.json()["detail"]] == ["missing", "extra_forbidden"]
+
+
 def test_configs_positions_gemma3_and_phi3(api: httpx.Client) -> None:
     body = api.post("/v1/configs/positions", json={"config": model_config("gemma-3-4b")}).json()
     assert body["rope"]["full_attention"]["rope_type"] == "linear"

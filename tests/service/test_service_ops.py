@@ -86,6 +86,8 @@ def test_presets_cover_the_contract_families(api: httpx.Client) -> None:
     assert {p["name"] for p in only} >= {"bloom-7b1", "mpt-7b"}
     assert all(p["kind"] == "alibi" for p in only)
     assert api.get("/v1/presets/t5-base").json()["params"]["num_heads"] == 12
+    # a Hugging Face repository id, slash included, names its preset
+    assert api.get("/v1/presets/meta-llama/Llama-3.1-8B").json()["name"] == "llama-3.1-8b"
 
 
 def test_unknown_names_in_paths_are_404(api: httpx.Client) -> None:
