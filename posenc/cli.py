@@ -381,8 +381,10 @@ _ARG_TYPES: dict[str, Callable[[str], Any]] = {
     "int_rows": _json_arg,
     "object": _object_arg,
     "struct": _struct_arg,
+    "strs": _json_arg,
 }
-_METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_rows": "JSON"}
+_METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_rows": "JSON",
+             "strs": "JSON"}  # fmt: skip
 
 
 def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:

@@ -30,6 +30,7 @@ from pydantic.config import JsonDict
 from posenc import kinds as registry
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
+from posenc.tokenizer import NoTokenizer
 from service.bodies import TokenTensors, add_token_route
 from service.buffers import BODY_BUFFERS
 from service.formats import Bundle
@@ -102,6 +103,8 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return bool
     if spec.type == "object":
         return dict[str, Any]
+    if spec.type == "strs":
+        return Annotated[list[str], Field(min_length=1)]
     if spec.type == "struct":
         return _struct_model(spec)
     if spec.choices is not None:
@@ -244,6 +247,8 @@ def _resolve(
         return registry.resolve_fields(kind, given, models=state.model)
     except MissingField as exc:
         raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
+    except NoTokenizer as exc:  # say which models do read text
+        raise NoTokenizer(exc.model, with_tokenizer=state.text_models()) from None
 
 
 def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]:
