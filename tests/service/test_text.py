@@ -506,3 +506,49 @@ def test_a_body_over_the_limit_through_uvicorn(tmp_path: Path) -> None:
         assert ok.status_code == 200
     finally:
         stop_service(proc)
+
+
+# ---------------------------------------------------------------------------------------------
+# The client and the CLI
+# ---------------------------------------------------------------------------------------------
+
+
+def test_client_tokenize_detokenize_and_text_fields(live: httpx.Client, reference) -> None:  # type: ignore[no-untyped-def]
+    from posenc.client import PosencClient, ValidationError
+
+    tok, hf = reference
+    url = str(live.base_url).rstrip("/")
+    with PosencClient(url) as client:
+        body = client.tokenize(TEXTS, model=WORDY, add_special_tokens=False)
+        want = tok.encode_batch(TEXTS, add_special_tokens=False)
+        assert body["input_ids"] == [e.ids for e in want]
+        assert body["tokens"] == [e.tokens for e in want]
+        assert client.tokenize("héllo", model=WORDY)["input_ids"] == [tok.encode("héllo").ids]
+        rows = [e.ids for e in tok.encode_batch(TEXTS)]
+        assert client.detokenize(rows, model=WORDY)["text"] == tok.decode_batch(rows)
+        with pytest.raises(ValidationError, match=r"input_ids\[0\]\[1\]"):
+            client.detokenize([[1, 10**6]], model=WORDY)
+
+        result = client.embed(text=TEXTS, model=WORDY, padding_side="left")
+        same = client.embed(input_ids=rows, model=WORDY, padding_side="left")
+        np.testing.assert_array_equal(result["embeddings"], same["embeddings"])
+        theirs = hf(TEXTS, padding=True, padding_side="left")
+        assert result["input_ids"].tolist() == theirs["input_ids"]
+        ids = client.position_ids(text=TEXTS, model=WORDY)
+        assert ids["attention_mask"].tolist() == hf(TEXTS, padding=True)["attention_mask"]
+
+
+def test_cli_tokenize_with_url_and_locally(live: httpx.Client, reference, capsys) -> None:  # type: ignore[no-untyped-def]
+    from posenc.cli import main
+
+    tok, _ = reference
+    url = str(live.base_url).rstrip("/")
+    assert main(["tokenize", "--url", url, "--model", WORDY, "Hello world", "héllo 🎉"]) == 0
+    body = json.loads(capsys.readouterr().out)
+    assert body["input_ids"] == [e.ids for e in tok.encode_batch(["Hello world", "héllo 🎉"])]
+    assert main(["tokenize", "--url", url, "--model", GPT2_NAME, "hi"]) == 2
+    assert "no tokenizer" in capsys.readouterr().err
+    # without --url: the built-in model's tokenizer, the same as the service's default
+    assert main(["tokenize", "héllo"]) == 0
+    local = json.loads(capsys.readouterr().out)
+    assert local == live.post("/v1/tokenize", json={"text": ["héllo"]}).json()
