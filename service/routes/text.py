@@ -59,7 +59,7 @@ class TokenizeRequest(BaseModel):
 class TokenizeResponse(BaseModel):
     input_ids: list[list[int]] = Field(description="B rows of token ids (ragged)")
     tokens: list[list[str]] = Field(description="the tokens, as the tokenizer names them")
-    offsets: list[list[tuple[int, int]]] = Field(
+    offsets: list[list[Annotated[list[int], Field(min_length=2, max_length=2)]]] = Field(
         description="[start, end) of each token in the characters of its string"
     )
 
