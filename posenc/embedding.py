@@ -388,7 +388,7 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
     unless given; what it cannot do refused."""
     model = models(p["model"])
     if p["text"] is not None:
-        p = tokenize_text(p, model)
+        p = tokenize_text(p, model, elements_per_token=model.d_model + 3)
         _positions_fit(p)  # explicit positions against the tokenized rows
     positional = p["positional"] if p["positional"] is not None else model.positional
     if positional == "learned" and model.position_table is None:

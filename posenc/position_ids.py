@@ -343,15 +343,19 @@ def check_ids_or_text(p: Mapping[str, Any]) -> None:
         )
 
 
-def tokenize_text(p: dict[str, Any], model: Any) -> dict[str, Any]:
+def tokenize_text(p: dict[str, Any], model: Any, elements_per_token: int = 3) -> dict[str, Any]:
     """The fields with ``text`` read by ``model``'s tokenizer: ``input_ids`` its ragged rows,
     ``text_pad`` what pads the response's ``input_ids`` (the request's ``pad_token_id``, else
-    the model's, else 0). Fields without text come back as they are."""
+    the model's, else 0). Fields without text come back as they are. ``elements_per_token``:
+    the fewest output elements each token makes (:meth:`posenc.tokenizer.TextTokenizer.ids`
+    stops early under a limit)."""
     if p.get("text") is None:
         return p
     from posenc.tokenizer import tokenizer_of
 
-    rows = tokenizer_of(model).ids(p["text"], add_special_tokens=p["add_special_tokens"])
+    rows = tokenizer_of(model).ids(
+        p["text"], add_special_tokens=p["add_special_tokens"], elements_per_token=elements_per_token
+    )
     pad = p["pad_token_id"] if p["pad_token_id"] is not None else model.pad_token_id
     return {**p, "input_ids": rows, "text_pad": 0 if pad is None else pad}
 

@@ -22,12 +22,14 @@ from __future__ import annotations
 import functools
 import itertools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from posenc.errors import InvalidArgument, TokenOutOfRange
+from posenc.errors import InvalidArgument, TokenOutOfRange, TooLarge
 
 if TYPE_CHECKING:
     from tokenizers import Encoding, Tokenizer
@@ -37,6 +39,7 @@ __all__ = [
     "TextTokenizer",
     "builtin_tokenizer",
     "byte_level_tokenizer",
+    "element_limit",
     "load_tokenizer",
     "tokenizer_of",
 ]
@@ -79,6 +82,34 @@ def byte_level_tokenizer() -> Tokenizer:
     return tokenizer
 
 
+GROUP_CHARS = 1 << 20
+"""Characters of text given to one ``encode_batch`` call (a single longer text goes alone)."""
+
+_ELEMENT_LIMIT: ContextVar[int | None] = ContextVar("posenc_text_element_limit", default=None)
+
+
+@contextmanager
+def element_limit(limit: int | None) -> Iterator[None]:
+    """Within the block, :meth:`TextTokenizer.ids` stops at ``limit`` output elements (a
+    server's ``POSENC_MAX_ELEMENTS``), so a batch too large to answer is not tokenized whole."""
+    token = _ELEMENT_LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        _ELEMENT_LIMIT.reset(token)
+
+
+def _groups(lengths: list[int]) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` of consecutive texts of about :data:`GROUP_CHARS` characters in all."""
+    start, size = 0, 0
+    for i, n in enumerate(lengths):
+        if i > start and size + n > GROUP_CHARS:
+            yield start, i
+            start, size = i, 0
+        size += n
+    yield start, len(lengths)
+
+
 class TextTokenizer:
     """A ``tokenizers.Tokenizer`` with the checks a service needs around it.
 
@@ -88,9 +119,14 @@ class TextTokenizer:
         vocab_size: ids it knows, added tokens included.
     """
 
-    def __init__(self, tokenizer: Tokenizer, source: str) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, source: str, *, tokens_per_byte: float | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.source = source
+        # the fewest tokens each UTF-8 byte of a text makes, where known (byte-level without
+        # merges: exactly 1), so a batch too large to answer is refused before it is tokenized
+        self.tokens_per_byte = tokens_per_byte
         ids = np.fromiter(tokenizer.get_vocab(with_added_tokens=True).values(), dtype=np.int64)
         self._known = np.zeros(int(ids.max()) + 1 if ids.size else 0, dtype=bool)  # (max id + 1,)
         self._known[ids] = True
@@ -98,10 +134,15 @@ class TextTokenizer:
         self._lengths: np.ndarray | None = None  # (max id + 1,) characters of each token
 
     def encode(
-        self, texts: Sequence[str], *, add_special_tokens: bool = True, field: str = "text"
+        self,
+        texts: Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        field: str = "text",
+        first_row: int = 0,
     ) -> list[Encoding]:
         """``encode_batch(texts, add_special_tokens=...)``: one ``Encoding`` per text, no
-        padding, no truncation.
+        padding, no truncation (``first_row``: the first text's row in messages).
 
         Raises:
             InvalidArgument: a text that is not a string of valid Unicode (a lone surrogate
@@ -111,8 +152,8 @@ class TextTokenizer:
         for row, text in enumerate(texts):
             if not isinstance(text, str):
                 raise InvalidArgument(
-                    f"{field}[{row}] must be a string, got {type(text).__name__}",
-                    field=f"{field}[{row}]",
+                    f"{field}[{row + first_row}] must be a string, got {type(text).__name__}",
+                    field=f"{field}[{row + first_row}]",
                 )
         try:
             return list(self.tokenizer.encode_batch(texts, add_special_tokens=add_special_tokens))
@@ -121,20 +162,67 @@ class TextTokenizer:
                 try:
                     text.encode("utf-8")
                 except UnicodeEncodeError as bad:
+                    where = f"{field}[{row + first_row}]"
                     raise InvalidArgument(
-                        f"{field}[{row}] is not valid Unicode text (character {bad.start}, "
+                        f"{where} is not valid Unicode text (character {bad.start}, "
                         f"{text[bad.start]!r}, is a lone surrogate): send UTF-8 text",
-                        field=f"{field}[{row}]",
+                        field=where,
                     ) from None
             raise InvalidArgument(
                 f"{field} could not be tokenized: {exc}", field=field
             ) from exc
 
     def ids(
-        self, texts: Sequence[str], *, add_special_tokens: bool = True, field: str = "text"
+        self,
+        texts: Sequence[str],
+        *,
+        add_special_tokens: bool = True,
+        field: str = "text",
+        elements_per_token: int = 1,
     ) -> list[list[int]]:
-        """The token ids of each text (ragged rows), from :meth:`encode`."""
-        return [e.ids for e in self.encode(texts, add_special_tokens=add_special_tokens, field=field)]
+        """The token ids of each text (ragged rows), from :meth:`encode`.
+
+        The texts go to ``encode_batch`` in groups of about :data:`GROUP_CHARS` characters, each
+        group's encodings dropped once its ids are taken, so a large batch never holds all its
+        encodings (about 200 bytes per token) at once. Under :func:`element_limit`, a batch
+        whose tokens already make more than the limit (``elements_per_token`` each, a lower
+        bound of the output per token) stops with ``TooLarge`` at the group that crosses it.
+        """
+        limit = _ELEMENT_LIMIT.get()
+        if limit is not None and self.tokens_per_byte is not None:
+            least = int(self.tokens_per_byte * sum(len(t.encode("utf-8", "replace")) for t in texts
+                                                   if isinstance(t, str)))  # fmt: skip
+            if least * elements_per_token > limit:
+                raise TooLarge(
+                    f"{field} makes at least {least} tokens of {elements_per_token} output "
+                    f"elements each ({least * elements_per_token}), over the limit of {limit} "
+                    "elements (POSENC_MAX_ELEMENTS); send fewer or shorter texts",
+                    limit=limit,
+                    requested=least * elements_per_token,
+                    field=field,
+                )
+        rows: list[list[int]] = []
+        tokens = 0
+        for start, stop in _groups([len(t) if isinstance(t, str) else 0 for t in texts]):
+            encodings = self.encode(
+                texts[start:stop],
+                add_special_tokens=add_special_tokens,
+                field=field,
+                first_row=start,
+            )
+            rows.extend(e.ids for e in encodings)
+            del encodings
+            tokens += sum(len(r) for r in rows[start:stop])
+            if limit is not None and tokens * elements_per_token > limit:
+                raise TooLarge(
+                    f"{field} makes at least {tokens} tokens of {elements_per_token} output "
+                    f"elements each ({tokens * elements_per_token}), over the limit of {limit} "
+                    "elements (POSENC_MAX_ELEMENTS); send fewer or shorter texts",
+                    limit=limit,
+                    requested=tokens * elements_per_token,
+                    field=field,
+                )
+        return rows
 
     def check_ids(self, rows: Any, field: str = "input_ids") -> None:
         """Every id of ``rows`` (ragged lists, or a 2-D array) is one the tokenizer knows.
@@ -211,7 +299,9 @@ def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:
 @functools.cache
 def builtin_tokenizer() -> TextTokenizer:
     """:func:`byte_level_tokenizer`, built once per process."""
-    return TextTokenizer(byte_level_tokenizer(), "built-in (byte-level, posenc.tokenizer)")
+    return TextTokenizer(
+        byte_level_tokenizer(), "built-in (byte-level, posenc.tokenizer)", tokens_per_byte=1.0
+    )
 
 
 class NoTokenizer(InvalidArgument):

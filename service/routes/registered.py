@@ -30,7 +30,7 @@ from pydantic.config import JsonDict
 from posenc import kinds as registry
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
-from posenc.tokenizer import NoTokenizer
+from posenc.tokenizer import NoTokenizer, element_limit
 from service.bodies import TokenTensors, add_token_route
 from service.buffers import BODY_BUFFERS
 from service.formats import Bundle
@@ -267,7 +267,8 @@ def _plan_for(kind: registry.Kind) -> Any:
         given = _sent(req)
         if tensors is not None:  # a binary body: its tensors, not the model's stand-in ids
             given.update(tensors.fields())
-        params = _resolve(kind, given, state, source)
+        with element_limit(state.settings.max_elements):  # text: stop tokenizing past it
+            params = _resolve(kind, given, state, source)
         dtype = resolve_dtype(params.get("dtype"))
         ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)
         shapes = kind.shapes(params)  # numbers only: nothing is allocated before the 413 check

@@ -552,3 +552,39 @@ def test_cli_tokenize_with_url_and_locally(live: httpx.Client, reference, capsys
     assert main(["tokenize", "héllo"]) == 0
     local = json.loads(capsys.readouterr().out)
     assert local == live.post("/v1/tokenize", json={"text": ["héllo"]}).json()
+
+
+def test_text_too_large_for_the_limit_stops_before_it_is_all_tokenized(
+    models_env: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Groups of texts are tokenized one after the other, and the group whose tokens cross
+    POSENC_MAX_ELEMENTS ends the request with the 413 the whole batch would get."""
+    from fastapi.testclient import TestClient
+
+    import posenc.tokenizer as tokenizer
+    from service.app import create_app
+    from service.config import Settings
+
+    monkeypatch.setattr(tokenizer, "GROUP_CHARS", 100)
+    calls: list[int] = []
+    real = tokenizer.TextTokenizer.encode
+
+    def spy(self, texts, **kw):  # type: ignore[no-untyped-def]
+        calls.append(len(texts))
+        return real(self, texts, **kw)
+
+    monkeypatch.setattr(tokenizer.TextTokenizer, "encode", spy)
+    texts = ["Hello world " * 8] * 50  # 96 characters each: one text per group
+    app = create_app(Settings(device="cpu", models=models_env, max_elements=2000))
+    with TestClient(app) as client:
+        r = client.post("/v1/embed", json={"text": texts, "model": WORDY})
+        assert r.status_code == 413, r.text
+        assert r.json()["limit"] == 2000
+        assert len(calls) < 10  # stopped at the group that crossed the limit, not after 50
+        calls.clear()
+        ok = client.post("/v1/position-ids", json={"text": texts[:3], "model": WORDY})
+        assert ok.status_code == 200 and calls == [1, 1, 1]
+        # the built-in byte-level tokenizer: one token per byte, refused before tokenizing
+        calls.clear()
+        r = client.post("/v1/embed", json={"text": ["x" * 10]})
+        assert r.status_code == 413 and calls == []
