@@ -520,7 +520,9 @@ def _tokenize(args: argparse.Namespace) -> int:
         try:
             from posenc.client import PosencClient, PosencClientError, PosencHTTPError
         except ImportError as exc:
-            raise CliError(f"--url needs the client extra: pip install 'posenc[client]' ({exc})") from exc
+            raise CliError(
+                f"--url needs the client extra: pip install 'posenc[client]' ({exc})"
+            ) from exc
         api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None
         try:
             with PosencClient(args.url, api_key=api_key, timeout=args.timeout) as client:
@@ -529,7 +531,9 @@ def _tokenize(args: argparse.Namespace) -> int:
                 )
         except PosencHTTPError as exc:
             code = 2 if exc.status_code in (400, 404, 413, 422) else 1
-            raise CliError(f"the server at {args.url} refused the request: {exc}", code=code) from exc
+            raise CliError(
+                f"the server at {args.url} refused the request: {exc}", code=code
+            ) from exc
         except PosencClientError as exc:
             raise CliError(str(exc)) from exc
     print(json.dumps(body, ensure_ascii=False))

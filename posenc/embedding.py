@@ -38,6 +38,7 @@ from posenc.position_ids import (
     INPUT_IDS_FIELD,
     PAD_TOKEN_ID_FIELD,
     PADDING_SIDE_FIELD,
+    TEXT_EXAMPLE,
     TEXT_FIELD,
     check_ids_or_text,
     text_ids,
@@ -514,10 +515,10 @@ EMBED: kinds.Kind = kinds.register(
         "`input_ids`.",
         fields=(
             dataclasses.replace(INPUT_IDS_FIELD, default=None, example=[[1, 2, 3], [4, 5]]),
-            TEXT_FIELD,
             kinds.FieldSpec(
                 "model", "str", "name from GET /v1/models (default: the default)", None
             ),
+            TEXT_FIELD,
             ADD_SPECIAL_TOKENS_FIELD,
             ATTENTION_MASK_FIELD,
             PAD_TOKEN_ID_FIELD,
@@ -557,6 +558,7 @@ EMBED: kinds.Kind = kinds.register(
         meta=_embed_meta,
         get=False,
         complete=_embed_complete,
+        examples=({"input_ids": [[1, 2, 3], [4, 5]]}, TEXT_EXAMPLE),
         model_field="model",
         binary_fields=("input_ids", "attention_mask", "position_ids"),
         cache_tensors=False,

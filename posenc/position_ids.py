@@ -319,8 +319,8 @@ TEXT_FIELD = kinds.FieldSpec(
     "texts, in place of input_ids (exactly one of the two): the model's tokenizer gives the "
     "rows (encode_batch), padded as ragged input_ids are; the response adds input_ids (B, T)",
     None,
-    example=["Positions count from zero.", "Hello"],
 )
+TEXT_EXAMPLE = {"text": ["Hello world", "Positions count from zero."]}
 ADD_SPECIAL_TOKENS_FIELD = kinds.FieldSpec(
     "add_special_tokens",
     "bool",
@@ -328,7 +328,10 @@ ADD_SPECIAL_TOKENS_FIELD = kinds.FieldSpec(
     True,
 )
 TEXT_MODEL_FIELD = kinds.FieldSpec(
-    "model", "str", "name from GET /v1/models whose tokenizer reads text (default: the default)", None
+    "model",
+    "str",
+    "name from GET /v1/models whose tokenizer reads text (default: the default)",
+    None,
 )
 
 
@@ -337,8 +340,7 @@ def check_ids_or_text(p: Mapping[str, Any]) -> None:
     has_ids, has_text = p.get("input_ids") is not None, p.get("text") is not None
     if has_ids == has_text:
         raise InvalidArgument(
-            "give exactly one of input_ids and text, got "
-            + ("both" if has_ids else "neither"),
+            "give exactly one of input_ids and text, got " + ("both" if has_ids else "neither"),
             field="text" if has_ids else "input_ids",
         )
 
@@ -441,6 +443,7 @@ POSITION_IDS: kinds.Kind = kinds.register(
         compute=_position_ids_compute,
         check=check_ids_or_text,
         complete=_position_ids_complete,
+        examples=({"input_ids": [[5, 6, 7], [8, 9]], "pad_token_id": 0}, TEXT_EXAMPLE),
         model_field="model",
         meta=lambda p: {
             "kind": "position_ids",

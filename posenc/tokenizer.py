@@ -168,9 +168,7 @@ class TextTokenizer:
                         f"{text[bad.start]!r}, is a lone surrogate): send UTF-8 text",
                         field=where,
                     ) from None
-            raise InvalidArgument(
-                f"{field} could not be tokenized: {exc}", field=field
-            ) from exc
+            raise InvalidArgument(f"{field} could not be tokenized: {exc}", field=field) from exc
 
     def ids(
         self,
@@ -269,7 +267,9 @@ class TextTokenizer:
         flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
         return int(self._lengths[flat].sum())
 
-    def decode(self, rows: Sequence[Sequence[int]], *, skip_special_tokens: bool = True) -> list[str]:
+    def decode(
+        self, rows: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
+    ) -> list[str]:
         """``decode_batch(rows, skip_special_tokens=...)`` after :meth:`check_ids`."""
         self.check_ids(rows)
         return list(
@@ -322,4 +322,4 @@ def tokenizer_of(model: Any) -> TextTokenizer:
     """The model's tokenizer, or :class:`NoTokenizer`."""
     if getattr(model, "tokenizer", None) is None:
         raise NoTokenizer(model.name)
-    return model.tokenizer  # type: ignore[no-any-return]
+    return model.tokenizer

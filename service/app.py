@@ -72,7 +72,10 @@ def _file_fingerprint(name: str, path: str) -> str:
     # tokenizer.json the ids of text: they count too.
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
     for extra in (
-        "config.json", "tokenizer.json", "model.safetensors", "model.safetensors.index.json"
+        "config.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
     ):
         extra_path = os.path.join(folder, extra)
         if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):

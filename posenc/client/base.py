@@ -290,7 +290,11 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             ValidationError: an id outside the tokenizer's vocabulary (the detail names
                 ``input_ids[ROW][COL]``).
         """
-        fields = {"input_ids": input_ids, "model": model, "skip_special_tokens": skip_special_tokens}
+        fields = {
+            "input_ids": input_ids,
+            "model": model,
+            "skip_special_tokens": skip_special_tokens,
+        }
         return self._json(_Call("POST", "/v1/detokenize", json_body=_body(fields, None)))
 
     # -- catalogue and operations ------------------------------------------------------------

@@ -29,7 +29,11 @@ router = APIRouter(prefix="/v1", tags=["tokens"])
 _INT64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    413: {"model": TooLargeBody, "description": "the answer would be over POSENC_MAX_ELEMENTS"},
+    413: {
+        "model": TooLargeBody,
+        "description": "the answer would be over POSENC_MAX_ELEMENTS, or the body over "
+        "POSENC_MAX_BODY_BYTES",
+    },
     422: {
         "model": ValidationErrorBody,
         "description": "a field is invalid, an unknown model or one without a tokenizer, an id "
@@ -88,7 +92,7 @@ def text_tokenizer(state: ServiceState, name: str | None) -> TextTokenizer:
     model = state.model(name)
     if model.tokenizer is None:
         raise NoTokenizer(model.name, with_tokenizer=state.text_models())
-    return model.tokenizer  # type: ignore[no-any-return]
+    return model.tokenizer
 
 
 def _json(body: dict[str, Any]) -> Response:

@@ -92,8 +92,14 @@ def make_folder(root: Path, name: str, vocab: int | None = None, seed: int = 7) 
     config = {"model_type": "gpt2", "n_positions": POSITIONS, "n_embd": D_MODEL, "pad_token_id": 0}
     (folder / "config.json").write_text(json.dumps(config))
     (folder / "tokenizer_config.json").write_text(
-        json.dumps({"tokenizer_class": "PreTrainedTokenizerFast", "pad_token": "<pad>",
-                    "bos_token": "<s>", "eos_token": "</s>"})  # fmt: skip
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "pad_token": "<pad>",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+            }
+        )
     )
     return folder
 
@@ -197,7 +203,9 @@ def test_tokenize_equals_encode_batch_and_autotokenizer(
     api: httpx.Client, reference, special: bool
 ) -> None:  # type: ignore[no-untyped-def]
     tok, hf = reference
-    r = api.post("/v1/tokenize", json={"text": TEXTS, "model": WORDY, "add_special_tokens": special})
+    r = api.post(
+        "/v1/tokenize", json={"text": TEXTS, "model": WORDY, "add_special_tokens": special}
+    )
     assert r.status_code == 200, r.text
     body = r.json()
     want = tok.encode_batch(TEXTS, add_special_tokens=special)
@@ -233,7 +241,9 @@ def test_detokenize_equals_decode_batch_and_autotokenizer(
     assert r.status_code == 200, r.text
     got = r.json()["text"]
     assert got == tok.decode_batch(rows, skip_special_tokens=skip)
-    assert got == hf.batch_decode(rows, skip_special_tokens=skip, clean_up_tokenization_spaces=False)
+    assert got == hf.batch_decode(
+        rows, skip_special_tokens=skip, clean_up_tokenization_spaces=False
+    )
     if skip:
         assert got[:4] == TEXTS[:4]
 
@@ -359,9 +369,7 @@ def test_text_with_a_pad_token_id_is_the_ids_request_with_it(
     assert padded[2, 2:].tolist() == [2] * (padded.shape[1] - 2)
 
 
-def test_embed_text_ids_beyond_the_table_are_the_same_422(
-    api: httpx.Client, reference
-) -> None:  # type: ignore[no-untyped-def]
+def test_embed_text_ids_beyond_the_table_are_the_same_422(api: httpx.Client, reference) -> None:  # type: ignore[no-untyped-def]
     tok, _ = reference
     texts = ["Hello world", "héllo 🎉"]
     rows = [e.ids for e in tok.encode_batch(texts)]
@@ -392,9 +400,11 @@ def test_embed_text_counts_toward_max_elements(models_env: str) -> None:
             assert r.status_code == status, (limit, r.text)
             if status == 413:
                 assert r.json()["limit"] == limit and r.json()["requested"] == 76
-            # tokenize: 4 elements per token (id, token, start, end)
+            # tokenize: 4 elements per token (id, token, start, end); 4 tokens per text
+            r = client.post("/v1/tokenize", json={"text": ["Hello world"] * 4, "model": WORDY})
+            assert r.status_code == 200, r.text  # 64 elements
             r = client.post("/v1/tokenize", json={"text": ["Hello world"] * 5, "model": WORDY})
-            assert r.status_code == (200 if 4 * 20 <= limit else 413), r.text
+            assert r.status_code == 413 and r.json()["requested"] == 80, r.text
 
 
 def test_embed_text_of_the_default_model(inprocess: httpx.Client) -> None:
@@ -411,7 +421,9 @@ def test_embed_text_of_the_default_model(inprocess: httpx.Client) -> None:
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(texts=st.lists(st.text(max_size=40), min_size=1, max_size=4))
 def test_the_default_tokenizer_is_lossless(inprocess: httpx.Client, texts: list[str]) -> None:
     r = inprocess.post("/v1/tokenize", json={"text": texts})
@@ -456,7 +468,9 @@ def _chunks(body: bytes) -> Iterator[bytes]:
 
 
 @pytest.mark.parametrize("chunked", [False, True])
-def test_a_body_over_the_limit_is_413_on_every_endpoint(limited: httpx.Client, chunked: bool) -> None:
+def test_a_body_over_the_limit_is_413_on_every_endpoint(
+    limited: httpx.Client, chunked: bool
+) -> None:
     paths = _post_paths(limited)
     assert "/v1/tokenize" in paths and "/v1/embed" in paths and "/v1/configs/positions" in paths
     body = _big_json(3 * LIMIT)
@@ -472,7 +486,9 @@ def test_a_body_at_the_limit_is_read(limited: httpx.Client) -> None:
     text = "a" * (LIMIT - len(b'{"text": [""]}'))
     body = json.dumps({"text": [text]}).encode()
     assert len(body) == LIMIT
-    r = limited.post("/v1/tokenize", content=_chunks(body), headers={"Content-Type": "application/json"})
+    r = limited.post(
+        "/v1/tokenize", content=_chunks(body), headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 200 and len(r.json()["input_ids"][0]) == len(text)
 
 
