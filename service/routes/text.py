@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from posenc.errors import TooLarge
 from posenc.tokenizer import NoTokenizer, TextTokenizer
+from service.errors import UnsupportedMediaTypeBody
 from service.schemas import ErrorBody, TooLargeBody, ValidationErrorBody
 from service.state import ServiceState, read_state
 
@@ -29,6 +30,8 @@ router = APIRouter(prefix="/v1", tags=["tokens"])
 _INT64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
+    401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
     413: {
         "model": TooLargeBody,
         "description": "the answer would be over POSENC_MAX_ELEMENTS, or the body over "
@@ -38,6 +41,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         "model": ValidationErrorBody,
         "description": "a field is invalid, an unknown model or one without a tokenizer, an id "
         "outside the tokenizer's vocabulary",
+    },
+    415: {
+        "model": UnsupportedMediaTypeBody,
+        "description": "a body that is not JSON (or without Content-Type)",
     },
     503: {"model": ErrorBody, "description": "starting up"},
 }
