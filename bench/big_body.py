@@ -11,7 +11,7 @@ to the last byte received, and the peak RSS of the service over its baseline.
 
 Cases: token ids (``{"input_ids": [[...]]}`` to ``/v1/position-ids``), one long string in a
 field the endpoint does not have (``/v1/encodings/sinusoidal``), and ``text`` rows to
-``/v1/embed`` where the service reads text. Linux only (``/proc``).
+``/v1/embed`` and ``/v1/tokenize`` where the service reads text. Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -71,6 +71,7 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     "ids": ("/v1/position-ids", _ids_body),
     "string": ("/v1/encodings/sinusoidal", _string_body),
     "text": ("/v1/embed", _text_body),
+    "tokenize": ("/v1/tokenize", _text_body),
 }
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "byte_level_tokenizer",
     "element_limit",
     "load_tokenizer",
+    "text_groups",
     "tokenizer_of",
 ]
 
@@ -99,7 +100,7 @@ def element_limit(limit: int | None) -> Iterator[None]:
         _ELEMENT_LIMIT.reset(token)
 
 
-def _groups(lengths: list[int]) -> Iterator[tuple[int, int]]:
+def text_groups(lengths: list[int]) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` of consecutive texts of about :data:`GROUP_CHARS` characters in all."""
     start, size = 0, 0
     for i, n in enumerate(lengths):
@@ -201,7 +202,7 @@ class TextTokenizer:
                 )
         rows: list[list[int]] = []
         tokens = 0
-        for start, stop in _groups([len(t) if isinstance(t, str) else 0 for t in texts]):
+        for start, stop in text_groups([len(t) if isinstance(t, str) else 0 for t in texts]):
             encodings = self.encode(
                 texts[start:stop],
                 add_special_tokens=add_special_tokens,

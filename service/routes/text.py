@@ -20,7 +20,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from posenc.errors import TooLarge
-from posenc.tokenizer import NoTokenizer, TextTokenizer
+from posenc.tokenizer import NoTokenizer, TextTokenizer, text_groups
 from service.errors import UnsupportedMediaTypeBody
 from service.schemas import ErrorBody, TooLargeBody, ValidationErrorBody
 from service.state import ServiceState, read_state
@@ -120,24 +120,33 @@ def tokenize(body: TokenizeRequest, request: Request) -> Response:
     state = read_state(request)
     tokenizer = text_tokenizer(state, body.model)
     texts = [body.text] if isinstance(body.text, str) else body.text
-    encodings = tokenizer.encode(texts, add_special_tokens=body.add_special_tokens)
-    tokens = sum(len(e) for e in encodings)
     limit = state.settings.max_elements
-    if 4 * tokens > limit:
-        raise TooLarge(
-            f"the answer would have {4 * tokens} elements ({tokens} tokens x id, token, start, "
-            f"end), over the limit of {limit} elements (POSENC_MAX_ELEMENTS); send fewer texts",
-            limit=limit,
-            requested=4 * tokens,
-            field="text",
+    # Group by group (posenc.tokenizer.text_groups): each group's encodings become JSON text at
+    # once and are dropped, so the answer's Python objects never exist for the whole batch.
+    parts: dict[str, list[bytes]] = {"input_ids": [], "tokens": [], "offsets": []}
+    tokens = 0
+    for start, stop in text_groups([len(t) for t in texts]):
+        encodings = tokenizer.encode(
+            texts[start:stop], add_special_tokens=body.add_special_tokens, first_row=start
         )
-    return _json(
-        {
-            "input_ids": [e.ids for e in encodings],
-            "tokens": [e.tokens for e in encodings],
-            "offsets": [e.offsets for e in encodings],
-        }
-    )
+        tokens += sum(len(e) for e in encodings)
+        if 4 * tokens > limit:
+            raise TooLarge(
+                f"the answer would have at least {4 * tokens} elements ({tokens} tokens x id, "
+                f"token, start, end), over the limit of {limit} elements (POSENC_MAX_ELEMENTS); "
+                "send fewer texts",
+                limit=limit,
+                requested=4 * tokens,
+                field="text",
+            )
+        parts["input_ids"].append(orjson.dumps([e.ids for e in encodings])[1:-1])
+        parts["tokens"].append(orjson.dumps([e.tokens for e in encodings])[1:-1])
+        parts["offsets"].append(orjson.dumps([e.offsets for e in encodings])[1:-1])
+        del encodings
+    body_bytes = b"{" + b",".join(
+        b'"' + name.encode() + b'":[' + b",".join(rows) + b"]" for name, rows in parts.items()
+    ) + b"}"  # fmt: skip
+    return Response(body_bytes, media_type="application/json")
 
 
 @router.post(

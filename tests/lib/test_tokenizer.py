@@ -12,10 +12,10 @@ from posenc.models import default_model
 from posenc.tokenizer import (
     NoTokenizer,
     TextTokenizer,
-    _groups,
     builtin_tokenizer,
     byte_level_tokenizer,
     element_limit,
+    text_groups,
     tokenizer_of,
 )
 
@@ -57,9 +57,9 @@ def test_unknown_ids_are_named_row_major(rows: list[list[int]], where: str) -> N
 
 
 def test_groups_cover_every_text_once() -> None:
-    assert list(_groups([])) == [(0, 0)]
+    assert list(text_groups([])) == [(0, 0)]
     lengths = [600_000, 600_000, 10, 2_000_000, 5]
-    groups = list(_groups(lengths))
+    groups = list(text_groups(lengths))
     assert groups == [(0, 1), (1, 3), (3, 4), (4, 5)]
 
 

@@ -604,3 +604,23 @@ def test_text_too_large_for_the_limit_stops_before_it_is_all_tokenized(
         calls.clear()
         r = client.post("/v1/embed", json={"text": ["x" * 10]})
         assert r.status_code == 413 and calls == []
+
+
+def test_tokenize_in_many_groups_is_one_encode_batch(
+    inprocess: httpx.Client, reference, monkeypatch: pytest.MonkeyPatch
+) -> None:  # type: ignore[no-untyped-def]
+    """The answer, made group by group, is the whole batch's encode_batch."""
+    import posenc.tokenizer as tokenizer
+
+    monkeypatch.setattr(tokenizer, "GROUP_CHARS", 30)
+    tok, _ = reference
+    texts = TEXTS * 3
+    assert len(list(tokenizer.text_groups([len(t) for t in texts]))) > 5
+    body = inprocess.post("/v1/tokenize", json={"text": texts, "model": WORDY}).json()
+    want = tok.encode_batch(texts)
+    assert body["input_ids"] == [e.ids for e in want]
+    assert body["tokens"] == [e.tokens for e in want]
+    assert body["offsets"] == [[list(o) for o in e.offsets] for e in want]
+    raw = b'{"model": "wordy", "text": [' + b'"ok", ' * 20 + b'"bad \\ud800"]}'
+    r = inprocess.post("/v1/tokenize", content=raw, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422 and r.json()["field"] == "text[20]"
