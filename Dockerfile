@@ -20,7 +20,7 @@
 #   VARIANT          cpu (the default, also when empty) or cuda: the base stage the image uses
 #   CPU_BASE_IMAGE   base of the cpu variant (python:3.11-slim)
 #   CUDA_BASE_IMAGE  base of the cuda variant (an nvidia/cuda *-runtime-ubuntu24.04 image)
-#   TORCH_SPEC       the torch requirement installed first (default: torch)
+#   TORCH_SPEC       the torch requirement installed first (default: the lock's torch==X line)
 #   TORCH_INDEX_URL  a PyTorch wheel index (cpu, cu126, cu128, ...); empty: PyPI
 #   PIP_FIND_LINKS   a folder of local wheels (container-check passes its CPU torch wheel here)
 #
@@ -67,29 +67,27 @@ RUN groupadd --system --gid 10001 posenc \
         --shell /usr/sbin/nologin posenc
 
 # Dependencies first, in their own layers, so that a code change does not reinstall torch.
-# torch alone first, from TORCH_SPEC (and PIP_FIND_LINKS / TORCH_INDEX_URL when given).
-ARG TORCH_SPEC=torch
+# torch alone first, from TORCH_SPEC (and PIP_FIND_LINKS / TORCH_INDEX_URL when given): by default
+# the release the lock pins, read from requirements/service.txt; the CUDA variant passes its own.
+WORKDIR /app
+COPY requirements/service.txt ./requirements/
+ARG TORCH_SPEC=
 ARG TORCH_INDEX_URL=
 ARG PIP_FIND_LINKS
 RUN [ -n "$PIP_FIND_LINKS" ] || unset PIP_FIND_LINKS; \
+    TORCH_SPEC=${TORCH_SPEC:-$(grep -E '^torch==' requirements/service.txt)}; \
     pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
 
-# Then the rest, read from the copied pyproject.toml (the one source of truth): its build
-# requirements (plus wheel, which older setuptools builds with), dependencies and `service`
-# extra, written to a requirements file and installed.
-WORKDIR /app
-COPY pyproject.toml ./
+# Then the rest, exactly as the lock pins it (requirements/service.txt, written by pip-compile
+# from pyproject.toml: the service, client and otel extras and the build requirements) with torch
+# left out, since it is installed above (the CUDA variant's build of it included).
 RUN [ -n "$PIP_FIND_LINKS" ] || unset PIP_FIND_LINKS; \
-    python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb')); \
-reqs = ['wheel'] + p['build-system']['requires'] + p['project']['dependencies'] \
-    + p['project']['optional-dependencies']['service']; \
-open('/tmp/requirements.txt', 'w').write('\n'.join(r for r in reqs if not r.startswith('posenc')) + '\n')" \
- && cat /tmp/requirements.txt \
+    grep -v -E '^torch==' requirements/service.txt > /tmp/requirements.txt \
  && pip install --no-cache-dir -r /tmp/requirements.txt
 
 # The code, installed without dependencies (all there already) and without build isolation
-# (setuptools is there already), so this step needs no network.
-COPY README.md ./
+# (setuptools is there already, pinned by the lock), so this step needs no network.
+COPY pyproject.toml README.md ./
 COPY posenc/ ./posenc/
 COPY service/ ./service/
 RUN pip install --no-cache-dir --no-deps --no-build-isolation . \

@@ -5,7 +5,7 @@ enough to admit everything) gets one small request of the same kind (so that eve
 and first-call allocation is in the baseline), then the baseline ``VmRSS`` is read, ``VmHWM`` is
 reset (``/proc/PID/clear_refs``), and one request as large as ``POSENC_MAX_ELEMENTS`` allows
 (``--elements``, default 2^24) is sent; the response is read and dropped as it arrives. The peak
-over the baseline, per output element, is set against ``service.admission.estimate_bytes`` for
+over the baseline, per output element, is set against ``service.admission.budget.estimate_bytes`` for
 the same request (also per element, without the 1 MiB ``REQUEST_OVERHEAD``).
 
     python -m bench.peak_rss                       # every case, a markdown table
@@ -190,7 +190,7 @@ def _status(pid: int, key: str) -> int:
 
 def _send(url: str, case: Case, n: int) -> tuple[int, int, int, int]:
     """(status, body bytes, elements, JSON integers sent) of the case's request for ``n``."""
-    from service.responding import json_ints
+    from service.responses.plans import json_ints
 
     path, query, body, raw, content_type, elements = case.build(n)
     params = dict(query)
@@ -222,7 +222,8 @@ def _send(url: str, case: Case, n: int) -> tuple[int, int, int, int]:
 
 def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
     """Start a service, warm the case up, reset the peak, send the max-size request."""
-    from service.admission import REQUEST_OVERHEAD, estimate_bytes
+    from posenc import kinds
+    from service.admission.budget import REQUEST_OVERHEAD, estimate_bytes
 
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
@@ -269,8 +270,14 @@ def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
             proc.kill()
             proc.wait()
     route = case.build(case.small)[0]
+    work = next((k.work_bytes_per_element for k in kinds.REGISTRY.values() if k.path == route), 0)
     estimate = estimate_bytes(
-        n, case.fmt, base64=case.base64, dtype=case.dtype, route=route, json_ints=ints
+        n,
+        case.fmt,
+        base64=case.base64,
+        dtype=case.dtype,
+        work_bytes_per_element=work,
+        json_ints=ints,
     )
     return {
         "case": case.name,

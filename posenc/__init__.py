@@ -6,6 +6,7 @@ every position below 2**20.
 """
 
 from posenc.alibi import AlibiMode, alibi_bias, alibi_slopes
+from posenc.catalog import KINDS  # registers the built-in kinds
 from posenc.device import resolve_device, resolve_dtype
 from posenc.embedding import Positional, TokenPositionEmbedding, embed_tokens
 from posenc.errors import (
@@ -57,6 +58,7 @@ from posenc.sinusoidal import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "KINDS",
     "PRESETS",
     "AlibiMode",
     "Bucketing",

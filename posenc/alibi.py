@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 import torch
+from torch import Tensor
 
 from posenc import kinds
 from posenc._validate import (
@@ -32,6 +33,7 @@ from posenc._validate import (
     device_or_cpu,
     is_number,
 )
+from posenc.blocks import TableBlocks, query_key_rel, tensor_blocks
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
@@ -198,9 +200,44 @@ def _alibi_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.
     return {"bias": bias, "slopes": slopes}  # slopes: (H,)
 
 
-def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import alibi_bias_blocks, tensor_blocks  # blocks imports this module
+def alibi_bias_blocks(
+    num_heads: int,
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    mode: AlibiMode = "causal",
+    max_bias: float = 8.0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TableBlocks:
+    """:func:`~posenc.alibi.alibi_bias` ``(H, T, S)`` in blocks of its ``H·T`` rows.
 
+    Row ``h·T + i`` is ``-m_h·(i' − j)`` (−inf above the diagonal in causal mode), the same
+    float64 products as the whole table, cast once.
+    """
+    num_heads = check_int("num_heads", num_heads, 1)
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    check_choice("mode", mode, ALIBI_MODES)
+    max_bias = _check_max_bias(max_bias)
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    slopes = _slopes64(num_heads, max_bias).to(dev)  # (H,) float64
+    key_pos = torch.arange(key_len, device=dev)  # (S,) int64
+    causal = mode == "causal"
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        rows = torch.arange(start, stop, device=dev)  # (N,)
+        head, rel = query_key_rel(rows, seq_len, key_len, key_pos)  # (N,), (N, S)
+        dist = rel if causal else -rel.abs()  # (N, S)
+        bias = slopes[head][:, None] * dist.to(torch.float64)  # (N, S)
+        if causal:
+            bias.masked_fill_(rel > 0, float("-inf"))
+        out.copy_(bias)
+
+    return TableBlocks("bias", (num_heads, seq_len, key_len), dtype, fill, dev)
+
+
+def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     slopes = alibi_slopes(p["num_heads"], p["max_bias"], device=ctx.device, dtype=ctx.dtype)
     return {
         "bias": alibi_bias_blocks(**_bias_arguments(p, ctx)),
@@ -208,67 +245,65 @@ def _alibi_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
-ALIBI: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="alibi",
-        path="/v1/biases/alibi",
-        tag="biases",
-        summary="ALiBi attention bias",
-        description="Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and "
-        "MPT. Query i sits at position i + S − T. `bias` is −inf (`null` in JSON) above the "
-        "diagonal in causal mode.",
-        fields=(
-            kinds.FieldSpec(
-                "num_heads",
-                "int",
-                "H (required unless a preset or config gives it)",
-                minimum=1,
-                sourced=True,
-                example=8,
-            ),
-            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
-            kinds.FieldSpec(
-                "key_len",
-                "int",
-                "S ≥ T (default T); query i sits at position i + S − T",
-                None,
-                minimum=1,
-            ),
-            kinds.FieldSpec(
-                "mode",
-                "str",
-                "causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|",
-                "causal",
-                choices=ALIBI_MODES,
-            ),
-            kinds.FieldSpec(
-                "max_bias",
-                "float",
-                "slope exponent scale (default 8 when neither preset nor config gives it)",
-                8.0,
-                exclusive_minimum=0,
-                sourced=True,
-            ),
-            kinds.preset_field("alibi"),
-            kinds.config_field("BLOOM, MPT (attn_config) or Falcon with alibi."),
+ALIBI: kinds.Kind = kinds.Kind(
+    name="alibi",
+    path="/v1/biases/alibi",
+    tag="biases",
+    summary="ALiBi attention bias",
+    description="Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and "
+    "MPT. Query i sits at position i + S − T. `bias` is −inf (`null` in JSON) above the "
+    "diagonal in causal mode.",
+    fields=(
+        kinds.FieldSpec(
+            "num_heads",
+            "int",
+            "H (required unless a preset or config gives it)",
+            minimum=1,
+            sourced=True,
+            example=8,
         ),
-        tensors=(kinds.TensorSpec("bias", ("H", "T", "S")), kinds.TensorSpec("slopes", ("H",))),
-        shapes=lambda p: {
-            "bias": (p["num_heads"], p["seq_len"], _key_len(p)),
-            "slopes": (p["num_heads"],),
-        },
-        compute=_alibi_compute,
-        check=check_bias_lengths,
-        meta=lambda p: {
-            "kind": "alibi",
-            **{k: p[k] for k in ("num_heads", "seq_len")},
-            "key_len": _key_len(p),
-            **{k: p[k] for k in ("mode", "max_bias", "preset", "dtype")},
-            **kinds.derived(ALIBI, p),
-        },
-        blocks=_alibi_blocks,
-        row_elements=lambda p: max(_key_len(p), p["num_heads"]),
-        sources=kinds.Sources("alibi"),
-    )
+        kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+        kinds.FieldSpec(
+            "key_len",
+            "int",
+            "S ≥ T (default T); query i sits at position i + S − T",
+            None,
+            minimum=1,
+        ),
+        kinds.FieldSpec(
+            "mode",
+            "str",
+            "causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j|",
+            "causal",
+            choices=ALIBI_MODES,
+        ),
+        kinds.FieldSpec(
+            "max_bias",
+            "float",
+            "slope exponent scale (default 8 when neither preset nor config gives it)",
+            8.0,
+            exclusive_minimum=0,
+            sourced=True,
+        ),
+        kinds.preset_field("alibi"),
+        kinds.config_field("BLOOM, MPT (attn_config) or Falcon with alibi."),
+    ),
+    tensors=(kinds.TensorSpec("bias", ("H", "T", "S")), kinds.TensorSpec("slopes", ("H",))),
+    shapes=lambda p: {
+        "bias": (p["num_heads"], p["seq_len"], _key_len(p)),
+        "slopes": (p["num_heads"],),
+    },
+    compute=_alibi_compute,
+    check=check_bias_lengths,
+    meta=lambda p: {
+        "kind": "alibi",
+        **{k: p[k] for k in ("num_heads", "seq_len")},
+        "key_len": _key_len(p),
+        **{k: p[k] for k in ("mode", "max_bias", "preset", "dtype")},
+        **kinds.derived(ALIBI, p),
+    },
+    blocks=_alibi_blocks,
+    row_elements=lambda p: max(_key_len(p), p["num_heads"]),
+    sources=kinds.Sources("alibi"),
 )
 """The alibi endpoint kind (see :mod:`posenc.kinds`)."""

@@ -228,7 +228,8 @@ def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, s
             shard = os.path.join(folder, str(weight_map[name]))
             try:
                 with safe_open(shard, framework="pt", device="cpu") as f:
-                    return f.get_tensor(name)
+                    tensor: Tensor = f.get_tensor(name)
+                    return tensor
             except (OSError, SafetensorError) as exc:
                 raise InvalidArgument(
                     f"{shard} (shard of {path}): cannot read {name}: {exc}", field="path"
@@ -247,7 +248,8 @@ def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, s
     def get(name: str) -> Tensor:
         try:
             with safe_open(path, framework="pt", device="cpu") as f:
-                return f.get_tensor(name)
+                tensor: Tensor = f.get_tensor(name)
+                return tensor
         except (OSError, SafetensorError) as exc:
             raise InvalidArgument(f"{path}: cannot read {name}: {exc}", field="path") from exc
 

@@ -49,10 +49,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, cast
 
-import numpy as np
 import torch
 
-from posenc import __version__, kinds
+from posenc import __version__, codec, kinds, resolve
 from posenc.errors import PosencError
 
 if TYPE_CHECKING:
@@ -136,11 +135,10 @@ def _compute_in_blocks(
 ) -> dict[str, torch.Tensor]:
     """A registered kind's tensors filled block by block (:attr:`posenc.kinds.Kind.blocks`),
     with a progress line: the same bytes as computing them whole."""
-    from posenc.kinds import context
 
     if spec.blocks is None or not spec.streamable(params):  # e.g. M-RoPE's three rows
-        return kinds.compute(spec, params)
-    tables = spec.blocks(params, context(params))
+        return resolve.compute(spec, params)
+    tables = spec.blocks(params, resolve.context(params))
     bar = Progress(f"{spec.name} {', '.join(tables)}", sum(t.rows for t in tables.values()), stream)
     out = {}
     for name, table in tables.items():
@@ -177,42 +175,39 @@ def compute_table(
     spec = kinds.REGISTRY.get(kind)
     if spec is None:
         raise PosencError(f"kind must be one of {list(kinds.REGISTRY)}, got {kind!r}", field="kind")
-    params = kinds.resolve_fields(spec, {k: v for k, v in fields.items() if v is not None})
+    params = resolve.resolve_fields(spec, {k: v for k, v in fields.items() if v is not None})
     elements = kinds.total_elements(spec, params)
     if spec.blocks is None or progress is None or elements <= PROGRESS_ELEMENTS:
-        return kinds.compute(spec, params), spec.make_meta(params)
+        return resolve.compute(spec, params), spec.make_meta(params)
     return _compute_in_blocks(spec, params, progress), spec.make_meta(params)
 
 
 # ------------------------------------------------------------------------------------ output
 
 
-def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict, index: int | None) -> None:  # fmt: skip
+def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: dict[str, Any], index: int | None) -> None:  # fmt: skip
     primary_name, primary = next(iter(tensors.items()))
     if fmt == "npy":
         if primary.dtype == torch.bfloat16:
             raise CliError(
-                f"npy has no bfloat16 type, and {primary_name!r} is bfloat16: use --dtype "
+                f"{codec.no_bfloat16_npy(primary_name)}: use --dtype "
                 "float32, float16 or float64 with .npy, or write .safetensors",
                 code=2,
             )
-        np.save(path, primary.contiguous().numpy())
+        path.write_bytes(codec.encode_npy(primary))
     elif fmt == "safetensors":
         try:
-            from safetensors.torch import save_file
+            body = codec.encode_safetensors(
+                tensors, {"meta": json.dumps(meta, separators=(",", ":"))}
+            )
         except ImportError as exc:
             raise CliError(
                 "writing .safetensors needs the safetensors package: "
                 "pip install 'posenc[client]' (or 'posenc[service]')"
             ) from exc
-        save_file(
-            {k: v.contiguous() for k, v in tensors.items()},
-            str(path),
-            metadata={"meta": json.dumps(meta, separators=(",", ":"))},
-        )
-        _readable_as_other_files(path)
+        path.write_bytes(body)
     elif fmt == "raw":
-        path.write_bytes(primary.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        path.write_bytes(codec.encode_raw(primary))
     else:  # png
         try:
             from posenc.heatmap import heatmap_png
@@ -225,13 +220,6 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
         except (PosencError, ValueError) as exc:
             raise CliError(str(getattr(exc, "detail", exc)), code=2) from exc
         path.write_bytes(body)
-
-
-def _readable_as_other_files(path: Path) -> None:
-    """The mode ``open()`` would give (0666 less the umask): safetensors writes files 0600."""
-    umask = os.umask(0)
-    os.umask(umask)
-    path.chmod(0o666 & ~umask)
 
 
 def _fetch(args: argparse.Namespace, kind: str, fields: dict[str, Any], fmt: str) -> bytes:
@@ -450,9 +438,10 @@ def _table(args: argparse.Namespace) -> int:
     if args.output.parent and not args.output.parent.exists():
         parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
     if fmt == "npy" and fields.get("dtype") == "bfloat16":
+        primary = kinds.REGISTRY[args.kind].tensors[0].name
         parser.error(
-            "argument --dtype: npy has no bfloat16 type: use --dtype float32, float16 or "
-            "float64 with .npy, or write .safetensors"
+            f"argument --dtype: {codec.no_bfloat16_npy(primary)}: use --dtype float32, float16 "
+            "or float64 with .npy, or write .safetensors"
         )
     if args.url:
         args.api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None

@@ -6,13 +6,9 @@ is none raises :class:`~posenc.errors.DeviceUnavailable` with a message saying s
 
 from __future__ import annotations
 
-from typing import Literal
-
 import torch
 
 from posenc.errors import DeviceUnavailable, InvalidArgument
-
-DTypeName = Literal["float32", "float16", "bfloat16", "float64"]
 
 FLOAT_DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,

@@ -40,10 +40,13 @@ from posenc.position_ids import (
     PADDING_SIDE_FIELD,
     TEXT_EXAMPLE,
     TEXT_FIELD,
+    build_batch,
     check_ids_or_text,
+    pad_rows,
     text_ids,
     tokenize_text,
 )
+from posenc.rope import rope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -431,9 +434,6 @@ def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 
 def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    from posenc.position_ids import build_batch, pad_rows
-    from posenc.rope import rope_cos_sin
-
     model = ctx.models(p["model"])
     batch = build_batch(
         p["input_ids"],
@@ -500,68 +500,64 @@ def _embed_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     return meta
 
 
-EMBED: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="embed",
-        path="/v1/embed",
-        tag="tokens",
-        summary="Embed token batches",
-        description="Token embedding (× √D when `scale`) plus the positional encoding, for a "
-        "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
-        "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
-        "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
-        "rope settings of its config. `text` in place of `input_ids`: the rows are the model's "
-        "tokenizer's ids (the same result as sending them), and the response adds them as "
-        "`input_ids`.",
-        fields=(
-            dataclasses.replace(INPUT_IDS_FIELD, default=None, example=[[1, 2, 3], [4, 5]]),
-            kinds.FieldSpec(
-                "model", "str", "name from GET /v1/models (default: the default)", None
-            ),
-            TEXT_FIELD,
-            ADD_SPECIAL_TOKENS_FIELD,
-            ATTENTION_MASK_FIELD,
-            PAD_TOKEN_ID_FIELD,
-            PADDING_SIDE_FIELD,
-            kinds.FieldSpec(
-                "positional",
-                "str",
-                "learned, sinusoidal, none or rope (default: the model's own)",
-                None,
-                choices=(*_POSITIONALS, "rope"),
-            ),
-            kinds.FieldSpec(
-                "scale",
-                "bool",
-                "multiply token embeddings by sqrt(D) (default: the model's own)",
-                None,
-            ),
-            kinds.FieldSpec(
-                "position_ids",
-                "int_rows",
-                "explicit positions, the shape of input_ids",
-                None,
-                minimum=0,
-            ),
+EMBED: kinds.Kind = kinds.Kind(
+    name="embed",
+    path="/v1/embed",
+    tag="tokens",
+    summary="Embed token batches",
+    description="Token embedding (× √D when `scale`) plus the positional encoding, for a "
+    "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
+    "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
+    "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
+    "rope settings of its config. `text` in place of `input_ids`: the rows are the model's "
+    "tokenizer's ids (the same result as sending them), and the response adds them as "
+    "`input_ids`.",
+    fields=(
+        dataclasses.replace(INPUT_IDS_FIELD, default=None, example=[[1, 2, 3], [4, 5]]),
+        kinds.FieldSpec("model", "str", "name from GET /v1/models (default: the default)", None),
+        TEXT_FIELD,
+        ADD_SPECIAL_TOKENS_FIELD,
+        ATTENTION_MASK_FIELD,
+        PAD_TOKEN_ID_FIELD,
+        PADDING_SIDE_FIELD,
+        kinds.FieldSpec(
+            "positional",
+            "str",
+            "learned, sinusoidal, none or rope (default: the model's own)",
+            None,
+            choices=(*_POSITIONALS, "rope"),
         ),
-        tensors=(
-            kinds.TensorSpec("embeddings", ("B", "T", "D")),
-            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
-            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
-            kinds.TensorSpec("cos", ("B", "T", "R")),
-            kinds.TensorSpec("sin", ("B", "T", "R")),
-            kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
+        kinds.FieldSpec(
+            "scale",
+            "bool",
+            "multiply token embeddings by sqrt(D) (default: the model's own)",
+            None,
         ),
-        shapes=_embed_shapes,
-        compute=_embed_compute,
-        check=_embed_check,
-        meta=_embed_meta,
-        get=False,
-        complete=_embed_complete,
-        examples=({"input_ids": [[1, 2, 3], [4, 5]]}, TEXT_EXAMPLE),
-        model_field="model",
-        binary_fields=("input_ids", "attention_mask", "position_ids"),
-        cache_tensors=False,
-    )
+        kinds.FieldSpec(
+            "position_ids",
+            "int_rows",
+            "explicit positions, the shape of input_ids",
+            None,
+            minimum=0,
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("embeddings", ("B", "T", "D")),
+        kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+        kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+        kinds.TensorSpec("cos", ("B", "T", "R")),
+        kinds.TensorSpec("sin", ("B", "T", "R")),
+        kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
+    ),
+    shapes=_embed_shapes,
+    compute=_embed_compute,
+    check=_embed_check,
+    meta=_embed_meta,
+    get=False,
+    complete=_embed_complete,
+    examples=({"input_ids": [[1, 2, 3], [4, 5]]}, TEXT_EXAMPLE),
+    model_field="model",
+    binary_fields=("input_ids", "attention_mask", "position_ids"),
+    cache_tensors=False,
 )
 """The embed endpoint kind (see :mod:`posenc.kinds`)."""

@@ -46,6 +46,7 @@ spelling, and keys ignored, are listed in ``warnings``.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import math
 from collections.abc import Mapping
@@ -207,8 +208,6 @@ _ROPE_MODEL_TYPES = frozenset(
     | INTERLEAVED_MODEL_TYPES
 )
 
-# keys a rope-parameters dict may hold besides the scaling parameters of its type
-_ROPE_COMMON_KEYS = frozenset({"rope_type", "type", "rope_theta", "partial_rotary_factor"})
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 
@@ -300,6 +299,10 @@ class ModelPositions:
     learned: Mapping[str, Any] | None = None
     warnings: tuple[str, ...] = ()
 
+    def rope_fields(self, layer_type: str | None = None) -> dict[str, Any]:
+        """The ``/v1/encodings/rope`` fields this config gives (:func:`rope_request_fields`)."""
+        return rope_request_fields(self, layer_type)
+
     def rope_for(self, layer_type: str | None) -> RopeLayerType:
         """The RoPE of ``layer_type``: required when the config has per-layer-type parameters,
         refused otherwise (``field="layer_type"``)."""
@@ -383,7 +386,9 @@ class _Reader:
     def field(self, key: str) -> str:
         return f"{self.prefix}{key}"
 
-    def int(self, key: str, default: int | None = None, *, minimum: int = 1) -> int | None:
+    def int(
+        self, key: str, default: builtins.int | None = None, *, minimum: builtins.int = 1
+    ) -> builtins.int | None:
         value = self.config.get(key)
         if value is None:
             return default
@@ -405,8 +410,8 @@ class _Reader:
         return int(value)
 
     def float(
-        self, key: str, default: float | None = None, *, positive: bool = True
-    ) -> float | None:
+        self, key: str, default: builtins.float | None = None, *, positive: builtins.bool = True
+    ) -> builtins.float | None:
         value = self.config.get(key)
         if value is None:
             return default
@@ -424,7 +429,7 @@ class _Reader:
             )
         return float(value)
 
-    def bool(self, key: str, default: bool) -> bool:
+    def bool(self, key: str, default: builtins.bool) -> builtins.bool:
         value = self.config.get(key)
         if value is None:
             return default
@@ -869,14 +874,16 @@ def _softmax_scale(
     if base.startswith(("gemma4", "gemma3n")):
         return 1.0  # their q/k norms stand in for the scale
     if base in ("gemma2", *_GEMMA3_LIKE) or r.has("query_pre_attn_scalar"):
-        return float(r.float("query_pre_attn_scalar", 256.0)) ** -0.5  # type: ignore[arg-type]
+        scalar = r.float("query_pre_attn_scalar", 256.0) or 256.0  # the default: never None
+        inv_sqrt: float = scalar**-0.5
+        return inv_sqrt
     if base in _RELATIVE_MODEL_TYPES:
         return 1.0  # T5 folds the scale into its initialisation
     if r.has("attention_multiplier"):
         return r.float("attention_multiplier")
     if _is_mla(base, r):
         qk = (r.int("qk_nope_head_dim", 128) or 0) + (r.int("qk_rope_head_dim", 64) or 0)
-        scale = qk**-0.5
+        scale: float = qk**-0.5
         if rope is not None and rope.rope_type != "default":
             mad = rope.parameters.get("mscale_all_dim") or 0
             factor = rope.parameters.get("factor")

@@ -14,22 +14,26 @@ kind:
   (:func:`posenc.client.kind_method`), and :meth:`~posenc.client.PosencClient.compute`;
 - the CLI offers ``posenc table KIND`` with one option per field.
 
-Every compute endpoint is a kind: each convention module ends with its :func:`register` call.
-Adding a convention is one library module (its maths) plus that call::
+Every compute endpoint is a kind. A convention module defines its :class:`Kind` (a constant
+beside its maths), and :mod:`posenc.catalog` lists every built-in kind in one place and
+registers them; this module is the data model and :data:`REGISTRY` only, and imports no
+convention. Adding a convention is one library module (its maths and its kind) plus one line in
+that list (or, from outside the library, one :func:`register` call)::
 
-    register(Kind(
+    TOY = Kind(
         name="toy", path="/v1/encodings/toy", tag="encodings", summary="...", description="...",
         fields=(FieldSpec("seq_len", "int", "T", minimum=1), ...),
         tensors=(TensorSpec("encoding", ("T", "D")),),
         shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
         compute=lambda p, ctx: {"encoding": toy_table(..., device=ctx.device, dtype=ctx.dtype)},
-    ))
+    )
 
-The library validates fields itself (:func:`resolve_fields`: defaults, types, bounds, choices,
-raising :class:`~posenc.errors.InvalidArgument` that names the field), so a kind works the same
-from Python, the CLI and HTTP. A kind with :class:`Sources` also takes ``preset`` and ``config``
-(a model's ``config.json``): :func:`resolve_fields` merges them in the library, so every caller
-gets the same precedence (the caller's fields > the config or preset > the field's default).
+The library validates fields itself (:func:`posenc.resolve.resolve_fields`: defaults, types,
+bounds, choices, raising :class:`~posenc.errors.InvalidArgument` that names the field), so a kind
+works the same from Python, the CLI and HTTP. A kind with :class:`Sources` also takes ``preset``
+and ``config`` (a model's ``config.json``): :func:`posenc.resolve.resolve_fields` merges them in
+the library, so every caller gets the same precedence (the caller's fields > the config or
+preset > the field's default).
 Notation: ``B`` batch, ``T`` positions, ``S`` keys, ``D`` model dimension, ``H`` heads, ``R``
 rotary dimension.
 """
@@ -37,7 +41,6 @@ rotary dimension.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -46,8 +49,7 @@ from typing import Any, Final, Literal
 
 import torch
 
-from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument, MissingField, TooLarge
+from posenc.errors import InvalidArgument, MissingField
 
 __all__ = [
     "CONFIG_FIELD",
@@ -62,13 +64,11 @@ __all__ = [
     "Sources",
     "TensorSpec",
     "batch_shape",
-    "compute",
     "config_field",
     "derived",
     "elements",
     "preset_field",
     "register",
-    "resolve_fields",
     "total_elements",
     "unregister",
 ]
@@ -117,7 +117,7 @@ class FieldSpec:
         example: a value that works, for the OpenAPI example and the docs.
         sourced: a preset or a config may give it: the request schema has no default for it
             (a generated client would send the default and override the preset), and
-            ``default`` (or REQUIRED) applies after the merge (:func:`resolve_fields`).
+            ``default`` (or REQUIRED) applies after the merge (:func:`posenc.resolve.resolve_fields`).
         rows: ``ints`` only: also accepted as exactly this many equal-length lists of ints
             (M-RoPE's ``(3, T)`` positions).
         length: lists only: exactly this many items (``int_rows``: in each row).
@@ -241,29 +241,6 @@ class Context:
     allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None
 
 
-def builtin_models(name: str | None) -> Any:
-    """The library's model lookup: the built-in default model only (:mod:`posenc.models`)."""
-    from posenc.errors import UnknownName
-    from posenc.models import DEFAULT_MODEL_NAME
-
-    if name not in (None, DEFAULT_MODEL_NAME):
-        raise UnknownName(
-            f"unknown model {name!r}; the library knows {DEFAULT_MODEL_NAME!r} only (a service "
-            "loads others with POSENC_MODELS)",
-            field="model",
-            name=name,
-            known=[DEFAULT_MODEL_NAME],
-        )
-    return _default_model()
-
-
-@functools.cache
-def _default_model() -> Any:
-    from posenc.models import default_model
-
-    return default_model()
-
-
 @dataclass(frozen=True)
 class TensorSpec:
     """One tensor of a kind's bundle.
@@ -326,6 +303,8 @@ class Kind:
             the first alone; safetensors: any of them), the other fields then in the query.
         cache_tensors: a service may keep the outputs in its cache (tables: yes; token batches,
             rarely asked twice: no).
+        work_bytes_per_element: peak bytes per output element its compute holds beyond the
+            outputs (intermediates), measured, for a server's byte budget; 0: none to speak of.
     """
 
     name: str
@@ -350,6 +329,7 @@ class Kind:
     examples: tuple[dict[str, Any], ...] | None = None
     binary_fields: tuple[str, ...] = ()
     cache_tensors: bool = True
+    work_bytes_per_element: int = 0
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -584,11 +564,11 @@ def _struct(spec: FieldSpec, value: Any, where: str) -> dict[str, Any]:
                     field=f"{where}.{member.name}",
                 )
             continue
-        out[member.name] = _coerce(member, item, f"{where}.{member.name}")
+        out[member.name] = coerce(member, item, f"{where}.{member.name}")
     return out
 
 
-def _coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
+def coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     """``value`` as the field's type, or InvalidArgument naming the field."""
     name = where or spec.name
     if spec.type == "bool":
@@ -645,63 +625,6 @@ def _coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     return value
 
 
-def resolve_fields(
-    kind: Kind, given: Params, *, models: Callable[[str | None], Any] | None = None
-) -> dict[str, Any]:
-    """The kind's fields with a preset or config merged, defaults filled in, types and bounds
-    checked, cross-checks run and what a named model gives filled in.
-
-    Args:
-        kind: a registered (or any) kind.
-        given: the caller's fields. ``None`` is no value: the field's default, except that it
-            overrides a preset's or config's value (a JSON ``null`` sent on purpose); leave a
-            field out to take the preset's.
-        models: the model lookup of a kind with ``complete`` (:class:`Context`); None: the
-            library's built-in default model only.
-
-    Returns:
-        Every field by name, in the kind's order, then what a config adds for ``meta``
-        (``config_model_type``...). ``config`` itself is None once merged.
-
-    Raises:
-        InvalidArgument: an unknown field (the message lists the known ones), a value of the
-            wrong type or out of bounds (``field`` names it), a preset or config that does not
-            fit; MissingField: a required field given by nobody.
-        UnknownName: an unknown preset or model.
-    """
-    unknown = sorted(set(given) - set(kind.field_names))
-    if unknown:
-        raise InvalidArgument(
-            f"unknown field(s) {unknown} for {kind.name}; its fields are "
-            f"{', '.join(kind.field_names)}",
-            field=unknown[0],
-        )
-    info: dict[str, Any] = {}
-    if kind.sources is not None:
-        from posenc.sources import merge_sources  # sources reads configs and presets
-
-        given, info = merge_sources(kind, given)
-    params: dict[str, Any] = {}
-    for spec in kind.fields:
-        value = given.get(spec.name)
-        if value is None:
-            if spec.required:
-                hint = " (or a preset or config that gives it)" if spec.sourced else ""
-                raise MissingField(
-                    f"{spec.name} is required: give {spec.name}{hint} ({spec.description})",
-                    field=spec.name,
-                )
-            params[spec.name] = spec.default
-            continue
-        params[spec.name] = _coerce(spec, value)
-    if kind.check is not None:
-        kind.check(params)
-    params.update(info)
-    if kind.complete is not None:
-        params = kind.complete(params, models or builtin_models)
-    return params
-
-
 def batch_shape(rows: Any) -> tuple[int, int]:
     """``(B, T)`` of an ``int_rows`` value: rows and the longest row's length (0 when every row
     is empty), or a tensor's shape; from the numbers alone."""
@@ -711,9 +634,17 @@ def batch_shape(rows: Any) -> tuple[int, int]:
 
 
 def derived(kind: Kind, params: Params) -> dict[str, Any]:
-    """What :func:`resolve_fields` added to the fields (a config's ``config_model_type``, what
+    """What :func:`posenc.resolve.resolve_fields` added to the fields (a config's ``config_model_type``, what
     ``complete`` filled in), for ``meta``."""
     return {k: v for k, v in params.items() if k not in kind.field_names}
+
+
+def int_list_fields() -> frozenset[str]:
+    """The names of the registered kinds' fields that hold lists of ints (``ints``,
+    ``int_rows``): what a JSON body carries as Python lists."""
+    return frozenset(
+        f.name for k in REGISTRY.values() for f in k.fields if f.type in ("ints", "int_rows")
+    )
 
 
 def elements(shapes: Shapes) -> int:
@@ -724,81 +655,3 @@ def elements(shapes: Shapes) -> int:
 def total_elements(kind: Kind, params: Params) -> int:
     """Elements of all the kind's tensors together, from the numbers alone."""
     return elements(kind.shapes(params))
-
-
-def context(
-    params: Params,
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-    models: Callable[[str | None], Any] | None = None,
-    allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None,
-) -> Context:
-    """The :class:`Context` of a computation: CPU, ``params["dtype"]``, the built-in model and
-    new output tensors unless given."""
-    return Context(
-        device=torch.device("cpu") if device is None else torch.device(device),
-        dtype=dtype or resolve_dtype(params.get("dtype")),
-        models=models or builtin_models,
-        allocator=allocator,
-    )
-
-
-def compute(
-    kind: Kind,
-    params: Params,
-    *,
-    device: torch.device | str | None = None,
-    dtype: torch.dtype | None = None,
-    max_elements: int | None = None,
-    models: Callable[[str | None], Any] | None = None,
-    allocator: Callable[[tuple[int, ...], torch.dtype], torch.Tensor | None] | None = None,
-) -> Tensors:
-    """The kind's tensors, in its order, after a size check that allocates nothing.
-
-    Args:
-        kind: the kind.
-        params: fields as :func:`resolve_fields` returns them.
-        device: where the tensors go (CPU when None).
-        dtype: the float tensors' dtype (integer tensors stay int64); None: ``params["dtype"]``
-            (float32 when the kind has no such field).
-        max_elements: refuse a bundle larger than this with ``TooLarge`` before computing.
-        models: the model lookup (:class:`Context`); None: the built-in default model only.
-        allocator: where big CPU outputs may be written (:class:`Context`); None: new tensors.
-
-    Returns:
-        The tensors by name, primary first; each of the shape ``kind.shapes`` promised.
-
-    Raises:
-        TooLarge: over ``max_elements``.
-        ValueError: the compute returned other tensors or shapes than ``kind.shapes`` says (a
-            bug in the kind, not the caller's fault).
-    """
-    shapes = kind.shapes(params)
-    total = elements(shapes)
-    if max_elements is not None and total > max_elements:
-        raise TooLarge(
-            f"{kind.name} would have {total} elements, over the limit of {max_elements}",
-            limit=max_elements,
-            requested=total,
-        )
-    if max_elements is not None:
-        for what, count in (kind.allocations(params) if kind.allocations else {}).items():
-            if count > max_elements:
-                raise TooLarge(
-                    f"{what} would make {count} elements, over the limit of {max_elements}",
-                    limit=max_elements,
-                    requested=count,
-                    field=what,
-                )
-    ctx = context(params, device=device, dtype=dtype, models=models, allocator=allocator)
-    tensors = kind.compute(params, ctx)
-    names = list(shapes)
-    if list(tensors) != names:
-        raise ValueError(f"kind {kind.name!r} computed {list(tensors)}, declared {names}")
-    for name, tensor in tensors.items():
-        if tuple(tensor.shape) != tuple(shapes[name]):
-            raise ValueError(
-                f"kind {kind.name!r}: {name} has shape {tuple(tensor.shape)}, declared {shapes[name]}"
-            )
-    return tensors

@@ -10,6 +10,7 @@ Notation used for tensor shapes: ``P`` table positions, ``D`` model dimension.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -17,7 +18,9 @@ import torch
 from torch import Tensor
 
 from posenc import kinds
-from posenc._validate import check_int_at_least, device_or_cpu
+from posenc._validate import check_int, check_int_at_least, device_or_cpu
+from posenc.blocks import TableBlocks, tensor_blocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
 from posenc.limits import check_elements
 
@@ -157,66 +160,98 @@ def _learned_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tens
     }
 
 
-def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import learned_blocks, tensor_blocks  # blocks imports this module
+def learned_blocks(
+    seq_len: int,
+    d_model: int,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    name: str = "encoding",
+) -> TableBlocks:
+    """:func:`~posenc.learned.learned_table` ``(T, D)`` in row blocks, in order (``sequential``).
 
+    One generator seeded once draws the blocks one after another, as ``normal_`` draws the whole
+    table; block sizes keep to its groups of 16 (see the module docstring).
+    """
+    check_int("seq_len", seq_len, 1)
+    check_int("d_model", d_model, 1)
+    dtype = resolve_dtype(dtype)
+    seeded_normal(1, 1, seed=seed)  # validates the seed
+    state: dict[str, Any] = {}
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        if start == 0:
+            state["generator"] = torch.Generator(device="cpu").manual_seed(seed)
+        target = out if dtype == torch.float32 else torch.empty(out.shape, dtype=torch.float32)
+        target.normal_(0.0, 1.0, generator=state["generator"])
+        if target is not out:
+            out.copy_(target)
+
+    return TableBlocks(
+        name,
+        (seq_len, d_model),
+        dtype,
+        fill,
+        row_multiple=16 // math.gcd(d_model, 16),
+        min_last_rows=-(-16 // d_model),
+        sequential=True,
+    )
+
+
+def _learned_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     if p["model"] is not None:
         return {"encoding": tensor_blocks("encoding", _learned_compute(p, ctx)["encoding"])}
     return {"encoding": learned_blocks(p["seq_len"], p["d_model"], seed=p["seed"], dtype=ctx.dtype)}
 
 
-LEARNED: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="learned",
-        path="/v1/encodings/learned",
-        tag="encodings",
-        summary="Learned positional table",
-        description="A loaded model's position table (`model`), or a seeded one: "
-        "`torch.manual_seed(seed); nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's "
-        "`wpe`, BERT's `position_embeddings` at initialisation).",
-        fields=(
-            kinds.FieldSpec(
-                "seq_len",
-                "int",
-                "T (required unless model, preset or config gives it)",
-                None,
-                minimum=1,
-                sourced=True,
-                example=8,
-            ),
-            kinds.FieldSpec(
-                "d_model",
-                "int",
-                "D (may be omitted with model, preset or config)",
-                None,
-                minimum=1,
-                sourced=True,
-                example=16,
-            ),
-            kinds.FieldSpec(
-                "model", "str", "name from GET /v1/models: use its position table", None
-            ),
-            kinds.FieldSpec(
-                "seed",
-                "int",
-                "torch.manual_seed of the table",
-                0,
-                minimum=SEED_MIN,
-                maximum=SEED_MAX,
-                example=0,
-            ),
-            kinds.preset_field("learned"),
-            kinds.config_field("Gives d_model and the table size (seq_len)."),
+LEARNED: kinds.Kind = kinds.Kind(
+    name="learned",
+    path="/v1/encodings/learned",
+    tag="encodings",
+    summary="Learned positional table",
+    description="A loaded model's position table (`model`), or a seeded one: "
+    "`torch.manual_seed(seed); nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's "
+    "`wpe`, BERT's `position_embeddings` at initialisation).",
+    fields=(
+        kinds.FieldSpec(
+            "seq_len",
+            "int",
+            "T (required unless model, preset or config gives it)",
+            None,
+            minimum=1,
+            sourced=True,
+            example=8,
         ),
-        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
-        shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
-        compute=_learned_compute,
-        meta=_learned_meta,
-        blocks=_learned_blocks,
-        row_elements=lambda p: int(p["d_model"]),
-        sources=kinds.Sources("learned"),
-        complete=_learned_complete,
-        model_field="model",
-    )
+        kinds.FieldSpec(
+            "d_model",
+            "int",
+            "D (may be omitted with model, preset or config)",
+            None,
+            minimum=1,
+            sourced=True,
+            example=16,
+        ),
+        kinds.FieldSpec("model", "str", "name from GET /v1/models: use its position table", None),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "torch.manual_seed of the table",
+            0,
+            minimum=SEED_MIN,
+            maximum=SEED_MAX,
+            example=0,
+        ),
+        kinds.preset_field("learned"),
+        kinds.config_field("Gives d_model and the table size (seq_len)."),
+    ),
+    tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+    shapes=lambda p: {"encoding": (p["seq_len"], p["d_model"])},
+    compute=_learned_compute,
+    meta=_learned_meta,
+    blocks=_learned_blocks,
+    row_elements=lambda p: int(p["d_model"]),
+    sources=kinds.Sources("learned"),
+    complete=_learned_complete,
+    model_field="model",
 )
 """The learned endpoint kind (see :mod:`posenc.kinds`)."""

@@ -24,6 +24,7 @@ from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
+from posenc.tokenizer import builtin_tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -124,8 +125,6 @@ def _builtin_tokenizer() -> Any:
     """The built-in byte-level tokenizer (:mod:`posenc.tokenizer`), None without the
     ``tokenizers`` package (the library needs torch and numpy only)."""
     try:
-        from posenc.tokenizer import builtin_tokenizer
-
         return builtin_tokenizer()
     except ImportError:  # pragma: no cover - depends on the environment
         logger.info("no 'tokenizers' package: the built-in model has no tokenizer")
@@ -188,8 +187,6 @@ def load_safetensors_model(
     tokenizer_path = os.path.join(folder, "tokenizer.json")
     tokenizer = None
     if os.path.isfile(tokenizer_path):
-        from posenc.tokenizer import load_tokenizer
-
         tokenizer = load_tokenizer(tokenizer_path)
     pad_token_id = ckpt.pad_token_id
     if os.path.isdir(path) and ckpt.config is None:

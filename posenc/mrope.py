@@ -39,7 +39,12 @@ from torch import Tensor
 from posenc import kinds
 from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
 from posenc.errors import InvalidArgument
-from posenc.position_ids import ATTENTION_MASK_FIELD, INPUT_IDS_FIELD, PADDING_SIDE_FIELD
+from posenc.position_ids import (
+    ATTENTION_MASK_FIELD,
+    INPUT_IDS_FIELD,
+    PADDING_SIDE_FIELD,
+    build_batch,
+)
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 
@@ -547,8 +552,6 @@ def _mrope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
 
 
 def _mrope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    from posenc.position_ids import build_batch
-
     batch = build_batch(
         p["input_ids"], attention_mask=p["attention_mask"], padding_side=p["padding_side"]
     )
@@ -590,59 +593,60 @@ def _mrope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     return {"position_ids": (3, b, t), "rope_deltas": (b, 1)}
 
 
-MROPE_POSITION_IDS: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="mrope_position_ids",
-        path="/v1/position-ids/mrope",
-        tag="tokens",
-        summary="Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
-        description="The 3-D (temporal, height, width) position ids of transformers 5's "
-        "`get_rope_index` for the model whose `config.json` is given: runs of image (video) "
-        "placeholder tokens take the next `image_grid_thw` (`video_grid_thw`) entry and must "
-        "hold its `t·(h/m)·(w/m)` tokens (Qwen3-VL: one run per video frame); Qwen2.5-VL "
-        "spaces video frames by `tokens_per_second · second_per_grid_ts`. Padded slots get 0.",
-        fields=(
-            dataclasses.replace(INPUT_IDS_FIELD, example=None),
-            dataclasses.replace(
-                ATTENTION_MASK_FIELD,
-                description="0/1, the shape of input_ids; padded slots (0) get id 0",
-            ),
-            PADDING_SIDE_FIELD,
-            _grid_field("image_grid_thw", "image"),
-            _grid_field("video_grid_thw", "video"),
-            kinds.FieldSpec(
-                "second_per_grid_ts",
-                "floats",
-                "Qwen2.5-VL: seconds per temporal grid step of each video (default 1); read as "
-                "float32, as the processor's tensor",
-                None,
-                minimum=0,
-            ),
-            kinds.FieldSpec(
-                "config",
-                "object",
-                "the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl, "
-                "qwen3_vl_moe) selects the rule; image_token_id, video_token_id, "
-                "vision_config.spatial_merge_size, vision_config.tokens_per_second are read",
-            ),
+MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
+    name="mrope_position_ids",
+    path="/v1/position-ids/mrope",
+    tag="tokens",
+    summary="Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL)",
+    description="The 3-D (temporal, height, width) position ids of transformers 5's "
+    "`get_rope_index` for the model whose `config.json` is given: runs of image (video) "
+    "placeholder tokens take the next `image_grid_thw` (`video_grid_thw`) entry and must "
+    "hold its `t·(h/m)·(w/m)` tokens (Qwen3-VL: one run per video frame); Qwen2.5-VL "
+    "spaces video frames by `tokens_per_second · second_per_grid_ts`. Padded slots get 0.",
+    fields=(
+        dataclasses.replace(INPUT_IDS_FIELD, example=None),
+        dataclasses.replace(
+            ATTENTION_MASK_FIELD,
+            description="0/1, the shape of input_ids; padded slots (0) get id 0",
         ),
-        tensors=(
-            kinds.TensorSpec("position_ids", ("3", "B", "T"), integer=True),
-            kinds.TensorSpec("rope_deltas", ("B", "1"), integer=True),
+        PADDING_SIDE_FIELD,
+        _grid_field("image_grid_thw", "image"),
+        _grid_field("video_grid_thw", "video"),
+        kinds.FieldSpec(
+            "second_per_grid_ts",
+            "floats",
+            "Qwen2.5-VL: seconds per temporal grid step of each video (default 1); read as "
+            "float32, as the processor's tensor",
+            None,
+            minimum=0,
         ),
-        shapes=_mrope_shapes,
-        compute=_mrope_compute,
-        meta=_mrope_meta,
-        get=False,
-        complete=_mrope_complete,
-        cache_tensors=False,
-        examples=(
-            {
-                "input_ids": [[9906, 151652, 151655, 151655, 151655, 151655, 151653, 30]],
-                "image_grid_thw": [[1, 4, 4]],
-                "config": _EXAMPLE_CONFIG,
-            },
+        kinds.FieldSpec(
+            "config",
+            "object",
+            "the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl, "
+            "qwen3_vl_moe) selects the rule; image_token_id, video_token_id, "
+            "vision_config.spatial_merge_size, vision_config.tokens_per_second are read",
         ),
-    )
+    ),
+    tensors=(
+        kinds.TensorSpec("position_ids", ("3", "B", "T"), integer=True),
+        kinds.TensorSpec("rope_deltas", ("B", "1"), integer=True),
+    ),
+    shapes=_mrope_shapes,
+    compute=_mrope_compute,
+    meta=_mrope_meta,
+    get=False,
+    complete=_mrope_complete,
+    cache_tensors=False,
+    # its vectorised rule keeps a few (B, T) int64 intermediates per output row: 65-70 bytes per
+    # element measured, x about 1.2 (docs/sizing.md)
+    work_bytes_per_element=84,
+    examples=(
+        {
+            "input_ids": [[9906, 151652, 151655, 151655, 151655, 151655, 151653, 30]],
+            "image_grid_thw": [[1, 4, 4]],
+            "config": _EXAMPLE_CONFIG,
+        },
+    ),
 )
 """The M-RoPE position-ids endpoint kind (see :mod:`posenc.kinds`)."""

@@ -30,6 +30,7 @@ from posenc._validate import (
 )
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
+from posenc.tokenizer import tokenizer_of
 
 PaddingSide = Literal["right", "left"]
 
@@ -353,8 +354,6 @@ def tokenize_text(p: dict[str, Any], model: Any, elements_per_token: int = 3) ->
     stops early under a limit)."""
     if p.get("text") is None:
         return p
-    from posenc.tokenizer import tokenizer_of
-
     rows = tokenizer_of(model).ids(
         p["text"], add_special_tokens=p["add_special_tokens"], elements_per_token=elements_per_token
     )
@@ -403,56 +402,54 @@ def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str,
     return out
 
 
-POSITION_IDS: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="position_ids",
-        path="/v1/position-ids",
-        tag="tokens",
-        summary="Position ids of a padded batch",
-        description="Pads a ragged batch and numbers its real tokens from `start` in order; "
-        "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
-        "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
-        "padding. `text` in place of `input_ids`: the rows are the model's tokenizer's ids, and "
-        "the response adds them as `input_ids`.",
-        fields=(
-            dataclasses.replace(INPUT_IDS_FIELD, default=None),
-            TEXT_FIELD,
-            TEXT_MODEL_FIELD,
-            ADD_SPECIAL_TOKENS_FIELD,
-            dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
-            ATTENTION_MASK_FIELD,
-            PADDING_SIDE_FIELD,
-            kinds.FieldSpec("start", "int", "the first real token's position", 0, minimum=0),
-            kinds.FieldSpec(
-                "pad_position",
-                "int",
-                "the position id given to padded slots",
-                0,
-                minimum=_INT64_MIN,
-                maximum=_INT64_MAX,
-            ),
+POSITION_IDS: kinds.Kind = kinds.Kind(
+    name="position_ids",
+    path="/v1/position-ids",
+    tag="tokens",
+    summary="Position ids of a padded batch",
+    description="Pads a ragged batch and numbers its real tokens from `start` in order; "
+    "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
+    "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
+    "padding. `text` in place of `input_ids`: the rows are the model's tokenizer's ids, and "
+    "the response adds them as `input_ids`.",
+    fields=(
+        dataclasses.replace(INPUT_IDS_FIELD, default=None),
+        TEXT_FIELD,
+        TEXT_MODEL_FIELD,
+        ADD_SPECIAL_TOKENS_FIELD,
+        dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
+        ATTENTION_MASK_FIELD,
+        PADDING_SIDE_FIELD,
+        kinds.FieldSpec("start", "int", "the first real token's position", 0, minimum=0),
+        kinds.FieldSpec(
+            "pad_position",
+            "int",
+            "the position id given to padded slots",
+            0,
+            minimum=_INT64_MIN,
+            maximum=_INT64_MAX,
         ),
-        tensors=(
-            kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
-            kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
-            kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
-        ),
-        shapes=lambda p: _with_text_ids(
-            p, dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"]))
-        ),
-        compute=_position_ids_compute,
-        check=check_ids_or_text,
-        complete=_position_ids_complete,
-        examples=({"input_ids": [[5, 6, 7], [8, 9]], "pad_token_id": 0}, TEXT_EXAMPLE),
-        model_field="model",
-        meta=lambda p: {
-            "kind": "position_ids",
-            **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
-            **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
-        },
-        get=False,
-        binary_fields=("input_ids", "attention_mask"),
-        cache_tensors=False,
-    )
+    ),
+    tensors=(
+        kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
+        kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+        kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
+    ),
+    shapes=lambda p: _with_text_ids(
+        p, dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"]))
+    ),
+    compute=_position_ids_compute,
+    check=check_ids_or_text,
+    complete=_position_ids_complete,
+    examples=({"input_ids": [[5, 6, 7], [8, 9]], "pad_token_id": 0}, TEXT_EXAMPLE),
+    model_field="model",
+    meta=lambda p: {
+        "kind": "position_ids",
+        **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
+        **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
+    },
+    get=False,
+    binary_fields=("input_ids", "attention_mask"),
+    cache_tensors=False,
 )
 """The position-ids endpoint kind (see :mod:`posenc.kinds`)."""

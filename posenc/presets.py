@@ -26,6 +26,8 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from posenc.errors import InvalidArgument, UnknownName
+from posenc.hf_config import read_positions, rope_request_fields
+from posenc.model_configs import MODEL_CONFIGS, NOTES
 
 PresetKind = Literal["rope", "alibi", "relative", "learned"]
 
@@ -102,8 +104,6 @@ def _source(name: str, repo: str, config: Mapping[str, Any], extra: str = "") ->
     """``REPO config.json: {quoted keys}``, with what the file leaves out (``NOTES``)."""
     import json
 
-    from posenc.model_configs import NOTES
-
     text = f"{repo} config.json: {json.dumps(dict(config), separators=(', ', ': '))}"
     note = NOTES.get(name)
     if note:
@@ -117,9 +117,6 @@ def _from_config(name: str) -> list[Preset]:
     """The preset(s) of a quoted config, read by :func:`posenc.hf_config.read_positions`: one
     per RoPE layer type where the config has per-layer-type parameters (``NAME`` for
     ``full_attention``, ``NAME-local`` for ``sliding_attention``)."""
-    from posenc.hf_config import read_positions, rope_request_fields
-    from posenc.model_configs import MODEL_CONFIGS
-
     repo, config = MODEL_CONFIGS[name]
     mp = read_positions(config)
     if mp.kind == "rope":
@@ -144,8 +141,6 @@ def _from_config(name: str) -> list[Preset]:
 
 
 def _all_presets() -> tuple[Preset, ...]:
-    from posenc.model_configs import MODEL_CONFIGS
-
     return tuple(p for name in MODEL_CONFIGS for p in _from_config(name))
 
 

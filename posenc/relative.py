@@ -19,10 +19,11 @@ keys in the past, as T5 defines it (memory position minus query position).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, get_args
 
 import torch
+from torch import Tensor
 
 from posenc import kinds
 from posenc._validate import (
@@ -33,6 +34,7 @@ from posenc._validate import (
     check_lengths,
     device_or_cpu,
 )
+from posenc.blocks import TableBlocks, query_key_rel
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
@@ -373,9 +375,78 @@ def _relative_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, tor
     return tensors
 
 
-def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import relative_bias_blocks, relative_buckets_blocks
+def _bucket_fn(
+    num_buckets: int, max_distance: int, bidirectional: bool, bucketing: Bucketing
+) -> Callable[[Tensor], Tensor]:
+    check_choice("bucketing", bucketing, BUCKETINGS)
+    if bucketing == "clip":
+        check_int("max_distance", max_distance, 0)
+        return lambda rel: clipped_bucket(
+            rel, max_distance=max_distance, bidirectional=bidirectional
+        )
+    _check_log_buckets(num_buckets, max_distance, bidirectional)
+    return lambda rel: relative_position_bucket(
+        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
 
+
+def relative_buckets_blocks(
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+    bidirectional: bool = True,
+    bucketing: Bucketing = "log",
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """:func:`~posenc.relative.relative_buckets` ``(T, S)`` int64 in row blocks."""
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)
+    dev = device_or_cpu(device)
+    key_pos = torch.arange(key_len, device=dev)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        _, rel = query_key_rel(torch.arange(start, stop, device=dev), seq_len, key_len, key_pos)
+        out.copy_(bucket(rel))
+
+    return TableBlocks("buckets", (seq_len, key_len), torch.int64, fill, dev)
+
+
+def relative_bias_blocks(
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    num_heads: int,
+    num_buckets: int = 32,
+    max_distance: int = 128,
+    bidirectional: bool = True,
+    bucketing: Bucketing = "log",
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TableBlocks:
+    """:func:`~posenc.relative.relative_bias` ``(H, T, S)`` of the seeded table, in blocks of
+    its ``H·T`` rows: row ``h·T + i`` is ``table[buckets[i, :], h]``, cast once."""
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)
+    n_buckets = num_relative_buckets(
+        num_buckets=num_buckets, max_distance=max_distance, bucketing=bucketing
+    )
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    table = relative_bias_table(n_buckets, num_heads, seed=seed).to(dev)  # (NB, H) float32
+    key_pos = torch.arange(key_len, device=dev)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        rows = torch.arange(start, stop, device=dev)
+        head, rel = query_key_rel(rows, seq_len, key_len, key_pos)  # (N,), (N, S)
+        out.copy_(table[bucket(rel), head[:, None]])  # (N, S)
+
+    return TableBlocks("bias", (num_heads, seq_len, key_len), dtype, fill, dev)
+
+
+def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     seq_len, key_len = bias_lengths(p)
     kw = {**_bucket_arguments(p), "device": ctx.device}
     tables = {"buckets": relative_buckets_blocks(seq_len, key_len, **kw)}
@@ -386,105 +457,103 @@ def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     return tables
 
 
-RELATIVE: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="relative",
-        path="/v1/biases/relative",
-        tag="biases",
-        summary="T5 relative position buckets and bias",
-        description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
-        "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
-        "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
-        fields=(
-            kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
-            kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
-            kinds.FieldSpec(
-                "num_buckets",
-                "int",
-                "log bucketing: the number of buckets (default 32 when neither preset nor "
-                "config gives it)",
-                32,
-                minimum=2,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
+RELATIVE: kinds.Kind = kinds.Kind(
+    name="relative",
+    path="/v1/biases/relative",
+    tag="biases",
+    summary="T5 relative position buckets and bias",
+    description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
+    "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
+    "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
+    fields=(
+        kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+        kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
+        kinds.FieldSpec(
+            "num_buckets",
+            "int",
+            "log bucketing: the number of buckets (default 32 when neither preset nor "
+            "config gives it)",
+            32,
+            minimum=2,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "max_distance",
+            "int",
+            "log: distance of the last bucket; clip: the clamp (default 128 when neither "
+            "preset nor config gives it)",
+            128,
+            minimum=1,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "bidirectional",
+            "bool",
+            "keys on both sides of the query (default true)",
+            True,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "bucketing",
+            "str",
+            "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
+            "log",
+            choices=BUCKETINGS,
+        ),
+        kinds.FieldSpec(
+            "num_heads",
+            "int",
+            "H: when given, also the bias tensor",
+            None,
+            minimum=1,
+            sourced=True,
+            example=2,
+        ),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "torch.manual_seed of the bias table",
+            0,
+            minimum=SEED_MIN,
+            maximum=SEED_MAX,
+        ),
+        kinds.preset_field("relative"),
+        kinds.config_field(
+            "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("buckets", ("T", "S"), integer=True),
+        kinds.TensorSpec("bias", ("H", "T", "S")),
+    ),
+    shapes=_relative_shapes,
+    compute=_relative_compute,
+    check=check_bias_lengths,
+    meta=lambda p: {
+        "kind": "relative",
+        "seq_len": p["seq_len"],
+        "key_len": bias_lengths(p)[1],
+        "num_buckets": p["num_buckets"],
+        "bucket_count": _bucket_count(p),
+        **{
+            k: p[k]
+            for k in (
                 "max_distance",
-                "int",
-                "log: distance of the last bucket; clip: the clamp (default 128 when neither "
-                "preset nor config gives it)",
-                128,
-                minimum=1,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
                 "bidirectional",
-                "bool",
-                "keys on both sides of the query (default true)",
-                True,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
                 "bucketing",
-                "str",
-                "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
-                "log",
-                choices=BUCKETINGS,
-            ),
-            kinds.FieldSpec(
                 "num_heads",
-                "int",
-                "H: when given, also the bias tensor",
-                None,
-                minimum=1,
-                sourced=True,
-                example=2,
-            ),
-            kinds.FieldSpec(
                 "seed",
-                "int",
-                "torch.manual_seed of the bias table",
-                0,
-                minimum=SEED_MIN,
-                maximum=SEED_MAX,
-            ),
-            kinds.preset_field("relative"),
-            kinds.config_field(
-                "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
-            ),
-        ),
-        tensors=(
-            kinds.TensorSpec("buckets", ("T", "S"), integer=True),
-            kinds.TensorSpec("bias", ("H", "T", "S")),
-        ),
-        shapes=_relative_shapes,
-        compute=_relative_compute,
-        check=check_bias_lengths,
-        meta=lambda p: {
-            "kind": "relative",
-            "seq_len": p["seq_len"],
-            "key_len": bias_lengths(p)[1],
-            "num_buckets": p["num_buckets"],
-            "bucket_count": _bucket_count(p),
-            **{
-                k: p[k]
-                for k in (
-                    "max_distance",
-                    "bidirectional",
-                    "bucketing",
-                    "num_heads",
-                    "seed",
-                    "preset",
-                    "dtype",
-                )
-            },
-            **kinds.derived(RELATIVE, p),
+                "preset",
+                "dtype",
+            )
         },
-        blocks=_relative_blocks,
-        row_elements=lambda p: bias_lengths(p)[1],
-        sources=kinds.Sources("relative"),
-        allocations=lambda p: (
-            {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
-        ),
-    )
+        **kinds.derived(RELATIVE, p),
+    },
+    blocks=_relative_blocks,
+    row_elements=lambda p: bias_lengths(p)[1],
+    sources=kinds.Sources("relative"),
+    allocations=lambda p: (
+        {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
+    ),
 )
 """The relative endpoint kind (see :mod:`posenc.kinds`)."""

@@ -66,8 +66,11 @@ from posenc._validate import (
     check_int,
     check_int_at_least,
     check_seq_len_or_positions,
+    device_or_cpu,
     first_true,
 )
+from posenc.blocks import Scratch, TableBlocks, tensor_blocks, write_pair
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 
@@ -783,6 +786,152 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
     return torch.cat((out, x_pass), dim=-1) if rotary_dim < head_dim else out
 
 
+# ---------------------------------------------------------------------------------------------
+# Multimodal RoPE (M-RoPE) tables
+# ---------------------------------------------------------------------------------------------
+#
+# Multimodal RoPE (M-RoPE) tables: three position rows, one per axis, over frequency sections.
+#
+# Qwen2-VL (Wang et al., 2024, "Qwen2-VL") gives each token three positions (temporal, height,
+# width) and splits the ``R/2`` rotary frequencies into ``mrope_section = [s_t, s_h, s_w]``
+# (``s_t + s_h + s_w = R/2``): frequency ``j`` turns with the position of the axis that owns it.
+#
+# - contiguous (Qwen2-VL, Qwen2.5-VL; transformers' ``recomposition_frequencies`` of
+#   ``Qwen2_5_VLRotaryEmbedding``): the first ``s_t`` frequencies follow the temporal row, the next
+#   ``s_h`` the height row, the last ``s_w`` the width row;
+# - interleaved (Qwen3-VL; ``Qwen3VLTextRotaryEmbedding``): frequency ``j`` follows the height row
+#   when ``j ≡ 1 (mod 3)`` and ``j < 3·s_h``, the width row when ``j ≡ 2 (mod 3)`` and
+#   ``j < 3·s_w``, else the temporal row.
+#
+# The chosen angles are then laid out as plain RoPE (``cat(θ, θ)`` for ``half``). Angles are float64
+# until the final cast, as above; with three equal rows the tables equal
+# :func:`rope_cos_sin`.
+#
+# Notation: ``T`` sequence length, ``R`` rotary dimension.
+
+
+def check_mrope_section(rotary_dim: int, mrope_section: Sequence[int]) -> list[int]:
+    """``mrope_section`` as a list, checked against ``rotary_dim`` (numbers only).
+
+    Raises:
+        InvalidArgument: not three non-negative ints, or a sum other than ``R/2``.
+    """
+    section = list(mrope_section)
+    half = rotary_dim // 2
+    if len(section) != 3 or not all(
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section
+    ):
+        raise InvalidArgument(
+            f"mrope_section must be three ints >= 0 (temporal, height, width), got {section!r}",
+            field="mrope_section",
+        )
+    if sum(section) != half:
+        raise InvalidArgument(
+            f"mrope_section must sum to rotary_dim/2 = {half}, got {section} (sum {sum(section)})",
+            field="mrope_section",
+        )
+    return section
+
+
+def mrope_channel_axes(
+    rotary_dim: int, mrope_section: Sequence[int], *, interleaved: bool = False
+) -> Tensor:
+    """Which position row (0 temporal, 1 height, 2 width) drives each of the ``R/2``
+    frequencies: ``(R/2,)`` int64.
+
+    Raises:
+        InvalidArgument: not three non-negative ints, or a sum other than ``R/2``.
+    """
+    section = check_mrope_section(rotary_dim, mrope_section)
+    half = rotary_dim // 2
+    if not interleaved:
+        return torch.cat([torch.full((s,), i, dtype=torch.int64) for i, s in enumerate(section)])
+    axes = torch.zeros(half, dtype=torch.int64)
+    for axis in (1, 2):
+        axes[axis : section[axis] * 3 : 3] = axis
+    return axes
+
+
+def mrope_cos_sin(
+    positions: Sequence[Sequence[int]] | Tensor,
+    *,
+    rotary_dim: int,
+    mrope_section: Sequence[int],
+    interleaved: bool = False,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> RopeTables:
+    """M-RoPE cos/sin tables, attention scaling included.
+
+    Args:
+        positions: ``(3, T)`` integers ≥ 0: temporal, height and width rows.
+        rotary_dim: ``R`` (even).
+        mrope_section: ``[s_t, s_h, s_w]`` summing to ``R/2``.
+        interleaved: Qwen3-VL's interleaving (else Qwen2-VL's contiguous sections).
+        base, layout, scaling, device, dtype: as :func:`posenc.rope.rope_cos_sin`; a
+            length-dependent scaling sees ``max(positions) + 1``.
+
+    Returns:
+        :class:`~posenc.rope.RopeTables`: ``cos``, ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``.
+
+    Raises:
+        InvalidArgument: positions not ``(3, T)`` non-negative integers; a bad section; see
+            :func:`posenc.rope.rope_inv_freq`.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    if isinstance(positions, Tensor):
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise InvalidArgument(
+                f"positions must be integers, got a tensor of {positions.dtype}", field="positions"
+            )
+        pos = positions.detach().to("cpu", torch.int64)
+    else:
+        rows = [list(r) for r in positions]
+        for i, row in enumerate(rows):
+            for j, p in enumerate(row):
+                if not isinstance(p, int) or isinstance(p, bool):
+                    raise InvalidArgument(
+                        f"positions[{i}][{j}] must be an integer, got {p!r}",
+                        field=f"positions[{i}][{j}]",
+                    )
+        lengths = {len(r) for r in rows}
+        if len(lengths) > 1:
+            raise InvalidArgument(
+                f"the three position rows must have the same length, got {sorted(lengths)}",
+                field="positions",
+            )
+        pos = torch.tensor(rows, dtype=torch.int64)
+    if pos.dim() != 2 or pos.shape[0] != 3 or pos.shape[1] == 0:
+        raise InvalidArgument(
+            f"M-RoPE positions must be (3, T) with T >= 1 (temporal, height, width rows), got "
+            f"shape {tuple(pos.shape)}",
+            field="positions",
+        )
+    if int(pos.min()) < 0:
+        raise InvalidArgument(f"positions must be >= 0, got {int(pos.min())}", field="positions")
+    axes = mrope_channel_axes(rotary_dim, mrope_section, interleaved=interleaved)
+    inv_freq, attention_scaling = rope_inv_freq(
+        rotary_dim, base, scaling, seq_len=int(pos.max()) + 1
+    )
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    angles = pos.to(dev, torch.float64)[..., None] * inv_freq.to(dev)  # (3, T, R/2)
+    index = axes.to(dev)[None, None, :].expand(1, pos.shape[1], -1)  # (1, T, R/2)
+    chosen = angles.gather(0, index)[0]  # (T, R/2): angle of the axis owning each frequency
+    if layout == "half":
+        full = torch.cat((chosen, chosen), dim=-1)  # (T, R)
+    else:
+        full = chosen.repeat_interleave(2, dim=-1)  # (T, R)
+    return RopeTables(
+        cos=(full.cos() * attention_scaling).to(dtype),
+        sin=(full.sin() * attention_scaling).to(dtype),
+        inv_freq=inv_freq.to(device=dev, dtype=dtype),
+        attention_scaling=attention_scaling,
+    )
+
+
 class RotaryEmbedding(nn.Module):
     """Rotary position embedding of queries and keys, built on :func:`rope_cos_sin`.
 
@@ -916,8 +1065,6 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             field="mrope_section",
         )
     if p["mrope_section"] is not None:
-        from posenc.rope_sections import check_mrope_section
-
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
         RopeScaling.from_dict(p["scaling"])
@@ -966,8 +1113,6 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
     common = _table_arguments(p, ctx)
     rows = _mrope_rows(p)
     if rows is not None:
-        from posenc.rope_sections import mrope_cos_sin
-
         tables = mrope_cos_sin(
             rows,
             mrope_section=p["mrope_section"],
@@ -984,9 +1129,78 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
     return p["positions"] is None or not isinstance(p["positions"][0], list)
 
 
-def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import rope_blocks, tensor_blocks
+# float64 angles per piece of a RoPE block on the CPU: the scratch of a piece (512 KiB a buffer)
+# comes from the heap and is reused, where a whole 8 MiB block's scratch was fresh memory
+# faulted in for every table (as fast per angle: the cosines, not the memory, set the pace)
+_ROPE_PIECE_ANGLES = 1 << 16
 
+
+def rope_blocks(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    rotary_dim: int,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    which: str = "cos",
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TableBlocks:
+    """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
+
+    Per block: angles ``θ = p·inv_freq`` ``(N, R/2)`` in float64 once, their cos (or sin) times
+    the attention scaling, written into both halves (``half``) or both slots of each pair
+    (``interleaved``) of ``out``, cast once. ``inv_freq`` and the scaling come from
+    :func:`~posenc.rope.rope_inv_freq` with ``seq_len = max(positions) + 1``, as the whole
+    table's do.
+
+    Args:
+        which: ``"cos"`` or ``"sin"``; the other arguments as :func:`~posenc.rope.rope_cos_sin`.
+
+    Raises:
+        InvalidArgument: as :func:`~posenc.rope.rope_cos_sin`; ``which`` not cos or sin.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("which", which, ("cos", "sin"))
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    if seq_len is not None and positions is None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
+        held: Tensor | None = None
+        total = length = int(seq_len)
+    else:
+        held = _positions_tensor(positions, seq_len)  # (T,) int64
+        total, length = held.numel(), int(held.max()) + 1
+        held = held.to(dev, torch.float64)
+    inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
+    func = torch.cos if which == "cos" else torch.sin
+    scratch = Scratch(dev)
+    half = rotary_dim // 2
+
+    def fill_part(start: int, stop: int, out: Tensor) -> None:
+        n = stop - start
+        if held is None:
+            pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
+        else:
+            pos = held[start:stop]
+        angles = torch.mul(pos[:, None], inv_freq[None, :], out=scratch.get("angles", (n, half)))
+        values = func(angles, out=scratch.get("values", (n, half)))  # (N, R/2)
+        if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
+            values.mul_(attention_scaling)
+        write_pair(out, values, values, layout == "interleaved")
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
+        for first in range(start, stop, step):
+            last = min(stop, first + step)
+            fill_part(first, last, out[first - start : last - start])
+
+    return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
+
+
+def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
@@ -997,11 +1211,13 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
-def _rope_from_config(positions: Any, given: Mapping[str, Any]) -> tuple[dict, dict]:
-    from posenc.hf_config import rope_request_fields
-
+def _rope_from_config(
+    positions: Any, given: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a read config (:class:`posenc.hf_config.ModelPositions`, which the config
+    reader above this module makes) for the layer type asked for."""
     layer_type = given.get("layer_type")
-    fields = rope_request_fields(positions, layer_type)
+    fields = positions.rope_fields(layer_type)
     return fields, {"rope_type": positions.rope_for(layer_type).rope_type}
 
 
@@ -1079,113 +1295,110 @@ _SCALING_FIELD = kinds.FieldSpec(
     ),
 )
 
-ROPE: kinds.Kind = kinds.register(
-    kinds.Kind(
-        name="rope",
-        path="/v1/encodings/rope",
-        tag="encodings",
-        summary="Rotary position embedding tables",
-        description="RoPE cos/sin tables with the scaling types of Hugging Face transformers "
-        "(linear, dynamic, yarn, longrope, llama3, proportional); cos and sin include the "
-        "attention scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a "
-        "model's config.json (as transformers 5 reads it; `layer_type` for per-layer-type "
-        "RoPE); `positions` as three rows with `mrope_section` gives M-RoPE (Qwen2-VL).",
-        fields=(
-            kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1, example=8),
-            kinds.FieldSpec(
-                "positions",
-                "ints",
-                "explicit positions (ints ≥ 0) instead of seq_len; or three lists (temporal, "
-                "height, width: (3, T)) with mrope_section",
-                None,
-                minimum=0,
-                rows=3,
-            ),
-            kinds.FieldSpec(
-                "head_dim",
-                "int",
-                "Dh, even (required unless a preset or config gives it)",
-                minimum=2,
-                multiple_of=2,
-                sourced=True,
-                example=16,
-            ),
-            kinds.FieldSpec(
-                "rotary_dim",
-                "int",
-                "R, even ≤ head_dim (default head_dim)",
-                None,
-                minimum=2,
-                multiple_of=2,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
-                "base",
-                "float",
-                "rope_theta (default 10000 when neither preset nor config gives it)",
-                10000.0,
-                exclusive_minimum=0,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
-                "layout",
-                "str",
-                "half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when "
-                "neither preset nor config gives it",
-                "half",
-                choices=ROPE_LAYOUTS,
-                sourced=True,
-            ),
-            _SCALING_FIELD,
-            kinds.preset_field("rope"),
-            kinds.CONFIG_FIELD,
-            kinds.FieldSpec(
-                "layer_type",
-                "str",
-                "for a config with RoPE parameters per layer type (Gemma 3: sliding_attention, "
-                "full_attention): which type; required there, refused otherwise",
-                None,
-            ),
-            kinds.FieldSpec(
-                "mrope_section",
-                "ints",
-                "M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2",
-                None,
-                minimum=0,
-                length=3,
-                sourced=True,
-            ),
-            kinds.FieldSpec(
-                "mrope_interleaved",
-                "bool",
-                "M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's "
-                "interleaving",
-                None,
-                sourced=True,
-            ),
+ROPE: kinds.Kind = kinds.Kind(
+    name="rope",
+    path="/v1/encodings/rope",
+    tag="encodings",
+    summary="Rotary position embedding tables",
+    description="RoPE cos/sin tables with the scaling types of Hugging Face transformers "
+    "(linear, dynamic, yarn, longrope, llama3, proportional); cos and sin include the "
+    "attention scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a "
+    "model's config.json (as transformers 5 reads it; `layer_type` for per-layer-type "
+    "RoPE); `positions` as three rows with `mrope_section` gives M-RoPE (Qwen2-VL).",
+    fields=(
+        kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1, example=8),
+        kinds.FieldSpec(
+            "positions",
+            "ints",
+            "explicit positions (ints ≥ 0) instead of seq_len; or three lists (temporal, "
+            "height, width: (3, T)) with mrope_section",
+            None,
+            minimum=0,
+            rows=3,
         ),
-        tensors=(
-            kinds.TensorSpec("cos", ("T", "R")),
-            kinds.TensorSpec("sin", ("T", "R")),
-            kinds.TensorSpec("inv_freq", ("R/2",)),
+        kinds.FieldSpec(
+            "head_dim",
+            "int",
+            "Dh, even (required unless a preset or config gives it)",
+            minimum=2,
+            multiple_of=2,
+            sourced=True,
+            example=16,
         ),
-        shapes=lambda p: {
-            "cos": (_rope_lengths(p)[0], p["rotary_dim"]),
-            "sin": (_rope_lengths(p)[0], p["rotary_dim"]),
-            "inv_freq": (p["rotary_dim"] // 2,),
-        },
-        compute=_rope_compute,
-        check=_rope_check,
-        meta=_rope_meta,
-        blocks=_rope_blocks,
-        streams=_rope_streams,
-        row_elements=lambda p: int(p["rotary_dim"]),
-        sources=kinds.Sources("rope", _rope_from_config, _rope_follow),
-        complete=_rope_complete,
-        examples=(
-            {"seq_len": 8, "head_dim": 16},
-            {"positions": [0, 1, 2, 4096], "preset": "llama-3.1-8b"},
+        kinds.FieldSpec(
+            "rotary_dim",
+            "int",
+            "R, even ≤ head_dim (default head_dim)",
+            None,
+            minimum=2,
+            multiple_of=2,
+            sourced=True,
         ),
-    )
+        kinds.FieldSpec(
+            "base",
+            "float",
+            "rope_theta (default 10000 when neither preset nor config gives it)",
+            10000.0,
+            exclusive_minimum=0,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "layout",
+            "str",
+            "half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when "
+            "neither preset nor config gives it",
+            "half",
+            choices=ROPE_LAYOUTS,
+            sourced=True,
+        ),
+        _SCALING_FIELD,
+        kinds.preset_field("rope"),
+        kinds.CONFIG_FIELD,
+        kinds.FieldSpec(
+            "layer_type",
+            "str",
+            "for a config with RoPE parameters per layer type (Gemma 3: sliding_attention, "
+            "full_attention): which type; required there, refused otherwise",
+            None,
+        ),
+        kinds.FieldSpec(
+            "mrope_section",
+            "ints",
+            "M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2",
+            None,
+            minimum=0,
+            length=3,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "mrope_interleaved",
+            "bool",
+            "M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's interleaving",
+            None,
+            sourced=True,
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("cos", ("T", "R")),
+        kinds.TensorSpec("sin", ("T", "R")),
+        kinds.TensorSpec("inv_freq", ("R/2",)),
+    ),
+    shapes=lambda p: {
+        "cos": (_rope_lengths(p)[0], p["rotary_dim"]),
+        "sin": (_rope_lengths(p)[0], p["rotary_dim"]),
+        "inv_freq": (p["rotary_dim"] // 2,),
+    },
+    compute=_rope_compute,
+    check=_rope_check,
+    meta=_rope_meta,
+    blocks=_rope_blocks,
+    streams=_rope_streams,
+    row_elements=lambda p: int(p["rotary_dim"]),
+    sources=kinds.Sources("rope", _rope_from_config, _rope_follow),
+    complete=_rope_complete,
+    examples=(
+        {"seq_len": 8, "head_dim": 16},
+        {"positions": [0, 1, 2, 4096], "preset": "llama-3.1-8b"},
+    ),
 )
 """The rope endpoint kind (see :mod:`posenc.kinds`)."""

@@ -33,6 +33,8 @@ from posenc._validate import (
     dtype_name,
     first_true,
 )
+from posenc.blocks import TableBlocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 
@@ -42,7 +44,7 @@ _LAYOUTS: tuple[str, ...] = get_args(SinusoidalLayout)
 
 # float64 angles per chunk of write_rows on the CPU: at most 768 KiB in each of its five
 # buffers, so their passes stay in cache and the buffers come from the heap, under the service's
-# 1 MiB mmap threshold (service.admission), without page faults (2 MiB buffers: 2-3x slower)
+# 1 MiB mmap threshold (service.admission.budget), without page faults (2 MiB buffers: 2-3x slower)
 _CHUNK_ANGLES = 96 * 1024
 # positions split as p = q·_SPLIT + r: sines and cosines are taken of q·_SPLIT·w and r·w only
 _SPLIT = 64
@@ -424,74 +426,109 @@ def _length(params: Mapping[str, Any]) -> int:
     return int(params["seq_len"]) if params["seq_len"] is not None else len(params["positions"])
 
 
+def sinusoidal_blocks(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    d_model: int,
+    base: float = 10000.0,
+    layout: SinusoidalLayout = "interleaved",
+    offset: int = 0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    name: str = "encoding",
+) -> TableBlocks:
+    """:func:`~posenc.sinusoidal.sinusoidal_table` ``(T, D)`` in row blocks, the same bytes.
+
+    Per block: :func:`~posenc.sinusoidal.write_rows`, the arithmetic of the whole table (sin
+    and cos of the float64 angles by angle addition, cast once into their columns of ``out``).
+    Explicit ``positions`` are held as a ``(T,)`` tensor; ``seq_len`` positions are made per
+    block. Arguments and errors as :func:`~posenc.sinusoidal.sinusoidal_table`.
+    """
+    freqs = sinusoidal_frequencies(d_model, base, layout)  # (D/2,) float64, validates
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    interleaved = layout == "interleaved"
+    if seq_len is not None and positions is None:
+        _positions_tensor(None, seq_len, offset)  # validates seq_len and offset
+        held: Tensor | None = None
+        total = seq_len
+    else:
+        held = _positions_tensor(positions, seq_len, offset).to(dev, torch.float64)  # (T,)
+        total = held.numel()
+    freqs = freqs.to(dev)
+    split = _split_tables(freqs)  # sin, cos of r·w for r < 64: once for all the blocks
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        if held is None:
+            write_rows(out, freqs, interleaved, first=offset + start, split=split)
+        else:
+            write_rows(out, freqs, interleaved, positions=held[start:stop], split=split)
+
+    return TableBlocks(name, (total, d_model), dtype, fill, dev)
+
+
 def _table_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
     return {k: params[k] for k in ("seq_len", "d_model", "base", "layout", "offset")}
 
 
 def _blocks(params: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    from posenc.blocks import sinusoidal_blocks  # blocks imports this module
-
     blocks = sinusoidal_blocks(
         params["positions"], **_table_arguments(params), device=ctx.device, dtype=ctx.dtype
     )
     return {"encoding": blocks}
 
 
-SINUSOIDAL = kinds.register(
-    kinds.Kind(
-        name="sinusoidal",
-        path="/v1/encodings/sinusoidal",
-        tag="encodings",
-        summary="Sinusoidal positional encoding",
-        description="Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast "
-        "once.",
-        fields=(
-            kinds.FieldSpec(
-                "seq_len", "int", "T: positions offset … offset+T−1", None, minimum=1, example=8
-            ),
-            kinds.FieldSpec(
-                "positions",
-                "ints",
-                "explicit positions (ints ≥ 0) instead of seq_len",
-                None,
-                minimum=0,
-            ),
-            kinds.FieldSpec(
-                "d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16
-            ),
-            kinds.FieldSpec("base", "float", "wavelength base", 10000.0, exclusive_minimum=0),
-            kinds.FieldSpec(
-                "layout",
-                "str",
-                "interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
-                "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
-                "interleaved",
-                choices=_LAYOUTS,
-            ),
-            kinds.FieldSpec(
-                "offset",
-                "int",
-                "added to every position",
-                0,
-                minimum=0,
-            ),
+SINUSOIDAL: kinds.Kind = kinds.Kind(
+    name="sinusoidal",
+    path="/v1/encodings/sinusoidal",
+    tag="encodings",
+    summary="Sinusoidal positional encoding",
+    description="Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast once.",
+    fields=(
+        kinds.FieldSpec(
+            "seq_len", "int", "T: positions offset … offset+T−1", None, minimum=1, example=8
         ),
-        tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
-        shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
-        compute=lambda p, ctx: {
-            "encoding": sinusoidal_table(
-                p["positions"], **_table_arguments(p), device=ctx.device, dtype=ctx.dtype
-            )
-        },
-        check=_one_of_seq_len_positions,
-        meta=lambda p: {
-            "kind": "sinusoidal",
-            "seq_len": _length(p),
-            **{k: p[k] for k in ("d_model", "base", "layout", "offset", "dtype")},
-        },
-        blocks=_blocks,
-        row_elements=lambda p: int(p["d_model"]),
-    )
+        kinds.FieldSpec(
+            "positions",
+            "ints",
+            "explicit positions (ints ≥ 0) instead of seq_len",
+            None,
+            minimum=0,
+        ),
+        kinds.FieldSpec("d_model", "int", "D, even int ≥ 2", minimum=2, multiple_of=2, example=16),
+        kinds.FieldSpec("base", "float", "wavelength base", 10000.0, exclusive_minimum=0),
+        kinds.FieldSpec(
+            "layout",
+            "str",
+            "interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos]; "
+            "tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1))",
+            "interleaved",
+            choices=_LAYOUTS,
+        ),
+        kinds.FieldSpec(
+            "offset",
+            "int",
+            "added to every position",
+            0,
+            minimum=0,
+        ),
+    ),
+    tensors=(kinds.TensorSpec("encoding", ("T", "D")),),
+    shapes=lambda p: {"encoding": (_length(p), p["d_model"])},
+    compute=lambda p, ctx: {
+        "encoding": sinusoidal_table(
+            p["positions"], **_table_arguments(p), device=ctx.device, dtype=ctx.dtype
+        )
+    },
+    check=_one_of_seq_len_positions,
+    meta=lambda p: {
+        "kind": "sinusoidal",
+        "seq_len": _length(p),
+        **{k: p[k] for k in ("d_model", "base", "layout", "offset", "dtype")},
+    },
+    blocks=_blocks,
+    row_elements=lambda p: int(p["d_model"]),
 )
 """The sinusoidal endpoint kind: described here once, served, documented, called and offered
 on the command line from this description (see :mod:`posenc.kinds`)."""

@@ -3,7 +3,7 @@
 For every field, the order of precedence is: what the caller gave > the config (or the preset)
 > the field's default (:class:`posenc.kinds.FieldSpec`). The fields a preset or config can give
 are ``sourced``: they have no default in the request schema (a generated client would send the
-default explicitly and override the preset), and :func:`posenc.kinds.resolve_fields` applies
+default explicitly and override the preset), and :func:`posenc.resolve.resolve_fields` applies
 their defaults after this merge.
 
 A config is read as transformers 5 reads it (:func:`posenc.hf_config.read_positions`); a config
@@ -17,18 +17,22 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from posenc.errors import InvalidArgument, UnknownName
+from posenc.hf_config import read_positions
+from posenc.kinds import REGISTRY
+from posenc.presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
     from posenc.kinds import Kind
 
-#: Where a config of each kind of positions belongs.
-ENDPOINTS: dict[str, str] = {
-    "rope": "/v1/encodings/rope",
-    "alibi": "/v1/biases/alibi",
-    "relative": "/v1/biases/relative",
-    "learned": "/v1/encodings/learned",
-    "sinusoidal": "/v1/encodings/sinusoidal",
-}
+
+def endpoint_of(positions: str) -> str | None:
+    """Where a config of ``positions`` belongs: the registered kind that takes configs of it,
+    else the kind of that name (sinusoidal tables take no config but have an endpoint)."""
+    for kind in REGISTRY.values():
+        if kind.sources is not None and kind.sources.positions == positions:
+            return kind.path
+    named = REGISTRY.get(positions)
+    return named.path if named is not None else None
 
 
 def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -62,11 +66,9 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
     if config is not None:
         if not isinstance(config, Mapping):
             raise InvalidArgument(f"config must be a JSON object, got {config!r}", field="config")
-        from posenc.hf_config import read_positions
-
         positions = read_positions(config)
         if positions.kind != sources.positions:
-            where = ENDPOINTS.get(positions.kind)
+            where = endpoint_of(positions.kind)
             hint = f"; send it to {where}" if where else " (it has no positional encoding table)"
             raise InvalidArgument(
                 f"config of model_type {positions.model_type!r} uses {positions.kind} positions, "
@@ -101,8 +103,6 @@ def preset_params(name: str, positions: str) -> dict[str, Any]:
         UnknownName: an unknown preset (with the closest name), or one of another kind (listing
             the presets of the right kind).
     """
-    from posenc.presets import PRESETS, get_preset
-
     preset = get_preset(name)
     if preset.kind != positions:
         same_kind = sorted(n for n, p in PRESETS.items() if p.kind == positions)
@@ -115,4 +115,4 @@ def preset_params(name: str, positions: str) -> dict[str, Any]:
     return params
 
 
-__all__ = ["ENDPOINTS", "merge_sources", "preset_params"]
+__all__ = ["endpoint_of", "merge_sources", "preset_params"]

@@ -18,7 +18,7 @@ import sys
 
 from pydantic import ValidationError
 
-from service.logs import logging_config
+from service.observability.logs import logging_config
 
 # torch's CPU allocator backs allocations of 2 MiB and more with transparent huge pages when this
 # is set (read once, at the first allocation: so before torch is imported). A fresh (32, 512,
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             log_level=log_level,
             log_config=logging_config(log_level, settings.log_format),
-            # the access log is service.request_id's (with the request id), not uvicorn's
+            # the access log is service.observability.request_id's (with the request id), not uvicorn's
             access_log=False,
         )
     else:
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             log_level=log_level,
             log_config=logging_config(log_level, settings.log_format),
-            # the access log is service.request_id's (with the request id), not uvicorn's
+            # the access log is service.observability.request_id's (with the request id), not uvicorn's
             access_log=False,
         )
     return 0

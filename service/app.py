@@ -8,7 +8,7 @@ start-up), loads the built-in default model and the ``POSENC_MODELS`` files, and
 the service ready (``/readyz``). Middleware, outermost first: metrics, CORS (when
 ``POSENC_CORS_ORIGINS`` is set), ``Vary``/``Server-Timing`` on every response, bearer auth on
 ``/v1/`` (when ``POSENC_API_KEY`` is set), and the replay of cached responses to repeated
-compute requests (``service.replay``); the middleware classes are in ``service.middleware``,
+compute requests (``service.responses.replay``); the middleware classes are in ``service.middleware``,
 the OpenAPI document and ``/docs`` in ``service.openapi``, the routes in ``service.routes``.
 """
 
@@ -30,21 +30,21 @@ from fastapi.responses import JSONResponse
 import posenc
 from posenc.device import resolve_device
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
-from service.admission import tune_allocator
+from service.admission.budget import tune_allocator
+from service.admission.cache import ByteLRU
 from service.body_limit import BodyLimitMiddleware, BodyTooLarge
-from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
-from service.metrics import Metrics, MetricsMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
+from service.observability.metrics import Metrics, MetricsMiddleware
+from service.observability.request_id import RequestIdMiddleware
+from service.observability.tracing import TracingMiddleware
+from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
-from service.replay import ReplayMiddleware
-from service.request_id import RequestIdMiddleware
+from service.responses.replay import ReplayMiddleware
 from service.routes import catalog, configs, ops, text
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
-from service.tracing import TracingMiddleware
-from service.tracing import setup as setup_tracing
 
 logger = logging.getLogger("service")
 
@@ -142,7 +142,7 @@ def _lifespan(
 
 
 # Recent FastAPI releases trace every request themselves once an OpenTelemetry SDK is set up; the
-# service has its own SERVER span (service.tracing, with the request id and the compute and
+# service has its own SERVER span (service.observability.tracing, with the request id and the compute and
 # encode spans inside), so FastAPI's is turned off rather than doubled. Older FastAPI has none.
 _OWN_TELEMETRY: dict[str, Any] = (
     {"telemetry": {"tracing": False, "metrics": False, "logs": False}}

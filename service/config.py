@@ -69,7 +69,8 @@ class Settings(BaseSettings):
         description="log one line per request (service.access, with the request id); false saves CPU",
     )
     log_format: Literal["text", "json"] = Field(
-        "text", description="text, or json: one JSON object per log line (service.logs)"
+        "text",
+        description="text, or json: one JSON object per log line (service.observability.logs)",
     )
 
     @field_validator("log_level", mode="before")

@@ -9,9 +9,9 @@
 | ``UnknownName`` in a request field (``model``, ``preset``) | 422 | as above, listing the known names and ``did you mean 'X'?`` (``type: unknown_name``, ``suggestion``) |
 | ``UnknownName`` in a path (``/v1/models/{name}``) | 404 | the route raises ``HTTPException`` itself |
 | ``TooLarge`` | 413 | ``{"detail", "field", "limit", "requested"}`` (before any allocation) |
-| ``NotAcceptable`` (``service.formats``) | 406 | ``{"detail", "available": [media types]}`` |
+| ``NotAcceptable`` (``service.responses.formats``) | 406 | ``{"detail", "available": [media types]}`` |
 | ``DeviceUnavailable``, out of memory, ``NotReady`` | 503 | ``{"detail"}`` |
-| ``Overloaded`` (``service.admission``: no room in ``POSENC_MAX_INFLIGHT_BYTES``) | 429 | ``{"detail", "limit", "requested", "in_flight", "queued", "retry_after"}`` and ``Retry-After`` |
+| ``Overloaded`` (``service.admission.budget``: no room in ``POSENC_MAX_INFLIGHT_BYTES``) | 429 | ``{"detail", "limit", "requested", "in_flight", "queued", "retry_after"}`` and ``Retry-After`` |
 | anything else | 500 | ``{"detail": "internal error ..."}``, the traceback only in the log |
 
 Domain errors give ``detail`` as one string that names the offending field (``token id 50257
@@ -38,8 +38,9 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
-from service.admission import Overloaded
-from service.formats import NotAcceptable
+from service.admission.budget import Overloaded
+from service.query import OUTPUT_PARAMS
+from service.responses.formats import NotAcceptable
 
 logger = logging.getLogger("service.errors")
 
@@ -196,8 +197,6 @@ def unknown_field_message(model: type[BaseModel] | None, loc: tuple[Any, ...]) -
         return None
     accepted = list(owner.model_fields)
     if loc[0] == "query":
-        from service.query import OUTPUT_PARAMS
-
         accepted += [p for p in OUTPUT_PARAMS if p not in accepted]
     message = f"unknown field {loc[-1]!r}; accepted fields: {', '.join(accepted)}"
     close = difflib.get_close_matches(loc[-1], accepted, n=1, cutoff=0.6)

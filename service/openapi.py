@@ -21,8 +21,8 @@ from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
 from service.config import Settings
-from service.request_id import HEADER as REQUEST_ID
-from service.request_id import PATTERN as REQUEST_ID_PATTERN
+from service.observability.request_id import HEADER as REQUEST_ID
+from service.observability.request_id import PATTERN as REQUEST_ID_PATTERN
 
 __all__ = [
     "custom_openapi",
@@ -150,7 +150,7 @@ _METHODS = ("get", "put", "post", "delete", "options", "head", "patch", "trace")
 
 
 def declare_request_id(doc: dict[str, Any]) -> dict[str, Any]:
-    """Declare ``X-Request-ID`` (``service.request_id``) in every operation of ``doc``, in place.
+    """Declare ``X-Request-ID`` (``service.observability.request_id``) in every operation of ``doc``, in place.
 
     Every response carries it, so each response of each operation gets it as a required header
     (beside the headers it already declares); the caller's own id is kept when it matches the

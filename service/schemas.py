@@ -6,9 +6,11 @@ The request models are derived from the library's registry of kinds (:mod:`posen
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
+
+from posenc.presets import PresetKind
 
 # ---------------------------------------------------------------------------------------------
 # Responses (for the OpenAPI schema)
@@ -56,7 +58,7 @@ class ModelList(BaseModel):
 
 class PresetInfo(BaseModel):
     name: str
-    kind: Literal["rope", "alibi", "relative", "learned"]
+    kind: PresetKind
     params: dict[str, Any]
     source: str
 

@@ -12,11 +12,11 @@ from fastapi import Depends, Request
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
-from service.admission import ByteBudget
-from service.cache import ByteLRU
+from service.admission.budget import ByteBudget
+from service.admission.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
 
 
 @dataclass
@@ -35,7 +35,7 @@ class ServiceState:
 
     @property
     def budget(self) -> ByteBudget:
-        """The in-flight byte budget (:mod:`service.admission`), built from the settings on
+        """The in-flight byte budget (:mod:`service.admission.budget`), built from the settings on
         first use (on the event loop), shared by every request of this app."""
         if self._budget is None:
             self._budget = ByteBudget(

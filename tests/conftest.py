@@ -95,5 +95,5 @@ def api(request: pytest.FixtureRequest) -> httpx.Client:
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding responses (independently of service.formats)
+# Decoding responses (independently of service.responses.formats)
 # ---------------------------------------------------------------------------------------------

@@ -8,16 +8,14 @@ from typing import Any
 
 import httpx
 
-from posenc.client.base import _BaseClient
-from posenc.client.calls import _Call
+from posenc.client.base import BaseClient
+from posenc.client.calls import Call
 from posenc.client.results import TensorResult
-from posenc.client.retry import _Backoff, _Outcome, _Policy, _Poll
+from posenc.client.retry import Backoff, Outcome, Policy, Poll
 
 
 class AsyncPosencClient(
-    _BaseClient[
-        Awaitable[TensorResult], Awaitable[Any], httpx.AsyncClient, httpx.AsyncBaseTransport
-    ]
+    BaseClient[Awaitable[TensorResult], Awaitable[Any], httpx.AsyncClient, httpx.AsyncBaseTransport]
 ):
     """Asynchronous client of the posenc service: :class:`PosencClient`'s methods, awaited.
 
@@ -37,12 +35,12 @@ class AsyncPosencClient(
     async def _sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
 
-    async def _send(self, call: _Call, policy: _Policy | None = None) -> httpx.Response:
+    async def _send(self, call: Call, policy: Policy | None = None) -> httpx.Response:
         """Send ``call`` until ``policy`` (default: the client's retries) settles it."""
-        policy = policy or _Backoff(self._cfg, call)
+        policy = policy or Backoff(self._cfg, call)
         while True:
             try:
-                outcome: _Outcome = await self._http.send(self._request(call))
+                outcome: Outcome = await self._http.send(self._request(call))
             except httpx.TransportError as exc:
                 outcome = exc
             step = policy.settle(outcome)
@@ -50,16 +48,16 @@ class AsyncPosencClient(
                 return step
             await self._sleep(step)
 
-    async def _tensor(self, call: _Call) -> TensorResult:
+    async def _tensor(self, call: Call) -> TensorResult:
         return await asyncio.to_thread(call.decode, await self._send(call))
 
-    async def _json(self, call: _Call) -> Any:
+    async def _json(self, call: Call) -> Any:
         return (await self._send(call)).json()
 
     async def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> Any:
         """Poll ``/readyz`` until it answers 200; return its JSON (see :meth:`PosencClient.wait_ready`)."""
-        poll = _Poll(self.base_url, timeout, interval)
-        return (await self._send(_Call("GET", "/readyz"), poll)).json()
+        poll = Poll(self.base_url, timeout, interval)
+        return (await self._send(Call("GET", "/readyz"), poll)).json()
 
     async def aclose(self) -> None:
         """Close the connection pool."""

@@ -9,28 +9,26 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from posenc.client.bodies import token_body
+from posenc import __version__
 from posenc.client.calls import (
     DEFAULT_BASE_URL,
     MEDIA_TYPES,
-    ArrayKind,
+    Call,
     Format,
     Method,
-    _body,
-    _Call,
-    _check_output,
-    _query,
+    check_output,
+    query_params,
+    request_body,
 )
-from posenc.client.retry import _Config
+from posenc.client.methods import KindMethods
+from posenc.client.request_bodies import token_body
+from posenc.client.results import ArrayKind
+from posenc.client.retry import RetryConfig
+from posenc.kinds import REGISTRY
 
 
 def _version() -> str:
-    try:
-        from posenc import __version__
-
-        return __version__
-    except ImportError:  # pragma: no cover
-        return "unknown"
+    return __version__
 
 
 # --------------------------------------------------------------------------------------- endpoints
@@ -44,9 +42,7 @@ TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport
 def kind_method(name: str) -> Any:
     """A client method for the registry's kind ``name`` (:data:`posenc.kinds.REGISTRY`): its
     fields as keyword arguments (signature and docstring from the kind's description), the
-    output options of :meth:`_BaseClient.compute`; it calls :meth:`_BaseClient.compute`."""
-    from posenc.kinds import REGISTRY
-
+    output options of :meth:`BaseClient.compute`; it calls :meth:`BaseClient.compute`."""
     kind = REGISTRY[name]
     options = ("format", "as_", "device", "method", "query", "extra")
 
@@ -75,10 +71,10 @@ def kind_method(name: str) -> Any:
     return call
 
 
-class _BaseClient(Generic[T, J, HttpT, TransportT]):
+class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
     """Everything the sync and the async client share: settings, requests, endpoints.
 
-    Each endpoint method prepares a :class:`_Call`; ``_tensor`` and ``_json`` (the subclass's
+    Each endpoint method prepares a :class:`Call`; ``_tensor`` and ``_json`` (the subclass's
     sync or async transport) send it and decode the answer. In :class:`AsyncPosencClient`
     every endpoint method returns an awaitable.
 
@@ -108,9 +104,9 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if backoff < 0 or backoff_max < 0:
             raise ValueError(f"backoff and backoff_max must be >= 0, got {backoff}, {backoff_max}")
-        _check_output(format, as_, device)
+        check_output(format, as_, device)
         self._format, self._as, self._device = format, as_, device
-        self._cfg = _Config(
+        self._cfg = RetryConfig(
             base_url.rstrip("/"), max_attempts, backoff, backoff_max, frozenset(retry_statuses)
         )
         sent = {"User-Agent": f"posenc-client/{_version()}", **(headers or {})}
@@ -129,15 +125,15 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """The ``httpx`` client (connection pool) made with ``options``, that requests go through."""
         raise NotImplementedError
 
-    def _tensor(self, call: _Call) -> T:  # pragma: no cover - overridden
+    def _tensor(self, call: Call) -> T:  # pragma: no cover - overridden
         """Send ``call`` and decode its answer as a :class:`TensorResult`."""
         raise NotImplementedError
 
-    def _json(self, call: _Call) -> J:  # pragma: no cover - overridden
+    def _json(self, call: Call) -> J:  # pragma: no cover - overridden
         """Send ``call`` and return its answer's JSON."""
         raise NotImplementedError
 
-    def _request(self, call: _Call) -> httpx.Request:
+    def _request(self, call: Call) -> httpx.Request:
         """The ``httpx.Request`` of one attempt at ``call``."""
         if call.content is not None:
             return self._http.build_request(
@@ -169,18 +165,18 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         fmt = format or self._format
         kind = as_ or self._as
         dev = device if device is not None else self._device
-        _check_output(fmt, kind, dev)
+        check_output(fmt, kind, dev)
         if method not in ("POST", "GET"):
             raise ValueError(f"method must be 'POST' or 'GET', got {method!r}")
         # numpy / torch token ids go as an npy or safetensors body, the other fields as query
         tokens = token_body(fields, binary) if method == "POST" else None
-        body = _body(fields if tokens is None else tokens.fields, extra)
-        params = _query(body) if method == "GET" or tokens is not None else {}
-        params.update(_query(_body(query or {}, None)))
+        body = request_body(fields if tokens is None else tokens.fields, extra)
+        params = query_params(body) if method == "GET" or tokens is not None else {}
+        params.update(query_params(request_body(query or {}, None)))
         headers = {"Accept": MEDIA_TYPES[fmt]}
         if tokens is not None:
             headers["Content-Type"] = tokens.content_type
-        call = _Call(
+        call = Call(
             method=method,
             path=path,
             json_body=body if method == "POST" and tokens is None else None,
@@ -224,8 +220,6 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         Raises:
             ValueError: an unknown kind, or a field the kind does not have (before any request).
         """
-        from posenc.kinds import REGISTRY
-
         spec = REGISTRY.get(kind)
         if spec is None:
             raise ValueError(
@@ -243,15 +237,14 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     # sent as an application/x-npy or application/vnd.safetensors body, the other fields as
     # query parameters; lists are sent as JSON.
 
-    sinusoidal = kind_method("sinusoidal")
-    learned = kind_method("learned")
-    rope = kind_method("rope")
-    alibi = kind_method("alibi")
-    relative = kind_method("relative")
+    # The registry's built-in kinds are typed methods of KindMethods (posenc/client/methods.py,
+    # generated from the registry); a kind registered at run time is reached by __getattr__.
 
-    position_ids = kind_method("position_ids")
-    mrope_position_ids = kind_method("mrope_position_ids")
-    embed = kind_method("embed")
+    def __getattr__(self, name: str) -> Any:
+        kind = next((k for k in REGISTRY if k.replace("-", "_") == name), None)
+        if kind is None or name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return kind_method(kind).__get__(self, type(self))
 
     # -- text: a model's tokenizer -----------------------------------------------------------
     # (embed and position_ids take ``text=[...]`` in place of ``input_ids``: a field of theirs)
@@ -274,7 +267,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         """
         texts = text if isinstance(text, str) else list(text)
         fields = {"text": texts, "model": model, "add_special_tokens": add_special_tokens}
-        return self._json(_Call("POST", "/v1/tokenize", json_body=_body(fields, None)))
+        return self._json(Call("POST", "/v1/tokenize", json_body=request_body(fields, None)))
 
     def detokenize(
         self,
@@ -295,17 +288,17 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
             "model": model,
             "skip_special_tokens": skip_special_tokens,
         }
-        return self._json(_Call("POST", "/v1/detokenize", json_body=_body(fields, None)))
+        return self._json(Call("POST", "/v1/detokenize", json_body=request_body(fields, None)))
 
     # -- catalogue and operations ------------------------------------------------------------
 
     def models(self) -> J:
         """``GET /v1/models``: ``{"default": NAME, "models": [{name, vocab_size, d_model, ...}]}``."""
-        return self._json(_Call("GET", "/v1/models"))
+        return self._json(Call("GET", "/v1/models"))
 
     def presets(self) -> J:
         """``GET /v1/presets``: ``{"presets": [{"name", "kind", "params", "source"}, ...]}``."""
-        return self._json(_Call("GET", "/v1/presets"))
+        return self._json(Call("GET", "/v1/presets"))
 
     def config_positions(self, config: Mapping[str, Any]) -> J:
         """``POST /v1/configs/positions``: what a model's ``config.json`` (a mapping, e.g.
@@ -313,17 +306,15 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         layout, layer types, RoPE per layer type, softmax scale, warnings. For the tables of a
         config, pass ``config=`` to :meth:`rope`, :meth:`alibi`, :meth:`relative` or
         :meth:`learned`."""
-        return self._json(
-            _Call("POST", "/v1/configs/positions", json_body={"config": dict(config)})
-        )
+        return self._json(Call("POST", "/v1/configs/positions", json_body={"config": dict(config)}))
 
     def info(self) -> J:
         """``GET /v1/info``: version, torch version, device, CUDA availability, limits."""
-        return self._json(_Call("GET", "/v1/info"))
+        return self._json(Call("GET", "/v1/info"))
 
     def healthz(self) -> J:
         """``GET /healthz``: the server's JSON (200 while the process runs)."""
-        return self._json(_Call("GET", "/healthz", retry_on_status=False))
+        return self._json(Call("GET", "/healthz", retry_on_status=False))
 
     def readyz(self) -> J:
         """``GET /readyz``: the server's JSON once models are loaded.
@@ -331,4 +322,4 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
         Raises:
             ServiceUnavailable: 503 while the server is still loading.
         """
-        return self._json(_Call("GET", "/readyz", retry_on_status=False))
+        return self._json(Call("GET", "/readyz", retry_on_status=False))

@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 import httpx
 
-from posenc.client.results import ArrayKind, TensorResult, _decode
+from posenc.client.results import ArrayKind, TensorResult, decode_response
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
 
@@ -27,7 +27,7 @@ MEDIA_TYPES: dict[str, str] = {
 # --------------------------------------------------------------------------------------- requests
 
 
-def _body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def request_body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[str, Any]:
     """The JSON body: ``fields`` without their ``None`` values (the server's defaults apply),
     then ``extra`` as given (``None`` there is sent as ``null``, e.g. to clear a preset's
     ``scaling``); numpy/torch values become plain JSON."""
@@ -44,7 +44,7 @@ def _body(fields: Mapping[str, Any], extra: Mapping[str, Any] | None) -> dict[st
     return out
 
 
-def _query(body: Mapping[str, Any]) -> dict[str, str]:
+def query_params(body: Mapping[str, Any]) -> dict[str, str]:
     """A body as the GET query of the table endpoints (lists comma-separated, objects as JSON)."""
     out: dict[str, str] = {}
     for key, value in body.items():
@@ -62,7 +62,7 @@ def _query(body: Mapping[str, Any]) -> dict[str, str]:
 
 
 @dataclass(frozen=True)
-class _Call:
+class Call:
     """One request, prepared: everything the sync and async transports need."""
 
     method: str
@@ -78,10 +78,10 @@ class _Call:
 
     def decode(self, response: httpx.Response) -> TensorResult:
         """The :class:`TensorResult` of this call's ``response``."""
-        return _decode(response, self.path, self.fmt or "json", self.as_, self.device)
+        return decode_response(response, self.path, self.fmt or "json", self.as_, self.device)
 
 
-def _check_output(format: str, as_: str, device: str | None) -> None:
+def check_output(format: str, as_: str, device: str | None) -> None:
     """Reject an unknown format or array kind, and a device for numpy arrays.
 
     Raises:

@@ -113,7 +113,7 @@ def _format_detail(detail: Any) -> str:
     return str(detail)
 
 
-def _raise_for_status(response: httpx.Response) -> None:
+def raise_for_status(response: httpx.Response) -> None:
     if response.status_code < 400:
         return
     try:

@@ -4,7 +4,6 @@ format into it."""
 from __future__ import annotations
 
 import base64 as _base64
-import io
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -13,7 +12,9 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
+from posenc import codec
 from posenc.client.errors import PosencClientError
+from posenc.kinds import REGISTRY
 
 ArrayKind = Literal["numpy", "torch"]
 """What tensors are returned as: numpy arrays or torch tensors."""
@@ -109,8 +110,6 @@ class TensorResult:
 def _tensor_order(path: str) -> tuple[str, ...]:
     """The endpoint's tensor names, primary first (its kind's, :data:`posenc.kinds.REGISTRY`);
     safetensors files list their tensors in their own order, results follow this one."""
-    from posenc.kinds import REGISTRY
-
     for kind in REGISTRY.values():
         if kind.path == path:
             return tuple(t.name for t in kind.tensors)
@@ -122,14 +121,6 @@ def _ordered(path: str, tensors: dict[str, Any]) -> dict[str, Any]:
     out = {name: tensors[name] for name in order if name in tensors}
     out.update((k, v) for k, v in tensors.items() if k not in out)
     return out
-
-
-def _safetensors_header(body: bytes) -> dict[str, Any]:
-    if len(body) < 8:
-        raise PosencClientError(f"not a safetensors body: {len(body)} bytes")
-    n = int.from_bytes(body[:8], "little")
-    header: dict[str, Any] = json.loads(body[8 : 8 + n])
-    return header
 
 
 def _convert(arrays: dict[str, Any], as_: ArrayKind, device: str | None) -> dict[str, Any]:
@@ -153,22 +144,12 @@ def _convert(arrays: dict[str, Any], as_: ArrayKind, device: str | None) -> dict
 def _decode_safetensors(
     body: bytes, as_: ArrayKind, device: str | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    header = _safetensors_header(body)
-    meta_text = header.get("__metadata__", {}).get("meta")
+    try:
+        tensors, metadata = codec.decode_safetensors(body)
+    except codec.CodecError as exc:
+        raise PosencClientError(f"not a safetensors body: {exc}") from None
+    meta_text = metadata.get("meta")
     meta = json.loads(meta_text) if meta_text else {}
-    has_bf16 = any(
-        isinstance(v, Mapping) and v.get("dtype") == "BF16"
-        for k, v in header.items()
-        if k != "__metadata__"
-    )
-    if as_ == "torch" or has_bf16:
-        import safetensors.torch
-
-        tensors: dict[str, Any] = dict(safetensors.torch.load(body))
-    else:
-        import safetensors.numpy
-
-        tensors = dict(safetensors.numpy.load(body))
     return _convert(tensors, as_, device), meta
 
 
@@ -208,17 +189,13 @@ def _decode_raw(response: httpx.Response, path: str) -> dict[str, Any]:
     shape_text = response.headers.get("X-Tensor-Shape", "")
     shape = tuple(int(s) for s in shape_text.split(",") if s.strip())
     dtype = response.headers.get("X-Tensor-Dtype", "float32")
-    if dtype == "bfloat16":
-        import torch
-
-        return {
-            name: torch.frombuffer(bytearray(response.content), dtype=torch.bfloat16).reshape(shape)
-        }
-    a = np.frombuffer(response.content, dtype=_numpy_dtype(dtype, name)).reshape(shape)
-    return {name: a.copy()}
+    try:
+        return {name: codec.decode_raw(response.content, shape, dtype)}
+    except codec.CodecError as exc:
+        raise PosencClientError(f"tensor {name!r}: {exc}") from None
 
 
-def _decode(
+def decode_response(
     response: httpx.Response, path: str, fmt: str, as_: ArrayKind, device: str | None
 ) -> TensorResult:
     meta: dict[str, Any] = {}
@@ -233,7 +210,10 @@ def _decode(
         )
     elif fmt == "npy":
         name = (_tensor_order(path) or ("tensor",))[0]
-        a = np.load(io.BytesIO(response.content), allow_pickle=False)
+        try:
+            a = codec.decode_npy(response.content, name)
+        except codec.CodecError as exc:
+            raise PosencClientError(f"not an npy body: {exc}") from None
         tensors = _convert({name: a}, as_, device)
     elif fmt == "raw":
         tensors = _convert(_decode_raw(response, path), as_, device)

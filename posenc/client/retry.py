@@ -10,28 +10,28 @@ from typing import Protocol
 
 import httpx
 
-from posenc.client.calls import _Call
-from posenc.client.errors import PosencConnectionError, _raise_for_status
+from posenc.client.calls import Call
+from posenc.client.errors import PosencConnectionError, raise_for_status
 
 # --------------------------------------------------------------------------------------- retries
 
-_Outcome = httpx.Response | httpx.TransportError  # what one attempt gives: an answer or an error
+Outcome = httpx.Response | httpx.TransportError  # what one attempt gives: an answer or an error
 
 
-class _Policy(Protocol):
+class Policy(Protocol):
     """Decides, after each attempt, whether a call is over or is tried again.
 
     Policies hold all the retry logic and do no I/O, so each client's ``_send`` is only the
     transport call and the sleep, sync or async.
     """
 
-    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+    def settle(self, outcome: Outcome) -> httpx.Response | float:
         """The response that ends the call, or the seconds to wait before the next attempt."""
         ...
 
 
 @dataclass(frozen=True)
-class _Config:
+class RetryConfig:
     """Retry settings shared by both clients (see :class:`PosencClient` for their meaning)."""
 
     base_url: str
@@ -62,7 +62,7 @@ def retry_after_seconds(value: str | None, now: float | None = None) -> float | 
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
-class _Backoff:
+class Backoff:
     """The endpoints' policy: up to ``max_attempts`` attempts, exponential backoff between.
 
     Connection errors are retried, and so are the ``retry_statuses`` unless the call opts out
@@ -70,10 +70,10 @@ class _Backoff:
     wait when it is longer than the backoff, up to ``backoff_max``.
     """
 
-    def __init__(self, cfg: _Config, call: _Call) -> None:
+    def __init__(self, cfg: RetryConfig, call: Call) -> None:
         self.cfg, self.call, self.attempt = cfg, call, 0
 
-    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+    def settle(self, outcome: Outcome) -> httpx.Response | float:
         """The successful response, or the seconds to wait before the next attempt.
 
         Raises:
@@ -90,7 +90,7 @@ class _Backoff:
                     attempts=cfg.max_attempts,
                 ) from outcome
         elif last or not (call.retry_on_status and outcome.status_code in cfg.retry_statuses):
-            _raise_for_status(outcome)
+            raise_for_status(outcome)
             return outcome
         else:  # the server's Retry-After (429, 503) over our backoff, within backoff_max
             asked = retry_after_seconds(outcome.headers.get("retry-after"))
@@ -99,14 +99,14 @@ class _Backoff:
         return cfg.delay(self.attempt)
 
 
-class _Poll:
+class Poll:
     """``wait_ready``'s policy: every ``interval`` seconds until a 2xx, for ``timeout`` seconds."""
 
     def __init__(self, base_url: str, timeout: float, interval: float) -> None:
         self.base_url, self.timeout, self.interval = base_url, timeout, interval
         self.deadline = time.monotonic() + timeout
 
-    def settle(self, outcome: _Outcome) -> httpx.Response | float:
+    def settle(self, outcome: Outcome) -> httpx.Response | float:
         """The 2xx response, or ``interval`` while the deadline is ahead.
 
         Raises:

@@ -8,16 +8,18 @@ from typing import Any, Literal
 
 import httpx
 
-from posenc.client.base import _BaseClient
-from posenc.client.calls import MEDIA_TYPES, Method, _body, _Call, _query
+from posenc.client.base import BaseClient
+from posenc.client.calls import MEDIA_TYPES, Call, Method, query_params, request_body
 from posenc.client.errors import PosencConnectionError
+from posenc.client.methods import TableKind
 from posenc.client.results import SavedTable, TensorResult
-from posenc.client.retry import _Backoff, _Outcome, _Policy, _Poll
+from posenc.client.retry import Backoff, Outcome, Policy, Poll
+from posenc.kinds import REGISTRY
 
 # --------------------------------------------------------------------------------------- clients
 
 
-class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransport]):
+class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransport]):
     """Synchronous client of the posenc service.
 
     Every compute endpoint of the service is deterministic (identical requests give
@@ -54,12 +56,12 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
     def _sleep(self, seconds: float) -> None:
         time.sleep(seconds)
 
-    def _send(self, call: _Call, policy: _Policy | None = None) -> httpx.Response:
+    def _send(self, call: Call, policy: Policy | None = None) -> httpx.Response:
         """Send ``call`` until ``policy`` (default: the client's retries) settles it."""
-        policy = policy or _Backoff(self._cfg, call)
+        policy = policy or Backoff(self._cfg, call)
         while True:
             try:
-                outcome: _Outcome = self._http.send(self._request(call))
+                outcome: Outcome = self._http.send(self._request(call))
             except httpx.TransportError as exc:
                 outcome = exc
             step = policy.settle(outcome)
@@ -67,10 +69,10 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
                 return step
             self._sleep(step)
 
-    def _tensor(self, call: _Call) -> TensorResult:
+    def _tensor(self, call: Call) -> TensorResult:
         return call.decode(self._send(call))
 
-    def _json(self, call: _Call) -> Any:
+    def _json(self, call: Call) -> Any:
         return self._send(call).json()
 
     def wait_ready(self, timeout: float = 30.0, interval: float = 0.1) -> Any:
@@ -83,11 +85,11 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
         Raises:
             PosencConnectionError: still unreachable, or not ready, after ``timeout``.
         """
-        return self._send(_Call("GET", "/readyz"), _Poll(self.base_url, timeout, interval)).json()
+        return self._send(Call("GET", "/readyz"), Poll(self.base_url, timeout, interval)).json()
 
     def save_table(
         self,
-        kind: Literal["sinusoidal", "learned", "rope", "alibi", "relative"],
+        kind: TableKind,
         path: str | Any,
         *,
         format: Literal["raw", "npy", "safetensors"] = "npy",
@@ -105,7 +107,8 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
         failed download never leaves a truncated file under the final name.
 
         Args:
-            kind: ``"sinusoidal"``, ``"learned"``, ``"rope"``, ``"alibi"`` or ``"relative"``.
+            kind: a kind whose tables stream (:data:`posenc.client.methods.TableKind`):
+                ``"sinusoidal"``, ``"rope"``, ``"alibi"``...
             path: the file to write (replaced if it exists).
             format: ``"npy"`` (default), ``"safetensors"`` or ``"raw"``.
             method: ``"POST"`` (default) or ``"GET"``.
@@ -125,25 +128,23 @@ class PosencClient(_BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTransp
         """
         from pathlib import Path
 
-        from posenc.kinds import REGISTRY
-
         paths = {name: spec.path for name, spec in REGISTRY.items()}
         if kind not in paths:
             raise ValueError(f"kind must be one of {list(paths)}, got {kind!r}")
         if format not in ("raw", "npy", "safetensors"):
             raise ValueError(f"format must be 'raw', 'npy' or 'safetensors', got {format!r}")
-        body = _body(fields, extra)
-        call = _Call(
+        body = request_body(fields, extra)
+        call = Call(
             method=method,
             path=paths[kind],
             json_body=body if method == "POST" else None,
-            params=_query(body) if method == "GET" else None,
+            params=query_params(body) if method == "GET" else None,
             headers={"Accept": MEDIA_TYPES[format]},
             fmt=format,
         )
-        policy = _Backoff(self._cfg, call)
+        policy = Backoff(self._cfg, call)
         while True:
-            outcome: _Outcome
+            outcome: Outcome
             try:
                 response = self._http.send(self._request(call), stream=True)
             except httpx.TransportError as exc:

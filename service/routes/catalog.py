@@ -7,12 +7,13 @@ names inside a request body or query are 422 (they are a field of the request).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from fastapi import APIRouter, HTTPException, Query
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
+from posenc.presets import PRESETS, PresetKind, get_preset
 from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
 from service.state import State
 
@@ -78,17 +79,13 @@ def get_model(name: str, state: State) -> dict[str, Any]:
 
 @router.get("/presets", response_model=PresetList, summary="Published model-family settings")
 def list_presets(
-    kind: Literal["rope", "alibi", "relative", "learned"] | None = Query(
-        None, description="only presets of this kind"
-    ),
+    kind: PresetKind | None = Query(None, description="only presets of this kind"),
 ) -> dict[str, Any]:
     """Settings of well-known model families, each with the published config it comes from.
 
     Use a preset's name as the `preset` field of the endpoint of its kind: its params are
     defaults that the request's own fields override.
     """
-    from posenc.presets import PRESETS
-
     return {
         "presets": [_preset_info(p) for p in PRESETS.values() if kind is None or p.kind == kind]
     }
@@ -98,8 +95,6 @@ def list_presets(
     "/presets/{name}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
 )
 def get_preset_by_name(name: str) -> dict[str, Any]:
-    from posenc.presets import get_preset
-
     try:
         return _preset_info(get_preset(name))
     except UnknownName as exc:

@@ -28,17 +28,18 @@ from pydantic import (
 from pydantic.config import JsonDict
 
 from posenc import kinds as registry
+from posenc import resolve
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
 from posenc.tokenizer import NoTokenizer, element_limit
-from service.bodies import TokenTensors, add_token_route
-from service.buffers import BODY_BUFFERS
-from service.formats import Bundle
 from service.query import QueryShape, Source, missing
-from service.responding import Plan
+from service.responses.buffers import BODY_BUFFERS
+from service.responses.formats import Bundle
+from service.responses.plans import Plan
+from service.responses.streaming import StreamBundle
 from service.routes.tables import add_compute_routes
+from service.routes.token_bodies import TokenTensors, add_token_route
 from service.state import ServiceState
-from service.streaming import StreamBundle
 
 #: The order of the kinds' tags in the API reference; within a tag, by path.
 TAG_ORDER = ("encodings", "biases", "tokens")
@@ -244,7 +245,7 @@ def _resolve(
     """The request's fields resolved by the library (preset or config merged, the named model's
     sizes filled in); a required field that nobody gave is FastAPI's 422 under ``source``."""
     try:
-        return registry.resolve_fields(kind, given, models=state.model)
+        return resolve.resolve_fields(kind, given, models=state.model)
     except MissingField as exc:
         raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
     except NoTokenizer as exc:  # say which models do read text
@@ -275,7 +276,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         meta = functools.cache(partial(kind.make_meta, params))  # once the size is accepted
 
         def compute() -> Bundle:
-            out = registry.compute(
+            out = resolve.compute(
                 kind,
                 params,
                 device=state.device,
@@ -300,6 +301,7 @@ def _plan_for(kind: registry.Kind) -> Any:
             cache_tensors=kind.cache_tensors,
             stream=stream,
             row_elements=kind.row_elements(params) if kind.row_elements is not None else 0,
+            work_bytes_per_element=kind.work_bytes_per_element,
         )
 
     return plan

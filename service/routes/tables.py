@@ -13,9 +13,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from service.admission import OverloadedBody
+from service.admission.budget import OverloadedBody
 from service.errors import UnsupportedMediaTypeBody
-from service.formats import FORMAT_MEDIA_TYPES
 from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
     SCALARS_ONLY,
@@ -25,7 +24,9 @@ from service.query import (
     query_openapi,
     read_output,
 )
-from service.responding import Plan, respond_async
+from service.responses.formats import FORMAT_MEDIA_TYPES
+from service.responses.plans import Plan
+from service.responses.respond import respond
 from service.schemas import (
     ErrorBody,
     NotAcceptableBody,
@@ -146,7 +147,7 @@ def add_compute_routes(
     responses = compute_responses(names)
     stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
-    # async handlers: the torch work (a cache miss) goes to the thread pool in respond_async,
+    # async handlers: the torch work (a cache miss) goes to the thread pool in respond(),
     # a cache hit, a 304 or an error is answered on the event loop without a thread hop. The
     # body is the only thing FastAPI resolves; the state and the output options are read from
     # the request directly (documented by OUTPUT_OPENAPI_PARAMETERS), which keeps FastAPI's
@@ -154,7 +155,7 @@ def add_compute_routes(
     async def post_handler(body: model_cls, request: Request) -> Response:  # type: ignore[valid-type]
         out = read_output(request)
         state = read_state(request)
-        return await respond_async(request, state, plan(body, state, "body"), out)
+        return await respond(request, state, plan(body, state, "body"), out)
 
     add_post_route(
         router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
@@ -167,7 +168,7 @@ def add_compute_routes(
         out = read_output(request)
         state = read_state(request)
         req = parse_query(request, model_cls, query)
-        return await respond_async(request, state, plan(req, state, "query"), out)
+        return await respond(request, state, plan(req, state, "query"), out)
 
     get_handler.__name__ = f"get_{stem}"
     get_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints

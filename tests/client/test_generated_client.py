@@ -101,9 +101,20 @@ def _example_body(spec: dict[str, Any], op: dict[str, Any]) -> dict[str, Any] | 
     return dict(examples[0])
 
 
-def test_every_operation_through_the_generated_client(generated: Any, live_server: str) -> None:
+def _client(package: Any, request: pytest.FixtureRequest, **options: Any) -> Any:
+    """A generated client whose httpx connections close when the test ends."""
+    client = package.Client(**options)
+    request.addfinalizer(lambda: client.get_httpx_client().close())
+    return client
+
+
+def test_every_operation_through_the_generated_client(
+    generated: Any, live_server: str, request: pytest.FixtureRequest
+) -> None:
     spec, package = generated
-    client = package.Client(base_url=live_server, raise_on_unexpected_status=True, timeout=60)
+    client = _client(
+        package, request, base_url=live_server, raise_on_unexpected_status=True, timeout=60
+    )
     called = []
     for method, path, op in _operations(spec):
         module = _module_for(package, op)
@@ -155,7 +166,11 @@ def _coerce(param: dict[str, Any], value: Any) -> Any:
     ],
 )
 def test_presets_are_not_overridden_by_schema_defaults(
-    generated: Any, live_server: str, path: str, body: dict[str, Any]
+    generated: Any,
+    live_server: str,
+    path: str,
+    body: dict[str, Any],
+    request: pytest.FixtureRequest,
 ) -> None:
     """A generated client sends every default the schema declares; the preset must still win."""
     spec, package = generated
@@ -164,7 +179,7 @@ def test_presets_are_not_overridden_by_schema_defaults(
     model = _body_model(module, op)
     assert model is not None
     sent = model(**body)  # as a user writes it: the constructor fills in the schema defaults
-    client = package.Client(base_url=live_server, timeout=60)
+    client = _client(package, request, base_url=live_server, timeout=60)
     via_generated = json.loads(module.sync_detailed(client=client, body=sent).content)
     by_hand = httpx.post(live_server + path, json=body, timeout=60).json()
     assert via_generated == by_hand

@@ -200,15 +200,17 @@ def test_start_command_flags_exist_in_the_service_cli():
 
 def test_torch_is_installed_first_as_container_check_requires():
     """TORCH_SPEC and PIP_FIND_LINKS are declared, and torch is installed before anything else
-    (../shared/tools/README.md: that is how the check builds with the local CPU wheel)."""
+    (../shared/tools/README.md: that is how the check builds with the local CPU wheel); with no
+    TORCH_SPEC the lock's own torch pin is installed."""
     chain, final = final_stage()
     args = {i.args.partition("=")[0]: i.args.partition("=")[2] for i in final.all("ARG")}
-    assert args.get("TORCH_SPEC") == "torch"
+    assert args.get("TORCH_SPEC") == ""
     assert "PIP_FIND_LINKS" in args
     installs = [i for s in chain for i in s.all("RUN") if "pip install" in i.args]
     assert installs, "no pip install in the image's stages"
     first = installs[0]
     assert '"$TORCH_SPEC"' in first.args and first.args.count("pip install") == 1
+    assert "${TORCH_SPEC:-$(grep -E '^torch==' requirements/service.txt)}" in first.args
     arg_lines = {name: i.line for i in final.all("ARG") for name in [i.args.partition("=")[0]]}
     assert arg_lines["TORCH_SPEC"] < first.line and arg_lines["PIP_FIND_LINKS"] < first.line
 
@@ -227,14 +229,14 @@ def test_every_copy_source_exists_and_is_in_the_build_context():
             assert not source.startswith(("http:", "https:")), "COPY from the network"
 
 
-def test_dependencies_are_installed_from_the_copied_pyproject_before_the_code(tmp_path):
-    """Layer order: pyproject.toml, then the dependencies from it, then the code; and every
-    pip install names only TORCH_SPEC, the requirements written from the copied pyproject.toml,
-    or the copied project itself (no URLs, no git, no package names typed into the Dockerfile)."""
+def test_dependencies_are_installed_from_the_copied_lock_before_the_code():
+    """Layer order: the lock (requirements/service.txt), then the dependencies from it, then the
+    code; and every pip install names only TORCH_SPEC, the lock less its torch line, or the
+    copied project itself (no URLs, no git, no package names typed into the Dockerfile)."""
     _, final = final_stage()
     steps = [i for i in final.instructions if i.keyword in ("COPY", "RUN")]
     copied: list[str] = []
-    requirements_made_from_pyproject: set[str] = set()
+    from_lock: set[str] = set()
     project_installed_at = None
     for step in steps:
         if step.keyword == "COPY":
@@ -242,11 +244,12 @@ def test_dependencies_are_installed_from_the_copied_pyproject_before_the_code(tm
             continue
         # `${VAR:+...}` adds options only when VAR is set (e.g. --index-url); no install targets.
         words = shlex.split(re.sub(r"\$\{\w+:\+[^}]*\}", "", step.args))
-        if "tomllib" in step.args and "pyproject.toml" in step.args:
-            assert "pyproject.toml" in copied, (
-                "requirements generated before pyproject.toml is copied"
+        made = re.findall(r"requirements/service\.txt > (/tmp/\w+\.txt)", step.args)
+        if made:
+            assert "requirements/service.txt" in copied, (
+                "requirements read before the lock is copied"
             )
-            requirements_made_from_pyproject |= set(re.findall(r"/tmp/\w+\.txt", step.args))
+            from_lock |= set(made)
         for n, word in enumerate(words):
             if word != "install" or words[n - 1] != "pip":
                 continue
@@ -261,20 +264,14 @@ def test_dependencies_are_installed_from_the_copied_pyproject_before_the_code(tm
                     continue
                 targets.append(arg)
             for target in targets:
-                if target == "-r":
-                    continue
-                if target in requirements_made_from_pyproject:
-                    continue
-                if target == "$TORCH_SPEC":
+                if target == "-r" or target in from_lock or target == "$TORCH_SPEC":
                     continue
                 if target == ".":
                     assert {"pyproject.toml", "posenc", "service"} <= set(copied)
                     project_installed_at = step.line
                     continue
                 pytest.fail(f"line {step.line}: pip install of {target!r} is not from copied files")
-    assert requirements_made_from_pyproject, (
-        "dependencies are not read from the copied pyproject.toml"
-    )
+    assert from_lock, "dependencies are not read from the copied lock"
     assert project_installed_at is not None, "the project itself is never installed"
     code_copies = [s.line for s in steps if s.keyword == "COPY" and "posenc" in s.args]
     dep_install = [s.line for s in steps if "-r /tmp/" in s.args]
@@ -282,20 +279,24 @@ def test_dependencies_are_installed_from_the_copied_pyproject_before_the_code(tm
         "the dependency layer must come before the code, so a code change keeps it cached"
     )
 
-    # The one-liner that writes the requirements gives the pyproject's dependencies and the
-    # service extra (and not posenc itself).
-    (generate,) = [s for s in steps if "tomllib" in s.args]
-    words = shlex.split(generate.args)
-    code = words[words.index("-c") + 1]
-    out = tmp_path / "requirements.txt"
-    code = code.replace("/tmp/requirements.txt", str(out))
-    (tmp_path / "pyproject.toml").write_bytes((ROOT / "pyproject.toml").read_bytes())
-    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True, timeout=60)
+
+def test_the_images_lock_holds_the_services_direct_requirements():
+    """requirements/service.txt pins every dependency and `service` requirement of pyproject.toml
+    at a version its range admits (scripts/lock.py --check, the check CI runs, says the same)."""
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = {}
+    for line in (ROOT / "requirements" / "service.txt").read_text().splitlines():
+        m = re.match(r"^([A-Za-z0-9._-]+)==(\S+)", line)
+        if m:
+            pins[m.group(1).lower().replace("_", "-")] = Version(m.group(2))
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = set(project["dependencies"]) | set(project["optional-dependencies"]["service"])
-    written = set(out.read_text().split("\n")) - {""}
-    assert wanted <= written
-    assert not [r for r in written if r.startswith("posenc")]
+    for text in project["dependencies"] + project["optional-dependencies"]["service"]:
+        r = Requirement(text)
+        name = r.name.lower().replace("_", "-")
+        assert name in pins, f"{r.name} is not pinned in requirements/service.txt"
+        assert r.specifier.contains(pins[name]), f"{r.name}=={pins[name]} is outside {r}"
 
 
 def test_runs_as_a_non_root_user():
@@ -402,7 +403,11 @@ def test_compose_file_matches_the_compose_spec_schema():
     import jsonschema
 
     schema = json.loads(COMPOSE_SCHEMA.read_text())
-    validator = jsonschema.validators.validator_for(schema)(schema)
+    # the spec names draft-07 as "https://json-schema.org/draft-07/schema" (no "#"), which
+    # jsonschema does not recognise: say the draft it is
+    validator = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)(
+        schema
+    )
     errors = sorted(validator.iter_errors(load_compose()), key=lambda e: list(e.absolute_path))
     assert not errors, "\n".join(f"{list(e.absolute_path)}: {e.message}" for e in errors)
 

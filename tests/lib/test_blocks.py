@@ -14,24 +14,20 @@ import pytest
 import torch
 
 from posenc import alibi_bias, learned_table, sinusoidal_table
-from posenc.blocks import (
-    alibi_bias_blocks,
-    learned_blocks,
-    relative_bias_blocks,
-    relative_buckets_blocks,
-    rope_blocks,
-    row_ranges,
-    sinusoidal_blocks,
-    tensor_blocks,
-)
+from posenc.alibi import alibi_bias_blocks
+from posenc.blocks import row_ranges, tensor_blocks
 from posenc.errors import InvalidArgument
+from posenc.learned import learned_blocks
 from posenc.relative import (
     num_relative_buckets,
     relative_bias,
+    relative_bias_blocks,
     relative_bias_table,
     relative_buckets,
+    relative_buckets_blocks,
 )
-from posenc.rope import RopeScaling, rope_cos_sin
+from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
+from posenc.sinusoidal import sinusoidal_blocks
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 BLOCK_BYTES = [1, 100, 4096, 77_777, 1 << 24]

@@ -325,7 +325,7 @@ def test_sweep_of_transformers_default_configs() -> None:
 def test_mrope_sections_equal_transformers(name: str, module: str, cls: str) -> None:
     """(3, T) positions over the config's mrope_section: Qwen2.5-VL contiguous, Qwen3-VL
     interleaved, against the model's own text rotary embedding."""
-    from posenc.rope_sections import mrope_cos_sin
+    from posenc.rope import mrope_cos_sin
 
     mp = read_positions(model_config(name))
     f = rope_request_fields(mp)

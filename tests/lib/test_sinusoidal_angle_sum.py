@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posenc import sinusoidal_frequencies, sinusoidal_table
-from posenc.blocks import sinusoidal_blocks
+from posenc.sinusoidal import sinusoidal_blocks
 
 # first positions around the edges of the method: groups of 64, the 2**26 switch to the direct
 # formula (for base >= 1; base 0.5 moves it), and the largest exact positions

@@ -25,15 +25,15 @@ import pytest
 import torch
 
 from posenc.client import PosencClient, TooManyRequests, retry_after_seconds
-from service.admission import (
+from service.admission.budget import (
     REQUEST_OVERHEAD,
     ByteBudget,
     HeldResponse,
     Overloaded,
     estimate_bytes,
 )
-from service.formats import Bundle, encode_bundle
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
+from service.responses.formats import Bundle, encode_bundle
 from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
 
 MiB = 1 << 20
@@ -367,9 +367,9 @@ def test_client_without_retry_after_keeps_its_backoff() -> None:
 
 
 def _call():  # type: ignore[no-untyped-def]
-    from posenc.client.calls import _Call
+    from posenc.client.calls import Call
 
-    return _Call("GET", "/v1/info")
+    return Call("GET", "/v1/info")
 
 
 # ---------------------------------------------------------------------------------------------

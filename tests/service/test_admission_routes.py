@@ -167,21 +167,21 @@ def test_estimate_covers_the_measured_peak(
 
 
 def test_json_integers_and_the_mrope_route_add_to_the_estimate() -> None:
-    from service.admission import (
+    from posenc import kinds
+    from service.admission.budget import (
         BYTES_PER_ELEMENT,
         BYTES_PER_JSON_INT,
         REQUEST_OVERHEAD,
-        ROUTE_BYTES_PER_ELEMENT,
         estimate_bytes,
     )
-    from service.responding import json_ints
+    from service.responses.plans import json_ints
 
     table = estimate_bytes(1000, "json", dtype="float32")
     assert table == 1000 * BYTES_PER_ELEMENT[("json", "float32")] + REQUEST_OVERHEAD
     with_ids = estimate_bytes(1000, "json", dtype="", json_ints=500)
     assert with_ids - estimate_bytes(1000, "json", dtype="") == 500 * BYTES_PER_JSON_INT
-    mrope = estimate_bytes(1000, "safetensors", dtype="", route="/v1/position-ids/mrope")
-    per = ROUTE_BYTES_PER_ELEMENT["/v1/position-ids/mrope"]
+    per = kinds.REGISTRY["mrope_position_ids"].work_bytes_per_element
+    mrope = estimate_bytes(1000, "safetensors", dtype="", work_bytes_per_element=per)
     assert per > BYTES_PER_ELEMENT[("binary", "float64")]
     assert mrope == 1000 * per + REQUEST_OVERHEAD
     # what a JSON body holds as lists of ints; a binary body's params have no such lists

@@ -1,4 +1,4 @@
-"""service.formats: content negotiation and every encoder, checked by decoding the bytes.
+"""service.responses.formats: content negotiation and every encoder, checked by decoding the bytes.
 
 Each format is read back with the standard reader of that format (``json``, ``base64``,
 ``safetensors.torch.load`` / ``safe_open``, ``numpy.load``, ``numpy.frombuffer``, PIL) and
@@ -20,7 +20,7 @@ from safetensors import safe_open
 from safetensors.torch import load as safetensors_load
 
 from posenc.errors import InvalidArgument
-from service.formats import (
+from service.responses.formats import (
     FORMAT_MEDIA_TYPES,
     Bundle,
     NotAcceptable,

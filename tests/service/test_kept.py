@@ -1,4 +1,4 @@
-"""Stream and keep (service.streaming.respond_kept): a cache miss of a table of 1 MiB or more
+"""Stream and keep (service.responses.streaming.respond_kept): a cache miss of a table of 1 MiB or more
 asked as raw, npy or safetensors is sent as its row blocks are computed, then kept in the body
 cache. Checked here:
 
@@ -9,7 +9,7 @@ cache. Checked here:
 - the next request is a hit, then a replay, of the same bytes;
 - ``If-None-Match`` of a table never computed is a 304 / 412 without computing;
 - the in-flight budget is given back, also when the client goes away mid-body;
-- :class:`service.buffers.BufferPool` reuses a buffer only once nothing refers to it, and keeps
+- :class:`service.responses.buffers.BufferPool` reuses a buffer only once nothing refers to it, and keeps
   at most its idle bound.
 """
 
@@ -26,10 +26,10 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from safetensors.numpy import load as st_load_numpy
 
-import service.streaming
+import service.responses.streaming
 from posenc import sinusoidal_table
 from service.app import create_app
-from service.buffers import SIZE_CLASS, BufferPool
+from service.responses.buffers import SIZE_CLASS, BufferPool
 from tests.helpers import make_settings
 
 SIN = "/v1/encodings/sinusoidal"
@@ -78,7 +78,7 @@ def test_a_kept_miss_is_the_whole_paths_answer(gpt2_file, monkeypatch, name, rou
     assert streamed.status_code == 200, streamed.text
     assert kept(streamed)
     assert int(streamed.headers["content-length"]) == len(streamed.content) >= 1 << 20
-    monkeypatch.setattr(service.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
+    monkeypatch.setattr(service.responses.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
     with TestClient(create_app(make_settings(gpt2_file))) as c:
         whole = c.post(route, json=body, params={"format": fmt})
     assert whole.status_code == 200 and not kept(whole)

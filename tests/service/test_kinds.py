@@ -23,7 +23,7 @@ import uvicorn
 from fastapi.testclient import TestClient
 from safetensors.numpy import load_file
 
-from posenc import cli, kinds
+from posenc import cli, kinds, resolve
 from posenc.client import PosencClient
 from posenc.errors import InvalidArgument, TooLarge
 from service.app import create_app
@@ -125,7 +125,7 @@ def toy_server(toy: kinds.Kind) -> Iterator[str]:
 
 
 def test_library_resolves_checks_and_computes(toy: kinds.Kind) -> None:
-    params = kinds.resolve_fields(toy, {"seq_len": 3, "width": 4, "step": 0.5})
+    params = resolve.resolve_fields(toy, {"seq_len": 3, "width": 4, "step": 0.5})
     assert params == {
         "seq_len": 3,
         "width": 4,
@@ -134,20 +134,20 @@ def test_library_resolves_checks_and_computes(toy: kinds.Kind) -> None:
         "signed": False,
         "dtype": "float32",
     }
-    tensors = kinds.compute(toy, params)
+    tensors = resolve.compute(toy, params)
     np.testing.assert_array_equal(tensors["ramp"].numpy(), expected(3, 4, 0.5))
     assert tensors["steps"].dtype == torch.int64
     with pytest.raises(InvalidArgument, match="width must be even, got 3"):
-        kinds.resolve_fields(toy, {"seq_len": 3, "width": 3})
+        resolve.resolve_fields(toy, {"seq_len": 3, "width": 3})
     with pytest.raises(InvalidArgument, match=r"unknown field\(s\) \['heads'\]"):
-        kinds.resolve_fields(toy, {"seq_len": 3, "width": 4, "heads": 1})
+        resolve.resolve_fields(toy, {"seq_len": 3, "width": 4, "heads": 1})
     with pytest.raises(InvalidArgument, match="seq_len is required"):
-        kinds.resolve_fields(toy, {"width": 4})
+        resolve.resolve_fields(toy, {"width": 4})
     with pytest.raises(InvalidArgument, match="width must be <= 2 \\* seq_len"):
-        kinds.resolve_fields(toy, {"seq_len": 1, "width": 4})
-    huge = kinds.resolve_fields(toy, {"seq_len": 2**40, "width": 2**12})
+        resolve.resolve_fields(toy, {"seq_len": 1, "width": 4})
+    huge = resolve.resolve_fields(toy, {"seq_len": 2**40, "width": 2**12})
     with pytest.raises(TooLarge):  # sized from the numbers: nothing is allocated
-        kinds.compute(toy, huge, max_elements=10**6)
+        resolve.compute(toy, huge, max_elements=10**6)
 
 
 def test_served_documented_and_exact(toy: kinds.Kind) -> None:
@@ -186,6 +186,9 @@ def test_client_and_cli(toy: kinds.Kind, toy_server: str, tmp_path: Path) -> Non
     with PosencClient(toy_server) as client:
         result = client.compute("test-ramp", seq_len=3, width=4, step=3.0)
         np.testing.assert_array_equal(result["ramp"], expected(3, 4, 3.0))
+        # registered at run time: a method of its name, as the generated ones are
+        by_name = client.test_ramp(seq_len=3, width=4, step=3.0)
+        np.testing.assert_array_equal(by_name["ramp"], expected(3, 4, 3.0))
         assert list(result.tensors) == ["ramp", "steps"]
         with pytest.raises(ValueError, match="no field"):
             client.compute("test-ramp", seq_len=3, width=4, heads=2)
@@ -249,3 +252,29 @@ def test_every_field_of_every_kind_reaches_schema_client_and_cli(
     usage = capsys.readouterr().out
     for f in kind.fields:
         assert f"--{f.name.replace('_', '-')}" in usage, f.name
+
+
+def test_the_generated_client_types_a_new_kind(toy: kinds.Kind) -> None:
+    """scripts/client_methods.py, run over a registry that holds the kind, writes it a typed
+    method: its fields with their types (a Literal of a string field's choices), the options,
+    and the call by name."""
+    import ast
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "scripts" / "client_methods.py"
+    spec = importlib.util.spec_from_file_location("client_methods", path)
+    assert spec is not None and spec.loader is not None
+    generator = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(generator)
+    tree = ast.parse(generator.render())
+    (cls,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "KindMethods"]
+    (method,) = [n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "test_ramp"]
+    annotations = {a.arg: ast.unparse(a.annotation) for a in method.args.kwonlyargs if a.annotation}
+    assert list(annotations)[: len(toy.fields)] == list(toy.field_names)
+    for f in toy.fields:
+        if f.type == "str" and f.choices:
+            assert annotations[f.name] == f"Literal[{', '.join(repr(c) for c in f.choices)}] | None"
+        else:
+            assert annotations[f.name] == f"{generator.ANNOTATIONS[f.type]} | None"
+    assert annotations["method"] == "Method"
+    assert "'test-ramp'" in ast.unparse(method)

@@ -1,6 +1,6 @@
 """``POSENC_LOG_FORMAT=json``: every line a real ``python -m service`` writes is one JSON object,
 and the access lines carry time, level, request id, method, route, status, duration, bytes and
-cache hit (``service.logs``, ``service.request_id``)."""
+cache hit (``service.observability.logs``, ``service.observability.request_id``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.logs import JsonFormatter, RequestIdFilter
-from service.request_id import request_id_var
+from service.observability.logs import JsonFormatter, RequestIdFilter
+from service.observability.request_id import request_id_var
 from tests.helpers import GPT2_NAME, clean_env, free_port, start_service, stop_service, wait_ready
 
 SIN = "/v1/encodings/sinusoidal"

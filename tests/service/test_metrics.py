@@ -1,4 +1,4 @@
-"""service.metrics: the middleware counts real requests of a small FastAPI app, and the
+"""service.observability.metrics: the middleware counts real requests of a small FastAPI app, and the
 exposition parses with prometheus_client's own parser (no mocks)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from fastapi import APIRouter, FastAPI, HTTPException, Response
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.cache import ByteLRU
-from service.metrics import Metrics, MetricsMiddleware
+from service.admission.cache import ByteLRU
+from service.observability.metrics import Metrics, MetricsMiddleware
 
 
 def make_app() -> tuple[FastAPI, Metrics]:

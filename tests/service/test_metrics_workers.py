@@ -1,5 +1,5 @@
 """Metrics across ``--workers 2``: every scrape, whichever worker answers it, sees the total of
-both workers' counters (prometheus-client's multiprocess mode, ``service.metrics``)."""
+both workers' counters (prometheus-client's multiprocess mode, ``service.observability.metrics``)."""
 
 from __future__ import annotations
 
@@ -74,13 +74,13 @@ def test_two_workers_scrapes_always_see_the_total(tmp_path: Path) -> None:
 
 
 DEAD_WORKER = """
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
 m = Metrics()
 m.in_progress.inc(5)  # a worker that dies with 5 requests in flight
 m.observe_request("/healthz", "GET", 200, 0.001)
 """
 SCRAPER = """
-from service.metrics import Metrics
+from service.observability.metrics import Metrics
 body, _ = Metrics().render()
 print(body.decode())
 """

@@ -1,4 +1,4 @@
-"""service.responding._one_thread_if: a small miss computes on one OpenMP thread of its own
+"""service.responses.threads.one_thread_if: a small miss computes on one OpenMP thread of its own
 thread, and the thread's count is back afterwards (also after an error)."""
 
 from __future__ import annotations
@@ -8,23 +8,22 @@ import threading
 import pytest
 import torch
 
-from service.responding import _one_thread_if
-from service.streaming import _libgomp
+from service.responses.threads import libgomp, one_thread_if
 
 
-@pytest.mark.skipif(_libgomp() is None, reason="torch is not built with GNU OpenMP here")
+@pytest.mark.skipif(libgomp() is None, reason="torch is not built with GNU OpenMP here")
 def test_small_computes_on_one_thread_and_the_count_comes_back() -> None:
     seen: dict[str, int] = {}
 
     def work() -> None:
         torch.set_num_threads(2)
         seen["before"] = torch.get_num_threads()
-        with _one_thread_if(True):
+        with one_thread_if(True):
             seen["small"] = torch.get_num_threads()
-        with _one_thread_if(False):
+        with one_thread_if(False):
             seen["large"] = torch.get_num_threads()
         try:
-            with _one_thread_if(True):
+            with one_thread_if(True):
                 raise ValueError("boom")
         except ValueError:
             pass

@@ -1,6 +1,6 @@
 """``X-Request-ID`` is declared in both OpenAPI documents as the service sends and honours it.
 
-Every response carries the header (``service/request_id.py``), so every response of every
+Every response carries the header (``service/observability/request_id.py``), so every response of every
 operation declares it, required, with the pattern of the ids the service sends; the caller's own
 id is honoured when sane, so every operation declares it as an optional header parameter. The
 declared pattern is checked against real responses (generated ids and echoed ones) and against

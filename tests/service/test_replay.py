@@ -1,4 +1,4 @@
-"""service.replay: a repeated compute request is answered from the body cache without running
+"""service.responses.replay: a repeated compute request is answered from the body cache without running
 the route, with the same bytes and headers as the route gives, and never when it must not be
 (another representation, a conditional request, a refused token, an evicted body)."""
 

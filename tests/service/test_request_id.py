@@ -1,5 +1,5 @@
 """``X-Request-ID`` (API.md 1.1, "Overload"): on every response, the caller's when it is sane,
-else a generated one; recorded by the access log (``service.request_id``)."""
+else a generated one; recorded by the access log (``service.observability.request_id``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.logs import RequestIdFilter
-from service.request_id import sane_request_id
+from service.observability.logs import RequestIdFilter
+from service.observability.request_id import sane_request_id
 from tests.helpers import make_settings
 
 SIN = "/v1/encodings/sinusoidal"

@@ -1,4 +1,4 @@
-"""Generated request ids (service.request_id): 32 hex digits, unique, and a new sequence in a
+"""Generated request ids (service.observability.request_id): 32 hex digits, unique, and a new sequence in a
 forked child (without reading os.urandom for every id)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-import service.request_id as rid
+import service.observability.request_id as rid
 
 
 def test_generated_ids_are_32_hex_digits_and_unique() -> None:

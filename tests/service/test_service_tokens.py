@@ -303,7 +303,7 @@ def test_embed_writes_into_the_services_reused_buffers(
 ) -> None:
     """The embed kind's output comes from the service's body-buffer pool (its Context's
     allocator), and holds the same values as a fresh output would."""
-    from service.buffers import BODY_BUFFERS
+    from service.responses.buffers import BODY_BUFFERS
 
     asked: list[tuple[tuple[int, ...], torch.dtype]] = []
     real = BODY_BUFFERS.tensor

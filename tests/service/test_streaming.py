@@ -510,7 +510,7 @@ def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
-    from service.streaming import STREAM_BLOCK_BYTES
+    from service.responses.streaming import STREAM_BLOCK_BYTES
     from tests.helpers import make_settings
 
     held: list[int] = []
@@ -543,11 +543,12 @@ def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
 def test_block_threads_compute_without_the_intra_op_pool() -> None:
     """Stream blocks are computed one per thread (pipelined with sending); the rest of the
     process keeps torch's intra-op thread count."""
-    from service.streaming import _BLOCK_THREADS, _libgomp
+    from service.responses.streaming import _BLOCK_THREADS
+    from service.responses.threads import libgomp
 
     before = torch.get_num_threads()
     in_pool = _BLOCK_THREADS.submit(torch.get_num_threads).result()
-    if _libgomp() is None:
+    if libgomp() is None:
         pytest.skip("torch does not use GNU OpenMP here")
     assert in_pool == 1
     assert torch.get_num_threads() == before

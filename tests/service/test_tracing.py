@@ -1,4 +1,4 @@
-"""OpenTelemetry tracing (``service.tracing``, the ``otel`` extra): a SERVER span per request
+"""OpenTelemetry tracing (``service.observability.tracing``, the ``otel`` extra): a SERVER span per request
 with ``posenc.compute`` and ``posenc.encode`` inside it, recorded by the SDK's in-memory
 exporter; and the standard ``OTEL_*`` variables configuring a real process."""
 

@@ -24,6 +24,8 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
+import posenc
+
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -100,8 +102,6 @@ def setup() -> bool:
                 sdk_provider.add_span_processor(BatchSpanProcessor(exporter))
         trace.set_tracer_provider(sdk_provider)
         provider = sdk_provider
-    import posenc
-
     _tracer = provider.get_tracer("posenc.service", posenc.__version__)
     return True
 

@@ -5,8 +5,8 @@
 worker process (uvicorn starts them fresh, with ``spawn``) configures its logging the same way.
 
 Every record gets the id of the request being served (``request_id``, from
-:data:`service.request_id.request_id_var`; ``None`` outside a request). The access log
-(logger ``service.access``, written by :class:`service.request_id.RequestIdMiddleware`) adds
+:data:`service.observability.request_id.request_id_var`; ``None`` outside a request). The access log
+(logger ``service.access``, written by :class:`service.observability.request_id.RequestIdMiddleware`) adds
 ``method``, ``route``, ``path``, ``status``, ``duration_ms``, ``bytes`` and ``cache``.
 
 A JSON line looks like::
@@ -27,6 +27,8 @@ from typing import Any, Literal
 
 import orjson
 
+from service.observability.request_id import request_id_var
+
 LogFormat = Literal["text", "json"]
 
 # Fields that the access log adds to its records, in the order a JSON line gives them.
@@ -39,8 +41,6 @@ class RequestIdFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not hasattr(record, "request_id"):
-            from service.request_id import request_id_var
-
             record.request_id = request_id_var.get()
         return True
 
@@ -95,14 +95,16 @@ def logging_config(level: str = "info", fmt: LogFormat = "text") -> dict[str, An
         fmt: ``text`` (``time LEVEL logger: message``) or ``json`` (:class:`JsonFormatter`).
     """
     formatter: dict[str, Any] = (
-        {"()": "service.logs.JsonFormatter"} if fmt == "json" else {"format": TEXT_FORMAT}
+        {"()": "service.observability.logs.JsonFormatter"}
+        if fmt == "json"
+        else {"format": TEXT_FORMAT}
     )
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "filters": {
-            "request_id": {"()": "service.logs.RequestIdFilter"},
-            "traceback_at_debug": {"()": "service.logs.TracebackAtDebug"},
+            "request_id": {"()": "service.observability.logs.RequestIdFilter"},
+            "traceback_at_debug": {"()": "service.observability.logs.TracebackAtDebug"},
         },
         "formatters": {"default": formatter},
         "handlers": {

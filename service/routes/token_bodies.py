@@ -17,21 +17,19 @@ malformed body is a 400, another media type a 415, each saying what is wrong and
 
 from __future__ import annotations
 
-import ast
 import hashlib
-import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 import torch
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
+from posenc import codec
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
@@ -41,7 +39,9 @@ from service.query import (
     revalidate,
     validation_error,
 )
-from service.responding import Plan, respond_async
+from service.responses.plans import Plan
+from service.responses.respond import respond
+from service.routes.tables import add_post_route
 from service.state import ServiceState, read_state
 
 JSON_TYPE = "application/json"
@@ -52,20 +52,9 @@ BODY_TYPES = [JSON_TYPE, NPY_TYPE, SAFETENSORS_TYPE]
 # The tensors a binary body may hold; the first is required (npy holds only it).
 TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids")
 INT64_MAX = 2**63 - 1
-MAX_NPY_HEADER = 1 << 16
-MAX_SAFETENSORS_HEADER = 1 << 20
-
-_NPY_MAGIC = b"\x93NUMPY"
-_SAFETENSORS_DTYPES = {
-    "BOOL": np.dtype(np.bool_),
-    "U8": np.dtype("<u1"),
-    "I8": np.dtype("<i1"),
-    "U16": np.dtype("<u2"),
-    "I16": np.dtype("<i2"),
-    "U32": np.dtype("<u4"),
-    "I32": np.dtype("<i4"),
-    "U64": np.dtype("<u8"),
-    "I64": np.dtype("<i8"),
+# The integer dtypes a safetensors body may give its tensors (bool for attention_mask only).
+_SAFETENSORS_INT_DTYPES = {
+    name: dtype for name, dtype in codec.SAFETENSORS_NUMPY_DTYPES.items() if dtype.kind in "biu"
 }
 
 
@@ -142,63 +131,20 @@ def _as_int64(array: np.ndarray, name: str) -> torch.Tensor:
 
 
 def parse_npy(body: bytes) -> dict[str, torch.Tensor]:
-    """``input_ids`` from a ``.npy`` file (format versions 1.0, 2.0, 3.0).
+    """``input_ids`` from a ``.npy`` file (format versions 1.0, 2.0, 3.0), read by the codec.
 
     Raises:
         BadBody: not an npy file, a header that cannot be read, a dtype that is not an integer
             type, a shape that is not (B, T), or data shorter or longer than the header claims.
     """
     name = "input_ids"
-    if body.startswith(_NPY_MAGIC) and len(body) < 10:
-        raise BadBody(f"the npy body is truncated: {len(body)} bytes, under the 10 of its preamble")
-    if not body.startswith(_NPY_MAGIC):
-        raise BadBody(
-            f"the body is not an .npy file: it must start with b'\\x93NUMPY', got "
-            f"{body[:8]!r} ({len(body)} bytes)"
-        )
-    major, minor = body[6], body[7]
-    if major == 1:
-        (header_len,), start = struct.unpack_from("<H", body, 8), 10
-    elif major in (2, 3) and len(body) >= 12:
-        (header_len,), start = struct.unpack_from("<I", body, 8), 12
-    else:
-        raise BadBody(f"npy format version {major}.{minor} is not read; send 1.0, 2.0 or 3.0")
-    if header_len > MAX_NPY_HEADER:
-        raise BadBody(f"the npy header claims {header_len} bytes, over {MAX_NPY_HEADER}")
-    if start + header_len > len(body):
-        raise BadBody(
-            f"the npy body is truncated: the header claims {header_len} bytes but only "
-            f"{len(body) - start} follow"
-        )
-    raw = body[start : start + header_len]
     try:
-        header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
-    except (ValueError, SyntaxError, UnicodeDecodeError, MemoryError, RecursionError) as exc:
-        raise BadBody(f"the npy header is not a Python literal: {type(exc).__name__}") from None
-    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
-        raise BadBody(
-            "the npy header must be a dict with the keys descr, fortran_order and shape, got "
-            f"{sorted(header) if isinstance(header, dict) else type(header).__name__}"
-        )
-    descr, fortran = header["descr"], header["fortran_order"]
-    if not isinstance(descr, str):
-        raise BadBody(f"{name}: a structured dtype is not read, got descr {descr!r}")
-    try:
-        dtype = np.dtype(descr)
-    except (TypeError, ValueError):
-        raise BadBody(f"{name}: the npy descr {descr!r} is not a dtype") from None
-    _check_int_dtype(dtype, name, allow_bool=False)
-    b, t = _check_shape(header["shape"], name)
-    data = len(body) - start - header_len
-    expected = b * t * dtype.itemsize
-    if data != expected:
-        raise BadBody(
-            f"{name}: the npy header claims shape ({b}, {t}) of {dtype.name} = {expected} bytes "
-            f"of data, but the body holds {data}"
-            + (" (truncated)" if data < expected else " (extra bytes after the array)")
-        )
-    array = np.frombuffer(body, dtype=dtype, count=b * t, offset=start + header_len)
-    array = array.reshape((t, b)).T if fortran is True else array.reshape((b, t))
+        header = codec.read_npy_header(body, name)
+        _check_int_dtype(header.dtype, name, allow_bool=False)
+        shape = _check_shape(header.shape, name)
+        array = codec.npy_array(body, header, shape, name)
+    except codec.CodecError as exc:
+        raise BadBody(str(exc)) from None
     return {name: _as_int64(array, name)}
 
 
@@ -210,69 +156,44 @@ def parse_safetensors(body: bytes, accepted: Sequence[str]) -> dict[str, torch.T
             integer type (bool too for ``attention_mask``), a shape that is not (B, T), offsets
             that do not match the shape or lie outside the body, shapes that differ.
     """
-    if len(body) < 8:
-        raise BadBody(f"the body is not a safetensors file: {len(body)} bytes, under 8")
-    (header_len,) = struct.unpack_from("<Q", body, 0)
-    if header_len > MAX_SAFETENSORS_HEADER:
-        raise BadBody(
-            f"the safetensors header claims {header_len} bytes, over {MAX_SAFETENSORS_HEADER}"
-        )
-    if 8 + header_len > len(body):
-        raise BadBody(
-            f"the safetensors body is truncated: the header claims {header_len} bytes but only "
-            f"{len(body) - 8} follow"
-        )
     try:
-        header = orjson.loads(body[8 : 8 + header_len])
-    except orjson.JSONDecodeError as exc:
-        raise BadBody(f"the safetensors header is not JSON: {exc}") from None
-    if not isinstance(header, dict):
-        raise BadBody(f"the safetensors header must be a JSON object, got {type(header).__name__}")
-    header.pop("__metadata__", None)
-    unknown = [k for k in header if k not in accepted]
+        header = codec.read_safetensors_header(body)
+    except codec.CodecError as exc:
+        raise BadBody(str(exc)) from None
+    unknown = [k for k in header.entries if k not in accepted]
     if unknown:
         raise BadBody(
             f"unknown tensor {unknown[0]!r} in the safetensors body; this endpoint reads "
             f"{', '.join(accepted)}"
         )
-    if "input_ids" not in header:
+    if "input_ids" not in header.entries:
         raise BadBody(
-            f"the safetensors body has no input_ids tensor (it has {', '.join(header) or 'none'})"
+            "the safetensors body has no input_ids tensor "
+            f"(it has {', '.join(header.entries) or 'none'})"
         )
-    data_start, data_len = 8 + header_len, len(body) - 8 - header_len
     out: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple[int, int]] = {}
     for name in TENSOR_FIELDS:
-        if name not in header:
+        if name not in header.entries:
             continue
-        info = header[name]
+        info = header.entries[name]
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
             raise BadBody(f"{name}: the safetensors entry needs dtype, shape and data_offsets")
-        dtype = _SAFETENSORS_DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+        dtype = (
+            _SAFETENSORS_INT_DTYPES.get(info["dtype"]) if isinstance(info["dtype"], str) else None
+        )
         if dtype is None:
-            allowed = [d for d in _SAFETENSORS_DTYPES if d != "BOOL" or name == "attention_mask"]
+            allowed = [
+                d for d in _SAFETENSORS_INT_DTYPES if d != "BOOL" or name == "attention_mask"
+            ]
             raise BadBody(f"{name} must have dtype {', '.join(allowed)}, got {info['dtype']!r}")
         _check_int_dtype(dtype, name, allow_bool=name == "attention_mask")
         b, t = _check_shape(info["shape"], name)
-        offsets = info["data_offsets"]
-        if (
-            not isinstance(offsets, list)
-            or len(offsets) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offsets)
-            or not 0 <= offsets[0] <= offsets[1] <= data_len
-        ):
-            raise BadBody(
-                f"{name}: data_offsets must be [begin, end] within the {data_len} data bytes, "
-                f"got {offsets!r}"
-            )
-        expected = b * t * dtype.itemsize
-        if offsets[1] - offsets[0] != expected:
-            raise BadBody(
-                f"{name}: shape ({b}, {t}) of {info['dtype']} needs {expected} bytes, but "
-                f"data_offsets {offsets} hold {offsets[1] - offsets[0]}"
-            )
-        array = np.frombuffer(body, dtype=dtype, count=b * t, offset=data_start + offsets[0])
-        out[name] = _as_int64(array.reshape((b, t)), name)
+        try:
+            array = codec.safetensors_array(body, header, name, dtype, (b, t))
+        except codec.CodecError as exc:
+            raise BadBody(str(exc)) from None
+        out[name] = _as_int64(array, name)
         shapes[name] = (b, t)
     for name, shape in shapes.items():
         if shape != shapes["input_ids"]:
@@ -292,7 +213,7 @@ def _check_declared_length(request: Request) -> None:
     if not declared.isdigit():
         return
     limit = read_state(request).settings.max_elements
-    most = 12 * limit + MAX_SAFETENSORS_HEADER + 8
+    most = 12 * limit + codec.MAX_SAFETENSORS_HEADER + 8
     if int(declared) > most:
         raise TooLarge(
             f"the body declares {declared} bytes (Content-Length); a binary body can hold at most "
@@ -434,8 +355,6 @@ def add_token_route(
 ) -> None:
     """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`) whose
     binary form may carry ``tensors`` (the first alone in npy)."""
-    from service.routes.tables import add_post_route
-
     accepted = [n for n in tensors if n in model_cls.model_fields]
 
     async def post_handler(request: Request) -> Response:
@@ -446,7 +365,7 @@ def add_token_route(
             made = await run_in_threadpool(plan, req, state, "body", given)
         else:
             made = plan(req, state, "body", given)
-        return await respond_async(request, state, made, out)
+        return await respond(request, state, made, out)
 
     body = request_body_openapi(model_cls, tensors=accepted)
     add_post_route(

@@ -14,7 +14,7 @@ Exposed (``GET /metrics``):
 - ``posenc_cache_bytes{cache}`` / ``posenc_cache_items{cache}`` for caches registered with
   :meth:`Metrics.watch_cache`, read at scrape time.
 - ``posenc_inflight_bytes``: bytes held by responses being computed and sent (the budget
-  ``POSENC_MAX_INFLIGHT_BYTES`` of :mod:`service.admission`); ``posenc_queue_length``: requests
+  ``POSENC_MAX_INFLIGHT_BYTES`` of :mod:`service.admission.budget`); ``posenc_queue_length``: requests
   waiting for room in it; ``posenc_queue_wait_seconds``: how long admitted and refused requests
   waited; ``posenc_rejected_total{reason}``: requests refused (``overload``: 429).
 
@@ -50,7 +50,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from service.cache import ByteLRU
+    from service.admission.cache import ByteLRU
 
 __all__ = ["UNMATCHED", "Metrics", "MetricsMiddleware"]
 

@@ -28,19 +28,18 @@ tensor's bytes once.
 
 from __future__ import annotations
 
-import io
 import re
 import sys
 from base64 import b64encode
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import orjson
 import torch
-from safetensors.torch import save as safetensors_save
 
+from posenc import codec
 from posenc.heatmap import heatmap_png
 
 __all__ = [
@@ -51,7 +50,9 @@ __all__ = [
     "bundle_nbytes",
     "dtype_name",
     "encode_bundle",
+    "meta_text",
     "negotiate",
+    "no_bfloat16_npy",
     "tensor_nbytes",
 ]
 
@@ -383,28 +384,22 @@ def _encode_json(bundle: Bundle, *, base64: bool) -> Encoded:
     return Encoded(body, FORMAT_MEDIA_TYPES["json"])
 
 
+def meta_text(meta: Mapping[str, Any]) -> str:
+    """A bundle's ``meta`` as the JSON text safetensors carries under ``__metadata__["meta"]``."""
+    return orjson.dumps(meta, default=_json_default, option=_JSON_OPTIONS).decode()
+
+
 def _encode_safetensors(bundle: Bundle) -> Encoded:
-    tensors: dict[str, torch.Tensor] = {}
-    seen_storage: set[int] = set()
-    for name, tensor in bundle.tensors.items():
-        t = _cpu_contiguous(tensor)
-        if t.numel():
-            # safetensors refuses tensors that share memory (views of one table); copy those.
-            ptr = t.untyped_storage().data_ptr()
-            if ptr in seen_storage or t.untyped_storage().nbytes() != tensor_nbytes(t):
-                t = t.clone()
-                ptr = t.untyped_storage().data_ptr()
-            seen_storage.add(ptr)
-        tensors[name] = t
-    meta = orjson.dumps(bundle.meta, default=_json_default, option=_JSON_OPTIONS).decode()
-    body = safetensors_save(tensors, metadata={"meta": meta})
+    tensors = {name: _cpu_contiguous(t) for name, t in bundle.tensors.items()}
+    body = codec.encode_safetensors(tensors, {"meta": meta_text(bundle.meta)})
     return Encoded(body, FORMAT_MEDIA_TYPES["safetensors"])
 
 
-def _no_bfloat16_npy(name: str) -> NotAcceptable:
+def no_bfloat16_npy(name: str) -> NotAcceptable:
+    """406 for npy of a bfloat16 tensor, naming the formats that carry bfloat16."""
     others = [m for f, m in FORMAT_MEDIA_TYPES.items() if f != "npy"]
     return NotAcceptable(
-        f"npy has no bfloat16 type, and {name!r} is bfloat16: ask for "
+        f"{codec.no_bfloat16_npy(name)}: ask for "
         f"dtype float32, float16 or float64 with npy, or another format for bfloat16 "
         f"({', '.join(others)})",
         others,
@@ -415,16 +410,9 @@ def _no_bfloat16_npy(name: str) -> NotAcceptable:
 def _encode_npy(bundle: Bundle) -> Encoded:
     name, tensor = bundle.primary_name, bundle.primary
     if tensor.dtype == torch.bfloat16:
-        raise _no_bfloat16_npy(name)
+        raise no_bfloat16_npy(name)
     arr = _storage_array(tensor)
-    header = io.BytesIO()
-    header_data = np.lib.format.header_data_from_array_1_0(arr)
-    try:
-        np.lib.format.write_array_header_1_0(header, header_data)
-    except ValueError:  # header longer than 64 KiB (absurd shapes): format 2.0
-        header = io.BytesIO()
-        np.lib.format.write_array_header_2_0(header, header_data)
-    body = b"".join((header.getvalue(), _byte_view(arr)))
+    body = b"".join((codec.npy_header(arr.shape, tensor.dtype), _byte_view(arr)))
     return Encoded(body, FORMAT_MEDIA_TYPES["npy"], _tensor_headers(name, tensor))
 
 

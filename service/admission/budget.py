@@ -2,7 +2,7 @@
 
 A compute request that misses the cache allocates its tensors, the float64 buffers its compute
 works in, and its encoded body, and holds the body until the last byte has been sent. Each of
-those is proportional to the output's element count, which :class:`~service.responding.Plan`
+those is proportional to the output's element count, which :class:`~service.responses.plans.Plan`
 knows before anything is allocated. So the service estimates a request's peak bytes from its
 plan (:func:`estimate_bytes`), and takes them from a :class:`ByteBudget` of
 ``POSENC_MAX_INFLIGHT_BYTES`` before computing:
@@ -24,7 +24,8 @@ streamed response counts only the rows it holds.
 
 The estimate is ``elements x BYTES_PER_ELEMENT[(format, dtype)] + REQUEST_OVERHEAD``, plus
 ``BYTES_PER_JSON_INT`` for each integer of a token batch sent as JSON, with a larger per-element
-figure for the routes of ``ROUTE_BYTES_PER_ELEMENT`` (M-RoPE position ids). The
+figure for a kind whose compute holds intermediates (``Kind.work_bytes_per_element``: M-RoPE
+position ids). The
 per-element figures are the largest peak RSS of compute + encode measured over every endpoint
 (16-18 M elements, a fresh process each, CPU; docs/sizing.md), plus about 15 %. The compute,
 not the body, sets them: sinusoidal builds its table in float64 (22-24 bytes per element at
@@ -53,12 +54,11 @@ from starlette.responses import Response
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
 
-    from service.metrics import Metrics
+    from service.observability.metrics import Metrics
 
 __all__ = [
     "BYTES_PER_ELEMENT",
     "BYTES_PER_JSON_INT",
-    "ROUTE_BYTES_PER_ELEMENT",
     "ByteBudget",
     "HeldResponse",
     "Overloaded",
@@ -97,11 +97,6 @@ BYTES_PER_ELEMENT: Mapping[tuple[str, str], int] = {
 }
 _BINARY_FORMATS = frozenset({"safetensors", "npy", "raw"})
 
-# Routes whose compute peaks above the table, whatever the format: peak bytes per output element
-# (measured peak per element x about 1.2; docs/sizing.md). M-RoPE's vectorised rule keeps a few
-# (B, T) int64 intermediates per output row: 65-70 bytes per element measured.
-ROUTE_BYTES_PER_ELEMENT: Mapping[str, int] = {"/v1/position-ids/mrope": 84}
-
 # Peak bytes per integer of a token batch sent as JSON (``input_ids``, ``attention_mask``,
 # ``position_ids`` rows), besides the output: the body text, the parsed Python lists of ints,
 # the validated copy and the cache key's copy, all alive while the request computes. Measured
@@ -116,7 +111,7 @@ def estimate_bytes(
     *,
     base64: bool = False,
     dtype: str = "float32",
-    route: str = "",
+    work_bytes_per_element: int = 0,
     json_ints: int = 0,
 ) -> int:
     """Upper bound of the bytes a cache-missing request allocates before its body is sent.
@@ -127,20 +122,20 @@ def estimate_bytes(
         base64: JSON with base64 ``data``.
         dtype: the requested dtype of the float tensors (integer outputs such as position ids
             are int64 and cost no more than float64's entry; an unknown name is taken as such).
-        route: the route template (``Plan.route``): a route of :data:`ROUTE_BYTES_PER_ELEMENT`
-            costs at least its figure per element.
+        work_bytes_per_element: what the kind's compute peaks at per output element beyond
+            its outputs (``Kind.work_bytes_per_element``): each element costs at least that.
         json_ints: integers of the request's token rows parsed from a JSON body (0 for a
             binary body or a table request).
 
     Returns:
-        ``elements * max(BYTES_PER_ELEMENT[(kind, dtype)], ROUTE_BYTES_PER_ELEMENT[route])
+        ``elements * max(BYTES_PER_ELEMENT[(kind, dtype)], work_bytes_per_element)
         + json_ints * BYTES_PER_JSON_INT + REQUEST_OVERHEAD``.
     """
     kind = "binary" if fmt in _BINARY_FORMATS else fmt
     if kind == "json" and base64:
         kind = "json-base64"
     per = BYTES_PER_ELEMENT.get((kind, dtype)) or BYTES_PER_ELEMENT.get((kind, "float64"), 40)
-    per = max(per, ROUTE_BYTES_PER_ELEMENT.get(route, 0))
+    per = max(per, work_bytes_per_element)
     return max(0, elements) * per + max(0, json_ints) * BYTES_PER_JSON_INT + REQUEST_OVERHEAD
 
 

@@ -1,17 +1,17 @@
-"""Responding: a validated request as a :class:`Plan`, turned into a negotiated, cached,
-ETagged response.
+"""Plans: a validated request as a :class:`Plan`, and the whole path that turns one into a
+negotiated, cached, ETagged response (:func:`prepare`, then :func:`finish` in the thread pool).
 
 A compute route only builds a :class:`Plan` (the normalised params, the output element count
-and a closure that calls posenc) and hands it to :func:`respond_async`, which in order
+and a closure that calls posenc) and hands it to :func:`service.responses.respond.respond`, which in order
 
 1. refuses a plan larger than ``max_elements`` with 413 (nothing is allocated yet), or hands a
-   table over it to :mod:`service.streaming`;
+   table over it to :mod:`service.responses.streaming`;
 2. negotiates the format (406 lists what the endpoint can give);
 3. derives the ETag from a canonical key of the request (route, params after the preset or
    config merge, format, encoding, index, model fingerprint, device, version) and answers a
    matching ``If-None-Match`` with 304 (GET) or 412 (other methods), without computing;
 4. serves the encoded body from the cache; on a miss takes the response's estimated bytes from
-   the in-flight budget (:mod:`service.admission`: 429 when none frees up in time), then
+   the in-flight budget (:mod:`service.admission.budget`: 429 when none frees up in time), then
    computes (or takes the cached tensors) and encodes in the thread pool;
 5. caches the body, and sets ``Vary``, ``ETag``, ``Server-Timing``.
 """
@@ -20,24 +20,22 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import torch
 from fastapi import Request
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 import posenc
+from posenc import kinds
 from posenc.errors import TooLarge
-from service import tracing
-from service.admission import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
-from service.formats import Bundle, Encoded, encode_bundle, negotiate
+from service.observability import tracing
 from service.query import OutputOptions
-from service.replay import REPLAY_SCOPE_KEY
+from service.responses.formats import Bundle, Encoded, encode_bundle, negotiate
+from service.responses.threads import ONE_THREAD_ELEMENTS, one_thread_if
 from service.state import ServiceState
 
 
@@ -65,16 +63,14 @@ class Plan:
     allocations: Mapping[str, int] = field(default_factory=dict)
     model: str | None = None
     cache_tensors: bool = True
-    # tables only: the bundle as row blocks (a service.streaming.StreamBundle), used when the
+    # tables only: the bundle as row blocks (a service.responses.streaming.StreamBundle), used when the
     # output is over max_elements and asked as raw, npy or safetensors
     stream: Callable[[], Any] | None = None
     # the widest row of the tables (their last dimension: d_model, rotary_dim, key_len): a
     # stream computes at least one row at a time, so a row over max_elements is not streamed
     row_elements: int = 0
-
-
-# The integer-list fields of a JSON body (binary bodies leave them out of the params).
-_INT_LISTS = ("input_ids", "attention_mask", "position_ids", "positions")
+    # peak bytes per output element the compute holds beyond its outputs (the kind's own figure)
+    work_bytes_per_element: int = 0
 
 
 def json_ints(params: Mapping[str, Any]) -> int:
@@ -82,7 +78,7 @@ def json_ints(params: Mapping[str, Any]) -> int:
     ``attention_mask``, ``position_ids``; a table's ``positions``): what the request holds as
     Python lists while it computes."""
     total = 0
-    for name in _INT_LISTS:
+    for name in kinds.int_list_fields():  # binary bodies leave them out of the params
         rows = params.get(name)
         if isinstance(rows, list):
             total += sum(len(row) if isinstance(row, list) else 1 for row in rows)
@@ -201,30 +197,6 @@ def prepare(
     return Prepared(None, fmt, base64, index, table_text, body_key, headers)
 
 
-# A miss of at most this many output elements is computed on one OpenMP thread: its ops are too
-# small for a second thread to pay for its wake-up (and the spin after it), which cost a 128x64
-# table about as much as its arithmetic.
-ONE_THREAD_ELEMENTS = 1 << 16
-
-
-@contextmanager
-def _one_thread_if(small: bool) -> Iterator[None]:
-    """Run the body with this thread's OpenMP team at one thread when ``small`` (a per-thread
-    setting of libgomp; the thread's own count is restored after)."""
-    from service.streaming import _libgomp
-
-    lib = _libgomp() if small else None
-    if lib is None:
-        yield
-        return
-    before = torch.get_num_threads()
-    lib.omp_set_num_threads(1)
-    try:
-        yield
-    finally:
-        lib.omp_set_num_threads(before)
-
-
 def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
     """Compute (or take the cached tensors), encode, cache the body: the thread-pool part."""
     cache, metrics = state.cache, state.metrics
@@ -238,7 +210,7 @@ def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
         t0 = time.perf_counter()
         with (
             tracing.span("posenc.compute", **{"posenc.route": plan.route}),
-            _one_thread_if(plan.elements <= ONE_THREAD_ELEMENTS and state.device.type == "cpu"),
+            one_thread_if(plan.elements <= ONE_THREAD_ELEMENTS and state.device.type == "cpu"),
         ):
             bundle = plan.compute()
             if state.device.type == "cuda":
@@ -264,50 +236,3 @@ def _response(encoded: Encoded, fmt: str, plan: Plan, headers: dict[str, str]) -
             stem = f"{stem}-{plan.names[0]}"
         headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
     return Response(content=encoded.body, media_type=encoded.media_type, headers=headers)
-
-
-async def respond_async(
-    request: Request, state: ServiceState, plan: Plan, out: OutputOptions
-) -> Response:
-    """Serve ``plan`` as the negotiated representation, with only a cache miss (compute and
-    encode) in the thread pool: a repeated request is answered on the event loop without a thread hop. A 200 whose body is
-    in the cache is marked for :class:`service.replay.ReplayMiddleware`, which answers the
-    same request next time without running the route at all. A table over ``max_elements``
-    with ``plan.stream`` is streamed (:mod:`service.streaming`)."""
-    if plan.stream is not None and plan.elements > state.settings.max_elements:
-        from service.streaming import respond_streamed
-
-        return respond_streamed(request, state, plan, out)
-    prepared = prepare(request, state, plan, out)
-    if prepared.response is not None:
-        if prepared.response.status_code == 200:  # a body-cache hit
-            request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
-        return prepared.response
-    from service.streaming import keeps, respond_kept
-
-    if keeps(request, state, plan, prepared.fmt):  # sent as computed, then kept
-        kept = await respond_kept(request, state, plan, prepared)
-        if kept is not None:
-            return kept
-    # A miss allocates: take its estimated peak bytes from the in-flight budget first (429 when
-    # none frees up in time), keep only the body's once encoded, release after the last byte.
-    budget = state.budget
-    nbytes = estimate_bytes(
-        plan.elements,
-        prepared.fmt,
-        base64=prepared.base64,
-        dtype=plan.params.get("dtype", ""),
-        route=plan.route,
-        json_ints=json_ints(plan.params),
-    )
-    await budget.acquire(nbytes)
-    since = time.monotonic()
-    try:
-        response = await run_in_threadpool(finish, state, plan, prepared)
-        nbytes = budget.shrink(nbytes, len(response.body) + REQUEST_OVERHEAD)
-    except BaseException:
-        budget.release(nbytes, held_s=time.monotonic() - since)
-        raise
-    if prepared.body_key in state.cache:  # the body fitted the cache: replayable
-        request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
-    return HeldResponse(response, budget, nbytes, since)

@@ -8,7 +8,7 @@ would otherwise send without the header).
 The id is the caller's ``X-Request-ID`` when that is sane (1 to 128 characters of
 ``A-Z a-z 0-9 - _ . : / + = @``), else a generated one (32 random hex digits). It is
 available to code serving the request as :data:`request_id_var` (a context variable, so also
-in the thread pool), which :class:`service.logs.RequestIdFilter` puts on every log record.
+in the thread pool), which :class:`service.observability.logs.RequestIdFilter` puts on every log record.
 
 With ``access_log=True`` the middleware writes one record per request to the logger
 ``service.access`` (INFO) with ``request_id``, ``method``, ``route`` (the route template, or
@@ -26,6 +26,8 @@ import re
 import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
+
+from service.observability.metrics import UNMATCHED
 
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -72,8 +74,6 @@ def sane_request_id(value: bytes | None) -> str | None:
 
 
 def _route(scope: Scope) -> str:
-    from service.metrics import UNMATCHED
-
     path = getattr(scope.get("route"), "path", None)
     return path if isinstance(path, str) and path else UNMATCHED
 

@@ -1,6 +1,6 @@
 """Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
 
-A table endpoint's :class:`~service.responding.Plan` may carry ``stream``: a function giving
+A table endpoint's :class:`~service.responses.plans.Plan` may carry ``stream``: a function giving
 a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
 negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
@@ -25,49 +25,43 @@ Streamed bodies are never cached.
 Admission hook: when ``app.state.posenc_stream_hold`` is set, it is called as
 ``hold(nbytes)`` for each block and must return an async context manager; the block is computed
 and sent inside it, so an in-flight byte budget can count a streamed response by the rows it
-holds (see ``service/admission.py``).
+holds (see ``service/admission/budget.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import io
-import json
-import struct
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import orjson
 import torch
 from fastapi import Request
 from fastapi.responses import Response
-from safetensors.torch import save as safetensors_save
 from starlette.responses import StreamingResponse
 
+from posenc import codec
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
-from service.admission import estimate_bytes
-from service.buffers import BODY_BUFFERS
-from service.formats import (
+from service.admission.budget import estimate_bytes
+from service.query import OutputOptions
+from service.responses.buffers import BODY_BUFFERS
+from service.responses.formats import (
     FORMAT_MEDIA_TYPES,
     Encoded,
-    _json_default,
-    _no_bfloat16_npy,
     dtype_name,
+    meta_text,
     negotiate,
+    no_bfloat16_npy,
 )
-from service.query import OutputOptions
-from service.replay import REPLAY_SCOPE_KEY
-from service.responding import Plan, Prepared, prepare
+from service.responses.plans import Plan, Prepared, prepare
+from service.responses.replay import REPLAY_SCOPE_KEY
+from service.responses.threads import one_intra_op_thread
 from service.state import ServiceState
 
 __all__ = [
@@ -78,29 +72,14 @@ __all__ = [
     "StreamBundle",
     "check_row_width",
     "keeps",
-    "npy_header",
     "respond_kept",
     "respond_streamed",
-    "safetensors_header",
     "stream_parts",
 ]
 
 STREAM_FORMATS = ("raw", "npy", "safetensors")
 # Output bytes of one block: the transport holds at most a few of these per response.
 STREAM_BLOCK_BYTES = 8 * 1024 * 1024
-
-_SAFETENSORS_DTYPES = {
-    torch.float64: "F64",
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.int16: "I16",
-    torch.int8: "I8",
-    torch.uint8: "U8",
-    torch.bool: "BOOL",
-}
 
 
 @dataclass(frozen=True)
@@ -121,85 +100,13 @@ class StreamBundle:
         return next(iter(self.tensors.values()))
 
 
-@lru_cache(maxsize=1)
-def _libgomp() -> ctypes.CDLL | None:
-    """The OpenMP runtime torch loaded (GNU libgomp), found in /proc/self/maps; else None."""
-    try:
-        maps = Path("/proc/self/maps").read_text()
-    except OSError:
-        return None
-    for line in maps.splitlines():
-        path = line.split()[-1] if line.split() else ""
-        if "libgomp" in Path(path).name:
-            try:
-                return ctypes.CDLL(path)
-            except OSError:
-                return None
-    return None
-
-
-def _one_intra_op_thread() -> None:
-    """Initializer of the block threads: torch ops on this thread run without the intra-op
-    pool (OpenMP's thread count is a per-thread setting; the rest of the process keeps its).
-
-    A stream already computes and sends in parallel (the next block here, the current one on
-    the event loop); two intra-op threads per block on top of that only wait for a busy core.
-    """
-    torch.get_num_threads()  # torch sets this thread's OpenMP count first; then override it
-    lib = _libgomp()
-    if lib is not None:
-        lib.omp_set_num_threads(1)
-
-
 # The threads that compute stream blocks (one block at a time per response).
 _BLOCK_THREADS = ThreadPoolExecutor(
-    max_workers=4, thread_name_prefix="posenc-stream", initializer=_one_intra_op_thread
+    max_workers=4, thread_name_prefix="posenc-stream", initializer=one_intra_op_thread
 )
 
 # A part of a body: bytes as they are, or rows [start, stop) of a table.
 Part = bytes | tuple[TableBlocks, int, int]
-
-
-def npy_header(shape: tuple[int, ...], dtype: torch.dtype) -> bytes:
-    """The ``.npy`` header (format 1.0, or 2.0 for a header over 64 KiB) of a C-order array."""
-    descr = np.dtype(torch.empty((), dtype=dtype).numpy().dtype).newbyteorder("<").str
-    header = io.BytesIO()
-    data = {"descr": descr, "fortran_order": False, "shape": tuple(int(n) for n in shape)}
-    try:
-        np.lib.format.write_array_header_1_0(header, data)
-    except ValueError:
-        header = io.BytesIO()
-        np.lib.format.write_array_header_2_0(header, data)
-    return header.getvalue()
-
-
-def _safetensors_order(tensors: dict[str, TableBlocks]) -> list[str]:
-    """The order in which ``safetensors.torch.save`` lays out these tensors (it sorts by dtype,
-    then name): read back from the header it writes for one-element stand-ins."""
-    stand_ins = {name: torch.zeros(1, dtype=t.dtype) for name, t in tensors.items()}
-    data = safetensors_save(stand_ins)
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + n])
-    return sorted(tensors, key=lambda name: header[name]["data_offsets"][0])
-
-
-def safetensors_header(tensors: dict[str, TableBlocks], meta_text: str) -> tuple[bytes, list[str]]:
-    """The safetensors header of ``tensors`` with ``{"meta": meta_text}`` as metadata, and the
-    order of their data after it; the same bytes ``safetensors.torch.save`` writes."""
-    order = _safetensors_order(tensors)
-    entries: dict[str, Any] = {"__metadata__": {"meta": meta_text}}
-    offset = 0
-    for name in order:
-        t = tensors[name]
-        entries[name] = {
-            "dtype": _SAFETENSORS_DTYPES[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + t.nbytes],
-        }
-        offset += t.nbytes
-    text = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text, order
 
 
 def stream_parts(
@@ -214,9 +121,9 @@ def stream_parts(
     if fmt == "raw":
         return rows(primary)
     if fmt == "npy":
-        return [npy_header(primary.shape, primary.dtype), *rows(primary)]
-    meta_text = orjson.dumps(bundle.meta, default=_json_default).decode()
-    header, order = safetensors_header(bundle.tensors, meta_text)
+        return [codec.npy_header(primary.shape, primary.dtype), *rows(primary)]
+    specs = {name: (t.shape, t.dtype) for name, t in bundle.tensors.items()}
+    header, order = codec.safetensors_header(specs, {"meta": meta_text(bundle.meta)})
     parts: list[Part] = [header]
     for name in order:
         parts += rows(bundle.tensors[name])
@@ -363,7 +270,7 @@ def respond_streamed(
         check_row_width(blocks.name, blocks.row_elements, settings.max_elements)
     primary = bundle.primary
     if fmt == "npy" and primary.dtype == torch.bfloat16:
-        raise _no_bfloat16_npy(primary.name)
+        raise no_bfloat16_npy(primary.name)
     parts = stream_parts(bundle, fmt)
     length = sum(_part_size(p) for p in parts)
     timing = 'compute;dur=0.000, encode;dur=0.000, cache;desc="stream"'
@@ -442,7 +349,7 @@ def _fill_part(part: Part, body: np.ndarray, offset: int) -> memoryview:
 
 class _KeptResponse(StreamingResponse):
     """A :class:`StreamingResponse` that gives its in-flight budget bytes back once it has
-    been sent, has failed or was dropped unsent (as :class:`~service.admission.HeldResponse`)."""
+    been sent, has failed or was dropped unsent (as :class:`~service.admission.budget.HeldResponse`)."""
 
     def __init__(self, content: Any, release: Callable[[], None], **kwargs: Any) -> None:
         super().__init__(content, **kwargs)

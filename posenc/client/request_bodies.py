@@ -10,12 +10,13 @@ they are (one cast to int64 where the array holds another type).
 
 from __future__ import annotations
 
-import io
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from posenc import codec
 
 NPY_TYPE = "application/x-npy"
 SAFETENSORS_TYPE = "application/vnd.safetensors"
@@ -58,16 +59,14 @@ def token_body(fields: Mapping[str, Any], names: Sequence[str]) -> TokenBody | N
         return None
     rest = {k: v for k, v in fields.items() if k not in names}
     if given == [names[0]]:
-        buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(arrays[names[0]]), allow_pickle=False)
-        return TokenBody(buf.getvalue(), NPY_TYPE, rest)
-    from safetensors.numpy import save
-
-    tensors = {}
+        first = arrays[names[0]]
+        assert first is not None  # for the type checker: checked above
+        return TokenBody(codec.encode_npy(first), NPY_TYPE, rest)
+    tensors: dict[str, np.ndarray] = {}
     for n in given:
         array = arrays[n]
         assert array is not None  # for the type checker: every given name has an array
         tensors[n] = np.ascontiguousarray(
             array if array.dtype.kind != "b" or n == "attention_mask" else array.astype(np.int64)
         )
-    return TokenBody(save(tensors), SAFETENSORS_TYPE, rest)
+    return TokenBody(codec.encode_safetensors(tensors), SAFETENSORS_TYPE, rest)

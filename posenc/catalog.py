@@ -1,0 +1,37 @@
+"""The built-in kinds of endpoint, listed once: each is defined beside its maths in its
+convention module, and registered here into :data:`posenc.kinds.REGISTRY`.
+
+The service's routes, schemas and GET forms, the client's methods and the CLI's options are all
+derived from the registry, so adding a convention is its module (maths and :class:`Kind`) plus one
+entry in :data:`KINDS`. Importing :mod:`posenc` imports this module, so the registry is full
+wherever posenc is.
+"""
+
+from __future__ import annotations
+
+from posenc import kinds
+from posenc.alibi import ALIBI
+from posenc.embedding import EMBED
+from posenc.learned import LEARNED
+from posenc.mrope import MROPE_POSITION_IDS
+from posenc.position_ids import POSITION_IDS
+from posenc.relative import RELATIVE
+from posenc.rope import ROPE
+from posenc.sinusoidal import SINUSOIDAL
+
+__all__ = ["KINDS"]
+
+KINDS: tuple[kinds.Kind, ...] = (
+    SINUSOIDAL,
+    LEARNED,
+    ROPE,
+    ALIBI,
+    RELATIVE,
+    POSITION_IDS,
+    MROPE_POSITION_IDS,
+    EMBED,
+)
+"""Every built-in kind, in the order of the API reference's sections."""
+
+for _kind in KINDS:
+    kinds.register(_kind)

@@ -1,0 +1,558 @@
+"""Typed client methods, one per kind of the registry: written by scripts/client_methods.py.
+
+Do not edit: run ``python scripts/client_methods.py`` after changing a kind (a test fails until
+the module equals what the registry gives). :class:`KindMethods` is a base of
+:class:`~posenc.client.PosencClient` and :class:`~posenc.client.AsyncPosencClient`; ``T`` is what
+a tensor call returns (a :class:`~posenc.client.TensorResult`, or an awaitable of one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Generic, Literal, TypeVar
+
+from posenc.client.calls import Format, Method
+from posenc.client.results import ArrayKind
+
+T = TypeVar("T")
+
+TableKind = Literal["alibi", "learned", "relative", "rope", "sinusoidal"]
+"""The kinds whose tables stream (``save_table`` writes any of them to a file)."""
+
+
+class KindMethods(Generic[T]):
+    """One method per kind; each calls :meth:`compute` with the kind's name."""
+
+    def compute(self, kind: str, **fields: Any) -> T:
+        """Any kind by name (the client's transport implements it)."""
+        raise NotImplementedError
+
+    def alibi(
+        self,
+        *,
+        num_heads: int | None = None,
+        seq_len: int | None = None,
+        key_len: int | None = None,
+        mode: Literal["causal", "symmetric"] | None = None,
+        max_bias: float | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/biases/alibi``: ALiBi attention bias.
+
+        Press et al. (2022) linear biases; slopes as the paper's code, BLOOM and MPT. Query i
+        sits at position i + S − T. `bias` is −inf (`null` in JSON) above the diagonal in causal
+        mode.
+
+        Args:
+            num_heads: H (required unless a preset or config gives it).
+            seq_len: T, the number of queries.
+            key_len: S ≥ T (default T); query i sits at position i + S − T.
+            mode: causal: −m_h·(i−j), −inf above the diagonal; symmetric: −m_h·|i−j| (default
+                'causal').
+            max_bias: slope exponent scale (default 8 when neither preset nor config gives it).
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind alibi).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means. BLOOM, MPT (attn_config) or Falcon with alibi.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``bias`` (H, T, S), ``slopes`` (H).
+        """
+        return self.compute(
+            "alibi",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            num_heads=num_heads,
+            seq_len=seq_len,
+            key_len=key_len,
+            mode=mode,
+            max_bias=max_bias,
+            preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
+    def embed(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]] | Any | None = None,
+        model: str | None = None,
+        text: Sequence[str] | None = None,
+        add_special_tokens: bool | None = None,
+        attention_mask: Sequence[Sequence[int]] | Any | None = None,
+        pad_token_id: int | None = None,
+        padding_side: Literal["right", "left"] | None = None,
+        positional: Literal["learned", "sinusoidal", "none", "rope"] | None = None,
+        scale: bool | None = None,
+        position_ids: Sequence[Sequence[int]] | Any | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/embed``: Embed token batches.
+
+        Token embedding (× √D when `scale`) plus the positional encoding, for a ragged batch;
+        padded slots are zeros, and an empty row is a row of padding. A token id outside [0,
+        vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model (positional `rope`,
+        its default) also `cos` and `sin` at the position ids, from the rope settings of its
+        config. `text` in place of `input_ids`: the rows are the model's tokenizer's ids (the
+        same result as sending them), and the response adds them as `input_ids`.
+
+        Args:
+            input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
+            model: name from GET /v1/models (default: the default).
+            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
+                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
+                input_ids (B, T).
+            add_special_tokens: with text: add the tokenizer's special tokens (its post-
+                processor); ignored with input_ids (default True).
+            attention_mask: 0/1, the shape of input_ids; wins over pad_token_id.
+            pad_token_id: tokens equal to it are padding.
+            padding_side: where short rows are padded (default 'right').
+            positional: learned, sinusoidal, none or rope (default: the model's own).
+            scale: multiply token embeddings by sqrt(D) (default: the model's own).
+            position_ids: explicit positions, the shape of input_ids.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``embeddings`` (B, T, D), ``position_ids`` (B, T),
+            ``attention_mask`` (B, T), ``cos`` (B, T, R), ``sin`` (B, T, R), ``input_ids`` (B,
+            T).
+        """
+        return self.compute(
+            "embed",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            input_ids=input_ids,
+            model=model,
+            text=text,
+            add_special_tokens=add_special_tokens,
+            attention_mask=attention_mask,
+            pad_token_id=pad_token_id,
+            padding_side=padding_side,
+            positional=positional,
+            scale=scale,
+            position_ids=position_ids,
+            dtype=dtype,
+        )
+
+    def learned(
+        self,
+        *,
+        seq_len: int | None = None,
+        d_model: int | None = None,
+        model: str | None = None,
+        seed: int | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/learned``: Learned positional table.
+
+        A loaded model's position table (`model`), or a seeded one: `torch.manual_seed(seed);
+        nn.Embedding(max(seq_len, 1), d_model).weight` (GPT-2's `wpe`, BERT's
+        `position_embeddings` at initialisation).
+
+        Args:
+            seq_len: T (required unless model, preset or config gives it).
+            d_model: D (may be omitted with model, preset or config).
+            model: name from GET /v1/models: use its position table.
+            seed: torch.manual_seed of the table (default 0).
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind learned).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means. Gives d_model and the table size (seq_len).
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``encoding`` (T, D).
+        """
+        return self.compute(
+            "learned",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            d_model=d_model,
+            model=model,
+            seed=seed,
+            preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
+    def mrope_position_ids(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]] | Any | None = None,
+        attention_mask: Sequence[Sequence[int]] | Any | None = None,
+        padding_side: Literal["right", "left"] | None = None,
+        image_grid_thw: Sequence[Sequence[int]] | Any | None = None,
+        video_grid_thw: Sequence[Sequence[int]] | Any | None = None,
+        second_per_grid_ts: Sequence[float] | None = None,
+        config: Mapping[str, Any] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/position-ids/mrope``: Multimodal RoPE position ids (Qwen2-VL, Qwen2.5-VL, Qwen3-VL).
+
+        The 3-D (temporal, height, width) position ids of transformers 5's `get_rope_index` for
+        the model whose `config.json` is given: runs of image (video) placeholder tokens take
+        the next `image_grid_thw` (`video_grid_thw`) entry and must hold its `t·(h/m)·(w/m)`
+        tokens (Qwen3-VL: one run per video frame); Qwen2.5-VL spaces video frames by
+        `tokens_per_second · second_per_grid_ts`. Padded slots get 0.
+
+        Args:
+            input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
+            attention_mask: 0/1, the shape of input_ids; padded slots (0) get id 0.
+            padding_side: where short rows are padded (default 'right').
+            image_grid_thw: [t, h, w] of each image (in patches), in the order the images
+                appear.
+            video_grid_thw: [t, h, w] of each video (in patches), in the order the videos
+                appear.
+            second_per_grid_ts: Qwen2.5-VL: seconds per temporal grid step of each video
+                (default 1); read as float32, as the processor's tensor.
+            config: the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl,
+                qwen3_vl_moe) selects the rule; image_token_id, video_token_id,
+                vision_config.spatial_merge_size, vision_config.tokens_per_second are read.
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``position_ids`` (3, B, T), ``rope_deltas`` (B, 1).
+        """
+        return self.compute(
+            "mrope_position_ids",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            padding_side=padding_side,
+            image_grid_thw=image_grid_thw,
+            video_grid_thw=video_grid_thw,
+            second_per_grid_ts=second_per_grid_ts,
+            config=config,
+        )
+
+    def position_ids(
+        self,
+        *,
+        input_ids: Sequence[Sequence[int]] | Any | None = None,
+        text: Sequence[str] | None = None,
+        model: str | None = None,
+        add_special_tokens: bool | None = None,
+        pad_token_id: int | None = None,
+        attention_mask: Sequence[Sequence[int]] | Any | None = None,
+        padding_side: Literal["right", "left"] | None = None,
+        start: int | None = None,
+        pad_position: int | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/position-ids``: Position ids of a padded batch.
+
+        Pads a ragged batch and numbers its real tokens from `start` in order; padded slots get
+        `pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`;
+        else the slots beyond a short row's end. An empty row is a row of padding. `text` in
+        place of `input_ids`: the rows are the model's tokenizer's ids, and the response adds
+        them as `input_ids`.
+
+        Args:
+            input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
+            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
+                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
+                input_ids (B, T).
+            model: name from GET /v1/models whose tokenizer reads text (default: the default).
+            add_special_tokens: with text: add the tokenizer's special tokens (its post-
+                processor); ignored with input_ids (default True).
+            pad_token_id: tokens equal to it are padding.
+            attention_mask: 0/1, the shape of input_ids; wins over pad_token_id.
+            padding_side: where short rows are padded (default 'right').
+            start: the first real token's position (default 0).
+            pad_position: the position id given to padded slots (default 0).
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``position_ids`` (B, T), ``attention_mask`` (B, T),
+            ``input_ids`` (B, T).
+        """
+        return self.compute(
+            "position_ids",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            input_ids=input_ids,
+            text=text,
+            model=model,
+            add_special_tokens=add_special_tokens,
+            pad_token_id=pad_token_id,
+            attention_mask=attention_mask,
+            padding_side=padding_side,
+            start=start,
+            pad_position=pad_position,
+        )
+
+    def relative(
+        self,
+        *,
+        seq_len: int | None = None,
+        key_len: int | None = None,
+        num_buckets: int | None = None,
+        max_distance: int | None = None,
+        bidirectional: bool | None = None,
+        bucketing: Literal["log", "clip"] | None = None,
+        num_heads: int | None = None,
+        seed: int | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/biases/relative``: T5 relative position buckets and bias.
+
+        T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped distances), and with
+        `num_heads` a seeded bias table `torch.manual_seed(seed); nn.Embedding(n_buckets, H)`
+        gathered per pair; `bias` only when `num_heads` is given.
+
+        Args:
+            seq_len: T, the number of queries.
+            key_len: S (default T).
+            num_buckets: log bucketing: the number of buckets (default 32 when neither preset
+                nor config gives it).
+            max_distance: log: distance of the last bucket; clip: the clamp (default 128 when
+                neither preset nor config gives it).
+            bidirectional: keys on both sides of the query (default true).
+            bucketing: log: T5's _relative_position_bucket; clip: clamp to ±max_distance
+                (default 'log').
+            num_heads: H: when given, also the bias tensor.
+            seed: torch.manual_seed of the bias table (default 0).
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind relative).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means. T5: relative_attention_num_buckets,
+                relative_attention_max_distance, num_heads.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``buckets`` (T, S), ``bias`` (H, T, S).
+        """
+        return self.compute(
+            "relative",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            key_len=key_len,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            bidirectional=bidirectional,
+            bucketing=bucketing,
+            num_heads=num_heads,
+            seed=seed,
+            preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
+    def rope(
+        self,
+        *,
+        seq_len: int | None = None,
+        positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        head_dim: int | None = None,
+        rotary_dim: int | None = None,
+        base: float | None = None,
+        layout: Literal["half", "interleaved"] | None = None,
+        scaling: Mapping[str, Any] | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        layer_type: str | None = None,
+        mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        mrope_interleaved: bool | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/rope``: Rotary position embedding tables.
+
+        RoPE cos/sin tables with the scaling types of Hugging Face transformers (linear,
+        dynamic, yarn, longrope, llama3, proportional); cos and sin include the attention
+        scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a model's
+        config.json (as transformers 5 reads it; `layer_type` for per-layer-type RoPE);
+        `positions` as three rows with `mrope_section` gives M-RoPE (Qwen2-VL).
+
+        Args:
+            seq_len: T: positions 0 … T−1.
+            positions: explicit positions (ints ≥ 0) instead of seq_len; or three lists
+                (temporal, height, width: (3, T)) with mrope_section.
+            head_dim: Dh, even (required unless a preset or config gives it).
+            rotary_dim: R, even ≤ head_dim (default head_dim).
+            base: rope_theta (default 10000 when neither preset nor config gives it).
+            layout: half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when
+                neither preset nor config gives it.
+            scaling: null or a scaling object, with the names of transformers' rope_parameters.
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind rope).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means.
+            layer_type: for a config with RoPE parameters per layer type (Gemma 3:
+                sliding_attention, full_attention): which type; required there, refused
+                otherwise.
+            mrope_section: M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2.
+            mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
+                Qwen3-VL's interleaving.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``cos`` (T, R), ``sin`` (T, R), ``inv_freq`` (R/2).
+        """
+        return self.compute(
+            "rope",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            positions=positions,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            base=base,
+            layout=layout,
+            scaling=scaling,
+            preset=preset,
+            config=config,
+            layer_type=layer_type,
+            mrope_section=mrope_section,
+            mrope_interleaved=mrope_interleaved,
+            dtype=dtype,
+        )
+
+    def sinusoidal(
+        self,
+        *,
+        seq_len: int | None = None,
+        positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        d_model: int | None = None,
+        base: float | None = None,
+        layout: Literal["interleaved", "concat", "tensor2tensor"] | None = None,
+        offset: int | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/sinusoidal``: Sinusoidal positional encoding.
+
+        Vaswani et al. (2017) fixed sinusoidal table, computed in float64 and cast once.
+
+        Args:
+            seq_len: T: positions offset … offset+T−1.
+            positions: explicit positions (ints ≥ 0) instead of seq_len.
+            d_model: D, even int ≥ 2.
+            base: wavelength base (default 10000.0).
+            layout: interleaved: PE[p,2i]=sin, PE[p,2i+1]=cos; concat: [sin | cos];
+                tensor2tensor: [sin | cos] with w_i = base^(−i/max(D/2−1, 1)) (default
+                'interleaved').
+            offset: added to every position (default 0).
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``encoding`` (T, D).
+        """
+        return self.compute(
+            "sinusoidal",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            positions=positions,
+            d_model=d_model,
+            base=base,
+            layout=layout,
+            offset=offset,
+            dtype=dtype,
+        )

@@ -1,0 +1,196 @@
+"""The house: the import graph of ``posenc/`` and ``service/`` against the layers in docs/DESIGN.md.
+
+Every project import is read from the source with :mod:`ast`, wherever it stands: at the top,
+inside a function, or under ``if TYPE_CHECKING:``. The test fails on
+
+- a module that is not in exactly one layer of DESIGN.md's "Import layers" list;
+- an import that climbs: a module importing one of a higher layer;
+- any cycle (also inside one layer);
+- an import of another module's private name (``from posenc.x import _y``);
+- an import inside a function, except in the entry points, which may import lazily.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("posenc", "service")
+ENTRY_POINTS = frozenset({"posenc.cli", "service.__main__"})
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str
+    target: str
+    line: int
+    name: str | None  # the name taken with ``from target import name``
+    in_function: bool
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def project_modules() -> dict[str, Path]:
+    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    is_package = path.name == "__init__.py"
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, None, child.lineno, in_function)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = name.split(".")
+                    keep = len(parts) - child.level + (1 if is_package else 0)
+                    base = ".".join(parts[:keep] + ([child.module] if child.module else []))
+                for alias in child.names:
+                    if f"{base}.{alias.name}" in known:  # a submodule
+                        add(f"{base}.{alias.name}", None, child.lineno, in_function)
+                    else:
+                        add(base, alias.name, child.lineno, in_function)
+            visit(child, inner)
+
+    def add(target: str, taken: str | None, line: int, in_function: bool) -> None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target:
+            found.append(Import(name, target, line, taken, in_function))
+
+    visit(tree, False)
+    return found
+
+
+def design_layers() -> list[set[str]]:
+    """The numbered list under DESIGN.md's "## Import layers", bottom first: the backticked
+    module names of each item."""
+    text = (ROOT / "docs" / "DESIGN.md").read_text()
+    section = re.search(r"^## Import layers\n(.*?)(?=^## |\Z)", text, re.S | re.M)
+    assert section, "docs/DESIGN.md has no '## Import layers' section"
+    items = re.findall(r"^\d+\. (.*?)(?=^\d+\. |\Z)", section.group(1), re.S | re.M)
+    return [set(re.findall(r"`((?:posenc|service)(?:\.[\w.]+)?)`", item)) for item in items]
+
+
+MODULES = project_modules()
+IMPORTS = [i for n, p in MODULES.items() for i in imports_of(n, p, set(MODULES))]
+LAYERS = design_layers()
+
+
+def test_every_module_is_in_exactly_one_layer() -> None:
+    where: dict[str, list[int]] = defaultdict(list)
+    for n, layer in enumerate(LAYERS):
+        for module in layer:
+            where[module].append(n)
+    missing = sorted(set(MODULES) - set(where))
+    unknown = sorted(set(where) - set(MODULES))
+    twice = sorted(m for m, ns in where.items() if len(ns) > 1)
+    assert not missing, f"modules not in DESIGN.md's import layers: {missing}"
+    assert not unknown, f"DESIGN.md's import layers name modules that do not exist: {unknown}"
+    assert not twice, f"modules in more than one layer: {twice}"
+
+
+def test_no_import_climbs_the_layers() -> None:
+    layer = {m: n for n, modules in enumerate(LAYERS) for m in modules}
+    climbing = [
+        f"{i.source} (layer {layer[i.source] + 1}) imports {i.target} (layer {layer[i.target] + 1}) "
+        f"at line {i.line}"
+        for i in IMPORTS
+        if i.source in layer and i.target in layer and layer[i.target] > layer[i.source]
+    ]
+    assert not climbing, "\n".join(climbing)
+
+
+def test_the_import_graph_has_no_cycle() -> None:
+    graph: dict[str, set[str]] = defaultdict(set)
+    for i in IMPORTS:
+        if i.target != i.source:
+            graph[i.source].add(i.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def strongly_connected(v: str) -> None:  # Tarjan
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                strongly_connected(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for module in sorted(MODULES):
+        if module not in index:
+            strongly_connected(module)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    private = [
+        f"{i.source}:{i.line} takes {i.name} from {i.target}"
+        for i in IMPORTS
+        if i.name and i.name.startswith("_") and not i.name.startswith("__")
+    ]
+    assert not private, "\n".join(private)
+
+
+def test_only_entry_points_import_inside_functions() -> None:
+    hidden = [
+        f"{i.source}:{i.line} imports {i.target} inside a function"
+        for i in IMPORTS
+        if i.in_function and i.source not in ENTRY_POINTS
+    ]
+    assert not hidden, "\n".join(hidden)
+
+
+@pytest.mark.parametrize(
+    ("source", "text", "problem"),
+    [
+        ("posenc.kinds", "from posenc.rope import ROPE\n", "climbs"),
+        ("posenc.rope", "def f():\n    from posenc.blocks import Scratch\n", "in_function"),
+        ("posenc.alibi", "from posenc.relative import _check_log_buckets\n", "private"),
+    ],
+)
+def test_the_checks_see_what_they_look_for(
+    source: str, text: str, problem: str, tmp_path: Path
+) -> None:
+    """The reader finds a climbing import, one inside a function and a private name."""
+    path = tmp_path / "probe.py"
+    path.write_text(text)
+    (found,) = imports_of(source, path, set(MODULES))
+    layer = {m: n for n, modules in enumerate(LAYERS) for m in modules}
+    if problem == "climbs":
+        assert layer[found.target] > layer[found.source]
+    elif problem == "in_function":
+        assert found.in_function and found.target == "posenc.blocks"
+    else:
+        assert found.name == "_check_log_buckets" and found.target == "posenc.relative"
