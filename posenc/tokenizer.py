@@ -25,7 +25,7 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -80,7 +80,7 @@ def byte_level_tokenizer() -> Tokenizer:
     tokenizer = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=[]))
     tokenizer.pre_tokenizer = tk.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tokenizer.decoder = tk.decoders.ByteLevel()
-    return tokenizer
+    return cast("Tokenizer", tokenizer)
 
 
 GROUP_CHARS = 1 << 20
@@ -323,4 +323,4 @@ def tokenizer_of(model: Any) -> TextTokenizer:
     """The model's tokenizer, or :class:`NoTokenizer`."""
     if getattr(model, "tokenizer", None) is None:
         raise NoTokenizer(model.name)
-    return model.tokenizer
+    return cast(TextTokenizer, model.tokenizer)
