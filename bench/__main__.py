@@ -795,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         "--cold",
         action="store_true",
         help="run the cold-path cases of bench/cold.py instead (--only picks among "
-        "cold_sin_raw, rope_stream, distinct_small, embed_npy)",
+        "cold_sin_raw, rope_stream, distinct_small, embed_npy, embed_text)",
     )
     parser.add_argument(
         "--app",

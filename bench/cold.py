@@ -17,6 +17,9 @@ figures are medians, ratios the median of back-to-back pairs (as in ``bench/__ma
 - ``embed_npy``: embed 32x512 fresh token ids sent as an npy body (``Content-Type:
   application/x-npy``, the other fields as query parameters), raw out, against the ceiling
   reading the same npy body; skipped with a printed reason while the service answers 415.
+- ``embed_text``: embed 32 fresh texts of 512 bytes (512 tokens of the default model's
+  byte-level tokenizer) sent as ``{"text": [...]}``, raw out, against the same request with
+  their token ids as an npy body; target <= 1.3x. Both answers are checked to be the same bytes.
 """
 
 from __future__ import annotations
@@ -57,7 +60,20 @@ from bench.__main__ import (
 NPY = "application/x-npy"
 SIN = "/v1/encodings/sinusoidal"
 ROPE = "/v1/encodings/rope"
-CASES = ("cold_sin_raw", "rope_stream", "distinct_small", "embed_npy")
+CASES = ("cold_sin_raw", "rope_stream", "distinct_small", "embed_npy", "embed_text")
+
+WORDS = ("position", "rotary", "embedding", "token", "table", "sinusoidal", "learned", "bias",
+         "attention", "héllo", "wörld", "日本語", "count", "from", "zero", "and", "the")  # fmt: skip
+
+
+def _texts(rng: np.random.Generator, rows: int = 32, size: int = 512) -> list[str]:
+    """``rows`` texts of exactly ``size`` UTF-8 bytes (the default model: ``size`` tokens)."""
+    texts = []
+    for _ in range(rows):
+        words = " ".join(str(w) for w in rng.choice(WORDS, size=size // 3))
+        text = words.encode()[:size].decode("utf-8", errors="ignore")  # a cut character dropped
+        texts.append(text + " " * (size - len(text.encode())))
+    return texts
 
 
 @dataclass
@@ -314,6 +330,48 @@ def run_cold(args: argparse.Namespace) -> Results:
                         f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
                     )
                 )
+
+        # 3b. embed 32 texts of 512 tokens: text vs the same ids as an npy body (issue 21)
+        if "embed_text" in want:
+            log("cold: embed 32 fresh texts x 512 tokens, text vs npy ids, raw out")
+            rng = np.random.default_rng(11)
+            n = 12 if q else 30
+            texts = [_texts(rng) for _ in range(n + 4)]
+            url = posenc.url + "/v1/embed"
+            ids = []
+            for batch in texts:
+                tok = client.post(posenc.url + "/v1/tokenize", json={"text": batch})
+                tok.raise_for_status()
+                ids.append(np.array(tok.json()["input_ids"], dtype=np.int64))  # (32, 512)
+            text_bodies = [_body({"text": batch}) for batch in texts]
+            npy_bodies = [_npy(batch) for batch in ids]
+
+            def same(a: httpx.Response, b: httpx.Response) -> None:
+                if a.content != b.content:
+                    raise SystemExit("embed_text: text and npy ids gave different embeddings")
+
+            tp, tn, r = compare(
+                client,
+                lambda i: TypedCall(url, text_bodies[i % n], RAW),
+                lambda i: TypedCall(url, npy_bodies[i % n], RAW, content_type=NPY),
+                warmup=2,
+                reps=n - 2,
+                budget_s=15 if q else 30,
+                check=same,
+            )
+            ratio = paired_ratio(tp, tn)
+            res.rows.append(
+                Row(
+                    "embed 32 texts x 512 tokens, text JSON body, raw",
+                    tp.median_s * 1e3,
+                    "posenc, same ids as npy body",
+                    tn.median_s * 1e3,
+                    ratio,
+                    "<= 1.3x",
+                    ratio <= 1.3,
+                    f"{len(r.content) / 1e6:.1f} MB; {_server_timing(r)}",
+                )
+            )
 
         # 4. 8 clients, each request a distinct small table
         if "distinct_small" in want:

@@ -9,6 +9,8 @@ Usage::
     posenc table alibi --num-heads 8 --seq-len 64 -o alibi.png
     posenc table relative --seq-len 512 --num-heads 12 -o t5.safetensors
     posenc table rope --url http://gpu-box:8000 --api-key KEY --head-dim 128 --seq-len 4096 -o r.npy
+    posenc tokenize --url http://127.0.0.1:8000 --model wordy "Hello world" "héllo"
+    echo "one text per line" | posenc tokenize
 
 ``table`` computes locally with the library, or with ``--url`` asks a posenc service (through
 :mod:`posenc.client`) and writes its body as received. Its kinds and their flags are the
@@ -28,7 +30,9 @@ With ``--url``, ``.npy``, ``.safetensors`` and ``.bin`` are written to disk as t
 ``POSENC_MAX_ELEMENTS``) is never held in memory; a progress line in bytes from
 ``Content-Length`` goes to stderr. Local outputs of more than ``PROGRESS_ELEMENTS`` elements are
 computed in blocks of rows (the kind's ``blocks``), with a progress line on stderr (``--quiet``
-hides it). Exit status: 0 on
+hides it). ``tokenize`` prints ``/v1/tokenize``'s JSON (ids, tokens, offsets) for each text
+(the arguments, else each line of stdin): with ``--url`` from a service's model, else from the
+built-in model's own byte-level tokenizer (:mod:`posenc.tokenizer`). Exit status: 0 on
 success, 2 for bad arguments (argparse's usage errors, the library's or the server's
 validation errors), 1 for other failures (server unreachable, other HTTP errors).
 """
@@ -316,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Transformer positional encodings: serve the HTTP API, or write a table.",
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,table}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,table,tokenize}")
 
     serve = sub.add_parser(
         "serve", help="run the HTTP service (same as python -m service)",
@@ -327,6 +331,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, help="worker processes (default 1)")
     serve.add_argument("--log-level", choices=LOG_LEVELS,
                        help="log level (default $POSENC_LOG_LEVEL, else info)")  # fmt: skip
+
+    tok = sub.add_parser(
+        "tokenize", help="tokenize texts (a service's model with --url, else the built-in one)",
+        description="Print the JSON of POST /v1/tokenize (input_ids, tokens, offsets) for each "
+        "text: the arguments, else each line of stdin.",
+    )  # fmt: skip
+    tok.add_argument("text", nargs="*", help="the texts (default: each line of stdin)")
+    tok.add_argument("--url", help="tokenize with this posenc service's model")
+    tok.add_argument("--model", help="with --url: a model from GET /v1/models that has a tokenizer")
+    tok.add_argument("--api-key", help="bearer key for --url (default: $POSENC_API_KEY)")
+    tok.add_argument("--timeout", type=float, default=60.0, help="seconds, with --url")
+    tok.add_argument("--no-special-tokens", dest="add_special_tokens", action="store_false",
+                     help="leave out the tokenizer's special tokens")  # fmt: skip
 
     table = sub.add_parser(
         "table", help="write a positional table to .npy, .safetensors or .png",
@@ -388,8 +405,10 @@ _ARG_TYPES: dict[str, Callable[[str], Any]] = {
     "int_rows": _json_arg,
     "object": _object_arg,
     "struct": _struct_arg,
+    "strs": _json_arg,
 }
-_METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_rows": "JSON"}
+_METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_rows": "JSON",
+             "strs": "JSON"}  # fmt: skip
 
 
 def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
@@ -491,6 +510,56 @@ def _table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tokenize(args: argparse.Namespace) -> int:
+    texts = list(args.text) if args.text else sys.stdin.read().splitlines()
+    if not texts:
+        raise CliError("no text: give texts as arguments or lines on stdin", code=2)
+    if args.url is None:
+        from posenc.models import DEFAULT_MODEL_NAME
+
+        if args.model not in (None, DEFAULT_MODEL_NAME):
+            raise CliError(
+                f"--model {args.model!r} needs --url (locally only the built-in "
+                f"{DEFAULT_MODEL_NAME!r} has a tokenizer)",
+                code=2,
+            )
+        from posenc.tokenizer import builtin_tokenizer
+
+        try:
+            encodings = builtin_tokenizer().encode(
+                texts, add_special_tokens=args.add_special_tokens
+            )
+        except PosencError as exc:
+            raise CliError(str(exc), code=2) from exc
+        body: Any = {
+            "input_ids": [e.ids for e in encodings],
+            "tokens": [e.tokens for e in encodings],
+            "offsets": [[list(o) for o in e.offsets] for e in encodings],
+        }
+    else:
+        try:
+            from posenc.client import PosencClient, PosencClientError, PosencHTTPError
+        except ImportError as exc:
+            raise CliError(
+                f"--url needs the client extra: pip install 'posenc[client]' ({exc})"
+            ) from exc
+        api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None
+        try:
+            with PosencClient(args.url, api_key=api_key, timeout=args.timeout) as client:
+                body = client.tokenize(
+                    texts, model=args.model, add_special_tokens=args.add_special_tokens
+                )
+        except PosencHTTPError as exc:
+            code = 2 if exc.status_code in (400, 404, 413, 422) else 1
+            raise CliError(
+                f"the server at {args.url} refused the request: {exc}", code=code
+            ) from exc
+        except PosencClientError as exc:
+            raise CliError(str(exc)) from exc
+    print(json.dumps(body, ensure_ascii=False))
+    return 0
+
+
 def _report(args: argparse.Namespace, what: str) -> None:
     """One line on stderr saying what was written (``-q``: nothing)."""
     if not args.quiet:
@@ -511,6 +580,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "serve":
             return _serve(args)
+        if args.command == "tokenize":
+            return _tokenize(args)
         return _table(args)
     except CliError as exc:
         print(f"posenc: error: {exc}", file=sys.stderr)

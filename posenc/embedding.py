@@ -33,12 +33,18 @@ from posenc._validate import (
 from posenc.errors import InvalidArgument, TokenOutOfRange
 from posenc.limits import check_elements
 from posenc.position_ids import (
+    ADD_SPECIAL_TOKENS_FIELD,
     ATTENTION_MASK_FIELD,
     INPUT_IDS_FIELD,
     PAD_TOKEN_ID_FIELD,
     PADDING_SIDE_FIELD,
+    TEXT_EXAMPLE,
+    TEXT_FIELD,
     build_batch,
+    check_ids_or_text,
     pad_rows,
+    text_ids,
+    tokenize_text,
 )
 from posenc.rope import rope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
@@ -349,7 +355,13 @@ class TokenPositionEmbedding(nn.Module):
 
 
 def _embed_check(p: Mapping[str, Any]) -> None:
-    """``position_ids``, when given, has the shape of ``input_ids`` (ragged rows row by row)."""
+    """Exactly one of ``input_ids`` and ``text``; ``position_ids``, when given, has the shape of
+    ``input_ids`` (ragged rows row by row)."""
+    check_ids_or_text(p)
+    _positions_fit(p)
+
+
+def _positions_fit(p: Mapping[str, Any]) -> None:
     ids, pos = p.get("input_ids"), p.get("position_ids")
     if ids is None or pos is None:
         return
@@ -376,8 +388,12 @@ def _embed_check(p: Mapping[str, Any]) -> None:
 
 
 def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[str, Any]:
-    """The model's own positional encoding and scaling unless given; what it cannot do refused."""
+    """Text tokenized by the model's tokenizer; the model's own positional encoding and scaling
+    unless given; what it cannot do refused."""
     model = models(p["model"])
+    if p["text"] is not None:
+        p = tokenize_text(p, model, elements_per_token=model.d_model + 3)
+        _positions_fit(p)  # explicit positions against the tokenized rows
     positional = p["positional"] if p["positional"] is not None else model.positional
     if positional == "learned" and model.position_table is None:
         raise InvalidArgument(
@@ -412,6 +428,8 @@ def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     }
     if p["rope"] is not None:  # cos/sin at the position ids
         shapes["cos"] = shapes["sin"] = (b, t, p["rope"]["rotary_dim"])
+    if p.get("text") is not None:
+        shapes["input_ids"] = (b, t)
     return shapes
 
 
@@ -462,6 +480,8 @@ def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor
         )  # cos, sin (U, R), from max(positions) + 1 as the model's own rotary embedding
         out["cos"] = tables.cos[inverse.to(ctx.device)]  # (B, T, R)
         out["sin"] = tables.sin[inverse.to(ctx.device)]  # (B, T, R)
+    if p.get("text") is not None:
+        out["input_ids"] = text_ids(p, ctx.device)  # (B, T)
     return out
 
 
@@ -489,10 +509,14 @@ EMBED: kinds.Kind = kinds.Kind(
     "ragged batch; padded slots are zeros, and an empty row is a row of padding. A token id "
     "outside [0, vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model "
     "(positional `rope`, its default) also `cos` and `sin` at the position ids, from the "
-    "rope settings of its config.",
+    "rope settings of its config. `text` in place of `input_ids`: the rows are the model's "
+    "tokenizer's ids (the same result as sending them), and the response adds them as "
+    "`input_ids`.",
     fields=(
-        dataclasses.replace(INPUT_IDS_FIELD, example=[[1, 2, 3], [4, 5]]),
+        dataclasses.replace(INPUT_IDS_FIELD, default=None, example=[[1, 2, 3], [4, 5]]),
         kinds.FieldSpec("model", "str", "name from GET /v1/models (default: the default)", None),
+        TEXT_FIELD,
+        ADD_SPECIAL_TOKENS_FIELD,
         ATTENTION_MASK_FIELD,
         PAD_TOKEN_ID_FIELD,
         PADDING_SIDE_FIELD,
@@ -523,6 +547,7 @@ EMBED: kinds.Kind = kinds.Kind(
         kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
         kinds.TensorSpec("cos", ("B", "T", "R")),
         kinds.TensorSpec("sin", ("B", "T", "R")),
+        kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
     ),
     shapes=_embed_shapes,
     compute=_embed_compute,
@@ -530,6 +555,7 @@ EMBED: kinds.Kind = kinds.Kind(
     meta=_embed_meta,
     get=False,
     complete=_embed_complete,
+    examples=({"input_ids": [[1, 2, 3], [4, 5]]}, TEXT_EXAMPLE),
     model_field="model",
     binary_fields=("input_ids", "attention_mask", "position_ids"),
     cache_tensors=False,

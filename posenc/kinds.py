@@ -73,14 +73,16 @@ __all__ = [
     "unregister",
 ]
 
-FieldType = Literal["int", "float", "bool", "str", "ints", "floats", "int_rows", "object", "struct"]
+FieldType = Literal[
+    "int", "float", "bool", "str", "ints", "floats", "int_rows", "object", "struct", "strs"
+]
 """``int``, ``float``, ``bool``, ``str`` (with ``choices``: one of them), ``ints`` (a list of ints;
 comma-separated in a GET query and on the command line; with ``rows``, also that many lists of
 ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ragged allowed: a
 batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object``
 (any JSON object, e.g. a model's ``config.json``; JSON text in a GET query, a file or JSON text
-on the command line) and ``struct`` (an object of the fields ``members``; JSON text in a GET
-query and on the command line)."""
+on the command line), ``struct`` (an object of the fields ``members``; JSON text in a GET
+query and on the command line) and ``strs`` (a non-empty list of strings: texts)."""
 
 
 class _Required:
@@ -601,6 +603,16 @@ def coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
         return dict(value)
     if spec.type == "struct":
         return _struct(spec, value, name)
+    if spec.type == "strs":
+        if not _is_list(value) or not list(value):
+            raise InvalidArgument(f"{name} must be a non-empty list of strings", field=name)
+        texts = list(value)
+        for i, text in enumerate(texts):
+            if not isinstance(text, str):
+                raise InvalidArgument(
+                    f"{name}[{i}] must be a string, got {text!r}", field=f"{name}[{i}]"
+                )
+        return texts
     if spec.type == "float":
         return _float(spec, value, name)
     if isinstance(value, bool) or not isinstance(value, int | float):

@@ -24,6 +24,7 @@ from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
+from posenc.tokenizer import builtin_tokenizer, load_tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,8 @@ class EmbeddingModel:
         rope: the RoPE settings of a ``rope`` model (read from its config), else None.
         family: the tensor-naming scheme recognised (``Llama``, ``GPT-2``, ``built-in`` ...).
         model_type: the config's ``model_type``, or None.
+        tokenizer: its :class:`~posenc.tokenizer.TextTokenizer` (the ``tokenizer.json`` beside
+            its weights; the built-in model's own byte-level one), or None: no text.
     """
 
     name: str
@@ -76,6 +79,7 @@ class EmbeddingModel:
     rope: RopeSpec | None = None
     family: str = "built-in"
     model_type: str | None = None
+    tokenizer: Any = None  # posenc.tokenizer.TextTokenizer (tokenizers is imported lazily)
 
     def __post_init__(self) -> None:
         if self.position_scheme is None:
@@ -97,7 +101,8 @@ def default_model(device: str | torch.device | None = None) -> EmbeddingModel:
         device: where the tables go; ``None`` means the CPU.
 
     Returns:
-        :class:`EmbeddingModel` with float32 ``(32000, 512)`` and ``(2048, 512)`` tables.
+        :class:`EmbeddingModel` with float32 ``(32000, 512)`` and ``(2048, 512)`` tables, and the
+        byte-level tokenizer of :mod:`posenc.tokenizer` (ids 0..256, lossless for any text).
     """
     dev = _library_device(device)
     vocab_size, d_model, max_positions = 32000, 512, 2048
@@ -112,7 +117,18 @@ def default_model(device: str | torch.device | None = None) -> EmbeddingModel:
         source="built-in (seeded: torch.manual_seed(0/1); nn.Embedding)",
         token_table=seeded_normal(vocab_size, d_model, seed=0).to(dev),
         position_table=seeded_normal(max_positions, d_model, seed=1).to(dev),
+        tokenizer=_builtin_tokenizer(),
     )
+
+
+def _builtin_tokenizer() -> Any:
+    """The built-in byte-level tokenizer (:mod:`posenc.tokenizer`), None without the
+    ``tokenizers`` package (the library needs torch and numpy only)."""
+    try:
+        return builtin_tokenizer()
+    except ImportError:  # pragma: no cover - depends on the environment
+        logger.info("no 'tokenizers' package: the built-in model has no tokenizer")
+        return None
 
 
 def _listing(names: list[str]) -> str:
@@ -136,7 +152,9 @@ def load_safetensors_model(
     none), the pad token and the normaliser (Gemma: ``sqrt(hidden_size)`` in the table dtype).
     Without a config, GPT-2 and BERT files keep their learned tables (BERT: pad token 0) and
     the other families get ``positional "none"``. Only the tables are read; they keep their
-    stored dtype. Needs the ``safetensors`` package (imported here).
+    stored dtype. Needs the ``safetensors`` package (imported here). A ``tokenizer.json`` beside
+    the weights is loaded with ``tokenizers`` (:func:`posenc.tokenizer.load_tokenizer`); a
+    folder's pad token is its config's only (null without a config).
 
     Args:
         name: the model's name in requests.
@@ -165,6 +183,14 @@ def load_safetensors_model(
         raise InvalidArgument(f"model name must be a non-empty string, got {name!r}", field="name")
     dev = _library_device(device)
     ckpt = read_checkpoint(path)
+    folder = os.path.dirname(os.path.abspath(ckpt.where))
+    tokenizer_path = os.path.join(folder, "tokenizer.json")
+    tokenizer = None
+    if os.path.isfile(tokenizer_path):
+        tokenizer = load_tokenizer(tokenizer_path)
+    pad_token_id = ckpt.pad_token_id
+    if os.path.isdir(path) and ckpt.config is None:
+        pad_token_id = None  # a folder's pad token is its config's, null without one
     token_table, position_table = ckpt.token_table, ckpt.position_table
     vocab_size, d_model = token_table.shape
     if ckpt.scheme == "learned":
@@ -196,8 +222,9 @@ def load_safetensors_model(
         max_positions=max_positions,
         positional=positional,
         scale=ckpt.embed_scale is not None,
-        pad_token_id=ckpt.pad_token_id,
-        source=f"safetensors {ckpt.where} ({ckpt.family} tensor names {tables}){config_note}",
+        pad_token_id=pad_token_id,
+        source=f"safetensors {ckpt.where} ({ckpt.family} tensor names {tables}){config_note}"
+        + (f"; tokenizer {tokenizer_path}" if tokenizer is not None else ""),
         token_table=token_table.to(dev),
         position_table=None if position_table is None else position_table.to(dev),
         position_scheme=ckpt.scheme,
@@ -205,6 +232,7 @@ def load_safetensors_model(
         rope=ckpt.rope,
         family=ckpt.family,
         model_type=ckpt.model_type,
+        tokenizer=tokenizer,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -30,6 +30,7 @@ from posenc._validate import (
 )
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
+from posenc.tokenizer import tokenizer_of
 
 PaddingSide = Literal["right", "left"]
 
@@ -313,6 +314,76 @@ PAD_TOKEN_ID_FIELD = kinds.FieldSpec(
 PADDING_SIDE_FIELD = kinds.FieldSpec(
     "padding_side", "str", "where short rows are padded", "right", choices=PADDING_SIDES
 )
+TEXT_FIELD = kinds.FieldSpec(
+    "text",
+    "strs",
+    "texts, in place of input_ids (exactly one of the two): the model's tokenizer gives the "
+    "rows (encode_batch), padded as ragged input_ids are; the response adds input_ids (B, T)",
+    None,
+)
+TEXT_EXAMPLE = {"text": ["Hello world", "Positions count from zero."]}
+ADD_SPECIAL_TOKENS_FIELD = kinds.FieldSpec(
+    "add_special_tokens",
+    "bool",
+    "with text: add the tokenizer's special tokens (its post-processor); ignored with input_ids",
+    True,
+)
+TEXT_MODEL_FIELD = kinds.FieldSpec(
+    "model",
+    "str",
+    "name from GET /v1/models whose tokenizer reads text (default: the default)",
+    None,
+)
+
+
+def check_ids_or_text(p: Mapping[str, Any]) -> None:
+    """Exactly one of ``input_ids`` and ``text``."""
+    has_ids, has_text = p.get("input_ids") is not None, p.get("text") is not None
+    if has_ids == has_text:
+        raise InvalidArgument(
+            "give exactly one of input_ids and text, got " + ("both" if has_ids else "neither"),
+            field="text" if has_ids else "input_ids",
+        )
+
+
+def tokenize_text(p: dict[str, Any], model: Any, elements_per_token: int = 3) -> dict[str, Any]:
+    """The fields with ``text`` read by ``model``'s tokenizer: ``input_ids`` its ragged rows,
+    ``text_pad`` what pads the response's ``input_ids`` (the request's ``pad_token_id``, else
+    the model's, else 0). Fields without text come back as they are. ``elements_per_token``:
+    the fewest output elements each token makes (:meth:`posenc.tokenizer.TextTokenizer.ids`
+    stops early under a limit)."""
+    if p.get("text") is None:
+        return p
+    rows = tokenizer_of(model).ids(
+        p["text"], add_special_tokens=p["add_special_tokens"], elements_per_token=elements_per_token
+    )
+    pad = p["pad_token_id"] if p["pad_token_id"] is not None else model.pad_token_id
+    return {**p, "input_ids": rows, "text_pad": 0 if pad is None else pad}
+
+
+def text_ids(p: Mapping[str, Any], device: torch.device) -> Tensor:
+    """The response's ``input_ids`` (B, T) of a text request: the rows padded as the batch is."""
+    ids, _ = _pad(
+        p["input_ids"], pad_value=p["text_pad"], padding_side=p["padding_side"], field="input_ids"
+    )
+    return ids.to(device)
+
+
+def _with_text_ids(p: Mapping[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """``shapes`` plus the (B, T) ``input_ids`` of a text request."""
+    if p.get("text") is not None:
+        shapes["input_ids"] = kinds.batch_shape(p["input_ids"])
+    return shapes
+
+
+def _position_ids_complete(
+    p: dict[str, Any], models: Callable[[str | None], Any]
+) -> dict[str, Any]:
+    """A named model is checked; text is tokenized by its tokenizer."""
+    if p["model"] is None and p["text"] is None:
+        return p  # ids alone need no model (the library's lookup would build one)
+    model = models(p["model"])
+    return tokenize_text({**p, "model": model.name}, model)
 
 
 def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
@@ -325,7 +396,10 @@ def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str,
         pad_position=p["pad_position"],
         device=ctx.device,
     )
-    return {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
+    out = {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
+    if p.get("text") is not None:
+        out["input_ids"] = text_ids(p, ctx.device)
+    return out
 
 
 POSITION_IDS: kinds.Kind = kinds.Kind(
@@ -336,9 +410,13 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
     description="Pads a ragged batch and numbers its real tokens from `start` in order; "
     "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
     "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
-    "padding.",
+    "padding. `text` in place of `input_ids`: the rows are the model's tokenizer's ids, and "
+    "the response adds them as `input_ids`.",
     fields=(
-        INPUT_IDS_FIELD,
+        dataclasses.replace(INPUT_IDS_FIELD, default=None),
+        TEXT_FIELD,
+        TEXT_MODEL_FIELD,
+        ADD_SPECIAL_TOKENS_FIELD,
         dataclasses.replace(PAD_TOKEN_ID_FIELD, example=0),
         ATTENTION_MASK_FIELD,
         PADDING_SIDE_FIELD,
@@ -355,11 +433,16 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
     tensors=(
         kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
         kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
+        kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
     ),
-    shapes=lambda p: dict.fromkeys(
-        ("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])
+    shapes=lambda p: _with_text_ids(
+        p, dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"]))
     ),
     compute=_position_ids_compute,
+    check=check_ids_or_text,
+    complete=_position_ids_complete,
+    examples=({"input_ids": [[5, 6, 7], [8, 9]], "pad_token_id": 0}, TEXT_EXAMPLE),
+    model_field="model",
     meta=lambda p: {
         "kind": "position_ids",
         **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),

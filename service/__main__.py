@@ -99,17 +99,29 @@ def device_problem(
 def model_problem(name: str, path: str) -> str | None:
     """Why the ``POSENC_MODELS`` entry ``name=path`` cannot be served, or None when it can.
 
-    Missing, unreadable, not a file, or not a safetensors checkpoint with GPT-2 or BERT
-    embedding tables: the file is opened and its two tables read exactly as the service will
-    (on the CPU), so a corrupt file stops the start instead of failing the lifespan.
+    Missing, unreadable, a folder without ``model.safetensors`` (or a sharded index), not a
+    safetensors checkpoint with a token table, or a ``tokenizer.json`` beside it that
+    ``tokenizers`` cannot read: the model is loaded exactly as the service will (on the CPU),
+    so a corrupt file stops the start instead of failing the lifespan.
     """
     where = f"POSENC_MODELS: model {name!r} at {path!r}"
     if not os.path.exists(path):
         return f"{where}: no such file"
-    if not os.path.isfile(path):
-        return f"{where}: not a regular file"
+    if os.path.isdir(path):
+        weights = [f for f in ("model.safetensors", "model.safetensors.index.json")
+                   if os.path.isfile(os.path.join(path, f))]  # fmt: skip
+        if not weights:
+            return (
+                f"{where}: a folder without model.safetensors or model.safetensors.index.json "
+                f"(it holds {', '.join(sorted(os.listdir(path))[:10]) or 'nothing'})"
+            )
+        readable = os.path.join(path, weights[0])
+    elif not os.path.isfile(path):
+        return f"{where}: not a regular file or folder"
+    else:
+        readable = path
     try:
-        with open(path, "rb") as f:
+        with open(readable, "rb") as f:
             f.read(1)
     except OSError as exc:
         return f"{where}: cannot be read ({exc.strerror})"

@@ -25,12 +25,14 @@ from typing import Any
 import anyio
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
 
 import posenc
 from posenc.device import resolve_device
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
 from service.admission.budget import tune_allocator
 from service.admission.cache import ByteLRU
+from service.body_limit import BodyLimitMiddleware, BodyTooLarge
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
@@ -40,7 +42,7 @@ from service.observability.tracing import TracingMiddleware
 from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
 from service.responses.replay import ReplayMiddleware
-from service.routes import catalog, configs, ops
+from service.routes import catalog, configs, ops, text
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
 
@@ -52,7 +54,8 @@ tensors. Choose the format with `?format=` (json, safetensors, npy, raw, png) or
 `?encoding=base64` gives JSON data as base64. Every table is computed in float64 and cast once.
 
 Errors: 422 for an invalid field (a `model` or `preset` name unknown in a request is a 422 too;
-in a path it is a 404), 413 when the output would exceed `POSENC_MAX_ELEMENTS`, 406 when no
+in a path it is a 404), 413 when the output would exceed `POSENC_MAX_ELEMENTS` or the body
+`POSENC_MAX_BODY_BYTES`, 406 when no
 acceptable format can be made, 401 without the bearer token when `POSENC_API_KEY` is set.
 """
 
@@ -65,9 +68,15 @@ acceptable format can be made, 401 without the bearer token when `POSENC_API_KEY
 def _file_fingerprint(name: str, path: str) -> str:
     stat = os.stat(path)
     key = f"{name}|{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
-    # The config.json beside the weights decides positions, rope and normaliser: it counts too.
+    # The config.json beside the weights decides positions, rope and normaliser, the
+    # tokenizer.json the ids of text: they count too.
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    for extra in ("config.json", "model.safetensors", "model.safetensors.index.json"):
+    for extra in (
+        "config.json",
+        "tokenizer.json",
+        "model.safetensors",
+        "model.safetensors.index.json",
+    ):
         extra_path = os.path.join(folder, extra)
         if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):
             extra_stat = os.stat(extra_path)
@@ -142,6 +151,13 @@ _OWN_TELEMETRY: dict[str, Any] = (
 )
 
 
+async def _body_too_large(request: Any, exc: Exception) -> JSONResponse:
+    """The 413 of a body over POSENC_MAX_BODY_BYTES found inside a route or FastAPI's parsing."""
+    if not isinstance(exc, BodyTooLarge):
+        raise exc
+    return JSONResponse(exc.body(), status_code=413, headers={"Connection": "close"})
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service. ``settings`` defaults to the environment (``get_settings()``)."""
     settings = settings if settings is not None else get_settings()
@@ -169,7 +185,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (catalog, configs, ops)
+    modules = (text, catalog, configs, ops)
     # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:
@@ -179,6 +195,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # add_middleware puts each new one outside the previous: this is innermost first.
     app.add_middleware(ReplayMiddleware, fastapi_app=app)
+    # a body over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
+    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    app.add_exception_handler(BodyTooLarge, _body_too_large)
     if settings.api_key is not None:
         routes = [route for router in routers for route in router.routes]
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)

@@ -40,6 +40,12 @@ class Settings(BaseSettings):
         description="largest table, in elements over all tensors, streamed in raw, npy or "
         "safetensors when it is over max_elements (computed in row blocks as it is sent)",
     )
+    max_body_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1,
+        description="largest request body, in bytes, of any framing (chunked included): a 413 "
+        "before it is parsed; npy and safetensors token bodies are bounded by max_elements",
+    )
     cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="byte budget of the table and response cache (0: off)"
     )

@@ -46,6 +46,9 @@ class ModelInfo(BaseModel):
     rope: dict[str, Any] | None = None
     family: str | None = None
     model_type: str | None = None
+    tokenizer: bool = Field(
+        False, description="it reads text: /v1/tokenize, /v1/detokenize, text in /v1/embed"
+    )
 
 
 class ModelList(BaseModel):

@@ -45,6 +45,10 @@ class ServiceState:
             )
         return self._budget
 
+    def text_models(self) -> list[str]:
+        """The names of the loaded models that have a tokenizer."""
+        return [name for name, m in self.models.items() if m.tokenizer is not None]
+
     def model(self, name: str | None, *, field_name: str = "model") -> EmbeddingModel:
         """The named model (the default for ``None``); UnknownName (422) lists the loaded ones."""
         key = self.default_model if name is None else name

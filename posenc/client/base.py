@@ -246,6 +246,50 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return kind_method(kind).__get__(self, type(self))
 
+    # -- text: a model's tokenizer -----------------------------------------------------------
+    # (embed and position_ids take ``text=[...]`` in place of ``input_ids``: a field of theirs)
+
+    def tokenize(
+        self,
+        text: str | Sequence[str],
+        *,
+        model: str | None = None,
+        add_special_tokens: bool | None = None,
+    ) -> J:
+        """``POST /v1/tokenize``: ``{"input_ids", "tokens", "offsets"}``, one row per text (a
+        string is one row), as ``tokenizers``' ``encode_batch`` gives them.
+
+        Args:
+            text: a string or a list of strings.
+            model: a name from :meth:`models` whose ``tokenizer`` is true (default: the
+                service's default model, which has one).
+            add_special_tokens: add the tokenizer's special tokens (the server's default: true).
+        """
+        texts = text if isinstance(text, str) else list(text)
+        fields = {"text": texts, "model": model, "add_special_tokens": add_special_tokens}
+        return self._json(Call("POST", "/v1/tokenize", json_body=request_body(fields, None)))
+
+    def detokenize(
+        self,
+        input_ids: Any,
+        *,
+        model: str | None = None,
+        skip_special_tokens: bool | None = None,
+    ) -> J:
+        """``POST /v1/detokenize``: ``{"text": [...]}``, one string per row of ``input_ids``
+        (lists of ints, ragged allowed, or a 2-D array), as ``decode_batch`` gives them.
+
+        Raises:
+            ValidationError: an id outside the tokenizer's vocabulary (the detail names
+                ``input_ids[ROW][COL]``).
+        """
+        fields = {
+            "input_ids": input_ids,
+            "model": model,
+            "skip_special_tokens": skip_special_tokens,
+        }
+        return self._json(Call("POST", "/v1/detokenize", json_body=request_body(fields, None)))
+
     # -- catalogue and operations ------------------------------------------------------------
 
     def models(self) -> J:

@@ -94,6 +94,8 @@ class KindMethods(Generic[T]):
         *,
         input_ids: Sequence[Sequence[int]] | Any | None = None,
         model: str | None = None,
+        text: Sequence[str] | None = None,
+        add_special_tokens: bool | None = None,
         attention_mask: Sequence[Sequence[int]] | Any | None = None,
         pad_token_id: int | None = None,
         padding_side: Literal["right", "left"] | None = None,
@@ -114,11 +116,17 @@ class KindMethods(Generic[T]):
         padded slots are zeros, and an empty row is a row of padding. A token id outside [0,
         vocab_size) is a 422 naming `input_ids[ROW][COL]`. For a RoPE model (positional `rope`,
         its default) also `cos` and `sin` at the position ids, from the rope settings of its
-        config.
+        config. `text` in place of `input_ids`: the rows are the model's tokenizer's ids (the
+        same result as sending them), and the response adds them as `input_ids`.
 
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
             model: name from GET /v1/models (default: the default).
+            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
+                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
+                input_ids (B, T).
+            add_special_tokens: with text: add the tokenizer's special tokens (its post-
+                processor); ignored with input_ids (default True).
             attention_mask: 0/1, the shape of input_ids; wins over pad_token_id.
             pad_token_id: tokens equal to it are padding.
             padding_side: where short rows are padded (default 'right').
@@ -131,7 +139,8 @@ class KindMethods(Generic[T]):
 
         Returns:
             A TensorResult with ``embeddings`` (B, T, D), ``position_ids`` (B, T),
-            ``attention_mask`` (B, T), ``cos`` (B, T, R), ``sin`` (B, T, R).
+            ``attention_mask`` (B, T), ``cos`` (B, T, R), ``sin`` (B, T, R), ``input_ids`` (B,
+            T).
         """
         return self.compute(
             "embed",
@@ -143,6 +152,8 @@ class KindMethods(Generic[T]):
             extra=extra,
             input_ids=input_ids,
             model=model,
+            text=text,
+            add_special_tokens=add_special_tokens,
             attention_mask=attention_mask,
             pad_token_id=pad_token_id,
             padding_side=padding_side,
@@ -274,6 +285,9 @@ class KindMethods(Generic[T]):
         self,
         *,
         input_ids: Sequence[Sequence[int]] | Any | None = None,
+        text: Sequence[str] | None = None,
+        model: str | None = None,
+        add_special_tokens: bool | None = None,
         pad_token_id: int | None = None,
         attention_mask: Sequence[Sequence[int]] | Any | None = None,
         padding_side: Literal["right", "left"] | None = None,
@@ -290,10 +304,18 @@ class KindMethods(Generic[T]):
 
         Pads a ragged batch and numbers its real tokens from `start` in order; padded slots get
         `pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`;
-        else the slots beyond a short row's end. An empty row is a row of padding.
+        else the slots beyond a short row's end. An empty row is a row of padding. `text` in
+        place of `input_ids`: the rows are the model's tokenizer's ids, and the response adds
+        them as `input_ids`.
 
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
+            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
+                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
+                input_ids (B, T).
+            model: name from GET /v1/models whose tokenizer reads text (default: the default).
+            add_special_tokens: with text: add the tokenizer's special tokens (its post-
+                processor); ignored with input_ids (default True).
             pad_token_id: tokens equal to it are padding.
             attention_mask: 0/1, the shape of input_ids; wins over pad_token_id.
             padding_side: where short rows are padded (default 'right').
@@ -302,7 +324,8 @@ class KindMethods(Generic[T]):
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
-            A TensorResult with ``position_ids`` (B, T), ``attention_mask`` (B, T).
+            A TensorResult with ``position_ids`` (B, T), ``attention_mask`` (B, T),
+            ``input_ids`` (B, T).
         """
         return self.compute(
             "position_ids",
@@ -313,6 +336,9 @@ class KindMethods(Generic[T]):
             query=query,
             extra=extra,
             input_ids=input_ids,
+            text=text,
+            model=model,
+            add_special_tokens=add_special_tokens,
             pad_token_id=pad_token_id,
             attention_mask=attention_mask,
             padding_side=padding_side,

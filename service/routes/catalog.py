@@ -39,6 +39,7 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
         "rope": None if model.rope is None else model.rope.as_dict(),
         "family": model.family,
         "model_type": model.model_type,
+        "tokenizer": model.tokenizer is not None,
     }
 
 

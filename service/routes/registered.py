@@ -31,6 +31,7 @@ from posenc import kinds as registry
 from posenc import resolve
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
+from posenc.tokenizer import NoTokenizer, element_limit
 from service.query import QueryShape, Source, missing
 from service.responses.buffers import BODY_BUFFERS
 from service.responses.formats import Bundle
@@ -103,6 +104,8 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return bool
     if spec.type == "object":
         return dict[str, Any]
+    if spec.type == "strs":
+        return Annotated[list[str], Field(min_length=1)]
     if spec.type == "struct":
         return _struct_model(spec)
     if spec.choices is not None:
@@ -245,6 +248,8 @@ def _resolve(
         return resolve.resolve_fields(kind, given, models=state.model)
     except MissingField as exc:
         raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
+    except NoTokenizer as exc:  # say which models do read text
+        raise NoTokenizer(exc.model, with_tokenizer=state.text_models()) from None
 
 
 def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]:
@@ -263,7 +268,8 @@ def _plan_for(kind: registry.Kind) -> Any:
         given = _sent(req)
         if tensors is not None:  # a binary body: its tensors, not the model's stand-in ids
             given.update(tensors.fields())
-        params = _resolve(kind, given, state, source)
+        with element_limit(state.settings.max_elements):  # text: stop tokenizing past it
+            params = _resolve(kind, given, state, source)
         dtype = resolve_dtype(params.get("dtype"))
         ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)
         shapes = kind.shapes(params)  # numbers only: nothing is allocated before the 413 check

@@ -85,7 +85,8 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
         413: {
             "model": TooLargeBody,
             "description": "output over POSENC_MAX_ELEMENTS elements (tables: JSON and PNG; "
-            "raw, npy and safetensors stream up to POSENC_MAX_STREAM_ELEMENTS)",
+            "raw, npy and safetensors stream up to POSENC_MAX_STREAM_ELEMENTS), or a JSON body "
+            "over POSENC_MAX_BODY_BYTES",
         },
         422: {"model": ValidationErrorBody, "description": "a field is invalid"},
         429: {

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
@@ -360,7 +361,11 @@ def add_token_route(
         out = read_output(request)
         state = read_state(request)
         req, given = await read_token_request(request, model_cls, accepted)
-        return await respond(request, state, plan(req, state, "body", given), out)
+        if getattr(req, "text", None) is not None:  # tokenizing is work: not on the event loop
+            made = await run_in_threadpool(plan, req, state, "body", given)
+        else:
+            made = plan(req, state, "body", given)
+        return await respond(request, state, made, out)
 
     body = request_body_openapi(model_cls, tensors=accepted)
     add_post_route(

@@ -74,7 +74,7 @@ def bad_files(tmp_path_factory: pytest.TempPathFactory, gpt2_file: Path) -> dict
     ("case", "why"),
     [
         ("missing", "no such file"),
-        ("directory", "not a regular file"),
+        ("directory", "a folder without model.safetensors or model.safetensors.index.json"),
         ("garbage", "safetensors"),
         ("truncated", "safetensors"),
         ("huge-header", "safetensors"),
@@ -90,6 +90,35 @@ def test_a_bad_model_file_stops_start_up(
     result = run_service(clean_env(POSENC_MODELS=f"mine={path}"), "--workers", workers)
     line = one_clear_line(result, "POSENC_MODELS", "'mine'", str(path), why)
     assert not READY.search((result.stdout + result.stderr).replace(line, ""))
+
+
+def test_a_folder_with_a_bad_tokenizer_stops_start_up(tmp_path: Path, gpt2_file: Path) -> None:
+    folder = tmp_path / "wordy"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(gpt2_file.read_bytes())
+    (folder / "tokenizer.json").write_text('{"not": "a tokenizer"}')
+    result = run_service(clean_env(POSENC_MODELS=f"wordy={folder}"))
+    one_clear_line(result, "POSENC_MODELS", "'wordy'", "tokenizer.json")
+
+
+def test_a_model_folder_is_served(tmp_path: Path) -> None:
+    """A folder (model.safetensors, config.json, tokenizer.json) starts, with its tokenizer."""
+    import httpx
+
+    from tests.helpers import HOST, start_service, stop_service, wait_ready
+    from tests.service.test_text import make_folder
+
+    folder = make_folder(tmp_path, "wordy")
+    port = free_port()
+    log = tmp_path / "service.log"
+    proc = start_service(port, log, clean_env(POSENC_DEVICE="cpu", POSENC_MODELS=f"wordy={folder}"))
+    try:
+        wait_ready(proc, f"http://{HOST}:{port}", log)
+        model = httpx.get(f"http://{HOST}:{port}/v1/models/wordy", timeout=30).json()
+        assert model["tokenizer"] is True and model["pad_token_id"] == 0
+        assert str(folder) in model["source"]
+    finally:
+        stop_service(proc)
 
 
 def test_an_unreadable_model_file_stops_start_up(tmp_path: Path, gpt2_file: Path) -> None:

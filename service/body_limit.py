@@ -1,0 +1,109 @@
+"""``POSENC_MAX_BODY_BYTES``: a request body over the limit is a 413 before anything parses it.
+
+Pure ASGI middleware, inside the bearer auth and outside everything that reads a body (the
+replay digest, FastAPI's JSON parsing, the token routes). A ``Content-Length`` over the limit
+is answered at once, nothing of the body read; a body without one (``Transfer-Encoding:
+chunked``) is counted as it arrives, and the read that crosses the limit ends the request with
+the same 413, so at most the limit (plus one network chunk) is ever held.
+
+Token ids sent as ``application/x-npy`` or ``application/vnd.safetensors`` are not counted
+here: their own limit follows ``POSENC_MAX_ELEMENTS`` (``service.bodies``), and an npy body of
+the largest batch is far beyond a JSON limit.
+
+Measured before the limit (``python -m bench.big_body``, 2 cores): 200 MB of JSON token ids to
+``/v1/position-ids`` took 12-18 s and 4 GiB of memory over the idle process; with the limit it
+is a 413 in milliseconds, with no memory to speak of.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# Bodies with a limit of their own (service.bodies: from POSENC_MAX_ELEMENTS).
+BINARY_TYPES = (b"application/x-npy", b"application/vnd.safetensors")
+
+
+class BodyTooLarge(HTTPException):
+    """The 413 of a body over ``POSENC_MAX_BODY_BYTES``. An ``HTTPException``, so that a read
+    inside FastAPI's body parsing or a route reaches the app's handler as it is."""
+
+    def __init__(self, limit: int, received: int, declared: bool) -> None:
+        how = "declares" if declared else "sent more than"
+        size = received if declared else limit
+        super().__init__(
+            413,
+            detail=f"the request body {how} {size} bytes, over the limit of {limit} bytes "
+            "(POSENC_MAX_BODY_BYTES); send fewer rows per request, or token ids as "
+            "application/x-npy",
+        )
+        self.limit = limit
+        self.received = received
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": self.detail, "field": "body", "limit": self.limit}
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
+    return None
+
+
+class BodyLimitMiddleware:
+    """413 for a request body over ``limit`` bytes (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        if content_type in BINARY_TYPES:
+            await self.app(scope, receive, send)
+            return
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            await self._refuse(BodyTooLarge(self.limit, int(declared), True), scope, send)
+            return
+
+        received = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.limit:
+                    raise BodyTooLarge(self.limit, received, False)
+            return message
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, watched)
+        except BodyTooLarge as exc:  # read outside FastAPI's handlers (the replay digest)
+            if started:
+                raise
+            await self._refuse(exc, scope, send)
+
+    async def _refuse(self, exc: BodyTooLarge, scope: Scope, send: Send) -> None:
+        # The rest of the body is not read: the connection closes after the answer.
+        response = JSONResponse(exc.body(), status_code=413, headers={"Connection": "close"})
+        await response(scope, _nothing, send)
+
+
+async def _nothing() -> Message:
+    return {"type": "http.disconnect"}

@@ -1,0 +1,179 @@
+"""``POST /v1/tokenize`` and ``POST /v1/detokenize``: a model's tokenizer over HTTP.
+
+Both answer exactly what Hugging Face ``tokenizers`` gives for the model's ``tokenizer.json``
+(:mod:`posenc.tokenizer`): ``encode_batch`` (ids, tokens, character offsets; no padding, no
+truncation) and ``decode_batch``. The handlers are plain ``def`` (FastAPI runs them in its
+thread pool) and the Rust side works on the whole batch with the GIL released.
+
+Limits: a tokenize response counts 4 elements per token (id, token, start, end) against
+``POSENC_MAX_ELEMENTS``; a detokenize request counts its ids plus the characters of the tokens
+they name (a bound on the text it makes), so a body of a few MB cannot ask for gigabytes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import Response
+from pydantic import BaseModel, ConfigDict, Field, Strict
+
+from posenc.errors import TooLarge
+from posenc.tokenizer import NoTokenizer, TextTokenizer, text_groups
+from service.errors import UnsupportedMediaTypeBody
+from service.schemas import ErrorBody, TooLargeBody, ValidationErrorBody
+from service.state import ServiceState, read_state
+
+router = APIRouter(prefix="/v1", tags=["tokens"])
+
+_INT64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
+    401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
+    413: {
+        "model": TooLargeBody,
+        "description": "the answer would be over POSENC_MAX_ELEMENTS, or the body over "
+        "POSENC_MAX_BODY_BYTES",
+    },
+    422: {
+        "model": ValidationErrorBody,
+        "description": "a field is invalid, an unknown model or one without a tokenizer, an id "
+        "outside the tokenizer's vocabulary",
+    },
+    415: {
+        "model": UnsupportedMediaTypeBody,
+        "description": "a body that is not JSON (or without Content-Type)",
+    },
+    503: {"model": ErrorBody, "description": "starting up"},
+}
+
+
+class TokenizeRequest(BaseModel):
+    """``POST /v1/tokenize``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"text": ["Hello world", "Positions"]}]},
+    )
+
+    text: str | Annotated[list[str], Field(min_length=1)] = Field(
+        ..., description="a string, or a list of strings (one row each; a string is one row)"
+    )
+    model: str | None = Field(None, description="name from GET /v1/models (default: the default)")
+    add_special_tokens: bool = Field(
+        True, description="add the tokenizer's special tokens (its post-processor)"
+    )
+
+
+class TokenizeResponse(BaseModel):
+    input_ids: list[list[int]] = Field(description="B rows of token ids (ragged)")
+    tokens: list[list[str]] = Field(description="the tokens, as the tokenizer names them")
+    offsets: list[list[Annotated[list[int], Field(min_length=2, max_length=2)]]] = Field(
+        description="[start, end) of each token in the characters of its string"
+    )
+
+
+class DetokenizeRequest(BaseModel):
+    """``POST /v1/detokenize``."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"input_ids": [[72, 105], [33]]}]}
+    )
+
+    input_ids: Annotated[list[list[_INT64]], Field(min_length=1)] = Field(
+        ..., description="B rows of token ids (ragged; an empty row is the empty string)"
+    )
+    model: str | None = Field(None, description="name from GET /v1/models (default: the default)")
+    skip_special_tokens: bool = Field(True, description="leave the special tokens out")
+
+
+class DetokenizeResponse(BaseModel):
+    text: list[str] = Field(description="one string per row (decode_batch)")
+
+
+def text_tokenizer(state: ServiceState, name: str | None) -> TextTokenizer:
+    """The tokenizer of the named model (the default for None); UnknownName or NoTokenizer,
+    both 422, the latter naming the models that have one."""
+    model = state.model(name)
+    if model.tokenizer is None:
+        raise NoTokenizer(model.name, with_tokenizer=state.text_models())
+    return model.tokenizer
+
+
+def _json(body: dict[str, Any]) -> Response:
+    return Response(orjson.dumps(body), media_type="application/json")
+
+
+@router.post(
+    "/tokenize",
+    summary="Tokenize texts",
+    response_model=TokenizeResponse,
+    responses=_ERRORS,
+)
+def tokenize(body: TokenizeRequest, request: Request) -> Response:
+    """The model's tokenizer on each text: equal to `tokenizers`'
+    `Tokenizer.from_file(...).encode_batch(texts, add_special_tokens=...)` (`ids`, `tokens`,
+    `offsets` in characters of the string); no padding, no truncation. Each token counts 4
+    elements against POSENC_MAX_ELEMENTS."""
+    state = read_state(request)
+    tokenizer = text_tokenizer(state, body.model)
+    texts = [body.text] if isinstance(body.text, str) else body.text
+    limit = state.settings.max_elements
+    # Group by group (posenc.tokenizer.text_groups): each group's encodings become JSON text at
+    # once and are dropped, so the answer's Python objects never exist for the whole batch.
+    parts: dict[str, list[bytes]] = {"input_ids": [], "tokens": [], "offsets": []}
+    tokens = 0
+    for start, stop in text_groups([len(t) for t in texts]):
+        encodings = tokenizer.encode(
+            texts[start:stop], add_special_tokens=body.add_special_tokens, first_row=start
+        )
+        tokens += sum(len(e) for e in encodings)
+        if 4 * tokens > limit:
+            raise TooLarge(
+                f"the answer would have at least {4 * tokens} elements ({tokens} tokens x id, "
+                f"token, start, end), over the limit of {limit} elements (POSENC_MAX_ELEMENTS); "
+                "send fewer texts",
+                limit=limit,
+                requested=4 * tokens,
+                field="text",
+            )
+        parts["input_ids"].append(orjson.dumps([e.ids for e in encodings])[1:-1])
+        parts["tokens"].append(orjson.dumps([e.tokens for e in encodings])[1:-1])
+        parts["offsets"].append(orjson.dumps([e.offsets for e in encodings])[1:-1])
+        del encodings
+    body_bytes = b"{" + b",".join(
+        b'"' + name.encode() + b'":[' + b",".join(rows) + b"]" for name, rows in parts.items()
+    ) + b"}"  # fmt: skip
+    return Response(body_bytes, media_type="application/json")
+
+
+@router.post(
+    "/detokenize",
+    summary="Detokenize token ids",
+    response_model=DetokenizeResponse,
+    responses=_ERRORS,
+)
+def detokenize(body: DetokenizeRequest, request: Request) -> Response:
+    """The model's tokenizer's `decode_batch(input_ids, skip_special_tokens=...)`. An id
+    outside the tokenizer's vocabulary is a 422 naming it as `input_ids[ROW][COL]`."""
+    state = read_state(request)
+    tokenizer = text_tokenizer(state, body.model)
+    rows = body.input_ids
+    tokenizer.check_ids(rows)
+    limit = state.settings.max_elements
+    ids = sum(len(r) for r in rows)
+    chars = tokenizer.text_size(rows)
+    if ids + chars > limit:
+        raise TooLarge(
+            f"the answer would hold up to {chars} characters for {ids} ids, {ids + chars} "
+            f"elements, over the limit of {limit} elements (POSENC_MAX_ELEMENTS)",
+            limit=limit,
+            requested=int(ids + chars),
+            field="input_ids",
+        )
+    return _json({"text": tokenizer.decode(rows, skip_special_tokens=body.skip_special_tokens)})
+
+
+__all__ = ["router", "text_tokenizer"]
