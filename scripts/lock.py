@@ -25,6 +25,7 @@ PyPI's release elsewhere.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import subprocess
 import sys
@@ -62,13 +63,14 @@ def _compile(out: Path, extras: tuple[str, ...], sources: list[Path], *extra: st
         "--allow-unsafe",
         "--no-emit-index-url",
         "--no-emit-find-links",
-        "--custom-compile-command=./run.sh lock",
         *(f"--extra={e}" for e in extras),
         f"--output-file={out.relative_to(ROOT)}",
         *extra,
         *(str(s.relative_to(ROOT)) for s in sources),
     ]
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    # the command the files' header names (pip-tools reads it from the environment)
+    env = {**os.environ, "CUSTOM_COMPILE_COMMAND": "./run.sh lock"}
+    subprocess.run(cmd, cwd=ROOT, check=True, env=env)
     text = re.sub(r"^(torch==[0-9][0-9.]*)\+[A-Za-z0-9.]+", r"\1", out.read_text(), flags=re.M)
     out.write_text(text)
 
@@ -93,7 +95,7 @@ def lock(upgrade: bool) -> None:
         SERVICE_LOCK,
         SERVICE_EXTRAS,
         [pyproject, PINS, EXTRA_IN],
-        f"--constraint={TEST_LOCK}",
+        f"--constraint={TEST_LOCK.relative_to(ROOT)}",
         *flags,
     )
     EXTRA_IN.unlink()
