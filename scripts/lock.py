@@ -19,7 +19,8 @@ input files, so those are written to ``requirements/pyproject-extra.in`` (ignore
 pyproject.toml just before it runs (the lock then holds setuptools, and the project installs
 without build isolation, offline). A torch local
 label (``+cpu``) is dropped from the pin, so the same line takes the local CPU build here and
-PyPI's release elsewhere.
+PyPI's release elsewhere; posenc itself, which the ``test`` extra names, is left out (run.sh
+installs it from the clone).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ def _compile(out: Path, extras: tuple[str, ...], sources: list[Path], *extra: st
     env = {**os.environ, "CUSTOM_COMPILE_COMMAND": "./run.sh lock"}
     subprocess.run(cmd, cwd=ROOT, check=True, env=env)
     text = re.sub(r"^(torch==[0-9][0-9.]*)\+[A-Za-z0-9.]+", r"\1", out.read_text(), flags=re.M)
+    # the test extra names posenc[service,client,otel]: pip-compile pins the project itself as a
+    # path on this machine, which no other machine has (run.sh installs it from the clone)
+    text = re.sub(r"^posenc @ .*\n(?:    #.*\n)*", "", text, flags=re.M)
     out.write_text(text)
 
 
@@ -140,7 +144,8 @@ def required(extras: tuple[str, ...], groups: tuple[str, ...] = ()) -> list[Requ
 
 def check() -> list[str]:
     """Every requirement of pyproject.toml is pinned in its lock, at a version its range admits;
-    the service lock's pins equal the test lock's."""
+    the service lock's pins equal the test lock's; no line is a path or URL (which another
+    machine would not have)."""
     problems = []
     test_pins, service_pins = pins(TEST_LOCK), pins(SERVICE_LOCK)
     for lock_file, found, reqs in (
@@ -155,6 +160,10 @@ def check() -> list[str]:
                 problems.append(f"{lock_file.name}: {r} is not pinned")
             elif not r.specifier.contains(v, prereleases=True):
                 problems.append(f"{lock_file.name}: {r.name}=={v} does not satisfy {r}")
+    for lock_file in (TEST_LOCK, SERVICE_LOCK):
+        for line in lock_file.read_text().splitlines():
+            if not line.startswith((" ", "#")) and " @ " in line:
+                problems.append(f"{lock_file.name}: {line!r} is a path or URL, not a pin")
     for name, v in service_pins.items():
         if name in test_pins and test_pins[name] != v:
             problems.append(f"service.txt pins {name}=={v}, test.txt {test_pins[name]}")
