@@ -73,6 +73,7 @@ from posenc.blocks import Scratch, TableBlocks, tensor_blocks, write_pair
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
+from posenc.rope_vllm import DEEPSEEK_MODEL_TYPES, VllmRope, vllm_complete, vllm_for_fields
 
 RopeLayout = Literal["half", "interleaved"]
 ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
@@ -1068,7 +1069,14 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
         RopeScaling.from_dict(p["scaling"])
+    if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
+        p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     return p
+
+
+def _vllm(p: Mapping[str, Any]) -> VllmRope | None:
+    """vLLM's frequencies and magnitude for resolved fields with ``engine: vllm`` (or None)."""
+    return vllm_for_fields(p) if p["engine"] == "vllm" else None
 
 
 def _rope_scaling(p: Mapping[str, Any]) -> RopeScaling | None:
@@ -1081,6 +1089,9 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     _inv_freq, attention_scaling = rope_inv_freq(
         p["rotary_dim"], p["base"], scaling, seq_len=length
     )
+    vllm = _vllm(p)
+    if vllm is not None:
+        attention_scaling = vllm.attention_scaling
     meta = {
         "kind": "rope",
         "seq_len": seq_len,
@@ -1094,6 +1105,10 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     if _mrope_rows(p) is not None:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
+    meta["engine"] = p["engine"]
+    if vllm is not None:
+        meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
+        meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
     return meta
 
 
@@ -1120,6 +1135,12 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
             **common,
         )
     else:
+        vllm = _vllm(p)
+        if vllm is not None:  # vLLM's angles and magnitude, exact in float64 as the default's
+            pos = _positions_tensor(p["positions"], p["seq_len"]).to(ctx.device)
+            inv = vllm.inv_freq.to(ctx.device)
+            cos, sin = _tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
+            return {"cos": cos, "sin": sin, "inv_freq": inv.to(ctx.dtype)}
         tables = rope_cos_sin(p["positions"], seq_len=p["seq_len"], **common)
     return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
 
@@ -1146,6 +1167,7 @@ def rope_blocks(
     which: str = "cos",
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
+    frequencies: tuple[Tensor, float] | None = None,
 ) -> TableBlocks:
     """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
 
@@ -1157,6 +1179,8 @@ def rope_blocks(
 
     Args:
         which: ``"cos"`` or ``"sin"``; the other arguments as :func:`~posenc.rope.rope_cos_sin`.
+        frequencies: ``(inv_freq (R/2,), attention scaling)`` in place of ``rope_inv_freq``'s
+            (another engine's rule, :mod:`posenc.rope_vllm`).
 
     Raises:
         InvalidArgument: as :func:`~posenc.rope.rope_cos_sin`; ``which`` not cos or sin.
@@ -1173,7 +1197,10 @@ def rope_blocks(
         held = _positions_tensor(positions, seq_len)  # (T,) int64
         total, length = held.numel(), int(held.max()) + 1
         held = held.to(dev, torch.float64)
-    inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    if frequencies is None:
+        inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    else:
+        inv_freq, attention_scaling = frequencies
     inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
     func = torch.cos if which == "cos" else torch.sin
     scratch = Scratch(dev)
@@ -1204,6 +1231,10 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
+    vllm = _vllm(p)
+    if vllm is not None:
+        inv_freq = vllm.inv_freq
+        kw["frequencies"] = (vllm.inv_freq, vllm.attention_scaling)
     return {
         "cos": rope_blocks(p["positions"], which="cos", **kw),
         "sin": rope_blocks(p["positions"], which="sin", **kw),
@@ -1218,7 +1249,12 @@ def _rope_from_config(
     reader above this module makes) for the layer type asked for."""
     layer_type = given.get("layer_type")
     fields = positions.rope_fields(layer_type)
-    return fields, {"rope_type": positions.rope_for(layer_type).rope_type}
+    info = {"rope_type": positions.rope_for(layer_type).rope_type}
+    if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
+        deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
+        info.update(config_max_position_embeddings=positions.max_position_embeddings)
+        info.update(config_deepseek=deepseek)
+    return fields, info
 
 
 def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
@@ -1376,6 +1412,23 @@ ROPE: kinds.Kind = kinds.Kind(
             "M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's interleaving",
             None,
             sourced=True,
+        ),
+        kinds.FieldSpec(
+            "engine",
+            "str",
+            "whose tables: transformers (default) or vllm (what vLLM's get_rope builds from the "
+            "same config: see docs/engines.md)",
+            "transformers",
+            choices=("transformers", "vllm"),
+        ),
+        kinds.FieldSpec(
+            "max_model_len",
+            "int",
+            "engine vllm: the server's --max-model-len (default the config's "
+            "max_position_embeddings); LongRoPE uses its long factors everywhere above "
+            "original_max_position_embeddings",
+            None,
+            minimum=1,
         ),
     ),
     tensors=(

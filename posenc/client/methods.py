@@ -435,6 +435,8 @@ class KindMethods(Generic[T]):
         layer_type: str | None = None,
         mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         mrope_interleaved: bool | None = None,
+        engine: Literal["transformers", "vllm"] | None = None,
+        max_model_len: int | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -473,6 +475,11 @@ class KindMethods(Generic[T]):
             mrope_section: M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2.
             mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
                 Qwen3-VL's interleaving.
+            engine: whose tables: transformers (default) or vllm (what vLLM's get_rope builds
+                from the same config: see docs/engines.md) (default 'transformers').
+            max_model_len: engine vllm: the server's --max-model-len (default the config's
+                max_position_embeddings); LongRoPE uses its long factors everywhere above
+                original_max_position_embeddings.
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -500,6 +507,8 @@ class KindMethods(Generic[T]):
             layer_type=layer_type,
             mrope_section=mrope_section,
             mrope_interleaved=mrope_interleaved,
+            engine=engine,
+            max_model_len=max_model_len,
             dtype=dtype,
         )
 

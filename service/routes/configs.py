@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import APIRouter
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
-from posenc.hf_config import read_positions
+from posenc.engines import compare_engines, positions_for_engine
 from service.schemas import ErrorBody, ValidationErrorBody
+from service.state import State
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -42,6 +43,17 @@ class ConfigPositionsRequest(BaseModel):
         ...,
         description="a model's Hugging Face config.json object, as published (a multimodal file "
         "whole: its text_config is read)",
+    )
+    engine: Literal["transformers", "vllm"] = Field(
+        "transformers",
+        description="whose reading: transformers (default) or vllm (its magnitudes, cache rows "
+        "and softmax scale; see docs/engines.md)",
+    )
+    max_model_len: int | None = Field(
+        None,
+        ge=1,
+        description="engine vllm: the server's --max-model-len (default the config's "
+        "max_position_embeddings)",
     )
 
 
@@ -80,6 +92,73 @@ class ConfigPositions(BaseModel):
     relative: dict[str, Any] | None
     learned: dict[str, Any] | None
     warnings: list[str]
+    engine: str = Field(..., description="transformers or vllm: whose reading this is")
+    meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
+
+
+_ENGINE_EXAMPLE: JsonDict = {
+    "model_type": "phi3",
+    "hidden_size": 3072,
+    "num_attention_heads": 32,
+    "max_position_embeddings": 131072,
+    "original_max_position_embeddings": 4096,
+    "rope_theta": 10000.0,
+    "rope_scaling": {"type": "longrope", "short_factor": [1.0] * 48, "long_factor": [4.0] * 48},
+}
+
+
+class CompareRequest(BaseModel):
+    """Body of ``POST /v1/configs/compare``."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"config": _ENGINE_EXAMPLE, "seq_len": 4096, "max_model_len": 131072}]
+        },
+    )
+
+    config: dict[str, Any] = Field(..., description="a model's Hugging Face config.json object")
+    seq_len: int | None = Field(None, ge=1, description="T: positions 0 … T−1")
+    positions: list[int] | None = Field(
+        None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, description="vLLM's --max-model-len (default max_position_embeddings)"
+    )
+    layer_type: str | None = Field(
+        None, description="for per-layer-type RoPE (Gemma 3): which layer type"
+    )
+
+    @model_validator(mode="after")
+    def _one_of(self) -> CompareRequest:
+        if (self.seq_len is None) == (self.positions is None):
+            raise ValueError("give exactly one of seq_len or positions")
+        return self
+
+
+class Difference(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    max_abs_diff: float | None
+    first_position: int | None = Field(
+        ..., description="the first requested position differing by more than 1e-6, or null"
+    )
+
+
+class EngineComparison(BaseModel):
+    """Where transformers' and vLLM's RoPE for a config differ."""
+
+    model_config = ConfigDict(extra="allow")
+
+    engines: list[str]
+    cos: Difference
+    sin: Difference
+    attention_scaling: Difference
+    softmax_scale: Difference
+    differences: list[str] = Field(
+        ..., description="one sentence per rule on which the engines disagree here"
+    )
+    meta: dict[str, Any]
 
 
 @router.post(
@@ -100,7 +179,40 @@ class ConfigPositions(BaseModel):
     },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
-    return read_positions(body.config).to_dict()
+    return positions_for_engine(body.config, body.engine, body.max_model_len)
 
 
 config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defined]  # 422 hints
+
+
+@router.post(
+    "/compare",
+    response_model=EngineComparison,
+    summary="Where transformers' and vLLM's RoPE tables for a config differ",
+    description=(
+        "Reads the config as transformers 5 and as vLLM's get_rope do and compares, at the "
+        "requested positions: cos and sin per (position, frequency) whatever the layouts, the "
+        "attention scaling (magnitude), the softmax scale and a position-dependent query scale "
+        "one engine applies (llama_4_scaling_beta). Each gives max_abs_diff and first_position "
+        "(the first requested position differing by more than 1e-6, or null); `differences` has "
+        "one sentence per rule on which the engines disagree there (see docs/engines.md). "
+        "Positions beyond vLLM's cache are named there and not compared. JSON only."
+    ),
+    responses={
+        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
+        413: {"model": ErrorBody, "description": "more values than POSENC_MAX_ELEMENTS"},
+        422: {"model": ValidationErrorBody, "description": "an unreadable config or field"},
+    },
+)
+def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
+    return compare_engines(
+        body.config,
+        seq_len=body.seq_len,
+        positions=body.positions,
+        max_model_len=body.max_model_len,
+        layer_type=body.layer_type,
+        max_elements=state.settings.max_elements,
+    )
+
+
+config_compare.posenc_model = CompareRequest  # type: ignore[attr-defined]  # 422 hints

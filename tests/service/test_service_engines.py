@@ -1,0 +1,131 @@
+"""``engine`` on ``/v1/encodings/rope`` and ``/v1/configs/positions``, and ``/v1/configs/compare``.
+
+The expected values are vLLM 0.32.0's own caches recorded in ``tests/fixtures/vllm/tables.json``
+(see ``tests/lib/test_engines.py``), and the library's tables for the same fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+import numpy as np
+import pytest
+
+from posenc import resolve
+from posenc.rope import ROPE
+from tests.helpers import json_tensor, make_settings
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
+CASES = {c["name"]: c for c in json.loads(FIXTURE.read_text())["cases"]}
+PHI_LONG = CASES["phi-3.5-mini max_model_len 131072"]
+
+
+def test_rope_engine_vllm_is_vllms_cache(api: httpx.Client) -> None:
+    body = {"config": PHI_LONG["config"], "seq_len": 4, "engine": "vllm", "max_model_len": 131072}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    meta = out["meta"]
+    assert meta["engine"] == "vllm"
+    assert meta["max_model_len"] == 131072
+    assert meta["vllm_rows"] == PHI_LONG["rows"]
+    assert meta["attention_scaling"] == pytest.approx(PHI_LONG["magnitude"], rel=1e-6)
+    cos = json_tensor(out, "cos")[:, :48]
+    np.testing.assert_allclose(cos, np.array(PHI_LONG["cos"][:4]), atol=2e-6)
+    plain = {k: v for k, v in body.items() if k not in ("engine", "max_model_len")}
+    default = api.post("/v1/encodings/rope", json=plain)
+    assert default.json()["meta"]["engine"] == "transformers"
+    # transformers uses the short factors for 4 positions: position 1 already differs
+    assert np.abs(json_tensor(default.json(), "cos")[1, :48] - cos[1]).max() > 1e-2
+
+
+def test_rope_engine_vllm_get_twin_and_formats(api: httpx.Client) -> None:
+    body = {"config": PHI_LONG["config"], "seq_len": 6, "engine": "vllm", "max_model_len": 131072}
+    post = api.post("/v1/encodings/rope", json=body, headers={"Accept": "application/x-npy"})
+    query = {**body, "config": json.dumps(body["config"])}
+    get = api.get(f"/v1/encodings/rope?{urlencode(query)}", headers={"Accept": "application/x-npy"})
+    assert post.status_code == get.status_code == 200, get.text
+    assert post.content == get.content
+    fields = resolve.resolve_fields(ROPE, body)
+    whole = resolve.compute(ROPE, fields)["cos"]
+    raw = api.post("/v1/encodings/rope", json=body, params={"format": "raw"})
+    assert raw.content == whole.numpy().tobytes()
+
+
+def test_rope_engine_vllm_refuses_positions_beyond_its_rows(api: httpx.Client) -> None:
+    body = {
+        "config": PHI_LONG["config"],
+        "positions": [0, 4096],
+        "engine": "vllm",
+        "max_model_len": 4096,
+    }
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 422
+    assert "4096 rows" in json.dumps(r.json())
+
+
+@pytest.fixture(scope="module")
+def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    with TestClient(create_app(make_settings(gpt2_file, max_elements=4096))) as client:
+        yield client
+
+
+def test_rope_engine_vllm_streams_the_same_bytes(small_client: httpx.Client) -> None:
+    body = {
+        "config": CASES["deepseek-v2-lite mscale only"]["config"],
+        "seq_len": 300,
+        "engine": "vllm",
+    }
+    r = small_client.post("/v1/encodings/rope", json=body, params={"format": "raw"})
+    assert r.status_code == 200, r.text
+    assert "stream" in r.headers["server-timing"]
+    fields = resolve.resolve_fields(ROPE, body)
+    assert r.content == resolve.compute(ROPE, fields)["cos"].numpy().tobytes()
+    assert small_client.post("/v1/encodings/rope", json=body).status_code == 413
+
+
+def test_config_positions_engine(api: httpx.Client) -> None:
+    case = CASES["deepseek-v3 attention_factor 1.0"]
+    tf = api.post("/v1/configs/positions", json={"config": case["config"]}).json()
+    vl = api.post("/v1/configs/positions", json={"config": case["config"], "engine": "vllm"})
+    assert vl.status_code == 200, vl.text
+    vl_body = vl.json()
+    assert tf["meta"] == {"engine": "transformers"}
+    assert vl_body["meta"] == {"engine": "vllm", "max_model_len": 163840}
+    assert vl_body["softmax_scale"] == pytest.approx(case["softmax_scale"], rel=1e-9)
+    assert tf["softmax_scale"] == pytest.approx(192**-0.5 * (0.1 * math.log(40) + 1) ** 2)
+    layer = vl_body["rope"]["full_attention"]
+    assert layer["vllm_rope_type"] == "deepseek_llama_scaling"
+    assert layer["vllm_rows"] == 163840
+
+
+def test_configs_compare(api: httpx.Client) -> None:
+    body = {"config": PHI_LONG["config"], "seq_len": 4096, "max_model_len": 131072}
+    r = api.post("/v1/configs/compare", json=body)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["engines"] == ["transformers", "vllm"]
+    assert out["cos"]["first_position"] == 1
+    assert out["cos"]["max_abs_diff"] == pytest.approx(2.3805, abs=1e-3)
+    assert out["attention_scaling"]["first_position"] is None
+    assert out["softmax_scale"] == {
+        "max_abs_diff": 0.0,
+        "first_position": None,
+        "transformers": pytest.approx(96**-0.5),
+        "vllm": pytest.approx(96**-0.5),
+    }
+    assert len(out["differences"]) == 1 and "LongRoPE" in out["differences"][0]
+    same = api.post("/v1/configs/compare", json={**body, "max_model_len": 4096}).json()
+    assert same["differences"] == [] and same["cos"]["first_position"] is None
+    assert api.post("/v1/configs/compare", json={"config": PHI_LONG["config"]}).status_code == 422
+    bad = api.post("/v1/configs/compare", json={**body, "positions": [1]})
+    assert bad.status_code == 422
