@@ -317,7 +317,7 @@ def test_a_local_table_too_large_for_memory_is_refused_before_allocating(
     """``--seq-len 100000000 --d-model 768`` tried to allocate 307 GB before it exited: it is
     refused from the numbers (exit 2), and nothing is computed or written."""
     computed: list[str] = []
-    monkeypatch.setattr(cli.kinds, "compute", lambda *a, **k: computed.append("whole"))
+    monkeypatch.setattr(cli.resolve, "compute", lambda *a, **k: computed.append("whole"))
     monkeypatch.setattr(cli, "_compute_in_blocks", lambda *a, **k: computed.append("blocks"))
     out = tmp_path / "big.npy"
     with pytest.raises(SystemExit) as info:
