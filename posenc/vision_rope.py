@@ -140,6 +140,9 @@ VISION_RULES: dict[str, VisionRule] = {
     "kimi_k25_vision": _axial(
         "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs"
     ),
+    "step3p5_vision": _axial(
+        "Step3p7VisionRotaryEmbedding", 1536, 16, merge=1, order="wh", images_only=True
+    ),
     "pixtral": VisionRule(
         family="pixtral",
         layout="half",
@@ -218,6 +221,7 @@ TOP_LEVEL_VISION: dict[str, str] = {
     "lfm3_vl": "lfm3_vl_vision",
     "paddleocr_vl": "paddleocr_vl_vision",
     "kimi_k25": "kimi_k25_vision",
+    "step3p7": "step3p5_vision",
     "mistral3": "pixtral",
     "lighton_ocr": "pixtral",
     "mistral_large4": "pixtral",
@@ -299,12 +303,17 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
                 field=f"config.{path}",
             )
         own = holder.get("model_type")
-        if own not in VISION_RULES:
-            outer = top
-            if path != "vision_config":
-                outer = config.get(path.split(".")[0], {}).get("model_type", top)
+        outer = top
+        if path != "vision_config":
+            outer = config.get(path.split(".")[0], {}).get("model_type", top)
+        if own is None or (own in (outer, top) and own not in VISION_RULES):
+            # no model_type, or the top-level one (Qwen2-VL's files): the type transformers
+            # gives the vision config of this model
             own = TOP_LEVEL_VISION.get(str(outer), TOP_LEVEL_VISION.get(str(top), own))
         return holder, str(own), f"config.{path}"
+    if top in TOP_LEVEL_VISION and top not in VISION_RULES:
+        # a whole config without vision_config: transformers builds the default one
+        return {}, TOP_LEVEL_VISION[str(top)], "config.vision_config"
     return config, str(top), "config"
 
 
