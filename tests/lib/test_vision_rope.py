@@ -448,7 +448,12 @@ NOT_COVERED: dict[str, str] = {
     "mlcd_vision_model": "a class token and 2-D rotary of a CLIP-style tower over its own fixed "
     "grid order (MLCDRotaryEmbedding), not covered yet",
     "vjepa2": "3-D rotary inside the attention over (t, h, w) video tubelets",
-    "dots3_note_vision_encoder_text": "text rotary",
+    "blt": "the rotary is the language model's: byte patches join the text sequence, no "
+    "vision tower",
+    "fuyu": "the rotary is the language model's (Persimmon): image patches join the text "
+    "sequence, no vision tower",
+    "neomme": "the rotary is the language model's: patches join the text sequence, no vision "
+    "tower",
 }
 
 
@@ -493,18 +498,20 @@ def _vision_candidates(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfi
 
 
 def _rotary_modules(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> list[str]:
+    """Rotary modules in any model class of this config (built on the meta device: no
+    weights); an encoder class alone may lack the model's rotary module."""
+    names: set[str] = set()
     for model_cls in classes.get(type(cfg), []):
         try:
             with torch.device("meta"):
                 model = model_cls(cfg)
         except Exception:  # noqa: BLE001 - a class that needs other inputs: try the next
             continue
-        return sorted(
-            {type(m).__name__ for m in model.modules() if ROTARY_NAME.search(type(m).__name__)}
-        )
-    return []
+        names |= {type(m).__name__ for m in model.modules() if ROTARY_NAME.search(type(m).__name__)}
+    return sorted(names)
 
 
+@pytest.mark.slow
 def test_sweep_of_vision_rotary_towers_in_transformers() -> None:
     """Every model type of transformers (default config) whose image tower holds a rotary
     module: covered ones equal the module (whole config and vision config alone); the others
