@@ -56,6 +56,7 @@ __all__ = [
     "vision_rope_blocks",
     "vision_rope_cos_sin",
     "vision_rope_spec",
+    "vision_tower",
 ]
 
 Family = Literal["axial", "pixtral", "llama4", "dinov3"]
@@ -137,9 +138,7 @@ VISION_RULES: dict[str, VisionRule] = {
         "Lfm3VlVisionRotaryEmbedding", 1024, 16, defaults={"rope_theta": 1000000.0}
     ),
     "paddleocr_vl_vision": _axial("PaddleOCRVisionRotaryEmbedding", 1152, 16, merge=1),
-    "kimi_k25_vision": _axial(
-        "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs"
-    ),
+    "kimi_k25_vision": _axial("Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs"),
     "step3p5_vision": _axial(
         "Step3p7VisionRotaryEmbedding", 1536, 16, merge=1, order="wh", images_only=True
     ),
@@ -232,8 +231,7 @@ TOP_LEVEL_VISION: dict[str, str] = {
 # Vision towers without a rotary embedding, and what they use instead (a 422 says so).
 NON_ROTARY: dict[str, str] = {
     "siglip_vision_model": "learned absolute position embeddings (SigLIP)",
-    "siglip2_vision_model": "learned absolute position embeddings resized to each image "
-    "(SigLIP 2)",
+    "siglip2_vision_model": "learned absolute position embeddings resized to each image (SigLIP 2)",
     "clip_vision_model": "learned absolute position embeddings (CLIP)",
     "idefics3_vision": "learned absolute position embeddings bucketed to each image (Idefics3)",
     "smolvlm_vision": "learned absolute position embeddings bucketed to each image (SmolVLM)",
@@ -243,6 +241,7 @@ NON_ROTARY: dict[str, str] = {
 }
 
 _MAX = kinds.INT_BOUND
+VISION_ROPE_PATH = "/v1/encodings/vision-rope"
 
 
 @dataclass(frozen=True)
@@ -291,7 +290,12 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
             field="config",
         )
     top = config.get("model_type")
-    for path in ("vision_config", "thinker_config.vision_config", "vlm_config.vision_config"):
+    for path in (
+        "vision_config",
+        "thinker_config.vision_config",
+        "vlm_config.vision_config",
+        "backbone_config",  # a DINOv3 backbone (CHMv2)
+    ):
         holder: Any = config
         for key in path.split("."):
             holder = holder.get(key) if isinstance(holder, Mapping) else None
@@ -424,13 +428,16 @@ def _grids(
     return tuple(out)
 
 
-def vision_rope_spec(config: Mapping[str, Any], grid_thw: Any = None) -> VisionRopeSpec:
+def vision_rope_spec(
+    config: Mapping[str, Any], grid_thw: Any = None, *, need_grid: bool = True
+) -> VisionRopeSpec:
     """Read a config's vision tower and check the grids against it (numbers only).
 
     Args:
         config: a whole ``config.json`` (its ``vision_config``, or ``thinker_config``'s for the
             Omni models), or a vision config sent alone.
         grid_thw: ``[t, h, w]`` rows, or None where the config fixes the grid.
+        need_grid: False: no grid_thw is no grids (the tower described, no table).
 
     Raises:
         InvalidArgument: a tower without a rotary embedding (the message says what it uses),
@@ -488,9 +495,42 @@ def vision_rope_spec(config: Mapping[str, Any], grid_thw: Any = None) -> VisionR
         head_dim=head_dim,
         rope_theta=theta,
         merge=merge,
-        grids=_grids(grid_thw, rule, merge, fixed),
+        grids=()
+        if grid_thw is None and fixed is None and not need_grid
+        else (_grids(grid_thw, rule, merge, fixed)),
         defaulted=tuple(used),
     )
+
+
+def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What ``POST /v1/configs/positions`` says of a config's vision tower: None without a
+    vision config; else its ``model_type`` and ``rotary`` (false: ``uses`` says what it uses
+    instead), and for a rotary tower the numbers of :func:`vision_rope_spec`.
+
+    Raises:
+        InvalidArgument: a rotary tower's key that cannot be read.
+    """
+    if not isinstance(config, Mapping):
+        return None
+    vision, model_type, where = _vision_config(config)
+    if where == "config" and model_type not in VISION_RULES:
+        return None  # no vision config, and not one sent alone
+    rule = VISION_RULES.get(model_type)
+    if rule is None:
+        return {"model_type": model_type, "rotary": False, "uses": NON_ROTARY.get(model_type)}
+    spec = vision_rope_spec(config, need_grid=False)
+    return {
+        "model_type": model_type,
+        "rotary": True,
+        "endpoint": VISION_ROPE_PATH,
+        "head_dim": spec.head_dim,
+        "rope_theta": spec.rope_theta,
+        "layout": spec.layout,
+        "merge_size": spec.merge,
+        "grid": list(spec.grids[0]) if spec.grids else None,
+        "reference": rule.reference,
+        "defaulted": list(spec.defaulted),
+    }
 
 
 def _token_coordinates(
@@ -690,7 +730,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
 
 VISION_ROPE: kinds.Kind = kinds.Kind(
     name="vision_rope",
-    path="/v1/encodings/vision-rope",
+    path=VISION_ROPE_PATH,
     tag="encodings",
     summary="Vision-tower 2-D rotary tables (Qwen-VL, GLM-4V, Pixtral, Llama 4, DINOv3...)",
     description="The 2-D (axial) rotary cos/sin of a vision encoder, as its transformers rotary "

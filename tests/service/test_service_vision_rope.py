@@ -122,8 +122,13 @@ def test_llama4_fixed_grid_needs_no_grid(api: httpx.Client) -> None:
         ({"config": QWEN25, "grid_thw": [[1, 3, 4]]}, "grid_thw", "multiples of the merge size 2"),
         ({"config": QWEN25}, "grid_thw", "grid_thw is required"),
         (
-            {"config": {"model_type": "gemma3", "vision_config": {"model_type": "siglip_vision_model"}},
-             "grid_thw": [[1, 2, 2]]},
+            {
+                "config": {
+                    "model_type": "gemma3",
+                    "vision_config": {"model_type": "siglip_vision_model"},
+                },
+                "grid_thw": [[1, 2, 2]],
+            },
             "config.model_type",
             "learned absolute position embeddings",
         ),
@@ -152,7 +157,9 @@ def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
         yield client
 
 
-def test_streams_over_the_element_limit(small_client: httpx.Client, app_client: httpx.Client) -> None:
+def test_streams_over_the_element_limit(
+    small_client: httpx.Client, app_client: httpx.Client
+) -> None:
     body = {"config": QWEN25, "grid_thw": [[1, 8, 8], [3, 4, 6]]}  # 136 tokens x 162 > 4096
     streamed = small_client.post(ROUTE, params={"format": "npy"}, json=body)
     assert streamed.status_code == 200, streamed.text
@@ -161,3 +168,44 @@ def test_streams_over_the_element_limit(small_client: httpx.Client, app_client: 
     assert streamed.content == whole.content
     cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)
     np.testing.assert_allclose(np.load(io.BytesIO(streamed.content)), cos, rtol=0, atol=1e-6)
+
+
+def test_configs_positions_describes_the_vision_tower(api: httpx.Client) -> None:
+    whole = {  # with the text keys of the same file, which the text reader needs
+        **QWEN25,
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 28,
+        "max_position_embeddings": 128000,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
+    r = api.post("/v1/configs/positions", json={"config": whole})
+    assert r.status_code == 200, r.text
+    vision = r.json()["vision"]
+    assert vision["model_type"] == "qwen2_5_vl_vision" and vision["rotary"] is True
+    assert (vision["head_dim"], vision["layout"], vision["merge_size"]) == (80, "half", 2)
+    assert vision["endpoint"] == ROUTE
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 16,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+    }
+    text = api.post("/v1/configs/positions", json={"config": llama})
+    assert text.status_code == 200 and text.json()["vision"] is None
+    siglip = {
+        "model_type": "llava",
+        "text_config": llama,
+        "vision_config": {"model_type": "siglip_vision_model"},
+    }
+    r = api.post("/v1/configs/positions", json={"config": siglip})
+    assert r.status_code == 200, r.text
+    assert r.json()["vision"] == {
+        "model_type": "siglip_vision_model",
+        "rotary": False,
+        "uses": "learned absolute position embeddings (SigLIP)",
+    }
