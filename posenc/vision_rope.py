@@ -34,6 +34,7 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``Dh`` head dime
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -182,12 +183,11 @@ VISION_RULES: dict[str, VisionRule] = {
         images_only=True,
     ),
 }
-VISION_RULES["sapiens2"] = VisionRule(
-    **{
-        **VISION_RULES["dinov3_vit"].__dict__,
-        "reference": "Sapiens2RopePositionEmbedding",
-        "defaults": {**VISION_RULES["dinov3_vit"].defaults, "hidden_size": 1024, "num_heads": 16},
-    }
+# Sapiens2 copies DINOv3's module (Sapiens2RopePositionEmbedding) with other defaults.
+VISION_RULES["sapiens2"] = dataclasses.replace(
+    VISION_RULES["dinov3_vit"],
+    reference="Sapiens2RopePositionEmbedding",
+    defaults={**VISION_RULES["dinov3_vit"].defaults, "hidden_size": 1024, "num_heads": 16},
 )
 
 # Top-level model_type -> the model_type of its vision config (where the vision config of a
@@ -512,7 +512,7 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
     """
     if not isinstance(config, Mapping):
         return None
-    vision, model_type, where = _vision_config(config)
+    _vision, model_type, where = _vision_config(config)
     if where == "config" and model_type not in VISION_RULES:
         return None  # no vision config, and not one sent alone
     rule = VISION_RULES.get(model_type)
