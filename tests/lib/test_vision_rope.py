@@ -572,3 +572,17 @@ def test_sweep_of_vision_rotary_towers_in_transformers() -> None:
     print("not covered:\n  " + "\n  ".join(explained))
     assert not failures, "\n".join(failures)
     assert len(covered) >= 40
+
+
+@pytest.mark.parametrize(
+    ("config", "field"),
+    [
+        ({"model_type": "qwen2_5_vl", "vision_config": {"num_heads": 0}}, "num_heads"),
+        ({"model_type": "pixtral", "rope_theta": -1.0}, "rope_theta"),
+        ({"model_type": "qwen3_vl_vision", "spatial_merge_size": "2"}, "spatial_merge_size"),
+    ],
+)
+def test_bad_keys_are_422_naming_them(config: dict, field: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        vision_rope_spec(config, [[1, 2, 2]])
+    assert err.value.field is not None and err.value.field.endswith(field)
