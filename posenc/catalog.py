@@ -18,6 +18,7 @@ from posenc.position_ids import POSITION_IDS
 from posenc.relative import RELATIVE
 from posenc.rope import ROPE
 from posenc.sinusoidal import SINUSOIDAL
+from posenc.vision_rope import VISION_ROPE
 
 __all__ = ["KINDS"]
 
@@ -25,6 +26,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     SINUSOIDAL,
     LEARNED,
     ROPE,
+    VISION_ROPE,
     ALIBI,
     RELATIVE,
     POSITION_IDS,

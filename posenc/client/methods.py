@@ -16,7 +16,7 @@ from posenc.client.results import ArrayKind
 
 T = TypeVar("T")
 
-TableKind = Literal["alibi", "learned", "relative", "rope", "sinusoidal"]
+TableKind = Literal["alibi", "learned", "relative", "rope", "sinusoidal", "vision_rope"]
 """The kinds whose tables stream (``save_table`` writes any of them to a file)."""
 
 
@@ -563,5 +563,55 @@ class KindMethods(Generic[T]):
             base=base,
             layout=layout,
             offset=offset,
+            dtype=dtype,
+        )
+
+    def vision_rope(
+        self,
+        *,
+        config: Mapping[str, Any] | None = None,
+        grid_thw: Sequence[Sequence[int]] | Any | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/vision-rope``: Vision-tower 2-D rotary tables (Qwen-VL, GLM-4V, Pixtral, Llama 4, DINOv3...).
+
+        The 2-D (axial) rotary cos/sin of a vision encoder, as its transformers rotary module
+        computes them for the position ids its tower makes from `grid_thw`: one row per patch
+        token of all the grids, in the tower's order (spatial-merge blocks for Qwen-VL, before
+        Qwen2.5-VL's window reordering), laid out as the model applies them (`meta.layout`).
+        `position_ids` gives each token's (row, column), (−1, −1) for Llama 4's class token.
+        `config` is the model's config.json (its `vision_config`, under `thinker_config` for the
+        Omni models) or the vision config alone.
+
+        Args:
+            config: the model's config.json (whole, or its vision config alone): the vision
+                config's model_type picks the rule; head_dim (or hidden_size / num_heads),
+                rope_theta, spatial_merge_size, image_size and patch_size are read.
+            grid_thw: [t, h, w] of each image or video, in patches, as the image processor
+                reports them; h and w multiples of the merge size the tower uses. Optional where
+                the config fixes the grid (Llama 4; DINOv3 defaults to image_size / patch_size).
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``cos`` (N, Dh), ``sin`` (N, Dh), ``position_ids`` (N, 2).
+        """
+        return self.compute(
+            "vision_rope",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            config=config,
+            grid_thw=grid_thw,
             dtype=dtype,
         )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from posenc.engines import compare_engines, positions_for_engine
+from posenc.vision_rope import vision_tower
 from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
 
@@ -91,6 +92,13 @@ class ConfigPositions(BaseModel):
     alibi: dict[str, Any] | None
     relative: dict[str, Any] | None
     learned: dict[str, Any] | None
+    vision: dict[str, Any] | None = Field(
+        None,
+        description="the vision tower, null without a vision config: model_type and rotary "
+        "(false: uses says what it has instead); a rotary tower's head_dim, rope_theta, "
+        "layout, merge_size, fixed grid and reference, as POST /v1/encodings/vision-rope reads "
+        "them",
+    )
     warnings: list[str]
     engine: str = Field(..., description="transformers or vllm: whose reading this is")
     meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
@@ -179,7 +187,10 @@ class EngineComparison(BaseModel):
     },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
-    return positions_for_engine(body.config, body.engine, body.max_model_len)
+    return {
+        **positions_for_engine(body.config, body.engine, body.max_model_len),
+        "vision": vision_tower(body.config),
+    }
 
 
 config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defined]  # 422 hints

@@ -209,8 +209,8 @@ def query_shape(kind: registry.Kind) -> QueryShape:
                 "pattern": f"^{number}(,{number}){count}$",
                 "description": f"comma-separated integers, e.g. {example}",
             }
-        elif spec.type in ("object", "struct", "floats"):
-            what = "list" if spec.type == "floats" else "object"
+        elif spec.type in ("object", "struct", "floats", "int_rows"):
+            what = {"floats": "list", "int_rows": "list of lists"}.get(spec.type, "object")
             objects[spec.name] = {"type": "string", "description": f"JSON text of the {what}"}
     return QueryShape(lists=lists, json=objects)
 

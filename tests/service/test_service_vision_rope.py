@@ -1,0 +1,211 @@
+"""POST/GET /v1/encodings/vision-rope against the contract, with references written here.
+
+The reference tables are the contract's rule evaluated in numpy float64 (axial frequencies
+``θ^(−2i/s)``, ``s = Dh/2``, rows then columns, rotate_half layout; Qwen-VL's spatial-merge block
+order), never posenc. Runs in process and through a real uvicorn (``api``); the streamed path
+through an in-process app whose element limit is small.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from safetensors.numpy import load as st_load
+
+from tests.helpers import json_tensor, make_settings
+
+ROUTE = "/v1/encodings/vision-rope"
+
+# Qwen/Qwen2.5-VL-7B-Instruct's config.json, the keys its vision tower reads.
+QWEN25 = {
+    "model_type": "qwen2_5_vl",
+    "vision_config": {
+        "depth": 32,
+        "hidden_size": 1280,
+        "num_heads": 16,
+        "out_hidden_size": 3584,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "window_size": 112,
+        "temporal_patch_size": 2,
+    },
+}
+GRIDS = [[1, 4, 6], [2, 2, 4]]
+
+
+def qwen_reference(grids: list[list[int]], head_dim: int, merge: int, theta: float = 1e4):
+    """(cos, sin, ids) of the Qwen-VL rule, in numpy float64."""
+    ids = []
+    for t, h, w in grids:
+        frame = [
+            (bh * merge + ih, bw * merge + iw)
+            for bh in range(h // merge)
+            for bw in range(w // merge)
+            for ih in range(merge)
+            for iw in range(merge)
+        ]
+        ids += frame * t
+    pos = np.array(ids, dtype=np.float64)  # (N, 2)
+    s = head_dim // 2
+    f = theta ** (-np.arange(0, s, 2, dtype=np.float64) / s)  # (Dh/4,)
+    half = np.concatenate([pos[:, :1] * f, pos[:, 1:] * f], axis=1)  # (N, Dh/2)
+    angles = np.concatenate([half, half], axis=1)
+    return np.cos(angles), np.sin(angles), np.array(ids, dtype=np.int64)
+
+
+def test_qwen25_vl_tables_and_meta(api: httpx.Client) -> None:
+    r = api.post(ROUTE, json={"config": QWEN25, "grid_thw": GRIDS})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    cos, sin, ids = qwen_reference(GRIDS, 80, 2)
+    assert json_tensor(body, "cos").shape == (40, 80)
+    np.testing.assert_allclose(json_tensor(body, "cos"), cos, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(json_tensor(body, "sin"), sin, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(json_tensor(body, "position_ids"), ids)
+    meta = body["meta"]
+    assert meta["model_type"] == "qwen2_5_vl_vision"
+    assert (meta["head_dim"], meta["rope_theta"], meta["layout"]) == (80, 10000.0, "half")
+    assert meta["grids"] == GRIDS
+
+
+def test_get_twin_equals_post(api: httpx.Client) -> None:
+    body = {"config": QWEN25, "grid_thw": GRIDS, "dtype": "float64"}
+    post = api.post(ROUTE, params={"format": "safetensors"}, json=body)
+    get = api.get(
+        ROUTE,
+        params={
+            "config": json.dumps(QWEN25),
+            "grid_thw": json.dumps(GRIDS),
+            "dtype": "float64",
+            "format": "safetensors",
+        },
+    )
+    assert post.status_code == 200 and get.status_code == 200, get.text
+    assert post.content == get.content
+    cos, _, _ = qwen_reference(GRIDS, 80, 2)
+    np.testing.assert_allclose(st_load(post.content)["cos"], cos, rtol=0, atol=1e-15)
+
+
+def test_llama4_fixed_grid_needs_no_grid(api: httpx.Client) -> None:
+    config = {
+        "model_type": "llama4",
+        "vision_config": {
+            "model_type": "llama4_vision_model",
+            "hidden_size": 1408,
+            "num_attention_heads": 16,
+            "image_size": 336,
+            "patch_size": 14,
+            "rope_theta": 10000,
+        },
+    }
+    r = api.post(ROUTE, json={"config": config})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = json_tensor(body, "position_ids")
+    assert ids.shape == (577, 2) and ids[-1].tolist() == [-1, -1] and ids[1].tolist() == [0, 1]
+    cos = json_tensor(body, "cos")
+    np.testing.assert_array_equal(cos[-1], np.ones(88))
+    # token 1 is row 0, column 1: its first pair turns by (column + 1) · 1 = 2 radians
+    np.testing.assert_allclose(cos[1, :2], [np.cos(2.0)] * 2, rtol=0, atol=1e-6)
+    assert body["meta"]["layout"] == "interleaved" and body["meta"]["grids"] == [[1, 24, 24]]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "words"),
+    [
+        ({"config": QWEN25, "grid_thw": [[1, 3, 4]]}, "grid_thw", "multiples of the merge size 2"),
+        ({"config": QWEN25}, "grid_thw", "grid_thw is required"),
+        (
+            {
+                "config": {
+                    "model_type": "gemma3",
+                    "vision_config": {"model_type": "siglip_vision_model"},
+                },
+                "grid_thw": [[1, 2, 2]],
+            },
+            "config.model_type",
+            "learned absolute position embeddings",
+        ),
+    ],
+)
+def test_errors_are_422_naming_the_field(
+    api: httpx.Client, body: dict, field: str, words: str
+) -> None:
+    r = api.post(ROUTE, json=body)
+    assert r.status_code == 422, r.text
+    assert words in r.text and field in r.text
+
+
+def test_over_the_limit_is_413_before_computing(api: httpx.Client) -> None:
+    r = api.post(ROUTE, json={"config": QWEN25, "grid_thw": [[4096, 2048, 2048]]})
+    assert r.status_code == 413, r.text
+
+
+@pytest.fixture(scope="module")
+def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    with TestClient(create_app(make_settings(gpt2_file, max_elements=4096))) as client:
+        yield client
+
+
+def test_streams_over_the_element_limit(
+    small_client: httpx.Client, app_client: httpx.Client
+) -> None:
+    body = {"config": QWEN25, "grid_thw": [[1, 8, 8], [3, 4, 6]]}  # 136 tokens x 162 > 4096
+    streamed = small_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
+    whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.content == whole.content
+    cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)
+    np.testing.assert_allclose(np.load(io.BytesIO(streamed.content)), cos, rtol=0, atol=1e-6)
+
+
+def test_configs_positions_describes_the_vision_tower(api: httpx.Client) -> None:
+    whole = {  # with the text keys of the same file, which the text reader needs
+        **QWEN25,
+        "hidden_size": 3584,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 28,
+        "max_position_embeddings": 128000,
+        "rope_theta": 1000000.0,
+        "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+    }
+    r = api.post("/v1/configs/positions", json={"config": whole})
+    assert r.status_code == 200, r.text
+    vision = r.json()["vision"]
+    assert vision["model_type"] == "qwen2_5_vl_vision" and vision["rotary"] is True
+    assert (vision["head_dim"], vision["layout"], vision["merge_size"]) == (80, "half", 2)
+    assert vision["endpoint"] == ROUTE
+    llama = {
+        "model_type": "llama",
+        "hidden_size": 2048,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 16,
+        "max_position_embeddings": 131072,
+        "rope_theta": 500000.0,
+    }
+    text = api.post("/v1/configs/positions", json={"config": llama})
+    assert text.status_code == 200 and text.json()["vision"] is None
+    siglip = {
+        "model_type": "llava",
+        "text_config": llama,
+        "vision_config": {"model_type": "siglip_vision_model"},
+    }
+    r = api.post("/v1/configs/positions", json={"config": siglip})
+    assert r.status_code == 200, r.text
+    assert r.json()["vision"] == {
+        "model_type": "siglip_vision_model",
+        "rotary": False,
+        "uses": "learned absolute position embeddings (SigLIP)",
+    }
