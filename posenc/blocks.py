@@ -48,7 +48,7 @@ from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
 from posenc.relative import (
-    BUCKETINGS,
+    T5_BUCKETINGS,
     Bucketing,
     _check_log_buckets,
     clipped_bucket,
@@ -469,7 +469,7 @@ def alibi_bias_blocks(
 def _bucket_fn(
     num_buckets: int, max_distance: int, bidirectional: bool, bucketing: Bucketing
 ) -> Callable[[Tensor], Tensor]:
-    check_choice("bucketing", bucketing, BUCKETINGS)
+    check_choice("bucketing", bucketing, T5_BUCKETINGS)
     if bucketing == "clip":
         check_int("max_distance", max_distance, 0)
         return lambda rel: clipped_bucket(
