@@ -71,3 +71,15 @@ def test_swinv2_config_get_twin(app_client: httpx.Client) -> None:
     want = Swinv2SelfAttention(Swinv2Config(), 96, 3, 8).relative_position_index
     np.testing.assert_array_equal(json_tensor(r.json(), "buckets"), want.numpy())
     assert torch.equal(torch.from_numpy(json_tensor(r.json(), "buckets")), want)
+
+
+def test_presets_quote_the_published_configs(app_client: httpx.Client) -> None:
+    body = app_client.post(
+        "/v1/biases/relative", json={"preset": "deberta-v3-base", "seq_len": 40, "key_len": 80}
+    ).json()
+    np.testing.assert_array_equal(
+        json_tensor(body, "buckets"), reference_build(40, 80, 256, 512).numpy()
+    )
+    swin = app_client.post("/v1/biases/relative", json={"preset": "swin-tiny"}).json()
+    assert swin["tensors"]["buckets"]["shape"] == [49, 49]
+    assert swin["meta"]["window_size"] == 7
