@@ -27,6 +27,7 @@ from posenc.position_ids import (
     position_ids_from_mask,
 )
 from posenc.presets import PRESETS, Preset, PresetKind, get_preset
+from posenc.query_scale import query_scale
 from posenc.relative import (
     Bucketing,
     clipped_bucket,
@@ -97,6 +98,7 @@ __all__ = [
     "num_relative_buckets",
     "pad_rows",
     "position_ids_from_mask",
+    "query_scale",
     "relative_bias",
     "relative_bias_table",
     "relative_buckets",

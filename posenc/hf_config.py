@@ -1046,7 +1046,7 @@ def _rope(
         interleaved = base in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")
     first = next(iter(rope.values()))
     temperature = None
-    if base == "llama4" and r.bool("attn_temperature_tuning", True):
+    if base == "llama4" and _temperature_tuning(r):
         temperature = MappingProxyType(
             {
                 "floor_scale": float(r.float("floor_scale", 8192.0)),  # type: ignore[arg-type]
@@ -1135,6 +1135,15 @@ def _relative(
         ),
         warnings=tuple(r.warnings),
     )
+
+
+def _temperature_tuning(r: _Reader) -> bool:
+    """Llama 4's ``attn_temperature_tuning`` (default on). The published Scout file has 4, an
+    int; transformers 5 types the field bool, so any nonzero number turns it on."""
+    value = r.config.get("attn_temperature_tuning")
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value != 0
+    return r.bool("attn_temperature_tuning", True)
 
 
 def _deberta(
