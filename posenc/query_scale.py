@@ -179,10 +179,28 @@ def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
     return None
 
 
+def describe_query_scale(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """JSON-ready ``{"rule", "alpha", "period", "offset", "layers", "endpoint"}`` of a config's
+    query scale (``layers``: the layer indices that apply it, the others multiply by 1), or None
+    when the model applies none; as ``POST /v1/configs/positions`` answers."""
+    rule = query_scale_from_config(config)
+    if rule is None:
+        return None
+    return {
+        "rule": rule.rule,
+        "alpha": rule.alpha,
+        "period": rule.period,
+        "offset": rule.offset,
+        "layers": list(rule.layers) if rule.layers is not None else None,
+        "endpoint": "/v1/encodings/query-scale",
+    }
+
+
 __all__ = [
     "BETA_MODEL_TYPES",
     "QUERY_SCALE",
     "QueryScaleRule",
+    "describe_query_scale",
     "query_scale",
     "query_scale_from_config",
 ]
@@ -265,7 +283,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
     m = _merged(p)
     rule: QueryScaleRule | None = m["_rule"]
     return {
-        "kind": "query-scale",
+        "kind": "query_scale",
         "seq_len": _length(p),
         "rule": rule.rule if rule is not None else None,
         "alpha": m["alpha"],
@@ -285,7 +303,7 @@ def _check(p: Mapping[str, Any]) -> None:
 
 QUERY_SCALE: kinds.Kind = kinds.register(
     kinds.Kind(
-        name="query-scale",
+        name="query_scale",
         path="/v1/encodings/query-scale",
         tag="encodings",
         summary="Position-dependent query scale (Llama 4, Ministral 3)",

@@ -248,6 +248,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     rope = kind_method("rope")
     alibi = kind_method("alibi")
     relative = kind_method("relative")
+    query_scale = kind_method("query_scale")
 
     position_ids = kind_method("position_ids")
     mrope_position_ids = kind_method("mrope_position_ids")

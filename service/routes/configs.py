@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.config import JsonDict
 
 from posenc.hf_config import read_positions
+from posenc.query_scale import describe_query_scale
 from service.schemas import ErrorBody, ValidationErrorBody
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
@@ -79,6 +80,13 @@ class ConfigPositions(BaseModel):
     alibi: dict[str, Any] | None
     relative: dict[str, Any] | None
     learned: dict[str, Any] | None
+    query_scale: dict[str, Any] | None = Field(
+        None,
+        description="the position-dependent factor queries are multiplied by: {rule, alpha, "
+        "period, offset, layers (the layer indices that apply it), endpoint}, where scale(p) = "
+        "1 + alpha·ln(1 + floor((p + offset)/period)) (Llama 4's attn_temperature_tuning, "
+        "llama_4_scaling_beta); null when none",
+    )
     warnings: list[str]
 
 
@@ -90,7 +98,9 @@ class ConfigPositions(BaseModel):
         "Reads a Hugging Face config.json as transformers 5 does: the kind of positional "
         "encoding, head and rotary dims, layout, the layer types (no_rope where a layer applies "
         "none), RoPE parameters per layer type with their attention scaling, the attention's "
-        "softmax scale, Llama 4's temperature settings, the sliding window, and warnings for "
+        "softmax scale, Llama 4's temperature settings, the sliding window, the relative scheme "
+        "(T5, DeBERTa, Swin), the position-dependent query scale and the layers that apply it "
+        "(query_scale), and warnings for "
         "legacy or ignored keys. An unreadable config is a 422 naming the key."
     ),
     responses={
@@ -100,4 +110,7 @@ class ConfigPositions(BaseModel):
     },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
-    return read_positions(body.config).to_dict()
+    return {
+        **read_positions(body.config).to_dict(),
+        "query_scale": describe_query_scale(body.config),
+    }

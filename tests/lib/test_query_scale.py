@@ -18,7 +18,7 @@ from posenc import kinds
 from posenc.errors import InvalidArgument
 from posenc.query_scale import query_scale, query_scale_from_config
 
-QUERY_SCALE = kinds.REGISTRY["query-scale"]
+QUERY_SCALE = kinds.REGISTRY["query_scale"]
 
 # meta-llama/Llama-4-Scout-17B-16E-Instruct: the text_config keys the scale depends on
 SCOUT = {
