@@ -1198,9 +1198,9 @@ def _swin(shown_type: str, base: str, r: _Reader) -> ModelPositions:
     embed_dim = r.int("embed_dim", 96)
     stage_heads = r.config.get("num_heads", [3, 6, 12, 24])
     head_dim = None
-    if isinstance(stage_heads, list) and stage_heads and isinstance(stage_heads[0], int):
-        if stage_heads[0] > 0 and embed_dim is not None:
-            head_dim = embed_dim // stage_heads[0]
+    first = stage_heads[0] if isinstance(stage_heads, list) and stage_heads else None
+    if isinstance(first, int) and not isinstance(first, bool) and first > 0 and embed_dim:
+        head_dim = embed_dim // first
     scale = None if base == "swinv2" or head_dim is None else head_dim**-0.5
     return ModelPositions(
         model_type=shown_type,

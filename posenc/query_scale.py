@@ -75,12 +75,12 @@ def query_scale(
     if device is not None:
         p = p.to(device_or_cpu(device))
     if p.is_floating_point() or p.is_complex() or p.dtype == torch.bool:
-        raise InvalidArgument(f"positions must hold integers, got dtype {p.dtype}", field="positions")
+        raise InvalidArgument(
+            f"positions must hold integers, got dtype {p.dtype}", field="positions"
+        )
     p = p.to(torch.int64)
     if p.numel() and int(p.min()) < 0:
-        raise InvalidArgument(
-            f"positions must be >= 0, got {int(p.min())}", field="positions"
-        )
+        raise InvalidArgument(f"positions must be >= 0, got {int(p.min())}", field="positions")
     steps = torch.div(p + offset, period, rounding_mode="floor")  # (T,) exact
     return (1.0 + alpha * torch.log1p(steps.to(torch.float64))).to(dtype)
 
@@ -316,7 +316,10 @@ QUERY_SCALE: kinds.Kind = kinds.register(
         fields=(
             kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1, example=8),
             kinds.FieldSpec(
-                "positions", "ints", "explicit positions (ints ≥ 0) instead of seq_len", None,
+                "positions",
+                "ints",
+                "explicit positions (ints ≥ 0) instead of seq_len",
+                None,
                 minimum=0,
             ),
             kinds.FieldSpec(
@@ -337,7 +340,10 @@ QUERY_SCALE: kinds.Kind = kinds.register(
                 example=8192,
             ),
             kinds.FieldSpec(
-                "offset", "int", "added to p before the division (Llama 4: 1; default 0)", None,
+                "offset",
+                "int",
+                "added to p before the division (Llama 4: 1; default 0)",
+                None,
                 minimum=0,
             ),
             kinds.FieldSpec(

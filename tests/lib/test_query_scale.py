@@ -144,7 +144,11 @@ def test_ministral3_matches_get_llama_4_attn_scale() -> None:
     rope = dict(config.rope_parameters)
     as_file = {
         "model_type": "mistral3",
-        "text_config": {"model_type": "ministral3", "num_hidden_layers": 34, "rope_parameters": rope},
+        "text_config": {
+            "model_type": "ministral3",
+            "num_hidden_layers": 34,
+            "rope_parameters": rope,
+        },
     }
     positions = torch.tensor([[0, 1, 16383, 16384, 50000, 100000, 2**20]])
     want = get_llama_4_attn_scale(
@@ -163,9 +167,16 @@ def test_ministral3_matches_get_llama_4_attn_scale() -> None:
         ({"seq_len": 4, "alpha": 0.1}, "period"),
         ({"seq_len": 4, "positions": [0, 1], "alpha": 0.1, "period": 2}, "seq_len"),
         ({"seq_len": 4, "config": {"model_type": "llama", "rope_theta": 1e4}}, "config"),
-        ({"seq_len": 4, "config": {**SCOUT, "text_config": {**SCOUT["text_config"],
-                                                            "attn_temperature_tuning": False}}},
-         "config"),
+        (
+            {
+                "seq_len": 4,
+                "config": {
+                    **SCOUT,
+                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},
+                },
+            },
+            "config",
+        ),
         ({"seq_len": 4, "config": SCOUT, "layer": 48}, "layer"),
         ({"seq_len": 4, "alpha": 0.1, "period": 2, "layer": 1}, "layer"),
     ],

@@ -84,9 +84,7 @@ def test_deberta_hand_worked_small_case() -> None:
     [(512, 512, 256, 512), (700, 2048, 256, 512), (33, 90, 8, 20), (64, 64, -1, 512)],
 )
 def test_deberta_matches_build_relative_position(t, s, bucket_size, max_position) -> None:
-    got = deberta_relative_positions(
-        t, s, position_buckets=bucket_size, max_position=max_position
-    )
+    got = deberta_relative_positions(t, s, position_buckets=bucket_size, max_position=max_position)
     assert_close(got, reference_build(t, s, bucket_size, max_position), rtol=0, atol=0)
 
 
@@ -126,7 +124,7 @@ def test_deberta_where_float32_differs_float64_is_exact(bucket_size, max_positio
     assert 0 < len(differ) < 200  # the float32 boundary slips this test is about
     for r in rp[differ].tolist():
         assert got[r + 2**15].item() == exact_bucket(r, bucket_size, max_position), r
-    sample = rp[:: 997].tolist()
+    sample = rp[::997].tolist()
     assert [got[r + 2**15].item() for r in sample] == [
         exact_bucket(r, bucket_size, max_position) for r in sample
     ]
