@@ -28,6 +28,7 @@ from posenc.position_ids import (
 )
 from posenc.presets import PRESETS, Preset, PresetKind, get_preset
 from posenc.query_scale import query_scale
+from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.relative import (
     Bucketing,
     clipped_bucket,
@@ -104,6 +105,7 @@ __all__ = [
     "relative_buckets",
     "relative_position_bucket",
     "relative_positions",
+    "relative_sinusoidal_table",
     "resolve_device",
     "resolve_dtype",
     "rope_cos_sin",

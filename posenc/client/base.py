@@ -249,6 +249,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     alibi = kind_method("alibi")
     relative = kind_method("relative")
     query_scale = kind_method("query_scale")
+    relative_sinusoidal = kind_method("relative_sinusoidal")
 
     position_ids = kind_method("position_ids")
     mrope_position_ids = kind_method("mrope_position_ids")
