@@ -28,7 +28,6 @@ from posenc.position_ids import (
 )
 from posenc.presets import PRESETS, Preset, PresetKind, get_preset
 from posenc.query_scale import query_scale
-from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.relative import (
     Bucketing,
     clipped_bucket,
@@ -39,6 +38,7 @@ from posenc.relative import (
     relative_position_bucket,
     relative_positions,
 )
+from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import (
     RopeLayout,
     RopeScaling,
