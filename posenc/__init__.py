@@ -55,6 +55,7 @@ from posenc.sinusoidal import (
     sinusoidal_frequencies,
     sinusoidal_table,
 )
+from posenc.xpos import xpos_scales
 
 __version__ = "0.1.0"
 
@@ -113,4 +114,5 @@ __all__ = [
     "seeded_normal",
     "sinusoidal_frequencies",
     "sinusoidal_table",
+    "xpos_scales",
 ]

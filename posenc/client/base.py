@@ -250,6 +250,7 @@ class _BaseClient(Generic[T, J, HttpT, TransportT]):
     relative = kind_method("relative")
     query_scale = kind_method("query_scale")
     relative_sinusoidal = kind_method("relative_sinusoidal")
+    xpos = kind_method("xpos")
 
     position_ids = kind_method("position_ids")
     mrope_position_ids = kind_method("mrope_position_ids")

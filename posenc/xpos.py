@@ -1,0 +1,141 @@
+"""xPos: the per-position scales a length-extrapolatable rotary embedding applies.
+
+Sun et al., "A Length-Extrapolatable Transformer" (ACL 2023). Reference implementation:
+lucidrains' rotary-embedding-torch (``RotaryEmbedding(dim, use_xpos=True,
+xpos_scale_base=...)``, ``get_scale`` and ``rotate_queries_and_keys``), whose formula posenc
+writes independently:
+
+- per frequency pair ``i`` of the ``R`` rotated channels, ``ζ_i = (2i + 0.4 R) / (1.4 R)``;
+- for a sequence of ``N`` positions ``t = 0 … N − 1``, the power ``(t − N // 2) / scale_base``;
+- queries are multiplied by ``ζ_i ^ power`` and keys by its inverse, each value repeated on the
+  pair's two adjacent channels (the library rotates adjacent pairs: ``interleaved``).
+
+So ``q_t · k_s`` carries ``ζ_i^((t − s) / scale_base)``: a decay by relative distance. Powers
+are formed in float64 (``exp(power · ln ζ_i)``) and cast once.
+
+Notation used for tensor shapes:
+    T: positions.
+    R: rotated channels (the embedding's ``dim``, even).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from posenc import kinds
+from posenc._validate import check_int, device_or_cpu
+from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
+
+
+def xpos_zeta(dim: int, *, device: str | torch.device | None = None) -> torch.Tensor:
+    """``ζ_i = (2i + 0.4 R) / (1.4 R)`` for ``i = 0 … R/2 − 1``: (R/2,) float64."""
+    dim = check_int("dim", dim, 2)
+    if dim % 2:
+        raise InvalidArgument(f"dim must be even, got {dim}", field="dim")
+    two_i = torch.arange(0, dim, 2, dtype=torch.float64, device=device_or_cpu(device))
+    return (two_i + 0.4 * dim) / (1.4 * dim)
+
+
+def xpos_scales(
+    seq_len: int,
+    dim: int,
+    *,
+    scale_base: float = 512.0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+    max_elements: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The query and key scales of ``rotate_queries_and_keys`` for ``N = seq_len`` positions.
+
+    Args:
+        seq_len: ``N`` (>= 1): positions ``0 … N − 1``, centred on ``N // 2``.
+        dim: ``R``, the rotary embedding's ``dim`` (even).
+        scale_base: ``xpos_scale_base`` (> 0; the library's default 512).
+        dtype: dtype of the results (computed in float64).
+        device: where they live (None: CPU).
+        max_elements: refuse a call whose outputs would exceed this many elements in all.
+
+    Returns:
+        ``(query_scale, key_scale)``, each (T, R): ``ζ^power`` and ``ζ^−power``, each
+        frequency's value on its two adjacent channels.
+    """
+    seq_len = check_int("seq_len", seq_len, 1)
+    zeta = xpos_zeta(dim, device=device)  # (R/2,)
+    if not isinstance(scale_base, int | float) or not math.isfinite(scale_base) or scale_base <= 0:
+        raise InvalidArgument(
+            f"scale_base must be a finite number > 0, got {scale_base!r}", field="scale_base"
+        )
+    check_elements(
+        2 * seq_len * dim,
+        what=f"the two (T={seq_len}, R={dim}) xPos scales",
+        max_elements=max_elements,
+    )
+    t = torch.arange(seq_len, dtype=torch.int64, device=zeta.device)
+    power = (t - seq_len // 2).to(torch.float64) / scale_base  # (T,)
+    log_scale = power[:, None] * torch.log(zeta)[None, :]  # (T, R/2)
+    log_scale = log_scale.repeat_interleave(2, dim=-1)  # (T, R): pairs adjacent
+    return torch.exp(log_scale).to(dtype), torch.exp(-log_scale).to(dtype)
+
+
+__all__ = ["XPOS", "xpos_scales", "xpos_zeta"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The xpos endpoint kind (posenc.kinds)
+# ---------------------------------------------------------------------------------------------
+
+
+def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
+    q, k = xpos_scales(
+        p["seq_len"], p["dim"], scale_base=p["scale_base"], dtype=ctx.dtype, device=ctx.device
+    )
+    return {"query_scale": q, "key_scale": k}
+
+
+XPOS: kinds.Kind = kinds.register(
+    kinds.Kind(
+        name="xpos",
+        path="/v1/encodings/xpos",
+        tag="encodings",
+        summary="xPos query and key scales (rotary-embedding-torch use_xpos)",
+        description="The per-position scales of a length-extrapolatable rotary embedding (Sun et "
+        "al. 2023), as rotary-embedding-torch's `RotaryEmbedding(dim, use_xpos=True, "
+        "xpos_scale_base)` applies them in `rotate_queries_and_keys`: ζ_i = (2i + 0.4R)/(1.4R), "
+        "power (t − N//2)/scale_base for t = 0 … N−1; `query_scale` = ζ^power and `key_scale` = "
+        "ζ^−power, each on its pair's two adjacent channels. float64, cast once.",
+        fields=(
+            kinds.FieldSpec("seq_len", "int", "N: positions 0 … N−1", minimum=1, example=8),
+            kinds.FieldSpec(
+                "dim",
+                "int",
+                "R: the rotary embedding's dim (even)",
+                minimum=2,
+                multiple_of=2,
+                example=64,
+            ),
+            kinds.FieldSpec(
+                "scale_base",
+                "float",
+                "xpos_scale_base (rotary-embedding-torch: 512)",
+                512.0,
+                exclusive_minimum=0,
+            ),
+        ),
+        tensors=(
+            kinds.TensorSpec("query_scale", ("T", "R")),
+            kinds.TensorSpec("key_scale", ("T", "R")),
+        ),
+        shapes=lambda p: {
+            "query_scale": (p["seq_len"], p["dim"]),
+            "key_scale": (p["seq_len"], p["dim"]),
+        },
+        compute=_compute,
+        meta=lambda p: {"kind": "xpos", "layout": "interleaved", **p},
+    )
+)
+"""The xpos endpoint kind (see :mod:`posenc.kinds`)."""
