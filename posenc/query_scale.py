@@ -82,7 +82,14 @@ def query_scale(
     if p.numel() and int(p.min()) < 0:
         raise InvalidArgument(f"positions must be >= 0, got {int(p.min())}", field="positions")
     steps = torch.div(p + offset, period, rounding_mode="floor")  # (T,) exact
-    return (1.0 + alpha * torch.log1p(steps.to(torch.float64))).to(dtype)
+    scale = (1.0 + alpha * torch.log1p(steps.to(torch.float64))).to(dtype)
+    if not torch.isfinite(scale).all():
+        raise InvalidArgument(
+            f"the query scale overflows {dtype} with alpha {alpha:g} (largest step "
+            f"{int(steps.max())}); use a smaller alpha or float64",
+            field="alpha",
+        )
+    return scale
 
 
 @dataclass(frozen=True)

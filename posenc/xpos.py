@@ -79,7 +79,16 @@ def xpos_scales(
     power = (t - seq_len // 2).to(torch.float64) / scale_base  # (T,)
     log_scale = power[:, None] * torch.log(zeta)[None, :]  # (T, R/2)
     log_scale = log_scale.repeat_interleave(2, dim=-1)  # (T, R): pairs adjacent
-    return torch.exp(log_scale).to(dtype), torch.exp(-log_scale).to(dtype)
+    query, key = torch.exp(log_scale).to(dtype), torch.exp(-log_scale).to(dtype)
+    if not (torch.isfinite(query).all() and torch.isfinite(key).all()):
+        largest = float(log_scale.abs().max()) / math.log(10)
+        raise InvalidArgument(
+            f"the xPos scales reach 10^±{largest:.0f} at seq_len {seq_len} with scale_base "
+            f"{scale_base:g}, beyond {str(dtype).removeprefix('torch.')}; use a larger "
+            f"scale_base or fewer positions{'' if dtype == torch.float64 else ', or float64'}",
+            field="seq_len",
+        )
+    return query, key
 
 
 __all__ = ["XPOS", "xpos_scales", "xpos_zeta"]

@@ -64,14 +64,19 @@ def test_product_depends_on_distance_only() -> None:
 
 
 def test_large_positions_in_float64() -> None:
-    """At t = 2^20 − 1 the slowest pair of R = 4 (ζ = 9/14) is ζ^1024 ≈ 1e-196: representable
-    in float64 and computed to 1e-12 relative."""
-    q, k = xpos_scales(2**20, 4, scale_base=512.0, dtype=torch.float64)
-    power = (2**20 - 1 - 2**19) / 512.0
-    want = (9 / 14) ** power
-    assert 0 < want < 1e-150
-    assert math.isclose(q[-1, 2].item(), want, rel_tol=1e-12)
-    assert math.isclose(k[-1, 3].item(), 1 / want, rel_tol=1e-12)
+    """N = 2^19, t = N − 1: powers ±(2^18 − 1)/512 ≈ ±512, so ζ_0 = 2/7 gives about 1e∓278,
+    still finite in float64, and computed to 1e-12 relative. (At N = 2^20 the inverse, 1e557,
+    is beyond float64: refused, below.)"""
+    n = 2**19
+    q, k = xpos_scales(n, 4, scale_base=512.0, dtype=torch.float64)
+    power = (n - 1 - n // 2) / 512.0
+    for col, zeta in ((0, 2 / 7), (2, 9 / 14)):
+        want = zeta**power
+        assert math.isclose(q[-1, col].item(), want, rel_tol=1e-12)
+        assert math.isclose(k[-1, col].item(), 1 / want, rel_tol=1e-12)
+    assert q[-1, 0].item() < 1e-270
+    with pytest.raises(InvalidArgument, match="float64"):
+        xpos_scales(2**20, 4, scale_base=512.0, dtype=torch.float64)
 
 
 def test_kind_and_refusals() -> None:
@@ -84,3 +89,11 @@ def test_kind_and_refusals() -> None:
         with pytest.raises(InvalidArgument) as err:
             kinds.compute(KIND, kinds.resolve_fields(KIND, fields))
         assert err.value.field == where
+
+
+def test_overflow_is_refused_with_the_numbers() -> None:
+    with pytest.raises(InvalidArgument, match="10\\^") as err:
+        xpos_scales(100000, 4, scale_base=1.0)  # ζ_0^±50000 overflows float32
+    assert err.value.field == "seq_len"
+    q, _ = xpos_scales(200, 4, scale_base=1.0, dtype=torch.float64)  # 0.2857^±100: fine
+    assert torch.isfinite(q).all()
