@@ -76,12 +76,28 @@ def relative_sinusoidal_table(
     check_elements(
         rows * d_model, what=f"the (P={rows}, D={d_model}) table", max_elements=max_elements
     )
-    positions = relative_sinusoidal_positions(seq_len, device=device).to(torch.float64)  # (P,)
-    exponents = torch.arange(0, d_model, 2, dtype=torch.float64, device=positions.device)
-    inv_freq = 1.0 / (base ** (exponents / d_model))  # (D/2,)
-    angles = positions[:, None] * inv_freq[None, :]  # (P, D/2)
-    table = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (P, D/2, 2)
-    return table.reshape(rows, d_model).to(dtype)  # (P, D)
+    out = torch.empty((rows, d_model), dtype=dtype, device=device_or_cpu(device))
+    write_rows(out, 0, rows, seq_len=seq_len, inv_freq=_inv_freq(d_model, base, out.device))
+    return out  # (P, D)
+
+
+def _inv_freq(d_model: int, base: float, device: torch.device) -> torch.Tensor:
+    """``ω_i = base^(-2i/D)``: (D/2,) float64, as Parakeet's ``inv_freq`` (in float64)."""
+    exponents = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
+    return 1.0 / (base ** (exponents / d_model))
+
+
+def write_rows(
+    out: torch.Tensor, start: int, stop: int, *, seq_len: int, inv_freq: torch.Tensor
+) -> None:
+    """Rows ``start … stop − 1`` of the table into ``out`` ``(stop − start, D)``: the one
+    formula of both the whole table and its row blocks (float64 angles, one cast into ``out``)."""
+    r = (seq_len - 1 - torch.arange(start, stop, dtype=torch.int64, device=out.device)).to(
+        torch.float64
+    )  # (N,) relative positions
+    angles = r[:, None] * inv_freq.to(out.device)[None, :]  # (N, D/2)
+    out[:, 0::2] = angles.sin()
+    out[:, 1::2] = angles.cos()
 
 
 def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -123,6 +139,7 @@ __all__ = [
     "parakeet_fields",
     "relative_sinusoidal_positions",
     "relative_sinusoidal_table",
+    "write_rows",
 ]
 
 
@@ -149,15 +166,29 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor
     return {
         "encoding": relative_sinusoidal_table(
             r["seq_len"], r["d_model"], base=r["base"], dtype=ctx.dtype, device=ctx.device
-        ),
-        "positions": relative_sinusoidal_positions(r["seq_len"], device=ctx.device),
+        )
     }
+
+
+def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    from posenc.blocks import TableBlocks
+
+    r = _resolved(p)
+    seq_len, d_model = r["seq_len"], r["d_model"]
+    relative_sinusoidal_table(1, d_model, base=r["base"])  # validates d_model and base
+    inv_freq = _inv_freq(d_model, r["base"], ctx.device)
+
+    def fill(start: int, stop: int, out: torch.Tensor) -> None:
+        write_rows(out, start, stop, seq_len=seq_len, inv_freq=inv_freq)
+
+    rows = 2 * seq_len - 1
+    return {"encoding": TableBlocks("encoding", (rows, d_model), ctx.dtype, fill, ctx.device)}
 
 
 def _shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     r = _resolved(p)
     rows = 2 * r["seq_len"] - 1
-    return {"encoding": (rows, r["d_model"]), "positions": (rows,)}
+    return {"encoding": (rows, r["d_model"])}
 
 
 RELATIVE_SINUSOIDAL: kinds.Kind = kinds.register(
@@ -169,7 +200,7 @@ RELATIVE_SINUSOIDAL: kinds.Kind = kinds.register(
         description="The sinusoidal table of the relative positions L−1 … −(L−1) (rows in that "
         "order), pairs interleaved [sin, cos] with ω_i = base^(−2i/D), as transformers' "
         "`ParakeetEncoderRelPositionalEncoding` (NVIDIA Parakeet / FastConformer, Transformer-XL "
-        "style attention). float64 angles, cast once; `positions` gives each row's distance.",
+        "style attention). float64 angles, cast once; row k is distance L − 1 − k.",
         fields=(
             kinds.FieldSpec("seq_len", "int", "L, the sequence length", minimum=1, example=4),
             kinds.FieldSpec(
@@ -196,10 +227,7 @@ RELATIVE_SINUSOIDAL: kinds.Kind = kinds.register(
                 None,
             ),
         ),
-        tensors=(
-            kinds.TensorSpec("encoding", ("P", "D")),
-            kinds.TensorSpec("positions", ("P",), integer=True),
-        ),
+        tensors=(kinds.TensorSpec("encoding", ("P", "D")),),
         shapes=_shapes,
         compute=_compute,
         meta=lambda p: {
@@ -211,6 +239,8 @@ RELATIVE_SINUSOIDAL: kinds.Kind = kinds.register(
             "config_model_type": (p.get("config") or {}).get("model_type"),
             "dtype": p["dtype"],
         },
+        blocks=_blocks,
+        row_elements=lambda p: int(_resolved(p)["d_model"]),
     )
 )
 """The relative-sinusoidal endpoint kind (see :mod:`posenc.kinds`)."""

@@ -64,7 +64,7 @@ def test_matches_parakeet_encoder_rel_positional_encoding(seq_len: int) -> None:
     got = table({"config": {"model_type": "parakeet_encoder"}, "seq_len": seq_len})
     assert got["encoding"].shape == (2 * seq_len - 1, 1024)
     assert_close(got["encoding"], want, rtol=0, atol=3e-5)  # transformers' float32 angles
-    assert got["positions"].tolist() == list(range(seq_len - 1, -seq_len, -1))
+    assert relative_sinusoidal_positions(seq_len).tolist() == list(range(seq_len - 1, -seq_len, -1))
 
 
 def test_whole_model_config_reads_encoder_config() -> None:
