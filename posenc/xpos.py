@@ -65,33 +65,68 @@ def xpos_scales(
         frequency's value on its two adjacent channels.
     """
     seq_len = check_int("seq_len", seq_len, 1)
-    zeta = xpos_zeta(dim, device=device)  # (R/2,)
-    if not isinstance(scale_base, int | float) or not math.isfinite(scale_base) or scale_base <= 0:
-        raise InvalidArgument(
-            f"scale_base must be a finite number > 0, got {scale_base!r}", field="scale_base"
-        )
+    log_zeta = _checked_log_zeta(seq_len, dim, scale_base, dtype, device)
     check_elements(
         2 * seq_len * dim,
         what=f"the two (T={seq_len}, R={dim}) xPos scales",
         max_elements=max_elements,
     )
-    t = torch.arange(seq_len, dtype=torch.int64, device=zeta.device)
-    power = (t - seq_len // 2).to(torch.float64) / scale_base  # (T,)
-    log_scale = power[:, None] * torch.log(zeta)[None, :]  # (T, R/2)
-    log_scale = log_scale.repeat_interleave(2, dim=-1)  # (T, R): pairs adjacent
-    query, key = torch.exp(log_scale).to(dtype), torch.exp(-log_scale).to(dtype)
-    if not (torch.isfinite(query).all() and torch.isfinite(key).all()):
-        largest = float(log_scale.abs().max()) / math.log(10)
-        raise InvalidArgument(
-            f"the xPos scales reach 10^±{largest:.0f} at seq_len {seq_len} with scale_base "
-            f"{scale_base:g}, beyond {str(dtype).removeprefix('torch.')}; use a larger "
-            f"scale_base or fewer positions{'' if dtype == torch.float64 else ', or float64'}",
-            field="seq_len",
-        )
+    query = torch.empty((seq_len, dim), dtype=dtype, device=log_zeta.device)
+    key = torch.empty_like(query)
+    write_rows(query, key, 0, seq_len, seq_len=seq_len, scale_base=scale_base, log_zeta=log_zeta)
     return query, key
 
 
-__all__ = ["XPOS", "xpos_scales", "xpos_zeta"]
+def _checked_log_zeta(
+    seq_len: int,
+    dim: int,
+    scale_base: float,
+    dtype: torch.dtype,
+    device: str | torch.device | None,
+) -> torch.Tensor:
+    """``ln ζ`` (R/2,) float64, once the settings are checked: a finite ``scale_base > 0`` and
+    scales that stay finite in ``dtype`` (the largest is ``ζ_0^−|power|max``, known from the
+    numbers alone)."""
+    zeta = xpos_zeta(dim, device=device)  # (R/2,), validates dim
+    if not isinstance(scale_base, int | float) or not math.isfinite(scale_base) or scale_base <= 0:
+        raise InvalidArgument(
+            f"scale_base must be a finite number > 0, got {scale_base!r}", field="scale_base"
+        )
+    largest_power = max(seq_len // 2, seq_len - 1 - seq_len // 2) / scale_base
+    largest_log = largest_power * abs(math.log((0.4 * dim) / (1.4 * dim)))  # ζ_0 = 2/7
+    largest = torch.tensor(largest_log, dtype=torch.float64).exp().to(dtype)
+    if not torch.isfinite(largest):
+        name = str(dtype).removeprefix("torch.")
+        raise InvalidArgument(
+            f"the xPos scales reach 10^±{largest_log / math.log(10):.0f} at seq_len {seq_len} "
+            f"with scale_base {scale_base:g}, beyond {name}; use a larger scale_base or fewer "
+            f"positions{'' if dtype == torch.float64 else ', or float64'}",
+            field="seq_len",
+        )
+    return torch.log(zeta)
+
+
+def write_rows(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    start: int,
+    stop: int,
+    *,
+    seq_len: int,
+    scale_base: float,
+    log_zeta: torch.Tensor,
+) -> None:
+    """Rows ``start … stop − 1`` of both scales into ``query`` and ``key`` ``(stop − start, R)``:
+    the one formula of the whole tables and their row blocks (float64, one cast into each)."""
+    t = torch.arange(start, stop, dtype=torch.int64, device=query.device)
+    power = (t - seq_len // 2).to(torch.float64) / scale_base  # (N,)
+    log_scale = power[:, None] * log_zeta.to(query.device)[None, :]  # (N, R/2)
+    log_scale = log_scale.repeat_interleave(2, dim=-1)  # (N, R): pairs adjacent
+    query.copy_(torch.exp(log_scale))
+    key.copy_(torch.exp(-log_scale))
+
+
+__all__ = ["XPOS", "write_rows", "xpos_scales", "xpos_zeta"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -104,6 +139,27 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor
         p["seq_len"], p["dim"], scale_base=p["scale_base"], dtype=ctx.dtype, device=ctx.device
     )
     return {"query_scale": q, "key_scale": k}
+
+
+def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    from posenc.blocks import TableBlocks
+
+    seq_len, dim, base = p["seq_len"], p["dim"], p["scale_base"]
+    log_zeta = _checked_log_zeta(seq_len, dim, base, ctx.dtype, ctx.device)
+
+    def fill(inverse: bool) -> Any:
+        def rows(start: int, stop: int, out: torch.Tensor) -> None:
+            spare = torch.empty_like(out)  # the other table's rows, not kept
+            q, k = (spare, out) if inverse else (out, spare)
+            write_rows(q, k, start, stop, seq_len=seq_len, scale_base=base, log_zeta=log_zeta)
+
+        return rows
+
+    shape = (seq_len, dim)
+    return {
+        "query_scale": TableBlocks("query_scale", shape, ctx.dtype, fill(False), ctx.device),
+        "key_scale": TableBlocks("key_scale", shape, ctx.dtype, fill(True), ctx.device),
+    }
 
 
 XPOS: kinds.Kind = kinds.register(
@@ -145,6 +201,8 @@ XPOS: kinds.Kind = kinds.register(
         },
         compute=_compute,
         meta=lambda p: {"kind": "xpos", "layout": "interleaved", **p},
+        blocks=_blocks,
+        row_elements=lambda p: int(p["dim"]),
     )
 )
 """The xpos endpoint kind (see :mod:`posenc.kinds`)."""
