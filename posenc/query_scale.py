@@ -224,6 +224,8 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
     """The fields with a config's rule under them (the caller's values win)."""
     out = dict(p)
     config = p.get("config")
+    if p.get("preset") is not None:
+        config = _preset_config(p["preset"], config)
     rule: QueryScaleRule | None = None
     if config is not None:
         rule = query_scale_from_config(config)
@@ -239,6 +241,10 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
         for name in _RULE_FIELDS:
             if out.get(name) is None:
                 out[name] = getattr(rule, name)
+    out["config_model_type"] = None
+    if config is not None:
+        text, _ = _text(config)
+        out["config_model_type"] = config.get("model_type") or text.get("model_type")
     if out.get("offset") is None:
         out["offset"] = 0
     for name in ("alpha", "period"):
@@ -258,6 +264,27 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
                 field="layer",
             )
     return out
+
+
+def _preset_config(name: str, config: Any) -> Mapping[str, Any]:
+    """The quoted published config of preset ``name`` (:mod:`posenc.model_configs`)."""
+    from posenc.errors import UnknownName
+    from posenc.model_configs import MODEL_CONFIGS
+
+    if config is not None:
+        raise InvalidArgument(
+            f"give config or preset, not both (got preset {name!r} and a config)", field="config"
+        )
+    known = sorted(n for n, (_, c) in MODEL_CONFIGS.items() if query_scale_from_config(c))
+    if name not in known:
+        raise UnknownName(
+            f"preset {name!r} quotes no config with a query scale; those that do: "
+            f"{', '.join(known)}",
+            field="preset",
+            name=name,
+            known=known,
+        )
+    return MODEL_CONFIGS[name][1]
 
 
 def _length(p: Mapping[str, Any]) -> int:
@@ -299,6 +326,8 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "layers": list(rule.layers) if rule is not None and rule.layers is not None else None,
         "layer": p.get("layer"),
         "applies": _applies(m),
+        "preset": p.get("preset"),
+        "config_model_type": m["config_model_type"],
         "dtype": p["dtype"],
     }
 
@@ -360,6 +389,13 @@ QUERY_SCALE: kinds.Kind = kinds.register(
                 "Llama 4's RoPE layers)",
                 None,
                 minimum=0,
+            ),
+            kinds.FieldSpec(
+                "preset",
+                "str",
+                "a preset (GET /v1/presets) whose quoted config applies a query scale, e.g. "
+                "llama-4-scout; not together with config",
+                None,
             ),
             kinds.FieldSpec(
                 "config",

@@ -185,3 +185,15 @@ def test_refusals(fields: dict, where: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         table(fields)
     assert err.value.field == where
+
+
+def test_llama4_scout_preset_quotes_its_config() -> None:
+    from posenc.errors import UnknownName
+
+    got = table({"preset": "llama-4-scout", "positions": [0, 8191, 100000], "dtype": "float64"})
+    want = [1 + 0.1 * math.log1p((p + 1) // 8192) for p in (0, 8191, 100000)]
+    assert_close(got["scale"], torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-15)
+    with pytest.raises(UnknownName, match="llama-4-scout"):
+        table({"preset": "llama-2-7b", "seq_len": 3})
+    with pytest.raises(InvalidArgument, match="not both"):
+        table({"preset": "llama-4-scout", "config": SCOUT, "seq_len": 3})
