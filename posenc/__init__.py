@@ -28,6 +28,7 @@ from posenc.position_ids import (
     position_ids_from_mask,
 )
 from posenc.presets import PRESETS, Preset, PresetKind, get_preset
+from posenc.query_scale import query_scale
 from posenc.relative import (
     Bucketing,
     clipped_bucket,
@@ -38,6 +39,7 @@ from posenc.relative import (
     relative_position_bucket,
     relative_positions,
 )
+from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import (
     RopeLayout,
     RopeScaling,
@@ -54,6 +56,7 @@ from posenc.sinusoidal import (
     sinusoidal_frequencies,
     sinusoidal_table,
 )
+from posenc.xpos import xpos_scales
 
 __version__ = "0.1.0"
 
@@ -99,11 +102,13 @@ __all__ = [
     "num_relative_buckets",
     "pad_rows",
     "position_ids_from_mask",
+    "query_scale",
     "relative_bias",
     "relative_bias_table",
     "relative_buckets",
     "relative_position_bucket",
     "relative_positions",
+    "relative_sinusoidal_table",
     "resolve_device",
     "resolve_dtype",
     "rope_cos_sin",
@@ -111,4 +116,5 @@ __all__ = [
     "seeded_normal",
     "sinusoidal_frequencies",
     "sinusoidal_table",
+    "xpos_scales",
 ]

@@ -15,10 +15,13 @@ from posenc.embedding import EMBED
 from posenc.learned import LEARNED
 from posenc.mrope import MROPE_POSITION_IDS
 from posenc.position_ids import POSITION_IDS
+from posenc.query_scale import QUERY_SCALE
 from posenc.relative import RELATIVE
+from posenc.relative_sinusoidal import RELATIVE_SINUSOIDAL
 from posenc.rope import ROPE
 from posenc.sinusoidal import SINUSOIDAL
 from posenc.vision_rope import VISION_ROPE
+from posenc.xpos import XPOS
 
 __all__ = ["KINDS"]
 
@@ -27,6 +30,9 @@ KINDS: tuple[kinds.Kind, ...] = (
     LEARNED,
     ROPE,
     VISION_ROPE,
+    QUERY_SCALE,
+    RELATIVE_SINUSOIDAL,
+    XPOS,
     ALIBI,
     RELATIVE,
     POSITION_IDS,

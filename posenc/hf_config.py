@@ -149,6 +149,10 @@ _GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
 _QWEN_SLIDING = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 _ALIBI_MODEL_TYPES = frozenset({"bloom"})
 _RELATIVE_MODEL_TYPES = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
+#: Relative positions of their own (:mod:`posenc.relative`): DeBERTa-v2/v3 (when its
+#: ``relative_attention`` is true), and Swin windows.
+_DEBERTA_MODEL_TYPES = frozenset({"deberta-v2"})
+_SWIN_MODEL_TYPES = frozenset({"swin", "swinv2"})
 _LEARNED_MODEL_TYPES = frozenset(
     {
         "gpt2",
@@ -555,7 +559,13 @@ def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
         return "alibi" if isinstance(attn, Mapping) and attn.get("alibi", True) else "learned"
     if base in _ALIBI_MODEL_TYPES:
         return "alibi"
-    if base in _RELATIVE_MODEL_TYPES or "relative_attention_num_buckets" in c:
+    if base in _RELATIVE_MODEL_TYPES or base in _SWIN_MODEL_TYPES:
+        return "relative"
+    if base in _DEBERTA_MODEL_TYPES:  # DebertaV2Config: relative_attention False by default
+        if c.get("relative_attention") is True:
+            return "relative"
+        return "learned" if c.get("position_biased_input", True) else "none"
+    if "relative_attention_num_buckets" in c:
         return "relative"
     if base in _SINUSOIDAL_MODEL_TYPES:
         return "sinusoidal"
@@ -977,13 +987,26 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
     r = _Reader(c, prefix)
     kind = _kind(model_type, c)
     shown_type = top_type if isinstance(top_type, str) else model_type
+    if base in _SWIN_MODEL_TYPES:  # num_heads is a list per stage
+        return _swin(shown_type, base, r)
     heads = _num_heads(r)
     max_pos = r.int("max_position_embeddings") or r.int("n_positions")
     n_layers = _layer_count(r)
     if kind == "alibi":
         return _alibi(shown_type, base, r, heads, max_pos, n_layers)
+    if kind == "relative" and base in _DEBERTA_MODEL_TYPES:
+        return _deberta(shown_type, r, heads, max_pos, n_layers)
     if kind == "relative":
         return _relative(shown_type, r, heads, n_layers)
+    if kind == "none":
+        return ModelPositions(
+            model_type=shown_type,
+            kind="none",
+            head_dim=_head_dim(r),
+            max_position_embeddings=max_pos,
+            layer_types=tuple(["full_attention"] * (n_layers or 0)),
+            warnings=tuple(r.warnings),
+        )
     if kind in ("learned", "sinusoidal"):
         d_model = _hidden(r)
         learned = None
@@ -1065,7 +1088,7 @@ def _rope(
         interleaved = base in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")
     first = next(iter(rope.values()))
     temperature = None
-    if base == "llama4" and r.bool("attn_temperature_tuning", True):
+    if base == "llama4" and _temperature_tuning(r):
         temperature = MappingProxyType(
             {
                 "floor_scale": float(r.float("floor_scale", 8192.0)),  # type: ignore[arg-type]
@@ -1152,6 +1175,81 @@ def _relative(
                 "num_heads": heads,
             }
         ),
+        warnings=tuple(r.warnings),
+    )
+
+
+def _temperature_tuning(r: _Reader) -> bool:
+    """Llama 4's ``attn_temperature_tuning`` (default on). The published Scout file has 4, an
+    int; transformers 5 types the field bool, so any nonzero number turns it on."""
+    value = r.config.get("attn_temperature_tuning")
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return value != 0
+    return r.bool("attn_temperature_tuning", True)
+
+
+def _deberta(
+    shown_type: str, r: _Reader, heads: int | None, max_pos: int | None, n_layers: int | None
+) -> ModelPositions:
+    """DeBERTa-v2/v3 with ``relative_attention``, as ``DebertaV2Encoder`` and
+    ``DisentangledSelfAttention`` read it: ``max_relative_positions`` < 1 (the published v3
+    files' -1) falls back to ``max_position_embeddings``; ``position_buckets`` <= 0 (or absent)
+    is plain ``i - j``. The softmax scale is ``(head_dim · (1 + |{c2p, p2c} ∩ pos_att_type|))
+    ^-0.5``."""
+    c = r.config
+    max_relative = c.get("max_relative_positions", -1)
+    if max_relative is None or (isinstance(max_relative, int | float) and max_relative < 1):
+        max_position = max_pos
+        if max_position is None:
+            raise InvalidArgument(
+                f"{r.field('max_relative_positions')} is {max_relative!r} (< 1), so DeBERTa "
+                "uses max_position_embeddings, which the config lacks",
+                field=r.field("max_position_embeddings"),
+            )
+    else:
+        max_position = r.int("max_relative_positions")
+    buckets = c.get("position_buckets", -1)
+    if buckets is not None and not (isinstance(buckets, int) and buckets <= 0):
+        buckets = r.int("position_buckets")
+    if buckets is None or buckets <= 0:
+        buckets = None
+    head_dim = r.int("attention_head_size") or _head_dim(r)
+    att_type = c.get("pos_att_type") or []
+    if isinstance(att_type, str):
+        att_type = [x.strip() for x in att_type.lower().split("|")]
+    factor = 1 + sum(1 for t in ("c2p", "p2c") if t in att_type)
+    return ModelPositions(
+        model_type=shown_type,
+        kind="relative",
+        head_dim=head_dim,
+        max_position_embeddings=max_pos,
+        layer_types=tuple(["full_attention"] * (n_layers or 0)),
+        softmax_scale=None if head_dim is None else (head_dim * factor) ** -0.5,
+        relative=MappingProxyType(
+            {"bucketing": "deberta", "position_buckets": buckets, "max_position": max_position}
+        ),
+        warnings=tuple(r.warnings),
+    )
+
+
+def _swin(shown_type: str, base: str, r: _Reader) -> ModelPositions:
+    """Swin / Swin v2: every window attends with the ``relative_position_index`` of a
+    ``window_size`` window (transformers' default 7). Swin v2's attention is cosine with a
+    learned logit scale, so it has no fixed softmax scale."""
+    window = r.int("window_size", 7)
+    embed_dim = r.int("embed_dim", 96)
+    stage_heads = r.config.get("num_heads", [3, 6, 12, 24])
+    head_dim = None
+    first = stage_heads[0] if isinstance(stage_heads, list) and stage_heads else None
+    if isinstance(first, int) and not isinstance(first, bool) and first > 0 and embed_dim:
+        head_dim = embed_dim // first
+    scale = None if base == "swinv2" or head_dim is None else head_dim**-0.5
+    return ModelPositions(
+        model_type=shown_type,
+        kind="relative",
+        head_dim=head_dim,
+        softmax_scale=scale,
+        relative=MappingProxyType({"bucketing": "swin", "window_size": window}),
         warnings=tuple(r.warnings),
     )
 

@@ -547,6 +547,39 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "relative_attention_num_buckets": 32,
             },
         ),
+        # --- DeBERTa-v3 and Swin (relative positions of their own) ---------------------------
+        "deberta-v3-base": (
+            "microsoft/deberta-v3-base",
+            {
+                "model_type": "deberta-v2",
+                "hidden_size": 768,
+                "intermediate_size": 3072,
+                "max_position_embeddings": 512,
+                "relative_attention": True,
+                "position_buckets": 256,
+                "norm_rel_ebd": "layer_norm",
+                "share_att_key": True,
+                "pos_att_type": "p2c|c2p",
+                "max_relative_positions": -1,
+                "position_biased_input": False,
+                "num_attention_heads": 12,
+                "num_hidden_layers": 12,
+                "type_vocab_size": 0,
+                "vocab_size": 128100,
+            },
+        ),
+        "swin-tiny": (
+            "microsoft/swin-tiny-patch4-window7-224",
+            {
+                "model_type": "swin",
+                "embed_dim": 96,
+                "depths": [2, 2, 6, 2],
+                "num_heads": [3, 6, 12, 24],
+                "window_size": 7,
+                "image_size": 224,
+                "patch_size": 4,
+            },
+        ),
         # --- learned ----------------------------------------------------------------------
         "gpt2": (
             "openai-community/gpt2",
@@ -587,6 +620,7 @@ _UNVERIFIED_NAMES = (
     "pythia-1b",
     "bloom-7b1",
     "t5-base",
+    "swin-tiny",
 )
 
 #: Where each checked entry's values were compared with a copy of the published file.
@@ -656,6 +690,9 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "layers; one older copy spells them n_embed / num_attention_heads)",
         "t5-small": "the T5Config of t5-small as loaded from the hub (d_model 512, d_kv 64, "
         "8 heads, 6 layers, 32 buckets)",
+        "deberta-v3-base": "copies of microsoft/deberta-v3-base config.json in public code (a "
+        "port's pinned test fixture of the file; a pretrained_init_configuration table): "
+        "position_buckets 256, max_relative_positions -1, max_position_embeddings 512",
         "bert-base": "the BertConfig of bert-base-uncased as loaded (512 positions, absolute, "
         "vocab 30522); google-bert/bert-base-cased config.json for the key layout",
     }
@@ -668,6 +705,10 @@ NOTES: Mapping[str, str] = MappingProxyType(
         "num_key_value_heads / head_dim / rope_theta / rope_local_base_freq / "
         "max_position_embeddings / query_pre_attn_scalar; Gemma3TextConfig's defaults "
         "(8, 4, 256, 1e6, 1e4, 131072, 256) apply",
+        "deberta-v3-base": "max_relative_positions -1 falls back to max_position_embeddings "
+        "512, as DebertaV2Encoder does",
+        "swin-tiny": "window_size 7 as the checkpoint's name says (window7); the other keys "
+        "are SwinConfig's defaults, which describe Swin-T",
         "t5-base": "relative_attention_max_distance is not in the published file; T5Config's "
         "default 128 applies",
         "t5-small": "relative_attention_max_distance is not in the published file; T5Config's "

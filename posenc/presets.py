@@ -6,8 +6,9 @@ preset and override any of its values:
 - ``rope``: ``head_dim``, ``rotary_dim``, ``base``, ``layout``, ``scaling`` (``None`` or a mapping
   with ``type`` and transformers' ``rope_parameters`` names); see :mod:`posenc.rope`.
 - ``alibi``: ``num_heads``, ``max_bias``; see :mod:`posenc.alibi`.
-- ``relative``: ``num_buckets``, ``max_distance``, ``bidirectional``, ``num_heads``; see
-  :mod:`posenc.relative`.
+- ``relative``: ``num_buckets``, ``max_distance``, ``bidirectional``, ``num_heads`` (T5);
+  ``bucketing``, ``position_buckets``, ``max_position`` (DeBERTa); ``bucketing``,
+  ``window_size`` (Swin); see :mod:`posenc.relative`.
 - ``learned``: ``d_model``, ``seq_len`` (the table size ``P``), ``vocab_size``; see
   :mod:`posenc.learned`.
 
@@ -37,7 +38,11 @@ PRESET_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
     {
         "rope": frozenset({"head_dim", "rotary_dim", "base", "layout", "scaling"}),
         "alibi": frozenset({"num_heads", "max_bias"}),
-        "relative": frozenset({"num_buckets", "max_distance", "bidirectional", "num_heads"}),
+        "relative": frozenset(
+            {"num_buckets", "max_distance", "bidirectional", "num_heads"}  # T5
+            | {"bucketing", "position_buckets", "max_position"}  # DeBERTa-v2/v3
+            | {"window_size"}  # Swin (with bucketing)
+        ),
         "learned": frozenset({"d_model", "seq_len", "vocab_size"}),
     }
 )

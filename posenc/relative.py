@@ -1,4 +1,4 @@
-"""T5-style relative position buckets and the learned per-head bias they index.
+"""Relative position buckets (T5, DeBERTa-v2/v3, Swin) and the learned per-head bias they index.
 
 Raffel et al., "Exploring the Limits of Transfer Learning with a Unified Text-to-Text
 Transformer" (JMLR 2020). Reference implementations: Mesh TensorFlow
@@ -14,6 +14,20 @@ Notation used for tensor shapes:
 
 The relative position of key ``j`` seen from query ``i`` is ``j - (i + S - T)``: negative for
 keys in the past, as T5 defines it (memory position minus query position).
+
+Two other families index their relative embeddings differently:
+
+- DeBERTa-v2/v3 (He et al., "DeBERTa: Decoding-enhanced BERT with Disentangled Attention", ICLR
+  2021; transformers ``models/deberta_v2/modeling_deberta_v2.py::build_relative_position`` and
+  ``make_log_bucket_position``): ``i - j`` with query ``i`` at position ``i`` (so the opposite
+  sign of T5's, and no shift when ``S > T``), log-bucketed beyond ``position_buckets // 2``
+  (:func:`deberta_relative_positions`). posenc takes the logarithm in float64; transformers'
+  float32 arithmetic agrees with it for the published settings at distances up to 2**15.
+- Swin and Swin v2 (Liu et al., ICCV 2021 / CVPR 2022; transformers
+  ``SwinRelativePositionBias._create_relative_position_index`` and
+  ``Swinv2SelfAttention.create_coords_table_and_index``): the index of the 2-D offset between two
+  cells of a ``W x W`` window into a ``(2W - 1)**2``-row table
+  (:func:`swin_relative_position_index`).
 """
 
 from __future__ import annotations
@@ -36,13 +50,15 @@ from posenc._validate import (
 )
 from posenc.blocks import TableBlocks, query_key_rel
 from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument
+from posenc.errors import InvalidArgument, MissingField
 from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
 from posenc.limits import check_elements
 
-Bucketing = Literal["log", "clip"]
+Bucketing = Literal["log", "clip", "deberta", "swin"]
 
 BUCKETINGS: tuple[str, ...] = get_args(Bucketing)
+#: The bucketings of T5-style positions ``j - (i + S - T)`` (:func:`relative_buckets`).
+T5_BUCKETINGS: tuple[str, ...] = ("log", "clip")
 
 
 def _check_log_buckets(num_buckets: int, max_distance: int, bidirectional: bool) -> None:
@@ -202,7 +218,7 @@ def num_relative_buckets(
 ) -> int:
     """Number of buckets ``NB`` (rows of the bias table): ``num_buckets`` for ``"log"``,
     ``2 * max_distance + 1`` for ``"clip"``."""
-    check_choice("bucketing", bucketing, BUCKETINGS)
+    check_choice("bucketing", bucketing, T5_BUCKETINGS)
     if bucketing == "clip":
         return 2 * check_int("max_distance", max_distance, 0) + 1
     return check_int("num_buckets", num_buckets, 2)
@@ -236,7 +252,7 @@ def relative_buckets(
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
-    check_choice("bucketing", bucketing, BUCKETINGS)
+    check_choice("bucketing", bucketing, T5_BUCKETINGS)
     if bucketing == "log":
         _check_log_buckets(num_buckets, max_distance, bidirectional)
     else:
@@ -247,6 +263,136 @@ def relative_buckets(
     return relative_position_bucket(
         rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
     )
+
+
+def _check_deberta_buckets(position_buckets: int | None, max_position: int | None) -> bool:
+    """Whether DeBERTa's log buckets apply (``position_buckets > 0``); refuses settings whose
+    logarithm the reference cannot form (a zero or infinite ``log((max_position - 1) / mid)``)."""
+    if position_buckets is None or position_buckets <= 0:
+        return False
+    position_buckets = check_int("position_buckets", position_buckets, 1)
+    if position_buckets < 2:
+        raise InvalidArgument(
+            "position_buckets must be >= 2 (its half is the exact range), or <= 0 for plain "
+            f"relative positions, got {position_buckets}",
+            field="position_buckets",
+        )
+    if max_position is None:
+        raise InvalidArgument(
+            f"max_position is required with position_buckets={position_buckets} (DeBERTa's "
+            "max_relative_positions, or max_position_embeddings where that is < 1)",
+            field="max_position",
+        )
+    max_position = check_int("max_position", max_position, 1)
+    mid = position_buckets // 2
+    if max_position - 1 <= mid:
+        raise InvalidArgument(
+            f"max_position must be > {mid + 1} (position_buckets // 2 + 1, so that "
+            f"log((max_position - 1) / {mid}) > 0), got {max_position}",
+            field="max_position",
+        )
+    return True
+
+
+def deberta_log_bucket(
+    relative_position: torch.Tensor | int | list[int], *, position_buckets: int, max_position: int
+) -> torch.Tensor:
+    """DeBERTa-v2's ``make_log_bucket_position``, with the logarithm in float64.
+
+    Positions with ``|r| <= mid`` (``mid = position_buckets // 2``) are kept; farther ones become
+    ``sign(r) * (ceil(log(|r| / mid) / log((max_position - 1) / mid) * (mid - 1)) + mid)``.
+
+    Args:
+        relative_position: integer tensor (any shape) or Python ints (``i - j``).
+        position_buckets: DeBERTa's ``position_buckets`` (>= 2).
+        max_position: ``max_relative_positions`` (> ``position_buckets // 2 + 1``).
+
+    Returns:
+        int64 tensor of the input's shape and device.
+    """
+    _check_deberta_buckets(position_buckets, max_position)
+    rp = _as_positions(relative_position)
+    mid = position_buckets // 2
+    distance = rp.abs()
+    far = distance.to(torch.float64).clamp(min=mid)  # the near ones are replaced below
+    log_ratio = math.log((max_position - 1) / mid)
+    log_pos = torch.ceil(torch.log(far / mid) / log_ratio * (mid - 1)) + mid  # float64
+    return torch.where(distance <= mid, rp, log_pos.to(torch.int64) * torch.sign(rp))
+
+
+def deberta_relative_positions(
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    position_buckets: int | None = None,
+    max_position: int | None = None,
+    device: str | torch.device | None = None,
+    max_elements: int | None = None,
+) -> torch.Tensor:
+    """DeBERTa-v2/v3's relative positions: transformers'
+    ``build_relative_position(q, k, bucket_size=position_buckets, max_position=max_position)[0]``.
+
+    Args:
+        seq_len: number of queries ``T`` (>= 1), query ``i`` at position ``i``.
+        key_len: number of keys ``S`` (>= ``T``; default ``T``), key ``j`` at position ``j``.
+        position_buckets: DeBERTa's ``position_buckets``; None or <= 0: plain ``i - j``.
+        max_position: ``max_relative_positions`` (the model's fallback to
+            ``max_position_embeddings`` where that is < 1 is the caller's, as
+            :func:`posenc.hf_config.read_positions` does it); needed with ``position_buckets``.
+        device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`); None means ``posenc.limits.MAX_ELEMENTS``.
+
+    Returns:
+        (T, S) int64: ``i - j``, log-bucketed beyond ``position_buckets // 2``.
+
+    Raises:
+        InvalidArgument: a length below 1, ``key_len < seq_len``, or bucket settings the formula
+            cannot use.
+    """
+    bucketed = _check_deberta_buckets(position_buckets, max_position)
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        seq_len * key_len,
+        what=f"the (T={seq_len}, S={key_len}) relative positions",
+        max_elements=max_elements,
+    )
+    dev = device_or_cpu(device)
+    q = torch.arange(seq_len, dtype=torch.int64, device=dev)  # (T,)
+    k = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
+    rel = q[:, None] - k[None, :]  # (T, S)
+    if not bucketed or position_buckets is None or max_position is None:
+        return rel
+    return deberta_log_bucket(rel, position_buckets=position_buckets, max_position=max_position)
+
+
+def swin_relative_position_index(
+    window_size: int, *, device: str | torch.device | None = None, max_elements: int | None = None
+) -> torch.Tensor:
+    """Swin's ``relative_position_index`` of a ``W x W`` window, as a (W², W²) matrix.
+
+    Cells are numbered row-major (``n = h * W + w``); the pair ``(n, m)`` gets
+    ``(h_n - h_m + W - 1) * (2W - 1) + (w_n - w_m + W - 1)``, a row of the model's
+    ``(2W - 1)**2``-row ``relative_position_bias_table``.
+
+    Args:
+        window_size: ``W`` (>= 1).
+        device: where the result lives (None: CPU).
+        max_elements: refuse a call whose output would exceed this many elements.
+
+    Returns:
+        (W², W²) int64, values in ``[0, (2W - 1)**2)``.
+    """
+    w = check_int("window_size", window_size, 1)
+    check_elements(
+        w**4, what=f"the (W²={w * w}, W²={w * w}) window index", max_elements=max_elements
+    )
+    dev = device_or_cpu(device)
+    cells = torch.arange(w * w, dtype=torch.int64, device=dev)  # (W²,)
+    h, col = cells // w, cells % w  # (W²,) each
+    dh = h[:, None] - h[None, :] + (w - 1)  # (W², W²)
+    dw = col[:, None] - col[None, :] + (w - 1)  # (W², W²)
+    return dh * (2 * w - 1) + dw
 
 
 def relative_bias_table(
@@ -333,12 +479,15 @@ def relative_bias(
 __all__ = [
     "Bucketing",
     "clipped_bucket",
+    "deberta_log_bucket",
+    "deberta_relative_positions",
     "num_relative_buckets",
     "relative_bias",
     "relative_bias_table",
     "relative_buckets",
     "relative_position_bucket",
     "relative_positions",
+    "swin_relative_position_index",
 ]
 
 
@@ -347,7 +496,63 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------
 
 
-def _bucket_count(p: Mapping[str, Any]) -> int:
+def _lengths(p: Mapping[str, Any]) -> tuple[int, int]:
+    """``(T, S)`` of resolved fields: a Swin window's ``(W², W²)`` (``seq_len`` and ``key_len``
+    optional, and W² when given), else ``seq_len`` (required) and ``key_len``."""
+    if p["bucketing"] == "swin":
+        if p.get("window_size") is None:
+            raise MissingField(
+                "window_size is required with bucketing swin: give window_size or a Swin config",
+                field="window_size",
+            )
+        cells = p["window_size"] ** 2
+        _check_window_lengths(p, cells)
+        return cells, cells
+    if p["bucketing"] == "deberta":
+        _check_deberta_buckets(p["position_buckets"], p["max_position"])
+    if p.get("seq_len") is None:
+        raise MissingField(
+            "seq_len is required: give seq_len (T, the number of queries)", field="seq_len"
+        )
+    return bias_lengths(p)
+
+
+def _check_window_lengths(p: Mapping[str, Any], cells: int) -> None:
+    for name in ("seq_len", "key_len"):
+        if p.get(name) is not None and p[name] != cells:
+            raise InvalidArgument(
+                f"{name} must be W² = {cells} for a Swin window of window_size "
+                f"{p['window_size']}, got {p[name]}",
+                field=name,
+            )
+
+
+def _check_relative(p: Mapping[str, Any]) -> None:
+    """Cross-field checks; also run on the caller's fields before a config is merged (absent
+    fields are None there, ``bucketing`` included)."""
+    scheme = p.get("bucketing")
+    if scheme == "swin":
+        if p.get("window_size") is not None:
+            _check_window_lengths(p, p["window_size"] ** 2)
+    else:
+        check_bias_lengths(p)
+    if scheme == "deberta" and None not in (p.get("position_buckets"), p.get("max_position")):
+        _check_deberta_buckets(p["position_buckets"], p["max_position"])
+    if scheme == "deberta" and p.get("num_heads") is not None:
+        raise InvalidArgument(
+            f"num_heads={p['num_heads']} given with bucketing deberta: DeBERTa's relative "
+            "positions index its shared rel_embeddings (disentangled attention), not a per-head "
+            "bias table; omit num_heads",
+            field="num_heads",
+        )
+
+
+def _bucket_count(p: Mapping[str, Any]) -> int | None:
+    """Rows of the bias table the buckets index (None: DeBERTa, whose ids are signed)."""
+    if p["bucketing"] == "swin":
+        return int((2 * p["window_size"] - 1) ** 2)
+    if p["bucketing"] == "deberta":
+        return None
     return num_relative_buckets(
         num_buckets=p["num_buckets"], max_distance=p["max_distance"], bucketing=p["bucketing"]
     )
@@ -358,19 +563,34 @@ def _bucket_arguments(p: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _relative_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    seq_len, key_len = bias_lengths(p)
+    seq_len, key_len = _lengths(p)
     shapes: dict[str, tuple[int, ...]] = {"buckets": (seq_len, key_len)}
-    if p["num_heads"] is not None:
+    if p["num_heads"] is not None and p["bucketing"] != "deberta":
         shapes["bias"] = (p["num_heads"], seq_len, key_len)
     return shapes
 
 
+def _relative_buckets(p: Mapping[str, Any], ctx: kinds.Context) -> torch.Tensor:
+    seq_len, key_len = _lengths(p)
+    if p["bucketing"] == "swin":
+        return swin_relative_position_index(p["window_size"], device=ctx.device)
+    if p["bucketing"] == "deberta":
+        return deberta_relative_positions(
+            seq_len,
+            key_len,
+            position_buckets=p["position_buckets"],
+            max_position=p["max_position"],
+            device=ctx.device,
+        )
+    return relative_buckets(seq_len, key_len, **_bucket_arguments(p), device=ctx.device)
+
+
 def _relative_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor]:
-    seq_len, key_len = bias_lengths(p)
-    buckets = relative_buckets(seq_len, key_len, **_bucket_arguments(p), device=ctx.device)
-    tensors = {"buckets": buckets}  # (T, S) int64
-    if p["num_heads"] is not None:
-        table = relative_bias_table(_bucket_count(p), p["num_heads"], seed=p["seed"])
+    buckets = _relative_buckets(p, ctx)  # (T, S) int64
+    tensors = {"buckets": buckets}
+    count = _bucket_count(p)
+    if p["num_heads"] is not None and count is not None:
+        table = relative_bias_table(count, p["num_heads"], seed=p["seed"])
         tensors["bias"] = relative_bias(buckets, table.to(ctx.device), dtype=ctx.dtype)
     return tensors
 
@@ -378,7 +598,7 @@ def _relative_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, tor
 def _bucket_fn(
     num_buckets: int, max_distance: int, bidirectional: bool, bucketing: Bucketing
 ) -> Callable[[Tensor], Tensor]:
-    check_choice("bucketing", bucketing, BUCKETINGS)
+    check_choice("bucketing", bucketing, T5_BUCKETINGS)
     if bucketing == "clip":
         check_int("max_distance", max_distance, 0)
         return lambda rel: clipped_bucket(
@@ -457,16 +677,48 @@ def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     return tables
 
 
+def _relative_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    seq_len, key_len = _lengths(p)
+    scheme = p["bucketing"]
+    if scheme == "deberta":
+        own: tuple[str, ...] = ("position_buckets", "max_position")
+    elif scheme == "swin":
+        own = ("window_size", "num_heads", "seed")
+    else:
+        own = ("num_buckets", "max_distance", "bidirectional", "num_heads", "seed")
+    return {
+        "kind": "relative",
+        "seq_len": seq_len,
+        "key_len": key_len,
+        "bucketing": scheme,
+        "bucket_count": _bucket_count(p),
+        **{k: p[k] for k in own},
+        "preset": p["preset"],
+        "dtype": p["dtype"],
+        **kinds.derived(RELATIVE, p),
+    }
+
+
 RELATIVE: kinds.Kind = kinds.Kind(
     name="relative",
     path="/v1/biases/relative",
     tag="biases",
-    summary="T5 relative position buckets and bias",
-    description="T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped "
-    "distances), and with `num_heads` a seeded bias table `torch.manual_seed(seed); "
-    "nn.Embedding(n_buckets, H)` gathered per pair; `bias` only when `num_heads` is given.",
+    summary="Relative position buckets (T5, DeBERTa, Swin) and bias",
+    description="`bucketing` log: T5's `_relative_position_bucket` of `j − (i + S − T)`; clip: "
+    "those distances clamped; deberta: DeBERTa-v2/v3's `build_relative_position` (`i − j`, "
+    "log-bucketed beyond `position_buckets // 2`, float64 log); swin: a Swin window's "
+    "`relative_position_index` (W², W²). With `num_heads`, a seeded bias table "
+    "`torch.manual_seed(seed); nn.Embedding(n_buckets, H)` gathered per pair (T5 and "
+    "Swin, whose table has (2W − 1)² rows); `bias` only when `num_heads` is given.",
     fields=(
-        kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=4),
+        kinds.FieldSpec(
+            "seq_len",
+            "int",
+            "T, the number of queries (required, except with a Swin window: W², optional)",
+            None,
+            minimum=1,
+            example=4,
+        ),
         kinds.FieldSpec("key_len", "int", "S (default T)", None, minimum=1),
         kinds.FieldSpec(
             "num_buckets",
@@ -496,14 +748,43 @@ RELATIVE: kinds.Kind = kinds.Kind(
         kinds.FieldSpec(
             "bucketing",
             "str",
-            "log: T5's _relative_position_bucket; clip: clamp to ±max_distance",
+            "log: T5's _relative_position_bucket; clip: clamp to ±max_distance; deberta: "
+            "DeBERTa-v2/v3's build_relative_position; swin: a Swin window's "
+            "relative_position_index (default log; a DeBERTa or Swin config sets its own)",
             "log",
             choices=BUCKETINGS,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "position_buckets",
+            "int",
+            "deberta: DeBERTa's position_buckets; absent or <= 0: plain i − j",
+            None,
+            minimum=-1,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "max_position",
+            "int",
+            "deberta: max_position of the log buckets (the config's max_relative_positions, "
+            "or max_position_embeddings where that is < 1)",
+            None,
+            minimum=1,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "window_size",
+            "int",
+            "swin: the window W (the config's window_size)",
+            None,
+            minimum=1,
+            maximum=256,
+            sourced=True,
         ),
         kinds.FieldSpec(
             "num_heads",
             "int",
-            "H: when given, also the bias tensor",
+            "H: when given, also the bias tensor (not with deberta)",
             None,
             minimum=1,
             sourced=True,
@@ -519,7 +800,9 @@ RELATIVE: kinds.Kind = kinds.Kind(
         ),
         kinds.preset_field("relative"),
         kinds.config_field(
-            "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads."
+            "T5: relative_attention_num_buckets, relative_attention_max_distance, num_heads; "
+            "DeBERTa-v2/v3 (relative_attention true): position_buckets, "
+            "max_relative_positions, max_position_embeddings; Swin / Swin v2: window_size."
         ),
     ),
     tensors=(
@@ -528,32 +811,14 @@ RELATIVE: kinds.Kind = kinds.Kind(
     ),
     shapes=_relative_shapes,
     compute=_relative_compute,
-    check=check_bias_lengths,
-    meta=lambda p: {
-        "kind": "relative",
-        "seq_len": p["seq_len"],
-        "key_len": bias_lengths(p)[1],
-        "num_buckets": p["num_buckets"],
-        "bucket_count": _bucket_count(p),
-        **{
-            k: p[k]
-            for k in (
-                "max_distance",
-                "bidirectional",
-                "bucketing",
-                "num_heads",
-                "seed",
-                "preset",
-                "dtype",
-            )
-        },
-        **kinds.derived(RELATIVE, p),
-    },
+    check=_check_relative,
+    meta=_relative_meta,
     blocks=_relative_blocks,
-    row_elements=lambda p: bias_lengths(p)[1],
+    streams=lambda p: p["bucketing"] in T5_BUCKETINGS,
+    row_elements=lambda p: _lengths(p)[1],
     sources=kinds.Sources("relative"),
     allocations=lambda p: (
-        {"num_heads": _bucket_count(p) * p["num_heads"]} if p["num_heads"] else {}
+        {"num_heads": (_bucket_count(p) or 0) * p["num_heads"]} if p["num_heads"] else {}
     ),
 )
 """The relative endpoint kind (see :mod:`posenc.kinds`)."""

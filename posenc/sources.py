@@ -70,9 +70,18 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
         if positions.kind != sources.positions:
             where = endpoint_of(positions.kind)
             hint = f"; send it to {where}" if where else " (it has no positional encoding table)"
-            raise InvalidArgument(
+            message = (
                 f"config of model_type {positions.model_type!r} uses {positions.kind} positions, "
-                f"not {sources.positions}{hint}",
+                f"not {sources.positions}{hint}"
+            )
+            if sources.positions == "relative" and "deberta" in positions.model_type:
+                message = (  # DebertaV2Config's relative_attention is False by default
+                    f"config of model_type {positions.model_type!r} has relative_attention "
+                    f"false: the model uses no relative positions ({positions.kind} positions"
+                    f"{hint})"
+                )
+            raise InvalidArgument(
+                message,
                 field="config",
             )
         if sources.from_config is not None:

@@ -16,7 +16,16 @@ from posenc.client.results import ArrayKind
 
 T = TypeVar("T")
 
-TableKind = Literal["alibi", "learned", "relative", "rope", "sinusoidal", "vision_rope"]
+TableKind = Literal[
+    "alibi",
+    "learned",
+    "relative",
+    "relative_sinusoidal",
+    "rope",
+    "sinusoidal",
+    "vision_rope",
+    "xpos",
+]
 """The kinds whose tables stream (``save_table`` writes any of them to a file)."""
 
 
@@ -346,6 +355,76 @@ class KindMethods(Generic[T]):
             pad_position=pad_position,
         )
 
+    def query_scale(
+        self,
+        *,
+        seq_len: int | None = None,
+        positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        alpha: float | None = None,
+        period: int | None = None,
+        offset: int | None = None,
+        layer: int | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/query-scale``: Position-dependent query scale (Llama 4, Ministral 3).
+
+        The factor a model multiplies each query by, `1 + alpha · ln(1 + floor((p + offset) /
+        period))`: Llama 4's `attn_temperature_tuning` on its no-RoPE layers (alpha
+        `attn_scale`, period `floor_scale`, offset 1; transformers `Llama4TextAttention`), and
+        `llama_4_scaling_beta` in `rope_parameters` on every layer (alpha the beta, period
+        `original_max_position_embeddings`, offset 0; transformers `get_llama_4_attn_scale` of
+        Ministral 3 / Mistral 4). float64, cast once.
+
+        Args:
+            seq_len: T: positions 0 … T−1.
+            positions: explicit positions (ints ≥ 0) instead of seq_len.
+            alpha: the scale's factor (Llama 4 attn_scale, Ministral 3 llama_4_scaling_beta);
+                required without a config.
+            period: positions per step (Llama 4 floor_scale, Ministral 3
+                original_max_position_embeddings); required without a config.
+            offset: added to p before the division (Llama 4: 1; default 0).
+            layer: with a config: this layer's scale (ones where the layer scales no query, as
+                Llama 4's RoPE layers).
+            preset: a preset (GET /v1/presets) whose quoted config applies a query scale, e.g.
+                llama-4-scout; not together with config.
+            config: a model's config.json (a multimodal file whole): Llama 4
+                (attn_temperature_tuning, attn_scale, floor_scale, no_rope_layers), Ministral 3
+                / Mistral 3 / Mistral 4 (rope_parameters.llama_4_scaling_beta,
+                original_max_position_embeddings); alpha, period, offset override it.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``scale`` (T).
+        """
+        return self.compute(
+            "query_scale",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            positions=positions,
+            alpha=alpha,
+            period=period,
+            offset=offset,
+            layer=layer,
+            preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
     def relative(
         self,
         *,
@@ -354,7 +433,10 @@ class KindMethods(Generic[T]):
         num_buckets: int | None = None,
         max_distance: int | None = None,
         bidirectional: bool | None = None,
-        bucketing: Literal["log", "clip"] | None = None,
+        bucketing: Literal["log", "clip", "deberta", "swin"] | None = None,
+        position_buckets: int | None = None,
+        max_position: int | None = None,
+        window_size: int | None = None,
         num_heads: int | None = None,
         seed: int | None = None,
         preset: str | None = None,
@@ -367,23 +449,32 @@ class KindMethods(Generic[T]):
         query: Mapping[str, Any] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> T:
-        """``GET or POST /v1/biases/relative``: T5 relative position buckets and bias.
+        """``GET or POST /v1/biases/relative``: Relative position buckets (T5, DeBERTa, Swin) and bias.
 
-        T5's `_relative_position_bucket` of `j − (i + S − T)` (or clipped distances), and with
-        `num_heads` a seeded bias table `torch.manual_seed(seed); nn.Embedding(n_buckets, H)`
-        gathered per pair; `bias` only when `num_heads` is given.
+        `bucketing` log: T5's `_relative_position_bucket` of `j − (i + S − T)`; clip: those
+        distances clamped; deberta: DeBERTa-v2/v3's `build_relative_position` (`i − j`, log-
+        bucketed beyond `position_buckets // 2`, float64 log); swin: a Swin window's
+        `relative_position_index` (W², W²). With `num_heads`, a seeded bias table
+        `torch.manual_seed(seed); nn.Embedding(n_buckets, H)` gathered per pair (T5 and Swin,
+        whose table has (2W − 1)² rows); `bias` only when `num_heads` is given.
 
         Args:
-            seq_len: T, the number of queries.
+            seq_len: T, the number of queries (required, except with a Swin window: W²,
+                optional).
             key_len: S (default T).
             num_buckets: log bucketing: the number of buckets (default 32 when neither preset
                 nor config gives it).
             max_distance: log: distance of the last bucket; clip: the clamp (default 128 when
                 neither preset nor config gives it).
             bidirectional: keys on both sides of the query (default true).
-            bucketing: log: T5's _relative_position_bucket; clip: clamp to ±max_distance
-                (default 'log').
-            num_heads: H: when given, also the bias tensor.
+            bucketing: log: T5's _relative_position_bucket; clip: clamp to ±max_distance;
+                deberta: DeBERTa-v2/v3's build_relative_position; swin: a Swin window's
+                relative_position_index (default log; a DeBERTa or Swin config sets its own).
+            position_buckets: deberta: DeBERTa's position_buckets; absent or <= 0: plain i − j.
+            max_position: deberta: max_position of the log buckets (the config's
+                max_relative_positions, or max_position_embeddings where that is < 1).
+            window_size: swin: the window W (the config's window_size).
+            num_heads: H: when given, also the bias tensor (not with deberta).
             seed: torch.manual_seed of the bias table (default 0).
             preset: name of a preset from GET /v1/presets; its params are defaults the other
                 fields override (kind relative).
@@ -391,7 +482,9 @@ class KindMethods(Generic[T]):
                 file whole): read as transformers 5 reads it; its values are defaults the other
                 fields override. Not together with preset. See POST /v1/configs/positions for
                 what it means. T5: relative_attention_num_buckets,
-                relative_attention_max_distance, num_heads.
+                relative_attention_max_distance, num_heads; DeBERTa-v2/v3 (relative_attention
+                true): position_buckets, max_relative_positions, max_position_embeddings; Swin /
+                Swin v2: window_size.
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -413,9 +506,62 @@ class KindMethods(Generic[T]):
             max_distance=max_distance,
             bidirectional=bidirectional,
             bucketing=bucketing,
+            position_buckets=position_buckets,
+            max_position=max_position,
+            window_size=window_size,
             num_heads=num_heads,
             seed=seed,
             preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
+    def relative_sinusoidal(
+        self,
+        *,
+        seq_len: int | None = None,
+        d_model: int | None = None,
+        base: float | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/relative-sinusoidal``: Transformer-XL relative sinusoidal positions (Parakeet).
+
+        The sinusoidal table of the relative positions L−1 … −(L−1) (rows in that order), pairs
+        interleaved [sin, cos] with ω_i = base^(−2i/D), as transformers'
+        `ParakeetEncoderRelPositionalEncoding` (NVIDIA Parakeet / FastConformer, Transformer-XL
+        style attention). float64 angles, cast once; row k is distance L − 1 − k.
+
+        Args:
+            seq_len: L, the sequence length.
+            d_model: D, even (the encoder's hidden_size; required without a config).
+            base: the frequencies' base (Parakeet: 10000) (default 10000.0).
+            config: a Parakeet config.json (parakeet_ctc, parakeet_tdt, parakeet_rnnt: its
+                encoder_config; or parakeet_encoder): gives d_model (hidden_size).
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``encoding`` (P, D).
+        """
+        return self.compute(
+            "relative_sinusoidal",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            d_model=d_model,
+            base=base,
             config=config,
             dtype=dtype,
         )
@@ -613,5 +759,52 @@ class KindMethods(Generic[T]):
             extra=extra,
             config=config,
             grid_thw=grid_thw,
+            dtype=dtype,
+        )
+
+    def xpos(
+        self,
+        *,
+        seq_len: int | None = None,
+        dim: int | None = None,
+        scale_base: float | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/xpos``: xPos query and key scales (rotary-embedding-torch use_xpos).
+
+        The per-position scales of a length-extrapolatable rotary embedding (Sun et al. 2023),
+        as rotary-embedding-torch's `RotaryEmbedding(dim, use_xpos=True, xpos_scale_base)`
+        applies them in `rotate_queries_and_keys`: ζ_i = (2i + 0.4R)/(1.4R), power (t −
+        N//2)/scale_base for t = 0 … N−1; `query_scale` = ζ^power and `key_scale` = ζ^−power,
+        each on its pair's two adjacent channels. float64, cast once.
+
+        Args:
+            seq_len: N: positions 0 … N−1.
+            dim: R: the rotary embedding's dim (even).
+            scale_base: xpos_scale_base (rotary-embedding-torch: 512) (default 512.0).
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``query_scale`` (T, R), ``key_scale`` (T, R).
+        """
+        return self.compute(
+            "xpos",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            dim=dim,
+            scale_base=scale_base,
             dtype=dtype,
         )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from posenc.engines import compare_engines, positions_for_engine
+from posenc.query_scale import describe_query_scale
 from posenc.vision_rope import vision_tower
 from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
@@ -99,6 +100,13 @@ class ConfigPositions(BaseModel):
         "layout, merge_size, fixed grid and reference, as POST /v1/encodings/vision-rope reads "
         "them",
     )
+    query_scale: dict[str, Any] | None = Field(
+        None,
+        description="the position-dependent factor queries are multiplied by: {rule, alpha, "
+        "period, offset, layers (the layer indices that apply it), endpoint}, where scale(p) = "
+        "1 + alpha·ln(1 + floor((p + offset)/period)) (Llama 4's attn_temperature_tuning, "
+        "llama_4_scaling_beta); null when none",
+    )
     warnings: list[str]
     engine: str = Field(..., description="transformers or vllm: whose reading this is")
     meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
@@ -177,7 +185,9 @@ class EngineComparison(BaseModel):
         "Reads a Hugging Face config.json as transformers 5 does: the kind of positional "
         "encoding, head and rotary dims, layout, the layer types (no_rope where a layer applies "
         "none), RoPE parameters per layer type with their attention scaling, the attention's "
-        "softmax scale, Llama 4's temperature settings, the sliding window, and warnings for "
+        "softmax scale, Llama 4's temperature settings, the sliding window, the relative scheme "
+        "(T5, DeBERTa, Swin), the position-dependent query scale and the layers that apply it "
+        "(query_scale), and warnings for "
         "legacy or ignored keys. An unreadable config is a 422 naming the key."
     ),
     responses={
@@ -190,6 +200,7 @@ def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     return {
         **positions_for_engine(body.config, body.engine, body.max_model_len),
         "vision": vision_tower(body.config),
+        "query_scale": describe_query_scale(body.config),
     }
 
 

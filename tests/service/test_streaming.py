@@ -36,7 +36,9 @@ from posenc.relative import (
     relative_bias_table,
     relative_buckets,
 )
+from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import RopeScaling, rope_cos_sin
+from posenc.xpos import xpos_scales
 from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
 
 MAX_ELEMENTS = 4096
@@ -141,6 +143,22 @@ def _cases() -> list[tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]]:
             "/v1/biases/relative",
             {"seq_len": 80, "bucketing": "clip", "max_distance": 16},
             {"buckets": relative_buckets(80, bucketing="clip", max_distance=16)},
+        ),
+        (
+            "relative-sinusoidal",
+            "/v1/encodings/relative-sinusoidal",
+            {"seq_len": 300, "d_model": 16, "dtype": "float16"},
+            {"encoding": relative_sinusoidal_table(300, 16, dtype=torch.float16)},
+        ),
+        (
+            "xpos",
+            "/v1/encodings/xpos",
+            {"seq_len": 300, "dim": 16, "scale_base": 64},
+            dict(
+                zip(
+                    ("query_scale", "key_scale"), xpos_scales(300, 16, scale_base=64.0), strict=True
+                )
+            ),
         ),
     ]
 

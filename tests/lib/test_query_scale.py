@@ -1,0 +1,199 @@
+"""Position-dependent query scale against transformers' Llama 4 and Ministral 3 attention.
+
+References: transformers ``models/llama4/modeling_llama4.py::Llama4TextAttention.forward``
+(``attn_temperature_tuning`` on layers with ``use_rope`` 0) and
+``models/ministral3/modeling_ministral3.py::get_llama_4_attn_scale``, built from default
+configs with no weights loaded; plus the closed form and hand-worked values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from posenc import kinds, resolve
+from posenc.errors import InvalidArgument
+from posenc.query_scale import query_scale, query_scale_from_config
+
+QUERY_SCALE = kinds.REGISTRY["query_scale"]
+
+# meta-llama/Llama-4-Scout-17B-16E-Instruct: the text_config keys the scale depends on
+SCOUT = {
+    "model_type": "llama4",
+    "text_config": {
+        "model_type": "llama4_text",
+        "hidden_size": 5120,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 48,
+        "rope_theta": 500000.0,
+        "attn_temperature_tuning": 4,
+        "floor_scale": 8192,
+        "attn_scale": 0.1,
+        "max_position_embeddings": 10485760,
+        "rope_scaling": {
+            "rope_type": "llama3",
+            "factor": 16.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 1.0,
+            "original_max_position_embeddings": 8192,
+        },
+    },
+}
+
+
+def table(fields: dict) -> dict[str, torch.Tensor]:
+    return resolve.compute(QUERY_SCALE, resolve.resolve_fields(QUERY_SCALE, fields))
+
+
+def test_hand_worked_values() -> None:
+    """alpha 0.5, period 4, offset 1: p = 0..2 -> floor(<1) = 0 -> 1; p = 3 -> floor(1) = 1
+    -> 1 + 0.5 ln 2; p = 11 -> floor(3) = 3 -> 1 + 0.5 ln 4 = 1 + ln 2."""
+    got = query_scale([0, 2, 3, 11], alpha=0.5, period=4, offset=1, dtype=torch.float64)
+    want = torch.tensor([1.0, 1.0, 1 + 0.5 * math.log(2), 1 + math.log(2)], dtype=torch.float64)
+    assert_close(got, want, rtol=0, atol=1e-15)
+
+
+def test_closed_form_at_large_positions() -> None:
+    """float64 to 2^40: 1 + alpha · ln(1 + (p + offset) // period) from Python's integers."""
+    ps = [0, 8191, 8192, 2**20 - 1, 2**20, 2**33 + 5, 2**40]
+    got = query_scale(ps, alpha=0.1, period=8192, offset=1, dtype=torch.float64)
+    want = torch.tensor([1 + 0.1 * math.log1p((p + 1) // 8192) for p in ps], dtype=torch.float64)
+    assert_close(got, want, rtol=0, atol=1e-15)
+
+
+def llama4_reference_scale(config, layer_idx: int, seq_len: int) -> torch.Tensor:
+    """What Llama4TextAttention.forward multiplies the queries of ``layer_idx`` by, read off
+    the queries it hands to the attention function (query projection = ones)."""
+    import transformers.models.llama4.modeling_llama4 as m
+
+    attention = m.Llama4TextAttention(config, layer_idx)
+    with torch.no_grad():
+        attention.q_proj.weight.zero_()
+        attention.q_proj.weight[:, 0] = 1.0  # every query channel = hidden[0] = 1
+    captured = {}
+
+    def capture(module, query, key, value, attention_mask, **kwargs):
+        captured["query"] = query  # (B, H, T, D)
+        return value.transpose(1, 2), None
+
+    original = m.eager_attention_forward
+    m.eager_attention_forward = capture
+    try:
+        hidden = torch.ones(1, seq_len, config.hidden_size)
+        freqs = torch.ones(1, seq_len, config.head_dim // 2, dtype=torch.complex64)
+        attention(hidden, freqs, None)
+    finally:
+        m.eager_attention_forward = original
+    return captured["query"][0, 0, :, 0]  # (T,)
+
+
+def test_llama4_matches_llama4_text_attention() -> None:
+    from transformers import Llama4TextConfig
+
+    config = Llama4TextConfig(
+        hidden_size=16,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=8,
+        num_hidden_layers=8,
+        floor_scale=16,
+        attn_scale=0.3,
+        use_qk_norm=False,
+    )
+    config._attn_implementation = "eager"
+    as_file = {
+        "model_type": "llama4_text",
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "num_hidden_layers": 8,
+        "floor_scale": 16,
+        "attn_scale": 0.3,
+    }
+    rule = query_scale_from_config(as_file)
+    assert rule is not None and rule.layers == (3, 7)
+    assert [i for i in range(8) if not config.no_rope_layers[i]] == [3, 7]
+    for layer in range(8):
+        want = llama4_reference_scale(config, layer, 300)
+        got = table({"config": as_file, "seq_len": 300, "layer": layer})["scale"]
+        assert_close(got, want, rtol=1e-6, atol=1e-6)
+    assert table({"config": as_file, "seq_len": 300, "layer": 0})["scale"].eq(1).all()
+
+
+def test_llama4_scout_config() -> None:
+    """The published Scout text_config: attn_scale 0.1, floor_scale 8192, offset 1."""
+    positions = [0, 8190, 8191, 16383, 100000, 2**20]
+    got = table({"config": SCOUT, "positions": positions, "dtype": "float64"})["scale"]
+    want = [1 + 0.1 * math.log1p(math.floor((p + 1) / 8192)) for p in positions]
+    assert_close(got, torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-15)
+    rule = query_scale_from_config(SCOUT)
+    assert rule is not None and rule.layers == tuple(range(3, 48, 4))
+
+
+def test_ministral3_matches_get_llama_4_attn_scale() -> None:
+    from transformers import Ministral3Config
+    from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
+
+    config = Ministral3Config()
+    rope = dict(config.rope_parameters)
+    as_file = {
+        "model_type": "mistral3",
+        "text_config": {
+            "model_type": "ministral3",
+            "num_hidden_layers": 34,
+            "rope_parameters": rope,
+        },
+    }
+    positions = torch.tensor([[0, 1, 16383, 16384, 50000, 100000, 2**20]])
+    want = get_llama_4_attn_scale(
+        positions, rope["llama_4_scaling_beta"], rope["original_max_position_embeddings"]
+    )[0, 0, :, 0]
+    got = table({"config": as_file, "positions": positions[0].tolist()})["scale"]
+    assert_close(got, want, rtol=1e-6, atol=1e-6)
+    rule = query_scale_from_config(as_file)
+    assert rule is not None and rule.offset == 0 and rule.layers == tuple(range(34))
+
+
+@pytest.mark.parametrize(
+    ("fields", "where"),
+    [
+        ({"seq_len": 4}, "alpha"),
+        ({"seq_len": 4, "alpha": 0.1}, "period"),
+        ({"seq_len": 4, "positions": [0, 1], "alpha": 0.1, "period": 2}, "seq_len"),
+        ({"seq_len": 4, "config": {"model_type": "llama", "rope_theta": 1e4}}, "config"),
+        (
+            {
+                "seq_len": 4,
+                "config": {
+                    **SCOUT,
+                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},
+                },
+            },
+            "config",
+        ),
+        ({"seq_len": 4, "config": SCOUT, "layer": 48}, "layer"),
+        ({"seq_len": 4, "alpha": 0.1, "period": 2, "layer": 1}, "layer"),
+    ],
+)
+def test_refusals(fields: dict, where: str) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        table(fields)
+    assert err.value.field == where
+
+
+def test_llama4_scout_preset_quotes_its_config() -> None:
+    from posenc.errors import UnknownName
+
+    got = table({"preset": "llama-4-scout", "positions": [0, 8191, 100000], "dtype": "float64"})
+    want = [1 + 0.1 * math.log1p((p + 1) // 8192) for p in (0, 8191, 100000)]
+    assert_close(got["scale"], torch.tensor(want, dtype=torch.float64), rtol=0, atol=1e-15)
+    with pytest.raises(UnknownName, match="llama-4-scout"):
+        table({"preset": "llama-2-7b", "seq_len": 3})
+    with pytest.raises(InvalidArgument, match="not both"):
+        table({"preset": "llama-4-scout", "config": SCOUT, "seq_len": 3})
