@@ -204,10 +204,10 @@ def query_openapi(model_cls: type[BaseModel], shape: QueryShape = SCALARS_ONLY) 
             parameter["description"] = description
         if name in examples:
             value = examples[name]
-            if isinstance(value, list):
-                value = ",".join(str(v) for v in value)
-            elif isinstance(value, dict):
+            if name in shape.json or isinstance(value, dict):  # JSON text in the query
                 value = json.dumps(value, separators=(",", ":"))
+            elif isinstance(value, list):
+                value = ",".join(str(v) for v in value)
             parameter["example"] = value
         parameters.append(parameter)
     return {"parameters": parameters}
