@@ -156,6 +156,7 @@ _LEARNED_MODEL_TYPES = frozenset(
         "xlm-roberta",
         "distilbert",
         "electra",
+        "albert",
         "camembert",
         "gpt_neo",
         "opt",
@@ -170,6 +171,11 @@ _LEARNED_MODEL_TYPES = frozenset(
         "xlnet_none",
     }
 )
+#: Learned models whose position table is ``embedding_size`` wide (not ``hidden_size``).
+_EMBEDDING_SIZE_TYPES = frozenset({"electra", "albert"})
+#: Learned models whose positions start at ``padding_idx + 1`` (RoBERTa's
+#: ``create_position_ids_from_input_ids``), ``padding_idx`` being ``pad_token_id``.
+_PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
 _SINUSOIDAL_MODEL_TYPES = frozenset({"marian", "fsmt", "pegasus", "speech_to_text", "m2m_100"})
 _ROPE_MODEL_TYPES = frozenset(
     {
@@ -277,7 +283,9 @@ class ModelPositions:
         mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
         alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
         relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5.
-        learned: ``{"seq_len", "d_model", "vocab_size"}`` for learned tables.
+        learned: ``{"seq_len", "d_model", "vocab_size", "table_size"}`` for learned tables
+            (and ``first_position`` / ``usable_positions`` where positions start past the
+            padding index, as RoBERTa's do).
         warnings: keys read in a legacy spelling, keys ignored.
     """
 
@@ -946,7 +954,7 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
         d_model = _hidden(r)
         learned = None
         if kind == "learned":
-            learned = {"seq_len": max_pos, "d_model": d_model, "vocab_size": r.int("vocab_size")}
+            learned = _learned(base, r, max_pos, d_model)
         return ModelPositions(
             model_type=shown_type,
             kind=kind,
@@ -1088,6 +1096,29 @@ def _alibi(
         alibi=MappingProxyType({"num_heads": heads, "max_bias": float(max_bias)}),
         warnings=tuple(r.warnings),
     )
+
+
+def _learned(
+    base: str, r: _Reader, max_pos: int | None, d_model: int | None
+) -> dict[str, Any]:
+    """The learned table: ``seq_len`` and ``table_size`` are its rows, ``d_model`` its width
+    (ELECTRA's and ALBERT's ``embedding_size``, as their ``position_embeddings``); RoBERTa's
+    family counts positions from ``padding_idx + 1`` (``create_position_ids_from_input_ids``),
+    so ``usable_positions`` of the rows are reachable."""
+    if base in _EMBEDDING_SIZE_TYPES and r.has("embedding_size"):
+        d_model = r.int("embedding_size")
+    out: dict[str, Any] = {
+        "seq_len": max_pos,
+        "d_model": d_model,
+        "vocab_size": r.int("vocab_size"),
+        "table_size": max_pos,
+    }
+    if base in _PADDING_OFFSET_TYPES:
+        pad = r.int("pad_token_id", 1, minimum=0)
+        if max_pos is not None and pad is not None:
+            out["first_position"] = pad + 1
+            out["usable_positions"] = max(max_pos - pad - 1, 0)
+    return out
 
 
 def _relative(
