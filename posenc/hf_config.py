@@ -169,6 +169,37 @@ _ALWAYS_INTERLEAVED: frozenset[str] = frozenset(
      "mistral_large4"}
 )  # fmt: skip
 
+#: The M-RoPE sections a model's text rotary module uses when ``rope_parameters`` gives none
+#: (``config.rope_parameters.get("mrope_section", [...])`` in its modeling file).
+DEFAULT_MROPE_SECTION: Mapping[str, tuple[int, int, int]] = MappingProxyType(
+    {
+        "qwen2_vl": (16, 24, 24),
+        "qwen2_5_vl": (16, 24, 24),
+        "qwen2_5_omni": (16, 24, 24),
+        "paddleocr_vl": (16, 24, 24),
+        "qwen3_vl": (24, 20, 20),
+        "qwen3_vl_moe": (24, 20, 20),
+        "qwen3_omni_moe": (24, 20, 20),
+        "cosmos3_edge": (24, 20, 20),
+        "hy_v4_vl": (24, 20, 20),
+        "cohere_compass": (24, 20, 20),
+        "glm4v": (8, 12, 12),
+        "glm4v_moe": (8, 12, 12),
+        "glm_image": (8, 12, 12),
+        "glm_ocr": (8, 12, 12),
+        "qwen3_5": (11, 11, 10),
+        "qwen3_5_moe": (11, 11, 10),
+        "qwen4_exp": (11, 11, 10),
+    }
+)
+
+#: Model types whose text rotary module interleaves the M-RoPE sections (``length =
+#: self.mrope_section[dim] * 3`` in its modeling file), with no flag in the config.
+_INTERLEAVED_SECTIONS = frozenset(
+    {"qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "cosmos3_edge", "hy_v4_vl", "qwen3_5",
+     "qwen3_5_moe", "qwen4_exp"}
+)  # fmt: skip
+
 #: ``partial_rotary_factor`` of each model type when the config gives none (THUDM's remote-code
 #: ChatGLM2/3 rotates half the head: ``RotaryEmbedding(rotary_dim // 2)`` in modeling_chatglm.py).
 DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
@@ -1159,6 +1190,11 @@ def _rope(
         layout = "interleaved"
 
     section = mrope.get("mrope_section")
+    if section is None and base in DEFAULT_MROPE_SECTION:
+        section = list(DEFAULT_MROPE_SECTION[base])
+        r.warnings.append(
+            f"rope_parameters.mrope_section: not given; {base}'s rotary module uses {section}"
+        )
     if section is not None and (
         not isinstance(section, list)
         or len(section) != 3
@@ -1171,13 +1207,7 @@ def _rope(
     interleaved = mrope.get("mrope_interleaved")
     if interleaved is None:
         # the models whose rotary module interleaves the sections with no flag in the config
-        interleaved = base in (
-            "qwen3_vl",
-            "qwen3_vl_moe",
-            "qwen3_omni_moe",
-            "cosmos3_edge",
-            "hy_v4_vl",
-        )
+        interleaved = base in _INTERLEAVED_SECTIONS
     first = next(iter(rope.values()))
     temperature = None
     if base == "llama4" and r.bool("attn_temperature_tuning", True):

@@ -297,6 +297,7 @@ def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int)
     return out.permute(1, 2, 0)  # (T, W out, W in)
 
 
+@pytest.mark.timeout(900)  # about 2.5 minutes on two shared cores: ~300 model types built
 def test_sweep_of_transformers_default_configs() -> None:
     """Every model type of the installed transformers whose text model applies a rotary
     embedding: built from its default config on the meta device, its rotary module rebuilt on

@@ -289,3 +289,17 @@ def test_always_interleaved_ignores_rope_interleave() -> None:
     mp = read_positions({"model_type": "deepseek_v32", **base})
     assert mp.layout == "interleaved" and any("rope_interleave" in w for w in mp.warnings)
     assert read_positions({"model_type": "deepseek_v3", **base}).layout == "half"
+
+
+def test_mrope_section_defaults_to_the_rotary_modules() -> None:
+    """A Qwen2.5-VL / Qwen3-VL config without mrope_section: their rotary modules use
+    [16, 24, 24] / [24, 20, 20] (``rope_parameters.get("mrope_section", ...)``), Qwen3-VL's
+    interleaved."""
+    qwen = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1000000.0}
+    mp = read_positions({"model_type": "qwen2_5_vl", **qwen})
+    assert mp.mrope_section == (16, 24, 24) and not mp.mrope_interleaved
+    assert any("mrope_section" in w for w in mp.warnings)
+    mp = read_positions({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text",
+                                                                   "head_dim": 128, **qwen}})  # fmt: skip
+    assert mp.mrope_section == (24, 20, 20) and mp.mrope_interleaved
+    assert read_positions({"model_type": "qwen2", **qwen}).mrope_section is None
