@@ -246,6 +246,10 @@ _EMBEDDING_SIZE_TYPES = frozenset({"electra", "albert"})
 #: Learned models whose positions start at ``padding_idx + 1`` (RoBERTa's
 #: ``create_position_ids_from_input_ids``), ``padding_idx`` being ``pad_token_id``.
 _PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
+#: Learned models whose table has 2 rows more than ``max_position_embeddings`` and reads row
+#: ``p + 2`` for position ``p`` (``LearnedPositionalEmbedding.offset`` of BART, mBART, BioGPT,
+#: OPT).
+_OFFSET_TWO_TYPES = frozenset({"bart", "mbart", "biogpt", "opt"})
 _SINUSOIDAL_MODEL_TYPES = frozenset({"marian", "fsmt", "pegasus", "speech_to_text", "m2m_100"})
 _ROPE_MODEL_TYPES = frozenset(
     {
@@ -1284,12 +1288,19 @@ def _learned(base: str, r: _Reader, max_pos: int | None, d_model: int | None) ->
     so ``usable_positions`` of the rows are reachable."""
     if base in _EMBEDDING_SIZE_TYPES and r.has("embedding_size"):
         d_model = r.int("embedding_size")
+    if base == "whisper":  # the decoder's (text) positions; the encoder's are the audio frames
+        max_pos = r.int("max_target_positions", max_pos)
+    offset = 2 if base in _OFFSET_TWO_TYPES and max_pos is not None else 0
+    size = max_pos + offset if max_pos is not None else None
     out: dict[str, Any] = {
-        "seq_len": max_pos,
+        "seq_len": size,
         "d_model": d_model,
         "vocab_size": r.int("vocab_size"),
-        "table_size": max_pos,
+        "table_size": size,
     }
+    if offset:  # BART's LearnedPositionalEmbedding: position p is row p + 2
+        out["first_position"] = offset
+        out["usable_positions"] = max_pos
     if base in _PADDING_OFFSET_TYPES:
         pad = r.int("pad_token_id", 1, minimum=0)
         if max_pos is not None and pad is not None:

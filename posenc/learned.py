@@ -148,7 +148,7 @@ def _learned_complete(p: dict[str, Any], models: Callable[[str | None], Any]) ->
 
 def _learned_from_config(positions: Any, given: Mapping[str, Any]) -> tuple[dict, dict]:
     """A config's table: ``seq_len`` and ``d_model`` as defaults; its size (and, for RoBERTa's
-    family, the rows its positions reach) for the size check and ``meta``."""
+    and BART's families, the rows its positions reach) for the size check and ``meta``."""
     learned = dict(positions.learned or {})
     defaults = {k: learned.get(k) for k in ("seq_len", "d_model")}
     info = {k: learned[k] for k in ("table_size", "first_position", "usable_positions")
@@ -156,8 +156,8 @@ def _learned_from_config(positions: Any, given: Mapping[str, Any]) -> tuple[dict
     if "first_position" in info:
         info["positions_note"] = (
             f"{info['usable_positions']} of the {info['table_size']} rows are reachable: the "
-            f"model counts positions from padding_idx + 1 = {info['first_position']} "
-            "(rows below it belong to padding)"
+            f"model reads row p + {info['first_position']} for position p (RoBERTa's family "
+            "counts from padding_idx + 1, BART's LearnedPositionalEmbedding adds 2)"
         )
     return defaults, info
 

@@ -540,3 +540,42 @@ def test_rope_switched_off_by_default(model_type: str, key: str, on: object) -> 
     assert read_positions(config).kind == "none"
     config[key] = on
     assert read_positions(config).kind == "rope"
+
+
+def test_learned_table_size_and_width_equal_the_models() -> None:
+    """Every learned-position model type posenc reads that the installed transformers has:
+    the (table_size, d_model) of its default config is the shape of the model's own position
+    embedding (built on the meta device): ELECTRA's is embedding_size wide, GPT-2's has
+    n_positions rows."""
+    import warnings
+
+    from transformers import AutoModel
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from posenc.hf_config import _LEARNED_MODEL_TYPES
+
+    checked, wrong = 0, []
+    for mt in sorted(t for t in _LEARNED_MODEL_TYPES if t in CONFIG_MAPPING_NAMES):
+        cfg = AutoConfig.for_model(mt)
+        with warnings.catch_warnings(), torch.device("meta"):
+            warnings.simplefilter("ignore")
+            try:
+                model = AutoModel.from_config(cfg)
+            except Exception:
+                continue
+        shapes = {
+            tuple(m.weight.shape)
+            for n, m in model.named_modules()
+            if isinstance(m, torch.nn.Embedding)
+            and n.rsplit(".", 1)[-1] in ("wpe", "position_embeddings", "embed_positions")
+            and "vision" not in n
+        }
+        if not shapes:
+            continue
+        learned = read_positions(cfg.to_dict()).learned or {}
+        ours = (learned.get("table_size"), learned.get("d_model"))
+        checked += 1
+        if ours not in shapes:
+            wrong.append(f"{mt}: posenc {ours}, model {sorted(shapes)}")
+    assert not wrong, wrong
+    assert checked >= 8, checked

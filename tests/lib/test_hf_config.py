@@ -303,3 +303,18 @@ def test_mrope_section_defaults_to_the_rotary_modules() -> None:
                                                                    "head_dim": 128, **qwen}})  # fmt: skip
     assert mp.mrope_section == (24, 20, 20) and mp.mrope_interleaved
     assert read_positions({"model_type": "qwen2", **qwen}).mrope_section is None
+
+
+def test_learned_rows_of_bart_and_roberta() -> None:
+    """BART's table has max_position_embeddings + 2 rows, position p at row p + 2; RoBERTa's
+    has max_position_embeddings rows, reached from pad_token_id + 1."""
+    bart = read_positions({"model_type": "bart", "d_model": 1024, "encoder_attention_heads": 16,
+                           "max_position_embeddings": 1024})  # fmt: skip
+    assert bart.learned is not None
+    assert (bart.learned["table_size"], bart.learned["first_position"]) == (1026, 2)
+    assert bart.learned["usable_positions"] == 1024
+    roberta = read_positions({"model_type": "roberta", "hidden_size": 768,
+                              "num_attention_heads": 12, "max_position_embeddings": 514,
+                              "pad_token_id": 1})  # fmt: skip
+    assert roberta.learned is not None
+    assert (roberta.learned["table_size"], roberta.learned["usable_positions"]) == (514, 512)
