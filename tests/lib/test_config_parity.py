@@ -297,6 +297,25 @@ def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int)
     return out.permute(1, 2, 0)  # (T, W out, W in)
 
 
+def _sweep_one(cfg):
+    """posenc's reading of ``cfg`` (or why it refuses), and the model's rotations for the
+    layer types its layers use."""
+    from tests.lib.transformers_probe import model_rotation
+
+    try:
+        mp = read_positions(cfg.to_dict())
+        refused = None if mp.kind == "rope" else f"kind {mp.kind}"
+    except Exception as exc:
+        mp, refused = None, str(exc)
+    layer_types: list[str | None] = [None]
+    if mp is not None and mp.kind == "rope" and mp.per_layer_type:
+        # the types its layers use (a config may give parameters for others too)
+        used = [t for t in sorted(mp.rope) if t in mp.layer_types]
+        layer_types = list(used or sorted(mp.rope))
+    distinct = bool(mp is not None and mp.kind == "rope" and mp.mrope_section)
+    return mp, refused, cfg, model_rotation(cfg, layer_types, distinct_rows=distinct)
+
+
 @pytest.mark.timeout(900)  # about 2.5 minutes on two shared cores: ~300 model types built
 def test_sweep_of_transformers_default_configs() -> None:
     """Every model type of the installed transformers whose text model applies a rotary
@@ -309,7 +328,7 @@ def test_sweep_of_transformers_default_configs() -> None:
     lists shrink as posenc catches up). Prints the counts."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from tests.lib.transformers_probe import NotProbed, model_rotation, shallow
+    from tests.lib.transformers_probe import NotProbed, shallow
 
     counts = {"match": 0, "mismatch": 0, "refused": 0, "skipped": 0, "unread": 0}
     unexpected: list[str] = []
@@ -318,23 +337,18 @@ def test_sweep_of_transformers_default_configs() -> None:
     matched: set[str] = set()
     for mt in sorted(CONFIG_MAPPING_NAMES):
         try:
-            cfg = shallow(AutoConfig.for_model(mt))  # the layers that show each layer type
+            full = AutoConfig.for_model(mt)
         except Exception:
             counts["skipped"] += 1
             continue
         try:
-            mp = read_positions(cfg.to_dict())
-            refused = None if mp.kind == "rope" else f"kind {mp.kind}"
-        except Exception as exc:
-            mp, refused = None, str(exc)
-        layer_types: list[str | None] = [None]
-        if mp is not None and mp.kind == "rope" and mp.per_layer_type:
-            # the types its layers use (a config may give parameters for others too)
-            used = [t for t in sorted(mp.rope) if t in mp.layer_types]
-            layer_types = list(used or sorted(mp.rope))
-        distinct = bool(mp is not None and mp.kind == "rope" and mp.mrope_section)
-        try:
-            rotations = model_rotation(cfg, layer_types, distinct_rows=distinct)
+            # the layers that show each layer type; the whole depth where the model refuses it
+            try:
+                mp, refused, _cfg, rotations = _sweep_one(shallow(full))
+            except NotProbed as exc:
+                if exc.why != "cannot_build":
+                    raise
+                mp, refused, _cfg, rotations = _sweep_one(full)
         except NotProbed as exc:
             if exc.why == "no_rotary":
                 continue  # not a rotary text model
