@@ -271,6 +271,60 @@ SWEEP_UNREAD: dict[str, str] = {
     "nemotron3_diarization": "an audio model: its forward needs input_features that the probe "
     "cannot shape",
     "clvp_encoder": "its attention slices cos/sin before applying them",
+    # text models whose forward on the meta device stops before the rotary module is called
+    # (multimodal inputs the probe does not make, hybrid or encoder-decoder forwards): built,
+    # never called. Their rotary is not compared here; issue 24 tracks them.
+    **dict.fromkeys(
+        (
+            "bamba",
+            "blt",
+            "blt_local_decoder",
+            "blt_patcher",
+            "dia_decoder",
+            "gemma4_unified_assistant",
+            "glm46v",
+            "glm4v",
+            "glm4v_moe",
+            "glm4v_moe_text",
+            "glm4v_text",
+            "glmga",
+            "idefics",
+            "kyutai_speech_to_text",
+            "moonshine",
+            "moshi",
+            "muse_glimmer_assistant",
+            "step3p5",
+            "step3p7",
+            "t5gemma",
+            "csm_depth_decoder_model",
+        ),
+        "its forward on the meta device stops before it calls its rotary module",
+    ),
+    # rotary modules of audio, vision, codec and time-series models (not text positions)
+    **dict.fromkeys(
+        (
+            "clvp",
+            "efficientloftr",
+            "esmfold2",
+            "glmasr_encoder",
+            "lasr_ctc",
+            "lasr_encoder",
+            "mimi",
+            "mimi_decoder",
+            "mimi_encoder",
+            "mlcd",
+            "mlcd_vision_model",
+            "nemotron3_5_transcribe_audio",
+            "neucodec",
+            "qwen2_5_omni_dit",
+            "qwen2_5_omni_token2wav",
+            "sam3_vision_model",
+            "sam3_vit_model",
+            "timesfm2_5",
+            "xcodec2",
+        ),
+        "not a text model's rotary: audio, vision, codec or time series",
+    ),
 }
 
 
@@ -343,10 +397,11 @@ def test_sweep_of_transformers_default_configs() -> None:
             continue
         try:
             # the layers that show each layer type; the whole depth where the model refuses it
+            # or applies its rotary only in later layers (Bamba's attn_layer_indices)
             try:
                 mp, refused, _cfg, rotations = _sweep_one(shallow(full))
             except NotProbed as exc:
-                if exc.why != "cannot_build":
+                if exc.why == "no_rotary":
                     raise
                 mp, refused, _cfg, rotations = _sweep_one(full)
         except NotProbed as exc:

@@ -447,6 +447,8 @@ def _model_rotation(
     record = _Record()
     _run_on_meta(config, record)
     if not record.forward_calls:
+        if record.rotaries:  # built one, but the forward stopped before calling it
+            raise NotProbed("the text model built a rotary module but never called it", "unread")
         raise NotProbed("the text model called no rotary module", "no_rotary")
     if not record.apply_calls:
         if record.failed_applies:
