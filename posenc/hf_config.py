@@ -1,8 +1,9 @@
 """What a Hugging Face ``config.json`` means for positions, read as transformers 5 reads it.
 
 :func:`read_positions` takes a model's published ``config.json`` (a mapping, as ``json.load``
-gives it; for a multimodal file the whole file, whose ``text_config`` holds the language model)
-and returns :class:`ModelPositions`: the positional encoding the model applies (RoPE, ALiBi, T5
+gives it; for a multimodal file the whole file, whose ``text_config`` holds the language model;
+ColPali's ``vlm_config``, Qwen2.5-Omni's ``thinker_config`` and an encoder-decoder's
+``decoder_config`` / ``decoder`` are followed to it) and returns :class:`ModelPositions`: the positional encoding the model applies (RoPE, ALiBi, T5
 relative buckets, a learned table, sinusoidal or none), with the numbers posenc's tables need.
 
 The reading follows transformers 5 (``modeling_rope_utils.RotaryEmbeddingConfigMixin`` and the
@@ -24,9 +25,16 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   ``qk_rope_head_dim`` channels; the rotary dimension is ``int(head_dim ·
   partial_rotary_factor)`` (``rotary_pct`` for GPT-NeoX, default 0.25; Phi, GLM and THUDM's
   remote-code ChatGLM default 0.5), or GPT-J's ``rotary_dim``; Gemma 4's full-attention layers
-  use ``global_head_dim``. ChatGLM's theta is ``10000 · rope_ratio``.
-- Layout: ``interleaved`` for the models that rotate adjacent pairs (GPT-J, GLM, ChatGLM,
-  Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium), else ``half``.
+  use ``global_head_dim``, EmbeddingGemma 2's those of ``per_layer_config``; JetMoE's heads are
+  ``kv_channels`` wide; Moonshine's heads are ``decoder_num_attention_heads``. ChatGLM's theta
+  is ``10000 · rope_ratio``. A ``text_config`` with its own geometry or RoPE keys does not take
+  the top level's (MusicFlamingo's top-level ones are its audio rotary's).
+- Layout: ``interleaved`` for the models that rotate adjacent pairs (:data:`INTERLEAVED_MODEL_TYPES`:
+  GPT-J, GLM, ChatGLM, Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium and the others whose apply
+  function interleaves, a table that ``tests/lib/test_config_parity.py`` derives again from each
+  model's own rotation), else ``half``; ``rope_interleave`` where the model reads it.
+- Kind: Granite MoE Hybrid and Zamba 2 apply RoPE only with ``position_embedding_type: "rope"``
+  / ``use_mem_rope: true``; else ``none``.
 - Layer types: ``layer_types`` when given, else the model's own rule (Gemma 2 alternating,
   Gemma 3 every 6th full, Cohere 2 every 4th, Qwen2 sliding above ``max_window_layers``, Llama 4
   ``no_rope_layers``); a layer that applies no RoPE (Llama 4's every 4th, Cohere 2's full
@@ -37,7 +45,8 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   ``attn_config.softmax_scale``.
 - ALiBi (BLOOM, MPT's ``attn_config.alibi`` / ``alibi_bias_max``, Falcon's ``alibi``), T5's
   ``relative_attention_num_buckets`` / ``relative_attention_max_distance``, and the learned
-  table size (``max_position_embeddings``, GPT-2's ``n_positions``).
+  table size (``max_position_embeddings``, GPT-2's ``n_positions``; ELECTRA's and ALBERT's
+  width ``embedding_size``; RoBERTa's family reaches the rows from ``pad_token_id + 1``).
 
 Every value the file does not support is an :class:`~posenc.errors.InvalidArgument` whose
 ``field`` is ``config.<key>`` and whose message says what is accepted. Keys read in a legacy
@@ -129,7 +138,68 @@ INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
         "helium",
         "moonshine",
     }
+    | {
+        # read from each model's apply function (transformers 5.24; tests/lib/
+        # test_config_parity.py derives them again from the model's own rotation)
+        "axk2",  # apply_rotary_pos_emb_interleave, always
+        "bailing_hybrid",
+        "deepseek_v32",
+        "dots3_note",
+        "glm_moe_dsa",
+        "longcat_flash",
+        "mistral_large4",
+        "cohere2_moe",  # rotate_half of adjacent pairs
+        "blt",  # the blt family: global_transformer, local_decoder, local_encoder, patcher
+        "blt_global_transformer",
+        "blt_local_decoder",
+        "blt_local_encoder",
+        "blt_patcher",
+        "glm_ocr",  # rotate_half_llm
+        "hy_v4_vl",  # cos/sin repeat_interleave(2)
+        "ernie4_5_vl_moe",
+        "moonshine_streaming",
+        "openai_privacy_filter",  # x[..., ::2] / x[..., 1::2]
+        "deepseek_v4",  # repeat_interleave(2) beside rotate_half of pairs
+    }
 )
+
+#: Model types whose attention applies the interleaved layout whatever ``rope_interleave``
+#: says (they have no such key; DeepSeek-V3 reads it).
+_ALWAYS_INTERLEAVED: frozenset[str] = frozenset(
+    {"axk2", "bailing_hybrid", "deepseek_v32", "dots3_note", "glm_moe_dsa", "longcat_flash",
+     "mistral_large4"}
+)  # fmt: skip
+
+#: The M-RoPE sections a model's text rotary module uses when ``rope_parameters`` gives none
+#: (``config.rope_parameters.get("mrope_section", [...])`` in its modeling file).
+DEFAULT_MROPE_SECTION: Mapping[str, tuple[int, int, int]] = MappingProxyType(
+    {
+        "qwen2_vl": (16, 24, 24),
+        "qwen2_5_vl": (16, 24, 24),
+        "qwen2_5_omni": (16, 24, 24),
+        "paddleocr_vl": (16, 24, 24),
+        "qwen3_vl": (24, 20, 20),
+        "qwen3_vl_moe": (24, 20, 20),
+        "qwen3_omni_moe": (24, 20, 20),
+        "cosmos3_edge": (24, 20, 20),
+        "hy_v4_vl": (24, 20, 20),
+        "cohere_compass": (24, 20, 20),
+        "glm4v": (8, 12, 12),
+        "glm4v_moe": (8, 12, 12),
+        "glm_image": (8, 12, 12),
+        "glm_ocr": (8, 12, 12),
+        "qwen3_5": (11, 11, 10),
+        "qwen3_5_moe": (11, 11, 10),
+        "qwen4_exp": (11, 11, 10),
+    }
+)
+
+#: Model types whose text rotary module interleaves the M-RoPE sections (``length =
+#: self.mrope_section[dim] * 3`` in its modeling file), with no flag in the config.
+_INTERLEAVED_SECTIONS = frozenset(
+    {"qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "cosmos3_edge", "hy_v4_vl", "qwen3_5",
+     "qwen3_5_moe", "qwen4_exp"}
+)  # fmt: skip
 
 #: ``partial_rotary_factor`` of each model type when the config gives none (THUDM's remote-code
 #: ChatGLM2/3 rotates half the head: ``RotaryEmbedding(rotary_dim // 2)`` in modeling_chatglm.py).
@@ -161,6 +231,7 @@ _LEARNED_MODEL_TYPES = frozenset(
         "xlm-roberta",
         "distilbert",
         "electra",
+        "albert",
         "camembert",
         "gpt_neo",
         "opt",
@@ -175,6 +246,15 @@ _LEARNED_MODEL_TYPES = frozenset(
         "xlnet_none",
     }
 )
+#: Learned models whose position table is ``embedding_size`` wide (not ``hidden_size``).
+_EMBEDDING_SIZE_TYPES = frozenset({"electra", "albert"})
+#: Learned models whose positions start at ``padding_idx + 1`` (RoBERTa's
+#: ``create_position_ids_from_input_ids``), ``padding_idx`` being ``pad_token_id``.
+_PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
+#: Learned models whose table has 2 rows more than ``max_position_embeddings`` and reads row
+#: ``p + 2`` for position ``p`` (``LearnedPositionalEmbedding.offset`` of BART, mBART, BioGPT,
+#: OPT).
+_OFFSET_TWO_TYPES = frozenset({"bart", "mbart", "biogpt", "opt"})
 _SINUSOIDAL_MODEL_TYPES = frozenset({"marian", "fsmt", "pegasus", "speech_to_text", "m2m_100"})
 _ROPE_MODEL_TYPES = frozenset(
     {
@@ -280,7 +360,9 @@ class ModelPositions:
         mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
         alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
         relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5.
-        learned: ``{"seq_len", "d_model", "vocab_size"}`` for learned tables.
+        learned: ``{"seq_len", "d_model", "vocab_size", "table_size"}`` for learned tables
+            (and ``first_position`` / ``usable_positions`` where positions start past the
+            padding index, as RoBERTa's do).
         warnings: keys read in a legacy spelling, keys ignored.
     """
 
@@ -444,21 +526,49 @@ class _Reader:
         return value
 
 
-def _text_config(config: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+#: Where a file that is not itself a language model keeps one, in the order looked at:
+#: ColPali's and ColQwen2's ``vlm_config``, Qwen2.5-Omni's ``thinker_config``, and the decoder
+#: of an encoder-decoder (Dia's ``decoder_config``, T5Gemma's ``decoder``).
+_LANGUAGE_PARTS = ("vlm_config", "thinker_config", "decoder_config", "decoder")
+
+
+def _language_part(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The mapping that holds the language model (with its own ``text_config`` if any) and its
+    path: the file itself, unless it has no ``text_config`` and one of :data:`_LANGUAGE_PARTS`."""
+    prefix = "config."
+    while config.get("text_config") is None:
+        for key in _LANGUAGE_PARTS:
+            sub = config.get(key)
+            if isinstance(sub, Mapping):
+                config, prefix = sub, f"{prefix}{key}."
+                break
+        else:
+            break
+    return config, prefix
+
+
+def _text_config(config: Mapping[str, Any], root: str = "config.") -> tuple[dict[str, Any], str]:
     """The language model's settings: a multimodal file's ``text_config`` over its top level."""
     text = config.get("text_config")
     if text is None:
-        return dict(config), "config."
+        return dict(config), root
     if not isinstance(text, Mapping):
         raise InvalidArgument(
-            f"config.text_config must be an object (the language model's config), got "
+            f"{root}text_config must be an object (the language model's config), got "
             f"{type(text).__name__}",
-            field="config.text_config",
+            field=f"{root}text_config",
         )
     skip = {"text_config", "vision_config", "audio_config", "model_type"}
+    # a text config with its own geometry or RoPE keeps the top level's for another part of
+    # the model (MusicFlamingo's top-level head_dim and rope_parameters are its audio-timestamp
+    # rotary's)
+    if any(text.get(k) is not None for k in ("hidden_size", "num_attention_heads")):
+        skip |= {"head_dim"}
+    if any(text.get(k) is not None for k in ("rope_parameters", "rope_scaling")):
+        skip |= {"rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"}
     merged = {k: v for k, v in config.items() if k not in skip}
     merged.update(text)
-    return merged, "config.text_config."
+    return merged, f"{root}text_config."
 
 
 # model_type spellings of older files, as transformers maps them
@@ -470,7 +580,14 @@ def _base_type(model_type: str) -> str:
 
 
 def _num_heads(r: _Reader) -> int | None:
-    for key in ("num_attention_heads", "n_head", "n_heads", "num_heads"):
+    # Moonshine gives its decoder's (the language model's) heads under their own name
+    for key in (
+        "num_attention_heads",
+        "n_head",
+        "n_heads",
+        "num_heads",
+        "decoder_num_attention_heads",
+    ):
         if r.has(key):
             return r.int(key)
     return None
@@ -492,6 +609,9 @@ def _head_dim(r: _Reader) -> int | None:
     if r.has("head_dim"):
         head_dim = r.int("head_dim")
         key = "head_dim"
+    elif r.config.get("model_type") == "jetmoe" and r.has("kv_channels"):
+        head_dim = r.int("kv_channels")  # JetMoE's attention heads are kv_channels wide
+        key = "kv_channels"
     else:
         hidden, heads = _hidden(r), _num_heads(r)
         if hidden is None or heads is None:
@@ -550,8 +670,19 @@ def _layer_count(r: _Reader) -> int | None:
     return None
 
 
+#: Model types that build their rotary embedding only when a key asks for it (the key and the
+#: value that does): Granite MoE Hybrid ``position_embedding_type == "rope"``, Zamba 2
+#: ``use_mem_rope``. Without it they apply no positional encoding.
+_ROPE_SWITCHES: Mapping[str, tuple[str, Any]] = MappingProxyType(
+    {"granitemoehybrid": ("position_embedding_type", "rope"), "zamba2": ("use_mem_rope", True)}
+)
+
+
 def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
     base = _base_type(model_type)
+    if base in _ROPE_SWITCHES:
+        key, on = _ROPE_SWITCHES[base]
+        return "rope" if c.get(key) == on else "none"
     if base == "falcon":
         return "alibi" if c.get("alibi") else "rope"
     if base == "mpt":
@@ -652,6 +783,36 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
     return types
 
 
+def _per_layer_head_dim(r: _Reader, layer_types: list[str] | None, name: str) -> int | None:
+    """The head_dim that ``per_layer_config`` (EmbeddingGemma 2: ``{"05": {"head_dim": 512}}``,
+    keyed by layer index) gives every layer of type ``name``; None when it gives none."""
+    per_layer = r.config.get("per_layer_config")
+    if not isinstance(per_layer, Mapping) or not layer_types:
+        return None
+    by_index: dict[int, Any] = {}
+    for key, value in per_layer.items():
+        try:
+            by_index[int(key)] = value
+        except (TypeError, ValueError):
+            continue
+    dims = set()
+    for i, t in enumerate(layer_types):
+        if t != name:
+            continue
+        entry = by_index.get(i)
+        dim = entry.get("head_dim") if isinstance(entry, Mapping) else None
+        dims.add(dim)
+    if len(dims) != 1 or None in dims:
+        return None
+    dim = dims.pop()
+    if isinstance(dim, bool) or not isinstance(dim, int) or not 1 <= dim <= MAX_HEAD_DIM:
+        raise InvalidArgument(
+            f"per_layer_config head_dim must be an integer in [1, {MAX_HEAD_DIM}], got {dim!r}",
+            field=r.field("per_layer_config"),
+        )
+    return dim
+
+
 def _rope_dicts(
     base: str, model_type: str, r: _Reader, layer_types: list[str] | None
 ) -> tuple[dict[str, dict[str, Any]], bool]:
@@ -708,6 +869,10 @@ def _rope_dicts(
         raw = dict(scaling if scaling is not None else (params or {}))
         labels = set(layer_types or ()) | {"full_attention", "sliding_attention"}
         nested_keys = [k for k in raw if k in labels and isinstance(raw[k], Mapping | None)]
+        if not nested_keys and raw and all(isinstance(v, Mapping) for v in raw.values()):
+            # every value a dict: rope kinds of their own (DeepSeek-V4's main / compress, which
+            # its rotary module builds from rope_parameters' keys, not from layer_types)
+            nested_keys = list(raw)
         if base == "gemma4" and params is None and scaling is None:
             raw = {
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
@@ -970,9 +1135,12 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
             field="config",
         )
     top_type = config.get("model_type")
-    c, prefix = _text_config(config)
-    text = config.get("text_config")
+    part, root = _language_part(config)
+    c, prefix = _text_config(part, root)
+    text = part.get("text_config")
     inner_type = text.get("model_type") if isinstance(text, Mapping) else None
+    if inner_type is None and part is not config:
+        inner_type = part.get("model_type")
     model_type = inner_type or top_type
     if model_type is not None and not isinstance(model_type, str):
         raise InvalidArgument(
@@ -1005,13 +1173,14 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
             head_dim=_head_dim(r),
             max_position_embeddings=max_pos,
             layer_types=tuple(["full_attention"] * (n_layers or 0)),
+            softmax_scale=_softmax_scale(base, r, _head_dim(r), None),
             warnings=tuple(r.warnings),
         )
     if kind in ("learned", "sinusoidal"):
         d_model = _hidden(r)
         learned = None
         if kind == "learned":
-            learned = {"seq_len": max_pos, "d_model": d_model, "vocab_size": r.int("vocab_size")}
+            learned = _learned(base, r, max_pos, d_model)
         return ModelPositions(
             model_type=shown_type,
             kind=kind,
@@ -1054,6 +1223,7 @@ def _rope(
         hd = head_dim
         if name == "full_attention" and (base == "gemma4" or r.has("global_head_dim")):
             hd = r.int("global_head_dim", 512) or head_dim
+        hd = _per_layer_head_dim(r, layer_types, name) or hd
         layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
         rope[name] = layer
         mrope.update(found)
@@ -1068,12 +1238,23 @@ def _rope(
         if (base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES)
         else "half"
     )
-    if c.get("rope_interleave") is False:
+    if base in _ALWAYS_INTERLEAVED:
+        if c.get("rope_interleave") is False:
+            r.warnings.append(
+                f"rope_interleave: ignored, {base} always rotates adjacent pairs "
+                "(apply_rotary_pos_emb_interleave)"
+            )
+    elif c.get("rope_interleave") is False:
         layout = "half"
     elif c.get("rope_interleave") is True:
         layout = "interleaved"
 
     section = mrope.get("mrope_section")
+    if section is None and base in DEFAULT_MROPE_SECTION:
+        section = list(DEFAULT_MROPE_SECTION[base])
+        r.warnings.append(
+            f"rope_parameters.mrope_section: not given; {base}'s rotary module uses {section}"
+        )
     if section is not None and (
         not isinstance(section, list)
         or len(section) != 3
@@ -1085,7 +1266,8 @@ def _rope(
         )
     interleaved = mrope.get("mrope_interleaved")
     if interleaved is None:
-        interleaved = base in ("qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe")
+        # the models whose rotary module interleaves the sections with no flag in the config
+        interleaved = base in _INTERLEAVED_SECTIONS
     first = next(iter(rope.values()))
     temperature = None
     if base == "llama4" and _temperature_tuning(r):
@@ -1153,6 +1335,34 @@ def _alibi(
         alibi=MappingProxyType({"num_heads": heads, "max_bias": float(max_bias)}),
         warnings=tuple(r.warnings),
     )
+
+
+def _learned(base: str, r: _Reader, max_pos: int | None, d_model: int | None) -> dict[str, Any]:
+    """The learned table: ``seq_len`` and ``table_size`` are its rows, ``d_model`` its width
+    (ELECTRA's and ALBERT's ``embedding_size``, as their ``position_embeddings``); RoBERTa's
+    family counts positions from ``padding_idx + 1`` (``create_position_ids_from_input_ids``),
+    so ``usable_positions`` of the rows are reachable."""
+    if base in _EMBEDDING_SIZE_TYPES and r.has("embedding_size"):
+        d_model = r.int("embedding_size")
+    if base == "whisper":  # the decoder's (text) positions; the encoder's are the audio frames
+        max_pos = r.int("max_target_positions", max_pos)
+    offset = 2 if base in _OFFSET_TWO_TYPES and max_pos is not None else 0
+    size = max_pos + offset if max_pos is not None else None
+    out: dict[str, Any] = {
+        "seq_len": size,
+        "d_model": d_model,
+        "vocab_size": r.int("vocab_size"),
+        "table_size": size,
+    }
+    if offset:  # BART's LearnedPositionalEmbedding: position p is row p + 2
+        out["first_position"] = offset
+        out["usable_positions"] = max_pos
+    if base in _PADDING_OFFSET_TYPES:
+        pad = r.int("pad_token_id", 1, minimum=0)
+        if max_pos is not None and pad is not None:
+            out["first_position"] = pad + 1
+            out["usable_positions"] = max(max_pos - pad - 1, 0)
+    return out
 
 
 def _relative(

@@ -121,6 +121,14 @@ def _learned_complete(p: dict[str, Any], models: Callable[[str | None], Any]) ->
                 raise MissingField(
                     f"give {name} (or a model, preset or config that gives it)", field=name
                 )
+        size = p.get("table_size")
+        if size is not None and p["seq_len"] > size:
+            raise InvalidArgument(
+                f"seq_len {p['seq_len']} is beyond the config's position table of {size} "
+                f"positions (model_type {p.get('config_model_type')!r}: "
+                f"max_position_embeddings / n_positions {size}; seq_len must be <= {size})",
+                field="seq_len",
+            )
         return p
     model = models(p["model"])
     num_positions, d_model = (int(n) for n in _model_table(p, models).shape)
@@ -139,6 +147,24 @@ def _learned_complete(p: dict[str, Any], models: Callable[[str | None], Any]) ->
         )
     return {**p, "seq_len": seq_len, "d_model": d_model, "model": model.name,
             "table_size": num_positions}  # fmt: skip
+
+
+def _learned_from_config(
+    positions: Any, given: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A config's table: ``seq_len`` and ``d_model`` as defaults; its size (and, for RoBERTa's
+    and BART's families, the rows its positions reach) for the size check and ``meta``."""
+    learned = dict(positions.learned or {})
+    defaults = {k: learned.get(k) for k in ("seq_len", "d_model")}
+    info = {k: learned[k] for k in ("table_size", "first_position", "usable_positions")
+            if learned.get(k) is not None}  # fmt: skip
+    if "first_position" in info:
+        info["positions_note"] = (
+            f"{info['usable_positions']} of the {info['table_size']} rows are reachable: the "
+            f"model reads row p + {info['first_position']} for position p (RoBERTa's family "
+            "counts from padding_idx + 1, BART's LearnedPositionalEmbedding adds 2)"
+        )
+    return defaults, info
 
 
 def _learned_meta(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -250,7 +276,7 @@ LEARNED: kinds.Kind = kinds.Kind(
     meta=_learned_meta,
     blocks=_learned_blocks,
     row_elements=lambda p: int(p["d_model"]),
-    sources=kinds.Sources("learned"),
+    sources=kinds.Sources("learned", from_config=_learned_from_config),
     complete=_learned_complete,
     model_field="model",
 )

@@ -140,7 +140,8 @@ def _from_config(name: str) -> list[Preset]:
     elif mp.kind == "relative":
         params = dict(mp.relative or {})
     elif mp.kind == "learned":
-        params = dict(mp.learned or {})
+        learned = mp.learned or {}
+        params = {k: learned[k] for k in ("seq_len", "d_model", "vocab_size") if k in learned}
     else:  # pragma: no cover - every quoted config has one of the four kinds
         raise InvalidArgument(f"preset {name!r}: no table for {mp.kind} positions", field="kind")
     return [Preset(name, mp.kind, params, _source(name, repo, config))]

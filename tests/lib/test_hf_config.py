@@ -248,3 +248,90 @@ def test_an_odd_head_dimension_is_blamed_on_the_keys_that_give_it():
     with pytest.raises(InvalidArgument) as info:
         read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.15})
     assert info.value.field.endswith("partial_rotary_factor")
+
+
+def test_language_model_under_vlm_thinker_or_decoder_config() -> None:
+    """ColPali's vlm_config, Qwen2.5-Omni's thinker_config and an encoder-decoder's
+    decoder_config hold the language model; their keys are read, named by their path."""
+    gemma = {"model_type": "gemma", "hidden_size": 2048, "num_attention_heads": 8,
+             "head_dim": 256, "rope_theta": 10000.0}  # fmt: skip
+    mp = read_positions({"model_type": "colpali", "vlm_config": {"model_type": "paligemma",
+                                                                 "text_config": gemma}})  # fmt: skip
+    assert (mp.kind, mp.model_type, mp.head_dim) == ("rope", "colpali", 256)
+    qwen = {"model_type": "qwen2_5_omni_text", "hidden_size": 3584, "num_attention_heads": 28,
+            "rope_theta": 1000000.0}  # fmt: skip
+    mp = read_positions({"model_type": "qwen2_5_omni",
+                         "thinker_config": {"text_config": qwen}})  # fmt: skip
+    assert mp.head_dim == 128 and mp.rope["full_attention"].rope_theta == 1000000.0
+    with pytest.raises(InvalidArgument) as bad:
+        read_positions({"model_type": "dia", "decoder_config": {"model_type": "dia_decoder",
+                        "hidden_size": 2048, "num_attention_heads": 16, "rope_theta": 0.5}})  # fmt: skip
+    assert bad.value.field == "config.decoder_config.rope_parameters.rope_theta"
+
+
+def test_text_config_keeps_its_own_geometry_and_rope() -> None:
+    """MusicFlamingo: the top-level head_dim and rope_parameters are its audio-timestamp
+    rotary's; the text_config's own geometry and rope win."""
+    mp = read_positions({
+        "model_type": "musicflamingo", "head_dim": 1280,
+        "rope_parameters": {"rope_theta": 1200.0, "partial_rotary_factor": 0.2},
+        "text_config": {"model_type": "qwen2", "hidden_size": 4096, "num_attention_heads": 32,
+                        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}},
+    })  # fmt: skip
+    layer = mp.rope["full_attention"]
+    assert (layer.head_dim, layer.rotary_dim, layer.rope_theta) == (128, 128, 10000.0)
+
+
+def test_per_layer_head_dim_and_kv_channels() -> None:
+    """EmbeddingGemma 2's per_layer_config widens its full-attention layers; JetMoE's heads
+    are kv_channels wide."""
+    mp = read_positions({
+        "model_type": "embedding_gemma2_text", "hidden_size": 768, "num_attention_heads": 3,
+        "head_dim": 256, "layer_types": ["sliding_attention", "full_attention"],
+        "per_layer_config": {"01": {"head_dim": 512}},
+        "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                            "full_attention": {"rope_type": "default", "rope_theta": 1e6}},
+    })  # fmt: skip
+    assert mp.rope["full_attention"].rotary_dim == 512
+    assert mp.rope["sliding_attention"].rotary_dim == 256
+    jet = {"model_type": "jetmoe", "hidden_size": 2048, "num_attention_heads": 32,
+           "kv_channels": 128, "rope_theta": 10000.0}  # fmt: skip
+    assert read_positions(jet).head_dim == 128
+
+
+def test_always_interleaved_ignores_rope_interleave() -> None:
+    """DeepSeek-V3.2 always applies apply_rotary_pos_emb_interleave; DeepSeek-V3 reads the key."""
+    base = {"hidden_size": 1024, "num_attention_heads": 8, "qk_rope_head_dim": 64,
+            "qk_nope_head_dim": 128, "rope_interleave": False}  # fmt: skip
+    mp = read_positions({"model_type": "deepseek_v32", **base})
+    assert mp.layout == "interleaved" and any("rope_interleave" in w for w in mp.warnings)
+    assert read_positions({"model_type": "deepseek_v3", **base}).layout == "half"
+
+
+def test_mrope_section_defaults_to_the_rotary_modules() -> None:
+    """A Qwen2.5-VL / Qwen3-VL config without mrope_section: their rotary modules use
+    [16, 24, 24] / [24, 20, 20] (``rope_parameters.get("mrope_section", ...)``), Qwen3-VL's
+    interleaved."""
+    qwen = {"hidden_size": 3584, "num_attention_heads": 28, "rope_theta": 1000000.0}
+    mp = read_positions({"model_type": "qwen2_5_vl", **qwen})
+    assert mp.mrope_section == (16, 24, 24) and not mp.mrope_interleaved
+    assert any("mrope_section" in w for w in mp.warnings)
+    mp = read_positions({"model_type": "qwen3_vl", "text_config": {"model_type": "qwen3_vl_text",
+                                                                   "head_dim": 128, **qwen}})  # fmt: skip
+    assert mp.mrope_section == (24, 20, 20) and mp.mrope_interleaved
+    assert read_positions({"model_type": "qwen2", **qwen}).mrope_section is None
+
+
+def test_learned_rows_of_bart_and_roberta() -> None:
+    """BART's table has max_position_embeddings + 2 rows, position p at row p + 2; RoBERTa's
+    has max_position_embeddings rows, reached from pad_token_id + 1."""
+    bart = read_positions({"model_type": "bart", "d_model": 1024, "encoder_attention_heads": 16,
+                           "max_position_embeddings": 1024})  # fmt: skip
+    assert bart.learned is not None
+    assert (bart.learned["table_size"], bart.learned["first_position"]) == (1026, 2)
+    assert bart.learned["usable_positions"] == 1024
+    roberta = read_positions({"model_type": "roberta", "hidden_size": 768,
+                              "num_attention_heads": 12, "max_position_embeddings": 514,
+                              "pad_token_id": 1})  # fmt: skip
+    assert roberta.learned is not None
+    assert (roberta.learned["table_size"], roberta.learned["usable_positions"]) == (514, 512)

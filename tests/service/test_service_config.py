@@ -212,6 +212,37 @@ def test_learned_config_gpt2(api: httpx.Client) -> None:
     np.testing.assert_allclose(json_tensor(r.json(), "encoding"), expected, rtol=1e-6, atol=0)
 
 
+def test_learned_config_stops_at_the_tables_size(api: httpx.Client) -> None:
+    """GPT-2 has n_positions 1024 rows: seq_len 1025 is a 422 that gives the size, as for a
+    loaded model's table (contract v1); 1024 is served."""
+    config = model_config("gpt2")
+    r = api.post("/v1/encodings/learned", json={"config": config, "seq_len": 1025, "d_model": 8})
+    assert r.status_code == 422, r.text
+    assert "1025" in r.text and "1024" in r.text and "seq_len" in r.text
+    r = api.post("/v1/encodings/learned", json={"config": config, "seq_len": 1024, "d_model": 8})
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["table_size"] == 1024
+    # a seeded table without a config has no size to stop at
+    r = api.post("/v1/encodings/learned", json={"seq_len": 1025, "d_model": 8})
+    assert r.status_code == 200, r.text
+
+
+def test_learned_config_electra_width_and_roberta_rows(api: httpx.Client) -> None:
+    """ELECTRA's position_embeddings are embedding_size wide; RoBERTa counts positions from
+    padding_idx + 1, so 510 of a 512-row table are reachable (modeling_roberta)."""
+    electra = {"model_type": "electra", "hidden_size": 256, "embedding_size": 128,
+               "num_attention_heads": 4, "max_position_embeddings": 512}  # fmt: skip
+    r = api.post("/v1/encodings/learned", json={"config": electra, "seq_len": 4})
+    assert r.status_code == 200, r.text
+    assert json_tensor(r.json(), "encoding").shape == (4, 128)
+    roberta = {"model_type": "roberta", "hidden_size": 768, "num_attention_heads": 12,
+               "max_position_embeddings": 512, "pad_token_id": 1}  # fmt: skip
+    r = api.post("/v1/encodings/learned", json={"config": roberta, "seq_len": 4, "d_model": 8})
+    meta = r.json()["meta"]
+    assert (meta["table_size"], meta["first_position"], meta["usable_positions"]) == (512, 2, 510)
+    assert "510 of the 512 rows" in meta["positions_note"]
+
+
 # ---------------------------------------------------------------------------------------------
 # /v1/configs/positions
 # ---------------------------------------------------------------------------------------------
