@@ -331,9 +331,7 @@ SWEEP_UNREAD: dict[str, str] = {
 def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int) -> torch.Tensor:
     """posenc's (T, W, W) rotation for this config: its table, applied in its layout to the
     first R of W channels (the rest pass through)."""
-    from posenc.rope import mrope_cos_sin
-
-    from posenc.rope import apply_rope
+    from posenc.rope import apply_rope, mrope_cos_sin
 
     f = rope_request_fields(mp, layer_type)
     scaling = RopeScaling.from_dict(f["scaling"]) if f["scaling"] else None
