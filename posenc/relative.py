@@ -252,17 +252,8 @@ def relative_buckets(
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
-    check_choice("bucketing", bucketing, T5_BUCKETINGS)
-    if bucketing == "log":
-        _check_log_buckets(num_buckets, max_distance, bidirectional)
-    else:
-        check_int("max_distance", max_distance, 0)
-    rel = relative_positions(seq_len, key_len, device=device, max_elements=max_elements)  # (T, S)
-    if bucketing == "clip":
-        return clipped_bucket(rel, max_distance=max_distance, bidirectional=bidirectional)
-    return relative_position_bucket(
-        rel, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
-    )
+    bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)  # validates
+    return bucket(relative_positions(seq_len, key_len, device=device, max_elements=max_elements))
 
 
 def _check_deberta_buckets(position_buckets: int | None, max_position: int | None) -> bool:
