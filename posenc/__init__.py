@@ -19,7 +19,6 @@ from posenc.errors import (
 )
 from posenc.learned import learned_table, seeded_normal
 from posenc.models import EmbeddingModel, default_model, load_safetensors_model
-from posenc.mrope import MRopeSettings, mrope_position_ids, mrope_settings
 from posenc.position_ids import (
     PaddedBatch,
     PaddingSide,
@@ -50,6 +49,7 @@ from posenc.rope import (
     rope_cos_sin,
     rope_inv_freq,
 )
+from posenc.rope.mrope_ids import MRopeSettings, mrope_position_ids, mrope_settings
 from posenc.sinusoidal import (
     SinusoidalLayout,
     SinusoidalPositionalEncoding,

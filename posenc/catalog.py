@@ -13,12 +13,12 @@ from posenc import kinds
 from posenc.alibi import ALIBI
 from posenc.embedding import EMBED
 from posenc.learned import LEARNED
-from posenc.mrope import MROPE_POSITION_IDS
 from posenc.position_ids import POSITION_IDS
 from posenc.query_scale import QUERY_SCALE
 from posenc.relative import RELATIVE
 from posenc.relative_sinusoidal import RELATIVE_SINUSOIDAL
 from posenc.rope import ROPE
+from posenc.rope.mrope_ids import MROPE_POSITION_IDS
 from posenc.sinusoidal import SINUSOIDAL
 from posenc.vision_rope import VISION_ROPE
 from posenc.xpos import XPOS

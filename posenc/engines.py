@@ -4,7 +4,7 @@
 magnitudes, cache rows and softmax scale); :func:`compare_engines` is ``POST
 /v1/configs/compare``: where the two engines' tables and scales differ at the requested
 positions, with one sentence per rule (see docs/engines.md). vLLM's rules are
-:mod:`posenc.rope_vllm`; transformers' are :mod:`posenc.rope` and :mod:`posenc.hf_config`.
+:mod:`posenc.rope.vllm`; transformers' are :mod:`posenc.rope` and :mod:`posenc.hf_config`.
 
 Notation: ``T`` positions, ``R`` rotary dimension.
 """
@@ -22,7 +22,7 @@ from posenc.hf_config import read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
-from posenc.rope_vllm import (
+from posenc.rope.vllm import (
     ENGINES,
     VllmRope,
     angles_table,

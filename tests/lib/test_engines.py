@@ -23,7 +23,7 @@ from posenc import resolve
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
 from posenc.rope import ROPE
-from posenc.rope_vllm import llama4_query_scale, ntk_inv_freq, vllm_rope
+from posenc.rope.vllm import llama4_query_scale, ntk_inv_freq, vllm_rope
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 RECORDED = json.loads(FIXTURE.read_text())

@@ -24,7 +24,7 @@ from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
 from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
 
 from posenc.errors import InvalidArgument
-from posenc.mrope import mrope_position_ids, mrope_settings
+from posenc.rope.mrope_ids import mrope_position_ids, mrope_settings
 from tests.helpers import json_tensor
 
 # https://huggingface.co/Qwen/Qwen2-VL-7B-Instruct/blob/main/config.json (keys read here)

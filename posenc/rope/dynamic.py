@@ -1,0 +1,47 @@
+"""Dynamic NTK scaling (bloc97, emozilla): the base grows with the sequence length above
+``original_max_position_embeddings`` (transformers' ``_compute_dynamic_ntk_parameters``).
+
+One scaling type: its parameters (:class:`DynamicParams`), their validation
+(:func:`validate`) and its inverse frequencies (:func:`inv_freq`), in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from posenc.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class DynamicParams:
+    """Dynamic NTK: the base grows with the length above ``original_max_position_embeddings``."""
+
+    factor: float
+    original_max_position_embeddings: int
+
+
+def validate(p: DynamicParams) -> None:
+    """Nothing beyond the checks every type's parameters get (positive, finite factors)."""
+
+
+def inv_freq(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: DynamicParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Dynamic NTK (``_compute_dynamic_ntk_parameters``): the base grows above ``L0``."""
+    if rotary_dim < 4:
+        raise InvalidArgument(
+            f"dynamic scaling needs rotary_dim >= 4 (the base exponent is R/(R-2)), "
+            f"got {rotary_dim}",
+            field="rotary_dim",
+        )
+    omax = int(s.original_max_position_embeddings)
+    length = max(seq_len if seq_len is not None else omax, omax)
+    if length == omax:
+        return inv_freq, 1.0
+    factor = float(s.factor)
+    new_base = base * ((factor * length / omax) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (new_base**exponents), 1.0

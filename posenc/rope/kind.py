@@ -1,0 +1,382 @@
+"""The rope endpoint kind (:mod:`posenc.kinds`): RoPE and M-RoPE tables, with presets, configs
+and the vLLM engine (:mod:`posenc.rope.vllm`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import Tensor
+
+from posenc import kinds
+from posenc._validate import check_seq_len_or_positions
+from posenc.blocks import tensor_blocks
+from posenc.errors import InvalidArgument
+from posenc.rope.scaling import (
+    ROPE_LAYOUTS,
+    SCALING_TYPES,
+    RopeScaling,
+    rope_inv_freq,
+)
+from posenc.rope.sections import check_mrope_section, mrope_cos_sin
+from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
+from posenc.rope.vllm import DEEPSEEK_MODEL_TYPES, VllmRope, vllm_complete, vllm_for_fields
+
+
+def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
+    """The ``(3, T)`` M-RoPE position rows of resolved fields, or None for plain RoPE: three
+    given rows, or with ``mrope_section`` one row (or ``seq_len``) as text on all three axes, as
+    transformers expands text positions."""
+    rows = p["positions"]
+    if rows is not None and isinstance(rows[0], list):
+        return [list(r) for r in rows]
+    if p["mrope_section"] is None:
+        return None
+    text = list(rows) if rows is not None else list(range(int(p["seq_len"])))
+    return [text, text, text]
+
+
+def _rope_lengths(p: Mapping[str, Any]) -> tuple[int, int]:
+    """``(T, max(position) + 1)`` of resolved fields, from the numbers."""
+    rows = p["positions"]
+    if rows is None:
+        return int(p["seq_len"]), int(p["seq_len"])
+    if isinstance(rows[0], list):
+        return len(rows[0]), max(max(r) for r in rows) + 1
+    return len(rows), max(rows) + 1
+
+
+def _rope_check(p: Mapping[str, Any]) -> None:
+    check_seq_len_or_positions(p.get("seq_len"), p.get("positions"))
+    head_dim, rotary_dim = p.get("head_dim"), p.get("rotary_dim")
+    if head_dim is not None and rotary_dim is not None and rotary_dim > head_dim:
+        raise InvalidArgument(
+            f"rotary_dim must be <= head_dim, got rotary_dim {rotary_dim} > head_dim {head_dim}",
+            field="rotary_dim",
+        )
+
+
+def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
+    """``rotary_dim`` defaults to ``head_dim``; the M-RoPE fields and the scaling are checked
+    (numbers only: nothing of the table's size is made here)."""
+    p = {**p, "rotary_dim": p["head_dim"] if p["rotary_dim"] is None else p["rotary_dim"]}
+    rows = p["positions"]
+    if rows is not None and isinstance(rows[0], list) and p["mrope_section"] is None:
+        raise InvalidArgument(
+            "positions given as three rows (temporal, height, width) need mrope_section "
+            "(three ints summing to rotary_dim/2), or a config that has one",
+            field="mrope_section",
+        )
+    if p["mrope_section"] is not None:
+        check_mrope_section(p["rotary_dim"], p["mrope_section"])
+    if p["scaling"] is not None:
+        RopeScaling.from_dict(p["scaling"])
+    if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
+        p = vllm_complete(p, _rope_lengths(p)[1] - 1)
+    return p
+
+
+def _vllm(p: Mapping[str, Any]) -> VllmRope | None:
+    """vLLM's frequencies and magnitude for resolved fields with ``engine: vllm`` (or None)."""
+    return vllm_for_fields(p) if p["engine"] == "vllm" else None
+
+
+def _rope_scaling(p: Mapping[str, Any]) -> RopeScaling | None:
+    return RopeScaling.from_dict(p["scaling"]) if p["scaling"] is not None else None
+
+
+def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    seq_len, length = _rope_lengths(p)
+    scaling = _rope_scaling(p)
+    _inv_freq, attention_scaling = rope_inv_freq(
+        p["rotary_dim"], p["base"], scaling, seq_len=length
+    )
+    vllm = _vllm(p)
+    if vllm is not None:
+        attention_scaling = vllm.attention_scaling
+    meta = {
+        "kind": "rope",
+        "seq_len": seq_len,
+        **{k: p[k] for k in ("head_dim", "rotary_dim", "base", "layout", "scaling", "preset")},
+        "rope_type": scaling.type if scaling is not None else "default",
+        "attention_scaling": attention_scaling,
+        "layer_type": p["layer_type"],
+        "dtype": p["dtype"],
+        **{k: p[k] for k in ("config_model_type", "rope_type") if k in p},
+    }
+    if _mrope_rows(p) is not None:
+        meta["mrope_section"] = p["mrope_section"]
+        meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
+    meta["engine"] = p["engine"]
+    if vllm is not None:
+        meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
+        meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
+    return meta
+
+
+def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    """The arguments every RoPE table function takes, from resolved fields."""
+    return dict(
+        rotary_dim=p["rotary_dim"],
+        base=p["base"],
+        layout=p["layout"],
+        scaling=_rope_scaling(p),
+        device=ctx.device,
+        dtype=ctx.dtype,
+    )
+
+
+def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    common = _table_arguments(p, ctx)
+    rows = _mrope_rows(p)
+    if rows is not None:
+        tables = mrope_cos_sin(
+            rows,
+            mrope_section=p["mrope_section"],
+            interleaved=bool(p["mrope_interleaved"]),
+            **common,
+        )
+    else:
+        vllm = _vllm(p)
+        if vllm is not None:  # vLLM's angles and magnitude, exact in float64 as the default's
+            pos = positions_tensor(p["positions"], p["seq_len"]).to(ctx.device)
+            inv = vllm.inv_freq.to(ctx.device)
+            cos, sin = cos_sin_tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
+            return {"cos": cos, "sin": sin, "inv_freq": inv.to(ctx.dtype)}
+        tables = rope_cos_sin(p["positions"], seq_len=p["seq_len"], **common)
+    return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
+
+
+def _rope_streams(p: Mapping[str, Any]) -> bool:
+    """Row blocks are of 1-D positions; three rows of M-RoPE positions are computed whole."""
+    return p["positions"] is None or not isinstance(p["positions"][0], list)
+
+
+def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
+    _seq_len, length = _rope_lengths(p)
+    inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
+    vllm = _vllm(p)
+    if vllm is not None:
+        inv_freq = vllm.inv_freq
+        kw["frequencies"] = (vllm.inv_freq, vllm.attention_scaling)
+    return {
+        "cos": rope_blocks(p["positions"], which="cos", **kw),
+        "sin": rope_blocks(p["positions"], which="sin", **kw),
+        "inv_freq": tensor_blocks("inv_freq", inv_freq.to(device=ctx.device, dtype=ctx.dtype)),
+    }
+
+
+def _rope_from_config(
+    positions: Any, given: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The fields of a read config (:class:`posenc.hf_config.ModelPositions`, which the config
+    reader above this module makes) for the layer type asked for."""
+    layer_type = given.get("layer_type")
+    fields = positions.rope_fields(layer_type)
+    info = {"rope_type": positions.rope_for(layer_type).rope_type}
+    if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
+        deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
+        info.update(config_max_position_embeddings=positions.max_position_embeddings)
+        info.update(config_deepseek=deepseek)
+    return fields, info
+
+
+def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    """A preset's (or config's) rotated fraction follows a ``head_dim`` given without
+    ``rotary_dim`` (GPT-NeoX's ``rotary_pct``, Phi's ``partial_rotary_factor``)."""
+    head_dim, rotary_dim = defaults.get("head_dim"), defaults.get("rotary_dim")
+    if (
+        given.get("head_dim") is not None
+        and given.get("rotary_dim") is None
+        and head_dim
+        and rotary_dim
+    ):
+        return {**defaults, "rotary_dim": int(given["head_dim"] * rotary_dim / head_dim)}
+    return defaults
+
+
+def _scaling_member(name: str, type_: Any, description: str, **bounds: Any) -> Any:
+    return kinds.FieldSpec(name, type_, description, default=None, **bounds)
+
+
+_SCALING_FIELD = kinds.FieldSpec(
+    "scaling",
+    "struct",
+    "null or a scaling object, with the names of transformers' rope_parameters",
+    default=None,
+    sourced=True,
+    schema_name="RopeScalingRequest",
+    aliases=(("rope_type", "type"),),
+    example={
+        "type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    },
+    members=(
+        kinds.FieldSpec(
+            "type",
+            "str",
+            "linear, dynamic, yarn, longrope, llama3 or proportional (Gemma 4); rope_type is "
+            "accepted as an alias",
+            choices=SCALING_TYPES,
+        ),
+        _scaling_member("factor", "float", "context extension factor", exclusive_minimum=0),
+        _scaling_member(
+            "original_max_position_embeddings",
+            "int",
+            "the pretraining context length",
+            minimum=1,
+        ),
+        _scaling_member("beta_fast", "float", "YaRN: rotations where extrapolation ends"),
+        _scaling_member("beta_slow", "float", "YaRN: rotations where interpolation begins"),
+        _scaling_member("mscale", "float", "YaRN (DeepSeek): numerator mscale"),
+        _scaling_member("mscale_all_dim", "float", "YaRN (DeepSeek): denominator mscale"),
+        _scaling_member(
+            "attention_factor", "float", "YaRN, LongRoPE: attention scaling", exclusive_minimum=0
+        ),
+        _scaling_member(
+            "low_freq_factor", "float", "Llama 3: low-frequency factor", exclusive_minimum=0
+        ),
+        _scaling_member(
+            "high_freq_factor", "float", "Llama 3: high-frequency factor", exclusive_minimum=0
+        ),
+        _scaling_member("short_factor", "floats", "LongRoPE: R/2 divisors up to the original"),
+        _scaling_member("long_factor", "floats", "LongRoPE: R/2 divisors beyond the original"),
+        _scaling_member("truncate", "bool", "YaRN: round the correction range (default true)"),
+        _scaling_member(
+            "partial_rotary_factor",
+            "float",
+            "proportional only: the fraction of the head's frequencies that rotate",
+            exclusive_minimum=0,
+            maximum=1,
+        ),
+    ),
+)
+
+ROPE: kinds.Kind = kinds.Kind(
+    name="rope",
+    path="/v1/encodings/rope",
+    tag="encodings",
+    summary="Rotary position embedding tables",
+    description="RoPE cos/sin tables with the scaling types of Hugging Face transformers "
+    "(linear, dynamic, yarn, longrope, llama3, proportional); cos and sin include the "
+    "attention scaling (`meta.attention_scaling`, with `meta.rope_type`). `config` takes a "
+    "model's config.json (as transformers 5 reads it; `layer_type` for per-layer-type "
+    "RoPE); `positions` as three rows with `mrope_section` gives M-RoPE (Qwen2-VL).",
+    fields=(
+        kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1, example=8),
+        kinds.FieldSpec(
+            "positions",
+            "ints",
+            "explicit positions (ints ≥ 0) instead of seq_len; or three lists (temporal, "
+            "height, width: (3, T)) with mrope_section",
+            None,
+            minimum=0,
+            rows=3,
+        ),
+        kinds.FieldSpec(
+            "head_dim",
+            "int",
+            "Dh, even (required unless a preset or config gives it)",
+            minimum=2,
+            multiple_of=2,
+            sourced=True,
+            example=16,
+        ),
+        kinds.FieldSpec(
+            "rotary_dim",
+            "int",
+            "R, even ≤ head_dim (default head_dim)",
+            None,
+            minimum=2,
+            multiple_of=2,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "base",
+            "float",
+            "rope_theta (default 10000 when neither preset nor config gives it)",
+            10000.0,
+            exclusive_minimum=0,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "layout",
+            "str",
+            "half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when "
+            "neither preset nor config gives it",
+            "half",
+            choices=ROPE_LAYOUTS,
+            sourced=True,
+        ),
+        _SCALING_FIELD,
+        kinds.preset_field("rope"),
+        kinds.CONFIG_FIELD,
+        kinds.FieldSpec(
+            "layer_type",
+            "str",
+            "for a config with RoPE parameters per layer type (Gemma 3: sliding_attention, "
+            "full_attention): which type; required there, refused otherwise",
+            None,
+        ),
+        kinds.FieldSpec(
+            "mrope_section",
+            "ints",
+            "M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2",
+            None,
+            minimum=0,
+            length=3,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "mrope_interleaved",
+            "bool",
+            "M-RoPE: false (default) Qwen2-VL's contiguous sections, true Qwen3-VL's interleaving",
+            None,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "engine",
+            "str",
+            "whose tables: transformers (default) or vllm (what vLLM's get_rope builds from the "
+            "same config: see docs/engines.md)",
+            "transformers",
+            choices=("transformers", "vllm"),
+        ),
+        kinds.FieldSpec(
+            "max_model_len",
+            "int",
+            "engine vllm: the server's --max-model-len (default the config's "
+            "max_position_embeddings); LongRoPE uses its long factors everywhere above "
+            "original_max_position_embeddings",
+            None,
+            minimum=1,
+        ),
+    ),
+    tensors=(
+        kinds.TensorSpec("cos", ("T", "R")),
+        kinds.TensorSpec("sin", ("T", "R")),
+        kinds.TensorSpec("inv_freq", ("R/2",)),
+    ),
+    shapes=lambda p: {
+        "cos": (_rope_lengths(p)[0], p["rotary_dim"]),
+        "sin": (_rope_lengths(p)[0], p["rotary_dim"]),
+        "inv_freq": (p["rotary_dim"] // 2,),
+    },
+    compute=_rope_compute,
+    check=_rope_check,
+    meta=_rope_meta,
+    blocks=_rope_blocks,
+    streams=_rope_streams,
+    row_elements=lambda p: int(p["rotary_dim"]),
+    sources=kinds.Sources("rope", _rope_from_config, _rope_follow),
+    complete=_rope_complete,
+    examples=(
+        {"seq_len": 8, "head_dim": 16},
+        {"positions": [0, 1, 2, 4096], "preset": "llama-3.1-8b"},
+    ),
+)
+"""The rope endpoint kind (see :mod:`posenc.kinds`)."""

@@ -1,0 +1,30 @@
+"""Linear scaling: position interpolation (kaiokendev; Chen et al., 2023), every frequency
+divided by ``factor`` (transformers' ``_compute_linear_scaling_rope_parameters``).
+
+One scaling type: its parameters (:class:`LinearParams`), their validation
+(:func:`validate`) and its inverse frequencies (:func:`inv_freq`), in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class LinearParams:
+    """Position interpolation: every frequency divided by ``factor``."""
+
+    factor: float
+
+
+def validate(p: LinearParams) -> None:
+    """Nothing beyond the checks every type's parameters get (positive, finite factors)."""
+
+
+def inv_freq(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LinearParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
+    return inv_freq / float(s.factor), 1.0

@@ -1,0 +1,63 @@
+"""Llama 3.1's frequency bands (meta-llama/llama-models; transformers'
+``_compute_llama3_parameters``).
+
+One scaling type: its parameters (:class:`Llama3Params`), their validation
+(:func:`validate`) and its inverse frequencies (:func:`inv_freq`), in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from posenc.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class Llama3Params:
+    """Llama 3.1's frequency bands."""
+
+    factor: float
+    original_max_position_embeddings: int
+    low_freq_factor: float
+    high_freq_factor: float
+
+
+def validate(p: Llama3Params) -> None:
+    """The band in order: ``high_freq_factor >= low_freq_factor``. Equal factors (Llama 4 Scout
+    publishes 1.0 and 1.0) leave no medium band: transformers warns and runs them; only a
+    reversed band is refused."""
+    if p.high_freq_factor < p.low_freq_factor:
+        raise InvalidArgument(
+            f"scaling.high_freq_factor must be >= scaling.low_freq_factor, got "
+            f"high_freq_factor={p.high_freq_factor} and low_freq_factor={p.low_freq_factor}",
+            field="scaling.high_freq_factor",
+        )
+
+
+def _llama3(base_inv_freq: Tensor, s: Llama3Params) -> Tensor:
+    """Llama 3.1 band rescaling as transformers' ``_compute_llama3_parameters``, in float64."""
+    factor = float(s.factor)
+    low_ff = float(s.low_freq_factor)
+    high_ff = float(s.high_freq_factor)
+    old_context_len = float(s.original_max_position_embeddings)
+    low_freq_wavelen = old_context_len / low_ff
+    high_freq_wavelen = old_context_len / high_ff
+
+    wavelen = 2 * math.pi / base_inv_freq  # (R/2,)
+    inv_freq = torch.where(wavelen > low_freq_wavelen, base_inv_freq / factor, base_inv_freq)
+    smooth = (old_context_len / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+    is_medium = (wavelen >= high_freq_wavelen) & (wavelen <= low_freq_wavelen)
+    if high_ff == low_ff:  # no medium band (a 0/0 smooth factor): keep the two outer bands
+        return inv_freq
+    return torch.where(is_medium, smoothed, inv_freq)
+
+
+def inv_freq(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: Llama3Params, seq_len: int | None
+) -> tuple[Tensor, float]:
+    return _llama3(inv_freq, s), 1.0

@@ -1,0 +1,65 @@
+"""LongRoPE (Ding et al., 2024; microsoft/LongRoPE, Phi-3): per-frequency divisors, the short ones
+up to the original length and the long ones beyond (transformers' ``_compute_longrope_parameters``).
+
+One scaling type: its parameters (:class:`LongRopeParams`), their validation
+(:func:`validate`) and its inverse frequencies (:func:`inv_freq`), in float64.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from posenc.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class LongRopeParams:
+    """LongRoPE (Ding et al., 2024): per-frequency divisors, short up to the original length."""
+
+    short_factor: tuple[float, ...]
+    long_factor: tuple[float, ...]
+    original_max_position_embeddings: int
+    factor: float | None = None
+    attention_factor: float | None = None
+
+
+def validate(p: LongRopeParams) -> None:
+    """``factor`` may be left out only when ``attention_factor`` is given (the factor is used
+    only to derive it)."""
+    if p.factor is None and p.attention_factor is None:
+        raise InvalidArgument(
+            "scaling.factor is required for longrope scaling unless scaling.attention_factor is "
+            "given (transformers uses max_position_embeddings / original_max_position_embeddings; "
+            "pass that ratio as factor)",
+            field="scaling.factor",
+        )
+
+
+def inv_freq(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: LongRopeParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """LongRoPE (``_compute_longrope_parameters``): per-frequency divisors, short or long."""
+    half = rotary_dim // 2
+    for name in ("short_factor", "long_factor"):
+        n = len(getattr(s, name))
+        if n != half:
+            raise InvalidArgument(
+                f"scaling.{name} must have rotary_dim/2 = {half} entries, got {n}",
+                field=f"scaling.{name}",
+            )
+    omax = int(s.original_max_position_embeddings)
+    if s.attention_factor is not None:
+        attention_factor = float(s.attention_factor)
+    elif s.factor <= 1.0:  # type: ignore[operator]
+        attention_factor = 1.0
+    else:
+        attention_factor = math.sqrt(1 + math.log(s.factor) / math.log(omax))  # type: ignore[arg-type]
+    use_long = seq_len is not None and seq_len > omax
+    ext = s.long_factor if use_long else s.short_factor
+    ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    return 1.0 / (ext_factors * base**exponents), attention_factor

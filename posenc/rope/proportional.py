@@ -1,0 +1,52 @@
+"""Gemma 4's proportional RoPE: the first ``partial_rotary_factor`` of the ``Dh/2`` frequencies
+are ``base^(−2i/Dh)``, the rest 0, all divided by ``factor`` (transformers'
+``_compute_proportional_rope_parameters``).
+
+One scaling type: its parameters (:class:`ProportionalParams`), their validation
+(:func:`validate`) and its inverse frequencies (:func:`inv_freq`), in float64.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import Tensor
+
+from posenc._validate import check_finite
+from posenc.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class ProportionalParams:
+    """Gemma 4's proportional RoPE: the first ``partial_rotary_factor`` of the frequencies."""
+
+    factor: float | None = None
+    partial_rotary_factor: float | None = None
+
+
+def validate(p: ProportionalParams) -> None:
+    """``partial_rotary_factor`` in (0, 1]."""
+    if p.partial_rotary_factor is None:
+        return
+    check_finite("scaling.partial_rotary_factor", p.partial_rotary_factor, greater_than=0)
+    if p.partial_rotary_factor > 1:
+        raise InvalidArgument(
+            f"scaling.partial_rotary_factor must be in (0, 1], got {p.partial_rotary_factor}",
+            field="scaling.partial_rotary_factor",
+        )
+
+
+def inv_freq(
+    inv_freq: Tensor, rotary_dim: int, base: float, s: ProportionalParams, seq_len: int | None
+) -> tuple[Tensor, float]:
+    """Gemma 4's proportional RoPE (``_compute_proportional_rope_parameters``).
+
+    ``rotary_dim`` is the whole head ``Dh``: the first ``int(p·Dh // 2)`` frequencies are
+    ``base^(−2i/Dh)`` and the remaining ones 0, all divided by ``factor`` (default 1).
+    """
+    p = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    rope_angles = int(p * rotary_dim // 2)
+    out = inv_freq.clone()
+    out[rope_angles:] = 0.0
+    factor = 1.0 if s.factor is None else float(s.factor)
+    return out / factor, 1.0

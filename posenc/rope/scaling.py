@@ -1,0 +1,300 @@
+"""RoPE scaling: :class:`RopeScaling` (transformers' ``rope_parameters`` names), the table of
+scaling types and :func:`rope_inv_freq`.
+
+Each type is one module of this package, as vLLM keeps one file per rotary type: its frozen
+parameter class (transformers' ``_validate_<type>_rope_parameters`` shape: a field without a
+default is required), its ``validate`` and its ``inv_freq``, so a new parameter or rule is
+written once, in its type's module. :data:`ROPE_TYPES` lists them; :data:`ROPE_INIT_FUNCTIONS`
+and :data:`ROPE_PARAMETER_KEYS` are read off it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc._validate import check_choice, check_finite, check_int, check_int_at_least
+from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
+from posenc.rope import dynamic, linear, llama3, longrope, proportional, yarn
+
+RopeLayout = Literal["half", "interleaved"]
+ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
+
+ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
+SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
+
+
+def _param_keys(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    fields = dataclasses.fields(cls)
+    required = tuple(f.name for f in fields if f.default is dataclasses.MISSING)
+    optional = tuple(f.name for f in fields if f.default is not dataclasses.MISSING)
+    return required, optional
+
+
+#: Scaling type -> its module (``Params``-class, ``validate``, ``inv_freq``).
+ROPE_TYPES: dict[str, ModuleType] = {
+    "linear": linear,
+    "dynamic": dynamic,
+    "yarn": yarn,
+    "longrope": longrope,
+    "llama3": llama3,
+    "proportional": proportional,
+}
+
+#: Scaling type -> its frozen parameter class.
+ROPE_PARAMETER_CLASSES: dict[str, type] = {
+    "linear": linear.LinearParams,
+    "dynamic": dynamic.DynamicParams,
+    "yarn": yarn.YarnParams,
+    "longrope": longrope.LongRopeParams,
+    "llama3": llama3.Llama3Params,
+    "proportional": proportional.ProportionalParams,
+}
+
+#: ``{type: (required, optional)}`` parameter names, from the classes (yarn's and llama3's
+#: ``original_max_position_embeddings`` and dynamic's are required here: transformers would
+#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf_config`).
+ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    t: _param_keys(c) for t, c in ROPE_PARAMETER_CLASSES.items()
+}
+_REQUIRED: dict[str, tuple[str, ...]] = {t: k[0] for t, k in ROPE_PARAMETER_KEYS.items()}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """A RoPE scaling scheme, with the parameter names of transformers' ``rope_parameters``.
+
+    Only the parameters of the chosen ``type`` are read; see the module docstring for where
+    posenc takes a value that transformers would read from the model config.
+
+    Attributes:
+        type: ``linear``, ``dynamic``, ``yarn``, ``longrope`` or ``llama3``.
+        factor: context extension factor (all types; optional for ``longrope`` when
+            ``attention_factor`` is given).
+        original_max_position_embeddings: the pretraining context length. ``dynamic`` rescales the
+            base and ``longrope`` switches to ``long_factor`` only when ``max(positions) + 1``
+            exceeds it; ``yarn`` and ``llama3`` use it to place their frequency bands.
+        beta_fast: YaRN: rotations at which extrapolation ends (default 32).
+        beta_slow: YaRN: rotations at which interpolation begins (default 1).
+        mscale: YaRN (DeepSeek): numerator ``mscale`` of the attention factor.
+        mscale_all_dim: YaRN (DeepSeek): denominator ``mscale`` of the attention factor.
+        attention_factor: YaRN and LongRoPE: explicit attention scaling (else derived from
+            ``factor``).
+        low_freq_factor: Llama 3: wavelengths above ``original / low_freq_factor`` are divided
+            by ``factor``.
+        high_freq_factor: Llama 3: wavelengths below ``original / high_freq_factor`` are kept.
+        short_factor: LongRoPE: ``R/2`` per-frequency divisors used up to the original length.
+        long_factor: LongRoPE: ``R/2`` per-frequency divisors used beyond the original length.
+        truncate: YaRN: round the correction range outwards to whole dimensions (default True).
+        partial_rotary_factor: proportional (Gemma 4): the fraction of the head's frequencies
+            that rotate (default 1); the others are 0.
+    """
+
+    type: ScalingType
+    factor: float | None = None
+    original_max_position_embeddings: int | None = None
+    beta_fast: float | None = None
+    beta_slow: float | None = None
+    mscale: float | None = None
+    mscale_all_dim: float | None = None
+    attention_factor: float | None = None
+    low_freq_factor: float | None = None
+    high_freq_factor: float | None = None
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
+    truncate: bool | None = None
+    partial_rotary_factor: float | None = None
+
+    def __post_init__(self) -> None:
+        _validate_scaling(self)
+
+    def params(self) -> Any:
+        """The frozen parameter class of this type (:data:`ROPE_PARAMETER_CLASSES`), holding
+        only that type's parameters."""
+        cls = ROPE_PARAMETER_CLASSES[self.type]
+        return cls(**{f.name: getattr(self, f.name) for f in dataclasses.fields(cls)})
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RopeScaling:
+        """Build from a transformers-style ``rope_parameters`` / ``rope_scaling`` mapping.
+
+        ``rope_type`` is accepted as an alias of ``type``. ``rope_theta`` and (except for
+        ``proportional``) ``partial_rotary_factor`` are not scaling parameters here (they are
+        ``base`` and ``rotary_dim``) and are rejected like any other unknown key.
+
+        Raises:
+            InvalidArgument: unknown keys, a missing or unknown type, a missing required parameter
+                (``field`` is e.g. ``scaling.factor``) or a value out of range.
+        """
+        if not isinstance(d, Mapping):
+            raise InvalidArgument(
+                f"scaling must be an object, got {type(d).__name__}", field="scaling"
+            )
+        params = dict(d)
+        if "type" in params and "rope_type" in params and params["type"] != params["rope_type"]:
+            raise InvalidArgument(
+                f"scaling.type {params['type']!r} and scaling.rope_type {params['rope_type']!r} "
+                "disagree; give one of them",
+                field="scaling.type",
+            )
+        if "rope_type" in params:
+            params["type"] = params.pop("rope_type")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise InvalidArgument(
+                f"unknown scaling parameter(s) {unknown}; allowed: {sorted(known)} "
+                "(rope_type is accepted as an alias of type)",
+                field=f"scaling.{unknown[0]}",
+            )
+        for name in ("short_factor", "long_factor"):
+            value = params.get(name)
+            if value is not None:
+                if isinstance(value, str | bytes) or not isinstance(value, Sequence | Tensor):
+                    raise InvalidArgument(
+                        f"scaling.{name} must be a list of numbers, got {type(value).__name__}",
+                        field=f"scaling.{name}",
+                    )
+                params[name] = tuple(float(v) for v in value)
+        return cls(**params)
+
+
+@dataclass(frozen=True)
+class RopeTables:
+    """The tables :func:`rope_cos_sin` returns.
+
+    Attributes:
+        cos: ``(T, R)`` cosines, attention scaling already applied, in the requested dtype.
+        sin: ``(T, R)`` sines, attention scaling already applied.
+        inv_freq: ``(R/2,)`` inverse frequencies after scaling.
+        attention_scaling: the factor ``cos`` and ``sin`` were multiplied by (1.0 unless ``yarn``
+            or ``longrope``).
+    """
+
+    cos: Tensor
+    sin: Tensor
+    inv_freq: Tensor
+    attention_scaling: float
+
+
+def _validate_scaling(s: RopeScaling) -> None:
+    """Check the parameters of ``s``: those every type shares here, then its type's own rules
+    (the ``validate`` of its module); raise InvalidArgument naming the field."""
+    check_choice("scaling.type", s.type, SCALING_TYPES)
+    for name in _REQUIRED[s.type]:
+        if getattr(s, name) is None:
+            raise InvalidArgument(
+                f"scaling.{name} is required for {s.type} scaling", field=f"scaling.{name}"
+            )
+    for name in (
+        "factor",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "low_freq_factor",
+        "high_freq_factor",
+    ):
+        value = getattr(s, name)
+        if value is not None:
+            check_finite(f"scaling.{name}", value, greater_than=0)
+    for name in ("mscale", "mscale_all_dim"):
+        value = getattr(s, name)
+        if value is not None:
+            check_finite(f"scaling.{name}", value)
+    if s.partial_rotary_factor is not None and s.type != "proportional":
+        raise InvalidArgument(
+            f"scaling.partial_rotary_factor is a parameter of proportional scaling only, "
+            f"got it with {s.type}; give the rotated fraction as rotary_dim",
+            field="scaling.partial_rotary_factor",
+        )
+    omax = s.original_max_position_embeddings
+    if omax is not None:
+        check_int_at_least("scaling.original_max_position_embeddings", omax, 1, noun="an integer")
+    if s.truncate is not None and not isinstance(s.truncate, bool):
+        raise InvalidArgument(
+            f"scaling.truncate must be true or false, got {s.truncate!r}", field="scaling.truncate"
+        )
+    for name in ("short_factor", "long_factor"):
+        values = getattr(s, name)
+        if values is None:
+            continue
+        for i, v in enumerate(values):
+            check_finite(f"scaling.{name}[{i}]", v, greater_than=0, field=f"scaling.{name}")
+    ROPE_TYPES[s.type].validate(s.params())  # the type's own rules (its module's validate)
+
+
+def check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
+    """``rotary_dim`` (or ``field``) is an even integer >= 2."""
+    check_int(field, rotary_dim)
+    if rotary_dim <= 0 or rotary_dim % 2:
+        raise InvalidArgument(
+            f"{field} must be an even integer >= 2, got {rotary_dim}", field=field
+        )
+
+
+# Each scaling type: ``(base_inv_freq (R/2,), R, base, scaling, seq_len) -> (inv_freq, scale)``.
+RopeInitFn = Callable[[Tensor, int, float, Any, "int | None"], tuple[Tensor, float]]
+
+#: Scaling type -> function computing ``(inv_freq, attention_scaling)`` in float64, as
+#: transformers' ``ROPE_INIT_FUNCTIONS``.
+ROPE_INIT_FUNCTIONS: dict[str, RopeInitFn] = {t: m.inv_freq for t, m in ROPE_TYPES.items()}
+
+
+def rope_inv_freq(
+    rotary_dim: int,
+    base: float = 10000.0,
+    scaling: RopeScaling | None = None,
+    *,
+    seq_len: int | None = None,
+    max_elements: int | None = None,
+) -> tuple[Tensor, float]:
+    """Inverse frequencies ``ω_i`` and attention scaling, as transformers' ROPE_INIT_FUNCTIONS.
+
+    Unscaled, ``ω_i = base^(−2i/R)`` for ``i < R/2`` (RoFormer). The scaling types follow
+    transformers' ``modeling_rope_utils.py`` formula for formula, evaluated in float64.
+
+    Args:
+        rotary_dim: ``R``, the number of rotated channels (even, ≥ 2).
+        base: ``rope_theta``.
+        scaling: the scaling scheme, or None for plain RoPE.
+        seq_len: the sequence length ``max(positions) + 1``. ``dynamic`` rescales the base as
+            ``base · (factor·L/L0 − (factor − 1))^(R/(R−2))`` only when ``L = seq_len`` exceeds
+            ``L0 = original_max_position_embeddings``; ``longrope`` uses ``long_factor`` only
+            then, else ``short_factor``. None means "within the original length". Ignored by the
+            other types.
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+
+    Returns:
+        ``(inv_freq, attention_scaling)``: ``(R/2,)`` float64 on the CPU, and a float.
+
+    Raises:
+        InvalidArgument: odd or non-positive ``rotary_dim``, ``base ≤ 1``, ``short_factor`` /
+            ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``.
+    """
+    check_rotary_dim(rotary_dim)
+    check_elements(
+        rotary_dim // 2, what=f"inv_freq (R/2={rotary_dim // 2})", max_elements=max_elements
+    )
+    check_finite("base", base, greater_than=1)
+    if seq_len is not None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
+    if scaling is not None and not isinstance(scaling, RopeScaling):
+        raise InvalidArgument(
+            f"scaling must be a RopeScaling or None, got {type(scaling).__name__}", field="scaling"
+        )
+    base = float(base)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    inv_freq = 1.0 / (base**exponents)
+    if scaling is None:
+        return inv_freq, 1.0
+
+    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling.params(), seq_len)

@@ -1,0 +1,397 @@
+"""RoPE tables: cos and sin of ``positions × inv_freq`` in float64, whole or in row blocks, the
+rotations that apply them (:func:`apply_rope`), and :class:`RotaryEmbedding`.
+
+Layouts: ``half`` (GPT-NeoX, Llama): channel ``i`` pairs with ``i + R/2``, ``cos = cat(cos θ,
+cos θ)`` and the rotation is ``rotate_half``; ``interleaved`` (GPT-J, RoFormer): channel ``2i``
+pairs with ``2i + 1``, each angle repeated twice in place, rotated by ``rotate_every_two``.
+
+Notation: ``B`` batch, ``H`` heads, ``T`` sequence length, ``Dh`` head dimension, ``R`` rotary
+dimension (``R ≤ Dh``, even), ``N`` rows of a block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from posenc._validate import check_choice, check_int_at_least, device_or_cpu, first_true
+from posenc.blocks import Scratch, TableBlocks, write_pair
+from posenc.device import resolve_dtype
+from posenc.errors import InvalidArgument
+from posenc.limits import check_elements, sequence_length
+from posenc.rope.scaling import (
+    ROPE_LAYOUTS,
+    RopeLayout,
+    RopeScaling,
+    RopeTables,
+    check_rotary_dim,
+    rope_inv_freq,
+)
+
+
+def positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | None) -> Tensor:
+    """Exactly one of ``positions`` / ``seq_len`` → a ``(T,)`` int64 CPU tensor of positions."""
+    if (positions is None) == (seq_len is None):
+        raise InvalidArgument(
+            "give exactly one of positions or seq_len"
+            f" (got positions={'None' if positions is None else '...'}, seq_len={seq_len!r})",
+            field="positions",
+        )
+    if seq_len is not None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
+        return torch.arange(seq_len, dtype=torch.int64)
+    if isinstance(positions, Tensor):
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise InvalidArgument(
+                f"positions must be integers, got a tensor of {positions.dtype}", field="positions"
+            )
+        if positions.dim() != 1:
+            raise InvalidArgument(
+                f"positions must be 1-D, got shape {tuple(positions.shape)}", field="positions"
+            )
+        pos = positions.detach().to(device="cpu", dtype=torch.int64)
+    else:
+        values = list(positions)  # type: ignore[arg-type]
+        for i, p in enumerate(values):
+            if not isinstance(p, int) or isinstance(p, bool):
+                raise InvalidArgument(
+                    f"positions[{i}] must be an integer, got {p!r}", field=f"positions[{i}]"
+                )
+        pos = torch.tensor(values, dtype=torch.int64)
+    if pos.numel() == 0:
+        raise InvalidArgument("positions must not be empty", field="positions")
+    low = int(pos.min())
+    if low < 0:
+        (i,) = first_true(pos < 0)
+        raise InvalidArgument(
+            f"positions must be >= 0, got positions[{i}] = {int(pos[i])}", field=f"positions[{i}]"
+        )
+    return pos
+
+
+def cos_sin_tables(
+    positions: Tensor,
+    inv_freq: Tensor,
+    attention_scaling: float,
+    layout: RopeLayout,
+    dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast."""
+    angles = positions.to(torch.float64)[..., None] * inv_freq.to(  # (..., R/2)
+        device=positions.device, dtype=torch.float64
+    )
+    half = angles.shape[-1]
+    # cos and sin of each angle once, cast straight into both of its places:
+    # half: [θ_0 … θ_{R/2−1} | same]; interleaved: θ_0 θ_0 θ_1 θ_1 …
+    shape = (*angles.shape[:-1], 2 * half)
+    cos = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
+    sin = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
+    values = torch.empty_like(angles)  # (..., R/2) float64
+    for table, func in ((cos, torch.cos), (sin, torch.sin)):
+        func(angles, out=values)
+        if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
+            values.mul_(attention_scaling)
+        if layout == "half":
+            table[..., :half].copy_(values)
+            table[..., half:].copy_(values)
+        else:
+            pairs = table.view(*table.shape[:-1], half, 2)  # (..., R/2, 2)
+            pairs[..., 0].copy_(values)
+            pairs[..., 1].copy_(values)
+    return cos, sin
+
+
+def rope_cos_sin(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    rotary_dim: int,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+    max_elements: int | None = None,
+) -> RopeTables:
+    """RoPE cos/sin tables for the given positions, attention scaling included.
+
+    ``half`` (GPT-NeoX, Llama; transformers' ``LlamaRotaryEmbedding``): ``cos = cat(cos θ, cos θ)``.
+    ``interleaved`` (GPT-J, RoFormer): each angle repeated twice in place. ``θ[t, i] =
+    positions[t] · inv_freq[i]`` with ``inv_freq`` from :func:`rope_inv_freq`, given
+    ``seq_len = max(positions) + 1``.
+
+    Args:
+        positions: ``(T,)`` integers ≥ 0 (a sequence or a 1-D integer tensor); or
+        seq_len: ``T``, meaning positions ``0 … T−1``. Exactly one of the two.
+        rotary_dim: ``R`` (even, ≥ 2).
+        base: ``rope_theta``.
+        layout: ``"half"`` or ``"interleaved"``.
+        scaling: the scaling scheme, or None.
+        device: where the tables are computed and returned (None: CPU).
+        dtype: the dtype of the returned tensors (all arithmetic is float64 before it).
+        max_elements: refuse a call whose output would exceed this many elements
+            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+
+    Returns:
+        :class:`RopeTables` with ``cos`` and ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``, all in
+        ``dtype`` on ``device``, and the attention scaling.
+
+    Raises:
+        InvalidArgument: see :func:`rope_inv_freq`; also a bad layout, negative or non-integer
+            positions, or both / neither of ``positions`` and ``seq_len``.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_rotary_dim(rotary_dim)
+    count = sequence_length(positions, seq_len)
+    if count is not None:  # cos + sin (T, R) and inv_freq (R/2,), before anything exists
+        check_elements(
+            2 * count * rotary_dim + rotary_dim // 2,
+            what=f"the RoPE tables (T={count}, R={rotary_dim})",
+            max_elements=max_elements,
+        )
+    pos = positions_tensor(positions, seq_len)
+    length = int(pos.max()) + 1
+    inv_freq, attention_scaling = rope_inv_freq(
+        rotary_dim, base, scaling, seq_len=length, max_elements=max_elements
+    )
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    cos, sin = cos_sin_tables(pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype)
+    return RopeTables(
+        cos=cos,
+        sin=sin,
+        inv_freq=inv_freq.to(device=dev, dtype=dtype),
+        attention_scaling=attention_scaling,
+    )
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``[x1 | x2] → [−x2 | x1]`` on the last dim (GPT-NeoX, Llama)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def rotate_every_two(x: Tensor) -> Tensor:
+    """``(x0, x1, x2, x3, …) → (−x1, x0, −x3, x2, …)`` on the last dim (GPT-J, RoFormer)."""
+    x_even, x_odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack((-x_odd, x_even), dim=-1).flatten(-2)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "half") -> Tensor:
+    """Rotate the first ``R`` channels of each head of ``x``; leave the other ``Dh − R``.
+
+    ``out_rot = x_rot · cos + rotate(x_rot) · sin`` with ``rotate_half`` (``half``) or
+    ``rotate_every_two`` (``interleaved``): transformers' ``apply_rotary_pos_emb`` of Llama and
+    of GPT-J, with GPT-NeoX's partial rotary (``rotary_pct``). The product is taken in ``x``'s
+    dtype (cos and sin are cast to it, as transformers does).
+
+    Args:
+        x: ``(B, H, T, Dh)`` queries or keys.
+        cos: ``(T, R)``, or ``(B, T, R)`` for per-row positions, from :func:`rope_cos_sin` with
+            the same ``layout``.
+        sin: same shape as ``cos``.
+        layout: ``"half"`` or ``"interleaved"``.
+
+    Returns:
+        ``(B, H, T, Dh)``, same dtype as ``x``.
+
+    Raises:
+        InvalidArgument: shapes that do not fit, an odd ``R``, or ``R > Dh``.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    if x.dim() != 4:
+        raise InvalidArgument(f"x must be (B, H, T, Dh), got shape {tuple(x.shape)}", field="x")
+    if cos.shape != sin.shape:
+        raise InvalidArgument(
+            f"cos and sin must have the same shape, got {tuple(cos.shape)} and {tuple(sin.shape)}",
+            field="sin",
+        )
+    if cos.dim() not in (2, 3):
+        raise InvalidArgument(
+            f"cos must be (T, R) or (B, T, R), got shape {tuple(cos.shape)}", field="cos"
+        )
+    head_dim, rotary_dim, t = x.shape[-1], cos.shape[-1], x.shape[-2]
+    if rotary_dim % 2 or rotary_dim == 0:
+        raise InvalidArgument(f"rotary_dim must be even and > 0, got {rotary_dim}", field="cos")
+    if rotary_dim > head_dim:
+        raise InvalidArgument(
+            f"rotary_dim must be <= head_dim, got rotary_dim={rotary_dim} and head_dim={head_dim}",
+            field="rotary_dim",
+        )
+    if cos.shape[-2] != t:
+        raise InvalidArgument(f"cos has {cos.shape[-2]} positions but x has T = {t}", field="cos")
+    if cos.dim() == 3:
+        if cos.shape[0] not in (1, x.shape[0]):
+            raise InvalidArgument(
+                f"cos has batch {cos.shape[0]} but x has B = {x.shape[0]}", field="cos"
+            )
+        cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, R)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]  # (B, H, T, R), (B, H, T, Dh − R)
+    rotate = rotate_half if layout == "half" else rotate_every_two
+    out = x_rot * cos + rotate(x_rot) * sin
+    return torch.cat((out, x_pass), dim=-1) if rotary_dim < head_dim else out
+
+
+# float64 angles per piece of a RoPE block on the CPU: the scratch of a piece (512 KiB a buffer)
+# comes from the heap and is reused, where a whole 8 MiB block's scratch was fresh memory
+# faulted in for every table (as fast per angle: the cosines, not the memory, set the pace)
+_ROPE_PIECE_ANGLES = 1 << 16
+
+
+def rope_blocks(
+    positions: Sequence[int] | Tensor | None = None,
+    *,
+    seq_len: int | None = None,
+    rotary_dim: int,
+    base: float = 10000.0,
+    layout: RopeLayout = "half",
+    scaling: RopeScaling | None = None,
+    which: str = "cos",
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+    frequencies: tuple[Tensor, float] | None = None,
+) -> TableBlocks:
+    """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
+
+    Per block: angles ``θ = p·inv_freq`` ``(N, R/2)`` in float64 once, their cos (or sin) times
+    the attention scaling, written into both halves (``half``) or both slots of each pair
+    (``interleaved``) of ``out``, cast once. ``inv_freq`` and the scaling come from
+    :func:`~posenc.rope.rope_inv_freq` with ``seq_len = max(positions) + 1``, as the whole
+    table's do.
+
+    Args:
+        which: ``"cos"`` or ``"sin"``; the other arguments as :func:`~posenc.rope.rope_cos_sin`.
+        frequencies: ``(inv_freq (R/2,), attention scaling)`` in place of ``rope_inv_freq``'s
+            (another engine's rule, :mod:`posenc.rope.vllm`).
+
+    Raises:
+        InvalidArgument: as :func:`~posenc.rope.rope_cos_sin`; ``which`` not cos or sin.
+    """
+    check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("which", which, ("cos", "sin"))
+    dtype = resolve_dtype(dtype)
+    dev = device_or_cpu(device)
+    if seq_len is not None and positions is None:
+        check_int_at_least("seq_len", seq_len, 1, noun="an integer")
+        held: Tensor | None = None
+        total = length = int(seq_len)
+    else:
+        held = positions_tensor(positions, seq_len)  # (T,) int64
+        total, length = held.numel(), int(held.max()) + 1
+        held = held.to(dev, torch.float64)
+    if frequencies is None:
+        inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+    else:
+        inv_freq, attention_scaling = frequencies
+    inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
+    func = torch.cos if which == "cos" else torch.sin
+    scratch = Scratch(dev)
+    half = rotary_dim // 2
+
+    def fill_part(start: int, stop: int, out: Tensor) -> None:
+        n = stop - start
+        if held is None:
+            pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
+        else:
+            pos = held[start:stop]
+        angles = torch.mul(pos[:, None], inv_freq[None, :], out=scratch.get("angles", (n, half)))
+        values = func(angles, out=scratch.get("values", (n, half)))  # (N, R/2)
+        if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
+            values.mul_(attention_scaling)
+        write_pair(out, values, values, layout == "interleaved")
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
+        for first in range(start, stop, step):
+            last = min(stop, first + step)
+            fill_part(first, last, out[first - start : last - start])
+
+    return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
+
+
+class RotaryEmbedding(nn.Module):
+    """Rotary position embedding of queries and keys, built on :func:`rope_cos_sin`.
+
+    RoFormer (Su et al., 2021), with GPT-NeoX's partial rotary and the scaling types of
+    transformers' ``ROPE_INIT_FUNCTIONS``. For the static types (none, ``linear``, ``yarn``,
+    ``llama3``) the tables for positions ``0 … max_seq_len − 1`` are cached in :meth:`rope_init`
+    as non-persistent buffers; ``dynamic`` and ``longrope`` depend on ``max(positions) + 1`` and
+    positions beyond the cache are computed on the fly (stateless, unlike transformers' dynamic
+    update which keeps the largest length seen).
+
+    Args:
+        head_dim: ``Dh`` (even).
+        rotary_dim: ``R`` (even, ≤ ``Dh``); None means ``Dh``.
+        base: ``rope_theta``.
+        layout: ``"half"`` or ``"interleaved"``.
+        scaling: the scaling scheme, or None.
+        max_seq_len: number of cached positions.
+    """
+
+    cos: Tensor  # (max_seq_len, R) buffer
+    sin: Tensor  # (max_seq_len, R) buffer
+
+    def __init__(
+        self,
+        head_dim: int,
+        *,
+        rotary_dim: int | None = None,
+        base: float = 10000.0,
+        layout: RopeLayout = "half",
+        scaling: RopeScaling | None = None,
+        max_seq_len: int = 4096,
+    ) -> None:
+        super().__init__()
+        check_rotary_dim(head_dim, "head_dim")
+        rotary_dim = head_dim if rotary_dim is None else rotary_dim
+        check_rotary_dim(rotary_dim)
+        if rotary_dim > head_dim:
+            raise InvalidArgument(
+                f"rotary_dim must be <= head_dim, got rotary_dim={rotary_dim} and "
+                f"head_dim={head_dim}",
+                field="rotary_dim",
+            )
+        check_choice("layout", layout, ROPE_LAYOUTS)
+        self.head_dim = head_dim
+        self.rotary_dim = rotary_dim
+        self.base = base
+        self.layout: RopeLayout = layout
+        self.scaling = scaling
+        self.max_seq_len = max_seq_len
+        self.rope_init()
+
+    def rope_init(self) -> None:
+        """(Re)build the cached tables ``cos``, ``sin`` ``(max_seq_len, R)`` in float32."""
+        tables = rope_cos_sin(
+            seq_len=self.max_seq_len,
+            rotary_dim=self.rotary_dim,
+            base=self.base,
+            layout=self.layout,
+            scaling=self.scaling,
+        )
+        self.attention_scaling = tables.attention_scaling
+        self.register_buffer("cos", tables.cos, persistent=False)
+        self.register_buffer("sin", tables.sin, persistent=False)
+
+    def tables(self, positions: Tensor) -> tuple[Tensor, Tensor]:
+        """cos and sin ``(..., R)`` for integer ``positions`` of shape ``(T,)`` or ``(B, T)``."""
+        length = int(positions.max()) + 1
+        length_dependent = self.scaling is not None and self.scaling.type in ("dynamic", "longrope")
+        if not length_dependent and length <= self.max_seq_len:
+            idx = positions.to(device=self.cos.device, dtype=torch.int64)
+            return self.cos[idx], self.sin[idx]
+        inv_freq, scale = rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=length)
+        return cos_sin_tables(
+            positions.to(torch.int64), inv_freq, scale, self.layout, torch.float32
+        )
+
+    def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
+        """Rotate ``x`` ``(B, H, T, Dh)`` at ``positions`` ``(T,)`` or ``(B, T)`` (default 0…T−1)."""
+        if positions is None:
+            positions = torch.arange(x.shape[-2], device=x.device)
+        positions_tensor(positions.reshape(-1), None)  # validates: integers >= 0, not empty
+        cos, sin = self.tables(positions)
+        return apply_rope(x, cos, sin, layout=self.layout)
