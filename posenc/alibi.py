@@ -161,15 +161,29 @@ def alibi_bias(
     query_pos = torch.arange(seq_len, device=dev) + (key_len - seq_len)  # (T,) int64
     key_pos = torch.arange(key_len, device=dev)  # (S,) int64
     rel = key_pos[None, :] - query_pos[:, None]  # (T, S) int64: j - i'
-    # Negate in integers so that the diagonal is +0.0, never -0.0.
-    dist = rel if mode == "causal" else -rel.abs()  # (T, S), <= 0 wherever unmasked
-    bias = slopes[:, None, None] * dist.to(torch.float64)[None]  # (H, T, S)
-    if mode == "causal":
-        bias = bias.masked_fill((rel > 0)[None], float("-inf"))
+    bias = alibi_values(slopes[:, None, None], rel[None], mode == "causal")  # (H, T, S)
     return bias.to(dtype)
 
 
-__all__ = ["AlibiMode", "alibi_bias", "alibi_slopes"]
+def alibi_values(slopes: torch.Tensor, rel: torch.Tensor, causal: bool) -> torch.Tensor:
+    """ALiBi's one formula, for the whole bias and its row blocks alike: ``-m·(i' − j)``
+    (causal, ``-inf`` where ``j > i'``) or ``-m·|i' − j|`` (symmetric), in float64.
+
+    Args:
+        slopes: float64 slopes ``m``, shaped to broadcast against ``rel`` (``(H, 1, 1)`` for the
+            whole ``(H, T, S)`` bias, ``(N, 1)`` for ``N`` rows of it).
+        rel: int64 ``j − i'``.
+        causal: mask the future with ``-inf``.
+    """
+    # Negate in integers so that the diagonal is +0.0, never -0.0.
+    dist = rel if causal else -rel.abs()  # <= 0 wherever unmasked
+    bias = slopes * dist.to(torch.float64)
+    if causal:
+        bias.masked_fill_(rel > 0, float("-inf"))
+    return bias
+
+
+__all__ = ["AlibiMode", "alibi_bias", "alibi_bias_blocks", "alibi_slopes", "alibi_values"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -228,11 +242,7 @@ def alibi_bias_blocks(
     def fill(start: int, stop: int, out: Tensor) -> None:
         rows = torch.arange(start, stop, device=dev)  # (N,)
         head, rel = query_key_rel(rows, seq_len, key_len, key_pos)  # (N,), (N, S)
-        dist = rel if causal else -rel.abs()  # (N, S)
-        bias = slopes[head][:, None] * dist.to(torch.float64)  # (N, S)
-        if causal:
-            bias.masked_fill_(rel > 0, float("-inf"))
-        out.copy_(bias)
+        out.copy_(alibi_values(slopes[head][:, None], rel, causal))  # (N, S)
 
     return TableBlocks("bias", (num_heads, seq_len, key_len), dtype, fill, dev)
 

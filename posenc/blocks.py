@@ -215,15 +215,15 @@ class Scratch:
 
 
 def write_pair(out: Tensor, first: Tensor, second: Tensor, interleaved: bool) -> None:
-    """``out (N, 2K)`` = ``[first | second]`` or ``first, second`` interleaved, cast once."""
+    """``out (..., 2K)`` = ``[first | second]`` or ``first, second`` interleaved, cast once."""
     k = first.shape[-1]
     if interleaved:
-        pairs = out.view(out.shape[0], k, 2)  # (N, K, 2)
+        pairs = out.view(*out.shape[:-1], k, 2)  # (..., K, 2)
         pairs[..., 0].copy_(first)
         pairs[..., 1].copy_(second)
     else:
-        out[:, :k].copy_(first)
-        out[:, k:].copy_(second)
+        out[..., :k].copy_(first)
+        out[..., k:].copy_(second)
 
 
 def tensor_blocks(name: str, tensor: Tensor) -> TableBlocks:

@@ -11,7 +11,7 @@ dimension (``R ≤ Dh``, even), ``N`` rows of a block.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -71,6 +71,29 @@ def positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | No
     return pos
 
 
+def rope_angles(positions: Tensor, inv_freq: Tensor, out: Tensor | None = None) -> Tensor:
+    """``θ = positions × inv_freq``: ``(..., R/2)`` float64 angles of float64 ``positions (...)``."""
+    return torch.mul(positions[..., None], inv_freq, out=out)
+
+
+def write_rope_values(
+    out: Tensor,
+    angles: Tensor,
+    func: Callable[..., Tensor],
+    attention_scaling: float,
+    interleaved: bool,
+    values: Tensor,
+) -> None:
+    """RoPE's one formula: ``out (..., R)`` = ``func(θ)`` (cos or sin of the float64 angles
+    ``(..., R/2)``) times the attention scaling, in both places of each angle (``[v | v]``, or
+    each value twice in place), cast once into ``out``; ``values`` is float64 scratch shaped
+    like ``angles``. The whole tables and their row blocks are both written by it."""
+    func(angles, out=values)
+    if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
+        values.mul_(attention_scaling)
+    write_pair(out, values, values, interleaved)
+
+
 def cos_sin_tables(
     positions: Tensor,
     inv_freq: Tensor,
@@ -78,28 +101,17 @@ def cos_sin_tables(
     layout: RopeLayout,
     dtype: torch.dtype,
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast."""
-    angles = positions.to(torch.float64)[..., None] * inv_freq.to(  # (..., R/2)
-        device=positions.device, dtype=torch.float64
+    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast:
+    the angles once, then :func:`write_rope_values` for each table."""
+    angles = rope_angles(  # (..., R/2)
+        positions.to(torch.float64), inv_freq.to(device=positions.device, dtype=torch.float64)
     )
-    half = angles.shape[-1]
-    # cos and sin of each angle once, cast straight into both of its places:
-    # half: [θ_0 … θ_{R/2−1} | same]; interleaved: θ_0 θ_0 θ_1 θ_1 …
-    shape = (*angles.shape[:-1], 2 * half)
+    shape = (*angles.shape[:-1], 2 * angles.shape[-1])
     cos = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
     sin = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
     values = torch.empty_like(angles)  # (..., R/2) float64
     for table, func in ((cos, torch.cos), (sin, torch.sin)):
-        func(angles, out=values)
-        if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
-            values.mul_(attention_scaling)
-        if layout == "half":
-            table[..., :half].copy_(values)
-            table[..., half:].copy_(values)
-        else:
-            pairs = table.view(*table.shape[:-1], half, 2)  # (..., R/2, 2)
-            pairs[..., 0].copy_(values)
-            pairs[..., 1].copy_(values)
+        write_rope_values(table, angles, func, attention_scaling, layout == "interleaved", values)
     return cos, sin
 
 
@@ -297,11 +309,9 @@ def rope_blocks(
             pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
         else:
             pos = held[start:stop]
-        angles = torch.mul(pos[:, None], inv_freq[None, :], out=scratch.get("angles", (n, half)))
-        values = func(angles, out=scratch.get("values", (n, half)))  # (N, R/2)
-        if attention_scaling != 1.0:  # x * 1.0 is x: skip the pass
-            values.mul_(attention_scaling)
-        write_pair(out, values, values, layout == "interleaved")
+        angles = rope_angles(pos, inv_freq, out=scratch.get("angles", (n, half)))  # (N, R/2)
+        values = scratch.get("values", (n, half))
+        write_rope_values(out, angles, func, attention_scaling, layout == "interleaved", values)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
