@@ -49,8 +49,6 @@ NPY_TYPE = "application/x-npy"
 SAFETENSORS_TYPE = "application/vnd.safetensors"
 BODY_TYPES = [JSON_TYPE, NPY_TYPE, SAFETENSORS_TYPE]
 
-# The tensors a binary body may hold; the first is required (npy holds only it).
-TENSOR_FIELDS = ("input_ids", "attention_mask", "position_ids")
 INT64_MAX = 2**63 - 1
 # The integer dtypes a safetensors body may give its tensors (bool for attention_mask only).
 _SAFETENSORS_INT_DTYPES = {
@@ -173,7 +171,7 @@ def parse_safetensors(body: bytes, accepted: Sequence[str]) -> dict[str, torch.T
         )
     out: dict[str, torch.Tensor] = {}
     shapes: dict[str, tuple[int, int]] = {}
-    for name in TENSOR_FIELDS:
+    for name in accepted:  # the kind's binary fields, in its order (input_ids first)
         if name not in header.entries:
             continue
         info = header.entries[name]
@@ -227,7 +225,7 @@ def _check_declared_length(request: Request) -> None:
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:
     h = hashlib.blake2b(digest_size=16)
-    for name in TENSOR_FIELDS:
+    for name in sorted(tensors):
         t = tensors.get(name)
         if t is not None:
             h.update(f"{name}:{tuple(t.shape)}:".encode())
@@ -248,7 +246,7 @@ def media_type(content_type: str | None) -> str | None:
 
 
 async def read_token_request(
-    request: Request, model_cls: type[BaseModel], names: Sequence[str] = TENSOR_FIELDS
+    request: Request, model_cls: type[BaseModel], names: Sequence[str]
 ) -> tuple[Any, TokenTensors | None]:
     """The validated request model and, for a binary body, its tensors.
 
@@ -291,7 +289,7 @@ async def read_token_request(
         raise media_type_refusal(content_type, BODY_TYPES)
 
     fields = query_fields(request)
-    in_query = [n for n in TENSOR_FIELDS if n in fields]
+    in_query = [n for n in names if n in fields]
     if in_query:
         raise validation_error(
             "query",
@@ -351,7 +349,7 @@ def add_token_route(
     names: Sequence[str],
     summary: str,
     description: str,
-    tensors: Sequence[str] = TENSOR_FIELDS,
+    tensors: Sequence[str],
 ) -> None:
     """Register ``POST path`` reading a JSON or binary body (:func:`read_token_request`) whose
     binary form may carry ``tensors`` (the first alone in npy)."""
