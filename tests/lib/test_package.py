@@ -92,4 +92,4 @@ def test_a_script_beside_the_clone_imports_posenc(tmp_path):
         [str(python), "script.py"], cwd=parent, env=env, capture_output=True, text=True, timeout=300
     )
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip() == "posenc.rope"
+    assert run.stdout.strip() == "posenc.rope.scaling"
