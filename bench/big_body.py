@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,23 +27,11 @@ from pathlib import Path
 
 import httpx
 
+from bench.peak_rss import free_port, proc_status
+
 ROOT = Path(__file__).resolve().parent.parent
 HOST = "127.0.0.1"
 MB = 1_000_000
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
-
-
-def _status(pid: int, key: str) -> int:
-    """A ``/proc/PID/status`` figure (``VmRSS``, ``VmHWM``) in bytes."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(key)
 
 
 def _ids_body(size: int) -> bytes:
@@ -84,7 +71,7 @@ def _chunks(body: bytes, size: int = 1 << 20) -> Iterator[bytes]:
 def measure(case: str, mb: float, chunked: bool, env: dict[str, str]) -> dict[str, object]:
     path, build = CASES[case]
     body = build(int(mb * MB))
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "service", "--host", HOST, "--port", str(port)],
         cwd=ROOT,
@@ -103,7 +90,7 @@ def measure(case: str, mb: float, chunked: bool, env: dict[str, str]) -> dict[st
                 time.sleep(0.2)
         with httpx.Client(base_url=url, timeout=600) as client:
             client.post("/v1/position-ids", json={"input_ids": [[1, 2, 3]]})
-            base = _status(proc.pid, "VmRSS")
+            base = proc_status(proc.pid, "VmRSS")
             Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
             content = _chunks(body) if chunked else body
             headers = {"Content-Type": "application/json"}
@@ -114,7 +101,7 @@ def measure(case: str, mb: float, chunked: bool, env: dict[str, str]) -> dict[st
             except httpx.HTTPError as exc:
                 status, detail = 0, f"{type(exc).__name__}: {exc}"[:160]
             wall = time.perf_counter() - t0
-            peak = _status(proc.pid, "VmHWM")
+            peak = proc_status(proc.pid, "VmHWM")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -175,13 +175,15 @@ def _cases() -> list[Case]:
     return cases
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A free TCP port on the loopback address."""
     with socket.socket() as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
 
 
-def _status(pid: int, key: str) -> int:
+def proc_status(pid: int, key: str) -> int:
+    """A ``/proc/PID/status`` figure (``VmRSS``, ``VmHWM``) in bytes."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(key + ":"):
             return int(line.split()[1]) * 1024
@@ -225,7 +227,7 @@ def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
     from posenc import kinds
     from service.admission.budget import REQUEST_OVERHEAD, estimate_bytes
 
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("POSENC_")}
     env.update(
         POSENC_DEVICE="cpu",
@@ -258,10 +260,10 @@ def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
         if status != 200:
             raise RuntimeError(f"{case.name}: warm-up status {status}: {log.read_text()[-2000:]}")
         time.sleep(0.3)
-        baseline = _status(proc.pid, "VmRSS")
+        baseline = proc_status(proc.pid, "VmRSS")
         Path(f"/proc/{proc.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
         status, size, n, ints = _send(url, case, elements)
-        peak = _status(proc.pid, "VmHWM")
+        peak = proc_status(proc.pid, "VmHWM")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -17,39 +17,17 @@ from torch.testing import assert_close
 from posenc import kinds, resolve
 from posenc.errors import InvalidArgument
 from posenc.hf_config import read_positions
+from posenc.model_configs import model_config
 from posenc.relative import (
     deberta_log_bucket,
     deberta_relative_positions,
     swin_relative_position_index,
 )
 
-# microsoft/deberta-v3-base config.json (the keys positions depend on, as published)
-DEBERTA_V3_BASE = {
-    "model_type": "deberta-v2",
-    "hidden_size": 768,
-    "max_position_embeddings": 512,
-    "relative_attention": True,
-    "position_buckets": 256,
-    "norm_rel_ebd": "layer_norm",
-    "share_att_key": True,
-    "pos_att_type": "p2c|c2p",
-    "max_relative_positions": -1,
-    "position_biased_input": False,
-    "num_attention_heads": 12,
-    "num_hidden_layers": 12,
-    "type_vocab_size": 0,
-    "vocab_size": 128100,
-}
-# microsoft/swin-tiny-patch4-window7-224 (the keys positions depend on)
-SWIN_TINY = {
-    "model_type": "swin",
-    "embed_dim": 96,
-    "depths": [2, 2, 6, 2],
-    "num_heads": [3, 6, 12, 24],
-    "window_size": 7,
-    "image_size": 224,
-    "patch_size": 4,
-}
+# microsoft/deberta-v3-base's config.json, as posenc.model_configs quotes it
+DEBERTA_V3_BASE = model_config("deberta-v3-base")
+# microsoft/swin-tiny-patch4-window7-224 (the keys positions depend on), as quoted there
+SWIN_TINY = model_config("swin-tiny")
 RELATIVE = kinds.REGISTRY["relative"]
 
 
