@@ -4,8 +4,7 @@ A cold table of a few MiB sent as raw is written into a new buffer each request 
 kept in the cache afterwards, see :func:`service.responses.streaming.respond_kept`). A new buffer of 1 MiB
 or more is fresh memory from the kernel (glibc's mmap threshold, :mod:`service.admission.budget`),
 and writing it page-faults once per 4 KiB page: about as long as computing a sinusoidal table
-of the same size. Here a buffer is an anonymous ``mmap`` (asked for transparent huge pages,
-where the kernel gives them on ``madvise``) handed out as a NumPy ``uint8`` array over it; when
+of the same size. Here a buffer is an anonymous ``mmap`` of ordinary pages handed out as a NumPy ``uint8`` array over it; when
 the last reference to that array goes (the cache evicted the body and its response was sent),
 the mapping returns to a free list, bounded in bytes (the oldest idle buffers make room for a
 newer one), and the next body of its size class takes it, already faulted in. When a size class has no idle buffer left, :meth:`BufferPool.prefill`
@@ -14,6 +13,11 @@ tables of one size (more than the cache holds) finds one ready.
 
 Page faults are dear on the virtual machines posenc is measured on: writing 8 MiB of fresh
 memory takes about 5 ms, ``MAP_POPULATE`` about 3 ms, writing it again 0.15 ms.
+
+No transparent huge pages are asked for (``MADV_HUGEPAGE``): where the kernel's THP ``defrag``
+is ``madvise`` (the common default) a fault on such a mapping compacts memory first, and with
+the cache holding earlier bodies that made a fresh 34 MB body cost 34–55 ms to write instead of
+6 ms (2 threads, 2026-11-25), a miss whose cost depended on what the machine had done before.
 """
 
 from __future__ import annotations
@@ -100,15 +104,13 @@ class BufferPool:
         self._give_back(area)
 
     def _map(self, size: int, *, populate: bool) -> mmap.mmap:
-        """A new anonymous mapping of ``size`` bytes (huge pages asked for); ``populate``: its
+        """A new anonymous mapping of ``size`` bytes (4 KiB pages); ``populate``: its
         pages made present in one go, cheaper than faulting them in one by one, but all before
         the first byte can be written."""
         flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
         if populate:
             flags |= getattr(mmap, "MAP_POPULATE", 0)
         area = mmap.mmap(-1, size, flags=flags)
-        if hasattr(mmap, "MADV_HUGEPAGE"):
-            area.madvise(mmap.MADV_HUGEPAGE)
         with self._lock:
             self.made += 1
         return area
