@@ -7,7 +7,9 @@ worker process (uvicorn starts them fresh, with ``spawn``) configures its loggin
 Every record gets the id of the request being served (``request_id``, from
 :data:`service.observability.request_id.request_id_var`; ``None`` outside a request). The access log
 (logger ``service.access``, written by :class:`service.observability.request_id.RequestIdMiddleware`) adds
-``method``, ``route``, ``path``, ``status``, ``duration_ms``, ``bytes`` and ``cache``.
+``method``, ``route``, ``path``, ``status``, ``duration_ms``, the split of a miss's time
+(``queue_ms``, ``compute_ms``, ``encode_ms``, ``send_ms``; only the phases it went through),
+``bytes`` and ``cache``.
 
 A JSON line looks like::
 
@@ -32,7 +34,20 @@ from service.observability.request_id import request_id_var
 LogFormat = Literal["text", "json"]
 
 # Fields that the access log adds to its records, in the order a JSON line gives them.
-ACCESS_FIELDS = ("method", "route", "path", "status", "duration_ms", "bytes", "cache", "client")
+ACCESS_FIELDS = (
+    "method",
+    "route",
+    "path",
+    "status",
+    "duration_ms",
+    "queue_ms",
+    "compute_ms",
+    "encode_ms",
+    "send_ms",
+    "bytes",
+    "cache",
+    "client",
+)
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 

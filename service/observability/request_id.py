@@ -13,8 +13,10 @@ in the thread pool), which :class:`service.observability.logs.RequestIdFilter` p
 With ``access_log=True`` the middleware writes one record per request to the logger
 ``service.access`` (INFO) with ``request_id``, ``method``, ``route`` (the route template, or
 ``unmatched``), ``path``, ``status``, ``duration_ms`` (arrival to the last byte sent),
-``bytes`` (of the body sent) and ``cache`` (``hit``/``miss`` from ``Server-Timing``, else
-None); ``POSENC_LOG_FORMAT=json`` writes it as one JSON object.
+``bytes`` (of the body sent), ``cache`` (``hit``/``miss`` from ``Server-Timing``, else
+None) and where the time went (:mod:`service.observability.timing`): ``queue_ms``,
+``compute_ms`` and ``encode_ms`` as the response code recorded them, and ``send_ms`` from the
+response's first message to its last; ``POSENC_LOG_FORMAT=json`` writes it as one JSON object.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import time
 from contextvars import ContextVar
 from typing import TYPE_CHECKING
 
+from service.observability import timing
 from service.observability.metrics import UNMATCHED
 
 if TYPE_CHECKING:
@@ -108,11 +111,13 @@ class RequestIdMiddleware:
         sent = 0
         cache: str | None = None
         started = False
+        sending = 0.0  # when the response started: send_ms runs from here to the last byte
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status, sent, cache, started
+            nonlocal status, sent, cache, started, sending
             if message["type"] == "http.response.start":
                 started = True
+                sending = time.perf_counter()
                 status = int(message["status"])
                 headers = [
                     (n, v) for n, v in message.get("headers", []) if n.lower() != _HEADER_KEY
@@ -154,7 +159,7 @@ class RequestIdMiddleware:
             raise
         finally:
             if self.access_log:
-                self._log(scope, request_id, status or 500, sent, cache, start)
+                self._log(scope, request_id, status or 500, sent, cache, start, sending)
             if not failed:
                 # After an exception the id stays set: ServerErrorMiddleware logs it next, in
                 # this request's own task (and context), so its record carries the id too.
@@ -162,20 +167,30 @@ class RequestIdMiddleware:
 
     @staticmethod
     def _log(
-        scope: Scope, request_id: str, status: int, sent: int, cache: str | None, start: float
+        scope: Scope,
+        request_id: str,
+        status: int,
+        sent: int,
+        cache: str | None,
+        start: float,
+        sending: float,
     ) -> None:
         if not access_logger.isEnabledFor(logging.INFO):
             return
+        end = time.perf_counter()
+        split = {f"{name}_ms": round(s * 1000, 3) for name, s in timing.phases(scope).items()}
+        if sending:
+            split["send_ms"] = round((end - sending) * 1000, 3)
         method = scope.get("method", "GET")
         path = scope.get("path", "")
         query = scope.get("query_string", b"")
         target = path + ("?" + query.decode("latin-1") if query else "")
-        duration_ms = round((time.perf_counter() - start) * 1000, 3)
+        duration_ms = round((end - start) * 1000, 3)
         client = scope.get("client")
         where = f"{client[0]}:{client[1]}" if client else "-"
         # uvicorn's access line, then what it lacks
         access_logger.info(
-            '%s - "%s %s HTTP/%s" %d %d B %.3f ms cache=%s id=%s',
+            '%s - "%s %s HTTP/%s" %d %d B %.3f ms cache=%s id=%s%s',
             where,
             method,
             target,
@@ -185,7 +200,9 @@ class RequestIdMiddleware:
             duration_ms,
             cache or "-",
             request_id,
+            "".join(f" {name.removesuffix('_ms')}={ms:.3f}" for name, ms in split.items()),
             extra={
+                **split,
                 "request_id": request_id,
                 "method": method,
                 "route": _route(scope),

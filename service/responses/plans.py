@@ -33,6 +33,7 @@ import posenc
 from posenc import kinds
 from posenc.errors import TooLarge
 from service.observability import tracing
+from service.observability.timing import server_timing
 from service.query import OutputOptions
 from service.responses.formats import Bundle, Encoded, encode_bundle, negotiate
 from service.responses.threads import ONE_THREAD_ELEMENTS, one_thread_if
@@ -120,13 +121,6 @@ def _etag_matches(if_none_match: str, etag: str) -> bool:
     return any(tag.strip().removeprefix("W/") == bare for tag in value.split(","))
 
 
-def _timing(compute_s: float, encode_s: float, cache: str) -> str:
-    return (
-        f"compute;dur={compute_s * 1000:.3f}, encode;dur={encode_s * 1000:.3f}, "
-        f'cache;desc="{cache}"'
-    )
-
-
 @dataclass
 class Prepared:
     """What :func:`prepare` worked out: a finished response (304, 412, cache hit), or what
@@ -139,6 +133,10 @@ class Prepared:
     table_text: str = ""
     body_key: tuple[str, str] = ("body", "")
     headers: dict[str, str] = field(default_factory=dict)
+    # seconds of the miss, for Server-Timing and the access log (service.observability.timing)
+    queue_s: float = 0.0
+    compute_s: float = 0.0
+    encode_s: float = 0.0
 
 
 def prepare(
@@ -192,13 +190,14 @@ def prepare(
     cached = state.cache.get(body_key)
     state.metrics.record_cache("body", cached is not None)
     if cached is not None:
-        headers["Server-Timing"] = _timing(0.0, 0.0, "hit")
+        headers["Server-Timing"] = server_timing("hit", compute=0.0, encode=0.0)
         return Prepared(_response(cached, fmt, plan, headers), fmt, body_key=body_key)
     return Prepared(None, fmt, base64, index, table_text, body_key, headers)
 
 
 def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
-    """Compute (or take the cached tensors), encode, cache the body: the thread-pool part."""
+    """Compute (or take the cached tensors), encode, cache the body: the thread-pool part (or the
+    event loop's, for a small miss). Sets ``prepared.compute_s`` and ``encode_s``."""
     cache, metrics = state.cache, state.metrics
     compute_s = 0.0
     bundle = None
@@ -223,7 +222,9 @@ def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
         encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
     encode_s = time.perf_counter() - t0
     cache.put(prepared.body_key, encoded, len(encoded.body))
-    headers = {**prepared.headers, "Server-Timing": _timing(compute_s, encode_s, "miss")}
+    prepared.compute_s, prepared.encode_s = compute_s, encode_s
+    timing = server_timing("miss", queue=prepared.queue_s, compute=compute_s, encode=encode_s)
+    headers = {**prepared.headers, "Server-Timing": timing}
     return _response(encoded, prepared.fmt, plan, headers)
 
 

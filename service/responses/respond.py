@@ -19,6 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
 from service.admission.budget import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
+from service.observability import timing
 from service.query import OutputOptions
 from service.responses.plans import Plan, finish, json_ints, prepare
 from service.responses.replay import REPLAY_SCOPE_KEY
@@ -68,8 +69,10 @@ async def respond(
         work_bytes_per_element=plan.work_bytes_per_element,
         json_ints=json_ints(plan.params),
     )
+    queued = time.perf_counter()
     await budget.acquire(nbytes)
     since = time.monotonic()
+    prepared.queue_s = time.perf_counter() - queued
     try:
         if inline(plan, state):
             response = finish(state, plan, prepared)
@@ -79,6 +82,8 @@ async def respond(
     except BaseException:
         budget.release(nbytes, held_s=time.monotonic() - since)
         raise
+    for phase in timing.PHASES:
+        timing.add(request.scope, phase, getattr(prepared, f"{phase}_s"))
     if prepared.body_key in state.cache:  # the body fitted the cache: replayable
         request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
     return HeldResponse(response, budget, nbytes, since)

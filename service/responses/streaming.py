@@ -49,6 +49,7 @@ from posenc import codec
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
 from service.admission.budget import estimate_bytes
+from service.observability import timing
 from service.query import OutputOptions
 from service.responses.buffers import BODY_BUFFERS
 from service.responses.formats import (
@@ -172,6 +173,12 @@ def _part_bytes(part: Part, pool: _BufferPool) -> memoryview | bytes:
     return arr.data[:nbytes]
 
 
+def _timed_part(part: Part, pool: _BufferPool) -> tuple[memoryview | bytes, float]:
+    """:func:`_part_bytes` and the seconds it took."""
+    t0 = time.perf_counter()
+    return _part_bytes(part, pool), time.perf_counter() - t0
+
+
 def _part_size(part: Part) -> int:
     if isinstance(part, bytes):
         return len(part)
@@ -179,8 +186,11 @@ def _part_size(part: Part) -> int:
     return (stop - start) * table.row_elements * table.element_size
 
 
-async def _body(parts: list[Part], hold: Callable[[int], Any] | None) -> AsyncIterator[Any]:
-    """Each part in order; the next block is computed in a thread while this one is sent."""
+async def _body(
+    parts: list[Part], hold: Callable[[int], Any] | None, scope: dict[str, Any]
+) -> AsyncIterator[Any]:
+    """Each part in order; the next block is computed in a thread while this one is sent (the
+    compute time of each is added to the request's ``compute`` phase)."""
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[Any] | None = None
     pool = _BufferPool(max((_part_size(p) for p in parts if not isinstance(p, bytes)), default=0))
@@ -188,14 +198,19 @@ async def _body(parts: list[Part], hold: Callable[[int], Any] | None) -> AsyncIt
         for k, part in enumerate(parts):
             if hold is not None:
                 async with hold(_part_size(part)):
-                    yield await loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
+                    chunk, seconds = await loop.run_in_executor(
+                        _BLOCK_THREADS, _timed_part, part, pool
+                    )
+                    timing.add(scope, "compute", seconds)
+                    yield chunk
                 continue
             if pending is None:
-                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, part, pool)
-            chunk = await pending
+                pending = loop.run_in_executor(_BLOCK_THREADS, _timed_part, part, pool)
+            chunk, seconds = await pending
+            timing.add(scope, "compute", seconds)
             pending = None
             if k + 1 < len(parts):
-                pending = loop.run_in_executor(_BLOCK_THREADS, _part_bytes, parts[k + 1], pool)
+                pending = loop.run_in_executor(_BLOCK_THREADS, _timed_part, parts[k + 1], pool)
             yield chunk
     finally:
         if pending is not None:  # the client went away: drop the block being computed
@@ -275,11 +290,11 @@ def respond_streamed(
     length = sum(_part_size(p) for p in parts)
     # no compute or encode entries: the headers go before the first row is computed, and a
     # zero there would read as measured (ASGI servers send no HTTP trailers to put them in)
-    timing = 'cache;desc="stream"'
-    headers, _ = _headers(plan, fmt, primary, prepared.headers, length, timing)
+    server = timing.server_timing("stream")
+    headers, _ = _headers(plan, fmt, primary, prepared.headers, length, server)
     hold = getattr(request.app.state, "posenc_stream_hold", None)
     return StreamingResponse(
-        _body(parts, hold), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
+        _body(parts, hold, request.scope), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
     )
 
 
@@ -312,7 +327,7 @@ def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
 
 
 def _headers(
-    plan: Plan, fmt: str, primary: TableBlocks, base: dict[str, str], length: int, timing: str
+    plan: Plan, fmt: str, primary: TableBlocks, base: dict[str, str], length: int, server: str
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The headers of a streamed body of ``plan`` (those of the whole response, in its order),
     and of them the encoded body's own (``X-Tensor-*``, what the body cache keeps with it)."""
@@ -323,7 +338,7 @@ def _headers(
             "X-Tensor-Shape": ",".join(str(n) for n in primary.shape),
             "X-Tensor-Dtype": dtype_name(primary.dtype),
         }
-    headers = {**base, "Content-Length": str(length), "Server-Timing": timing, **own}
+    headers = {**base, "Content-Length": str(length), "Server-Timing": server, **own}
     suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin"}[fmt]
     stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
     if fmt != "safetensors":
@@ -395,12 +410,16 @@ async def respond_kept(
     length = sum(sizes)
     if length < KEEP_MIN_BYTES:
         return None
-    timing = 'cache;desc="miss"'  # no compute or encode entries: not measured yet (see above)
-    headers, own = _headers(plan, fmt, primary, prepared.headers, length, timing)
     budget = state.budget
     nbytes = estimate_bytes(plan.elements, fmt, dtype=plan.params.get("dtype", ""))
+    queued = time.perf_counter()
     await budget.acquire(nbytes)
     since = time.monotonic()
+    queue_s = time.perf_counter() - queued
+    timing.add(request.scope, "queue", queue_s)
+    # no compute or encode entries: not over when the headers go (the access log has them)
+    server = timing.server_timing("miss", queue=queue_s)
+    headers, own = _headers(plan, fmt, primary, prepared.headers, length, server)
     released = False
 
     def release() -> None:
@@ -412,10 +431,11 @@ async def respond_kept(
     offsets = [0, *np.cumsum(sizes).tolist()]
     body: list[np.ndarray] = []  # the (length,) uint8 buffer, taken by the first block's thread
 
-    def fill(k: int) -> memoryview:
+    def fill(k: int) -> tuple[memoryview, float]:
+        t0 = time.perf_counter()
         if not body:  # off the event loop: a new buffer is mapped and populated here
             body.append(BODY_BUFFERS.take(length))
-        return _fill_part(parts[k], body[0], offsets[k])
+        return _fill_part(parts[k], body[0], offsets[k]), time.perf_counter() - t0
 
     def keep() -> None:
         encoded = Encoded(body[0].data, FORMAT_MEDIA_TYPES[fmt], own)
@@ -427,14 +447,15 @@ async def respond_kept(
     async def chunks() -> AsyncIterator[memoryview]:
         loop = asyncio.get_running_loop()
 
-        def start(k: int) -> asyncio.Future[memoryview]:
+        def start(k: int) -> asyncio.Future[tuple[memoryview, float]]:
             return loop.run_in_executor(_BLOCK_THREADS, fill, k)
 
         following = start(0)
-        pending: asyncio.Future[memoryview] | None = following
+        pending: asyncio.Future[tuple[memoryview, float]] | None = following
         try:
             for k in range(len(parts)):
-                chunk = await following
+                chunk, seconds = await following
+                timing.add(request.scope, "compute", seconds)
                 pending = None
                 if k + 1 < len(parts):
                     following = pending = start(k + 1)
