@@ -3,10 +3,12 @@ or kept.
 
 - **streamed** (:mod:`service.responses.streaming`): a table over ``max_elements`` with ``plan.stream``,
   in raw, npy or safetensors, computed block by block as it is sent;
-- **kept** (:func:`service.responses.streaming.respond_kept`): a binary cache miss of a table large enough
-  to pay for it, sent as its blocks are filled and then put in the cache whole;
+- **kept** (:func:`service.responses.streaming.respond_kept`): every binary cache miss of a table,
+  sent as its blocks are filled (one block: computed, then sent whole) and then put in the
+  cache whole;
 - **whole** (:func:`service.responses.plans.finish`): everything else, computed and encoded under the
-  in-flight byte budget (in the thread pool, or on the event loop when small: :func:`inline`),
+  in-flight byte budget (in the thread pool, or on the event loop when small:
+  :func:`~service.responses.threads.computes_on_loop`),
   then cached.
 """
 
@@ -24,19 +26,10 @@ from service.query import OutputOptions
 from service.responses.plans import Plan, finish, json_ints, prepare
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.streaming import keeps, respond_kept, respond_streamed
-from service.responses.threads import ONE_THREAD_ELEMENTS
+from service.responses.threads import computes_on_loop
 from service.state import ServiceState
 
-__all__ = ["inline", "respond"]
-
-
-def inline(plan: Plan, state: ServiceState) -> bool:
-    """Whether a miss of ``plan`` is computed on the event loop rather than in the thread pool:
-    a CPU table of at most :data:`ONE_THREAD_ELEMENTS` elements takes about as long to compute
-    and encode (0.1–0.3 ms for 128x64) as the hop to a pool thread and back, which cost a small
-    distinct request about a quarter of its time (``bench/layers.py``). Larger misses, and any
-    on a GPU, go to the pool so the loop keeps serving others."""
-    return plan.elements <= ONE_THREAD_ELEMENTS and state.device.type == "cpu"
+__all__ = ["respond"]
 
 
 async def respond(
@@ -74,7 +67,7 @@ async def respond(
     since = time.monotonic()
     prepared.queue_s = time.perf_counter() - queued
     try:
-        if inline(plan, state):
+        if computes_on_loop(plan.elements, state.device):
             response = finish(state, plan, prepared)
         else:
             response = await run_in_threadpool(finish, state, plan, prepared)

@@ -32,9 +32,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,10 @@ from starlette.responses import StreamingResponse
 from posenc import codec
 from posenc.blocks import TableBlocks
 from posenc.errors import TooLarge
-from service.admission.budget import estimate_bytes
-from service.observability import timing
+from service.admission.budget import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
+from service.observability import timing, tracing
 from service.query import OutputOptions
-from service.responses.buffers import BODY_BUFFERS
+from service.responses.buffers import BODY_BUFFERS, SIZE_CLASS
 from service.responses.formats import (
     FORMAT_MEDIA_TYPES,
     Encoded,
@@ -62,7 +63,7 @@ from service.responses.formats import (
 )
 from service.responses.plans import Plan, Prepared, prepare
 from service.responses.replay import REPLAY_SCOPE_KEY
-from service.responses.threads import one_intra_op_thread
+from service.responses.threads import computes_on_loop, one_intra_op_thread, one_thread_if
 from service.state import ServiceState
 
 __all__ = [
@@ -187,7 +188,7 @@ def _part_size(part: Part) -> int:
 
 
 async def _body(
-    parts: list[Part], hold: Callable[[int], Any] | None, scope: dict[str, Any]
+    parts: list[Part], hold: Callable[[int], Any] | None, scope: MutableMapping[str, Any]
 ) -> AsyncIterator[Any]:
     """Each part in order; the next block is computed in a thread while this one is sent (the
     compute time of each is added to the request's ``compute`` phase)."""
@@ -303,18 +304,82 @@ def respond_streamed(
 # ---------------------------------------------------------------------------------------------
 
 # A cache miss whose raw, npy or safetensors body has at least this many bytes is sent as its
-# row blocks are computed, then kept (respond_kept); smaller ones are computed whole first.
-KEEP_MIN_BYTES = 1 << 20
+# row blocks are computed, then kept (respond_kept): every one, whatever its size, so that a
+# binary miss has one path (tests raise it to compare with the whole path's answer).
+KEEP_MIN_BYTES = 0
 # Output bytes of one block of a kept miss: the first block goes out after about 1/6 of a
 # 2048x768 float32 table's compute, and each later one is computed while the one before is sent.
 KEEP_BLOCK_BYTES = 1 << 20
 
 
+def _body_buffer(length: int) -> np.ndarray:
+    """A ``(length,)`` uint8 buffer for a kept body: the reused pool's from one size class up,
+    the heap's below (a pool buffer is at least a size class)."""
+    if length >= SIZE_CLASS:
+        return BODY_BUFFERS.take(length)
+    return np.empty(length, dtype=np.uint8)
+
+
+def _fill_all(parts: list[Part], body: np.ndarray) -> float:
+    """Write every part into ``body`` in order; the seconds it took."""
+    t0 = time.perf_counter()
+    offset = 0
+    for part in parts:
+        _fill_part(part, body, offset)
+        offset += _part_size(part)
+    return time.perf_counter() - t0
+
+
+def _traced_fill(route: str, parts: list[Part], body: np.ndarray) -> float:
+    """:func:`_fill_all` inside a ``posenc.compute`` span (the body is written as it is
+    computed: there is no encode step)."""
+    with tracing.span("posenc.compute", **{"posenc.route": route}):
+        return _fill_all(parts, body)
+
+
+async def _one_block(
+    request: Request,
+    state: ServiceState,
+    plan: Plan,
+    prepared: Prepared,
+    primary: TableBlocks,
+    parts: list[Part],
+    length: int,
+    queue_s: float,
+) -> Response:
+    """A kept miss of at most one block: computed (on the event loop when small,
+    :func:`~service.responses.threads.computes_on_loop`, else in a block thread), kept, and
+    answered whole, its compute in ``Server-Timing``."""
+    body = _body_buffer(length)
+    if computes_on_loop(plan.elements, state.device):
+        with one_thread_if(True):
+            compute_s = _traced_fill(plan.route, parts, body)
+    else:
+        loop = asyncio.get_running_loop()
+        context = contextvars.copy_context()  # the request's span, in the block thread
+        compute_s = await loop.run_in_executor(
+            _BLOCK_THREADS, context.run, _traced_fill, plan.route, parts, body
+        )
+    timing.add(request.scope, "compute", compute_s)
+    server = timing.server_timing("miss", queue=queue_s, compute=compute_s)
+    headers, own = _headers(plan, prepared.fmt, primary, prepared.headers, length, server)
+    del headers["Content-Length"]  # the Response sets it
+    _keep(request, state, prepared, Encoded(body.data, FORMAT_MEDIA_TYPES[prepared.fmt], own))
+    return Response(body.data, media_type=FORMAT_MEDIA_TYPES[prepared.fmt], headers=headers)
+
+
+def _keep(request: Request, state: ServiceState, prepared: Prepared, encoded: Encoded) -> None:
+    """Put a kept body in the cache under the request's key; mark it replayable if it fitted."""
+    state.cache.put(prepared.body_key, encoded, len(encoded.body))
+    if prepared.body_key in state.cache:  # replayable, as a whole miss would be
+        request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
+
+
 def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
     """Whether a cache miss of ``plan`` as ``fmt`` goes through :func:`respond_kept`: a table
-    with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of about
-    :data:`KEEP_MIN_BYTES` or more, whose tensors are not in the cache already (encoding those
-    costs less than computing), on a little-endian machine, computed on the CPU."""
+    with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of any size
+    (:data:`KEEP_MIN_BYTES`), whose tensors are not in the cache already (encoding those costs
+    less than computing), on a little-endian machine, computed on the CPU."""
     return (
         plan.stream is not None
         and fmt in STREAM_FORMATS
@@ -394,9 +459,11 @@ async def respond_kept(
     the whole buffer goes into the body cache under the key and ETag :func:`prepare` derived
     from the request, with the headers a hit carries. So the first request for a table costs
     about its compute or its transfer, whichever is longer, instead of their sum, and the next
-    one is a hit (or a replay) of the same bytes. ``Server-Timing`` says ``cache;desc="miss"``
-    alone: the compute is not over when the headers go, so it has no time to give. Returns None where the whole path serves
-    the request better (a body under :data:`KEEP_MIN_BYTES`, npy of bfloat16: its 406).
+    one is a hit (or a replay) of the same bytes. ``Server-Timing`` gives the queue time and
+    ``cache;desc="miss"``: the compute is not over when the headers go (the access log has its
+    time). A body of one block (:data:`KEEP_BLOCK_BYTES`) is computed first, on the event loop
+    when small, and sent in one write with its compute time. Returns None where the whole path
+    serves the request better (its tensors cached already, npy of bfloat16: its 406).
     """
     fmt = prepared.fmt
     if ("tensors", prepared.table_text) in state.cache or plan.stream is None:
@@ -417,6 +484,15 @@ async def respond_kept(
     since = time.monotonic()
     queue_s = time.perf_counter() - queued
     timing.add(request.scope, "queue", queue_s)
+    if length <= KEEP_BLOCK_BYTES:  # one block: computed, then sent in one write, and kept
+        try:
+            one = await _one_block(request, state, plan, prepared, primary, parts, length, queue_s)
+            return HeldResponse(
+                one, budget, budget.shrink(nbytes, length + REQUEST_OVERHEAD), since
+            )
+        except BaseException:
+            budget.release(nbytes, held_s=time.monotonic() - since)
+            raise
     # no compute or encode entries: not over when the headers go (the access log has them)
     server = timing.server_timing("miss", queue=queue_s)
     headers, own = _headers(plan, fmt, primary, prepared.headers, length, server)
@@ -433,22 +509,22 @@ async def respond_kept(
 
     def fill(k: int) -> tuple[memoryview, float]:
         t0 = time.perf_counter()
-        if not body:  # off the event loop: a new buffer is mapped and populated here
-            body.append(BODY_BUFFERS.take(length))
-        return _fill_part(parts[k], body[0], offsets[k]), time.perf_counter() - t0
+        with tracing.span("posenc.compute", **{"posenc.route": plan.route, "posenc.block": k}):
+            if not body:  # off the event loop: a new buffer is mapped and populated here
+                body.append(BODY_BUFFERS.take(length))
+            view = _fill_part(parts[k], body[0], offsets[k])
+        return view, time.perf_counter() - t0
 
     def keep() -> None:
-        encoded = Encoded(body[0].data, FORMAT_MEDIA_TYPES[fmt], own)
-        state.cache.put(prepared.body_key, encoded, length)
-        if prepared.body_key in state.cache:  # replayable, as a whole miss would be
-            request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
+        _keep(request, state, prepared, Encoded(body[0].data, FORMAT_MEDIA_TYPES[fmt], own))
         BODY_BUFFERS.prefill(length)  # the next miss of this size finds a buffer ready
 
     async def chunks() -> AsyncIterator[memoryview]:
         loop = asyncio.get_running_loop()
 
         def start(k: int) -> asyncio.Future[tuple[memoryview, float]]:
-            return loop.run_in_executor(_BLOCK_THREADS, fill, k)
+            context = contextvars.copy_context()  # the request's span, in the block thread
+            return loop.run_in_executor(_BLOCK_THREADS, context.run, fill, k)
 
         following = start(0)
         pending: asyncio.Future[tuple[memoryview, float]] | None = following

@@ -1,4 +1,5 @@
-"""OpenMP threads of the compute: one thread for a small miss, one per stream block.
+"""Where a miss computes: on the event loop when small, and its OpenMP threads (one thread for a
+small miss, one per stream block).
 
 torch's CPU ops run on an OpenMP team whose size is a per-thread setting of GNU libgomp. A small
 table's ops are too short for a second thread to pay for its wake-up (and the spin after it); a
@@ -16,12 +17,28 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ONE_THREAD_ELEMENTS", "libgomp", "one_intra_op_thread", "one_thread_if"]
+__all__ = [
+    "ONE_THREAD_ELEMENTS",
+    "computes_on_loop",
+    "libgomp",
+    "one_intra_op_thread",
+    "one_thread_if",
+]
 
 # A miss of at most this many output elements is computed on one OpenMP thread: its ops are too
 # small for a second thread to pay for its wake-up (and the spin after it), which cost a 128x64
 # table about as much as its arithmetic.
 ONE_THREAD_ELEMENTS = 1 << 16
+
+
+def computes_on_loop(elements: int, device: torch.device) -> bool:
+    """Whether a miss of ``elements`` output elements on ``device`` is computed on the event loop
+    rather than in a pool thread: a CPU table of at most :data:`ONE_THREAD_ELEMENTS` elements
+    takes about as long to compute and encode (0.1–0.3 ms for 128x64) as the hop to a pool
+    thread and back, which cost a small distinct request a quarter of its time
+    (``bench/layers.py``). Larger misses, and any on a GPU, go to a pool so the loop keeps
+    serving others."""
+    return elements <= ONE_THREAD_ELEMENTS and device.type == "cpu"
 
 
 @lru_cache(maxsize=1)

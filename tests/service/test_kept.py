@@ -1,6 +1,6 @@
-"""Stream and keep (service.responses.streaming.respond_kept): a cache miss of a table of 1 MiB or more
-asked as raw, npy or safetensors is sent as its row blocks are computed, then kept in the body
-cache. Checked here:
+"""Stream and keep (service.responses.streaming.respond_kept): every cache miss of a table asked as
+raw, npy or safetensors is sent as its row blocks are computed (one block: computed, then sent
+whole), then kept in the body cache. Checked here:
 
 - the answer is the whole path's answer (the same bytes and headers, ETag included: the whole
   path is forced by raising ``KEEP_MIN_BYTES``), for tables of several kinds (sinusoidal from
@@ -36,7 +36,8 @@ from tests.helpers import make_settings
 SIN = "/v1/encodings/sinusoidal"
 PER_REQUEST = {"date", "server-timing", "x-request-id"}  # headers that may differ
 
-# (name, route, body): each table's primary tensor is over 1 MiB
+# (name, route, body): each table's primary tensor is over 1 MiB (several blocks sent as they
+# are computed)
 CASES = [
     ("sinusoidal", SIN, {"seq_len": 1024, "d_model": 512, "offset": 12_345}),
     ("sinusoidal-positions", SIN, {"positions": [7, 3, 70_000, 1] * 90, "d_model": 1024}),
@@ -44,6 +45,15 @@ CASES = [
     ("rope", "/v1/encodings/rope", {"seq_len": 6000, "head_dim": 64, "rotary_dim": 48}),
     ("rope-f16", "/v1/encodings/rope", {"seq_len": 12_000, "head_dim": 64, "dtype": "float16"}),
     ("alibi", "/v1/biases/alibi", {"num_heads": 8, "seq_len": 200, "key_len": 210}),
+]
+
+
+# one block: small ones computed on the event loop, one of 256,000 elements in a block thread
+SMALL_CASES = [
+    ("sinusoidal-small", SIN, {"seq_len": 16, "d_model": 8, "offset": 3}),
+    ("rope-small", "/v1/encodings/rope", {"seq_len": 8, "head_dim": 16}),
+    ("alibi-small", "/v1/biases/alibi", {"num_heads": 2, "seq_len": 5}),
+    ("sinusoidal-one-block", SIN, {"seq_len": 500, "d_model": 512, "offset": 5}),
 ]
 
 
@@ -90,6 +100,28 @@ def test_a_kept_miss_is_the_whole_paths_answer(gpt2_file, monkeypatch, name, rou
     assert 'cache;desc="miss"' in whole.headers["server-timing"]
     assert streamed.content == whole.content
     assert stripped(streamed) == stripped(whole)  # ETag, X-Tensor-*, Content-Disposition …
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])
+@pytest.mark.parametrize(("name", "route", "body"), SMALL_CASES, ids=[c[0] for c in SMALL_CASES])
+def test_a_one_block_miss_is_kept_too(gpt2_file, monkeypatch, name, route, body, fmt):
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        first = c.post(route, json=body, params={"format": fmt})
+        again = c.post(route, json=body, params={"format": fmt})
+        assert first.status_code == again.status_code == 200, first.text
+        # computed before its headers left: its compute time is known, and it was kept
+        assert re.fullmatch(
+            r'queue;dur=\d+\.\d{3}, compute;dur=\d+\.\d{3}, cache;desc="miss"',
+            first.headers["server-timing"],
+        )
+        assert 'cache;desc="hit"' in again.headers["server-timing"]
+        assert counter(c, "posenc_inflight_bytes") == 0
+    monkeypatch.setattr(service.responses.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
+    with TestClient(create_app(make_settings(gpt2_file))) as c:
+        whole = c.post(route, json=body, params={"format": fmt})
+    assert "encode;" in whole.headers["server-timing"]
+    assert first.content == again.content == whole.content
+    assert stripped(first) == stripped(again) == stripped(whole)
 
 
 @pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])

@@ -60,9 +60,7 @@ def by_name(exporter: InMemorySpanExporter) -> dict[str, list]:
 def test_a_computed_table_has_compute_and_encode_spans_inside_the_request_span(
     client: TestClient, exporter: InMemorySpanExporter
 ) -> None:
-    r = client.post(
-        SIN + "?format=raw", json={"seq_len": 33, "d_model": 8}, headers={"X-Request-ID": "t-1"}
-    )
+    r = client.post(SIN, json={"seq_len": 33, "d_model": 8}, headers={"X-Request-ID": "t-1"})
     assert r.status_code == 200
     spans = by_name(exporter)
     (server,) = spans[f"POST {SIN}"]
@@ -79,7 +77,24 @@ def test_a_computed_table_has_compute_and_encode_spans_inside_the_request_span(
         assert server.start_time <= child.start_time <= child.end_time <= server.end_time
     assert compute.end_time <= encode.start_time  # compute first, then encode
     assert compute.attributes["posenc.route"] == SIN
-    assert encode.attributes["posenc.format"] == "raw"
+    assert encode.attributes["posenc.format"] == "json"
+
+
+@pytest.mark.parametrize("rows", [33, 4096])  # one block on the event loop; blocks in threads
+def test_a_binary_miss_has_compute_spans_inside_the_request_span(
+    client: TestClient, exporter: InMemorySpanExporter, rows: int
+) -> None:
+    # kept (service.responses.streaming.respond_kept): written as computed, no encode step
+    r = client.post(SIN + "?format=raw", json={"seq_len": rows, "d_model": 512})
+    assert r.status_code == 200
+    spans = by_name(exporter)
+    (server,) = spans[f"POST {SIN}"]
+    computes = spans["posenc.compute"]
+    assert len(computes) == (1 if rows == 33 else 8) and "posenc.encode" not in spans
+    for child in computes:
+        assert child.context.trace_id == server.context.trace_id
+        assert child.parent is not None and child.parent.span_id == server.context.span_id
+        assert child.attributes["posenc.route"] == SIN
 
 
 def test_a_cache_hit_computes_nothing(client: TestClient, exporter: InMemorySpanExporter) -> None:
