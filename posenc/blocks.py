@@ -9,7 +9,7 @@ name, a shape and a dtype, and a ``fill(start, stop, out)`` that writes rows ``s
 into a preallocated ``out``. The rows of a table of shape ``(A, …, Z)`` are its ``A·…`` rows of
 ``Z`` elements in C order, so an ``(H, T, S)`` bias has ``H·T`` rows of ``S``. This module holds
 what they share and imports no convention: :class:`TableBlocks` (row ranges, the whole table
-filled from its blocks), reused float64 :class:`Scratch`, :func:`write_pair`,
+filled from its blocks), :func:`write_pair`,
 :func:`query_key_rel` for biases, and :func:`tensor_blocks` for a tensor already in memory.
 
 Blocks are exactly the bytes of the whole table: each fill does the arithmetic of the whole-table
@@ -41,7 +41,6 @@ from posenc.errors import InvalidArgument
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "Fill",
-    "Scratch",
     "TableBlocks",
     "query_key_rel",
     "row_ranges",
@@ -196,22 +195,6 @@ class TableBlocks:
         for start, stop in self.ranges(max_block_bytes):
             self.fill(start, stop, out[start:stop])
         return out.reshape(self.shape)
-
-
-class Scratch:
-    """float64 work buffers reused from block to block (grown to the largest block)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self._buffers: dict[str, Tensor] = {}
-
-    def get(self, key: str, shape: tuple[int, int], dtype: torch.dtype = torch.float64) -> Tensor:
-        numel = shape[0] * shape[1]
-        buf = self._buffers.get(key)
-        if buf is None or buf.numel() < numel or buf.dtype != dtype:
-            buf = torch.empty(numel, dtype=dtype, device=self.device)
-            self._buffers[key] = buf
-        return buf[:numel].view(shape)
 
 
 def write_pair(out: Tensor, first: Tensor, second: Tensor, interleaved: bool) -> None:

@@ -176,7 +176,7 @@ def test_only_entry_points_import_inside_functions() -> None:
     ("source", "text", "problem"),
     [
         ("posenc.kinds", "from posenc.rope import ROPE\n", "climbs"),
-        ("posenc.rope", "def f():\n    from posenc.blocks import Scratch\n", "in_function"),
+        ("posenc.rope", "def f():\n    from posenc.blocks import write_pair\n", "in_function"),
         ("posenc.alibi", "from posenc.relative import _check_log_buckets\n", "private"),
     ],
 )

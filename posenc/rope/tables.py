@@ -11,13 +11,14 @@ dimension (``R ≤ Dh``, even), ``N`` rows of a block.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
 from posenc._validate import check_choice, check_int_at_least, device_or_cpu, first_true
-from posenc.blocks import Scratch, TableBlocks, write_pair
+from posenc.angles import sin_cos_rows, split_tables
+from posenc.blocks import TableBlocks, write_pair
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
@@ -71,27 +72,64 @@ def positions_tensor(positions: Sequence[int] | Tensor | None, seq_len: int | No
     return pos
 
 
-def rope_angles(positions: Tensor, inv_freq: Tensor, out: Tensor | None = None) -> Tensor:
-    """``θ = positions × inv_freq``: ``(..., R/2)`` float64 angles of float64 ``positions (...)``."""
-    return torch.mul(positions[..., None], inv_freq, out=out)
-
-
 def write_rope_values(
-    out: Tensor,
-    angles: Tensor,
-    func: Callable[..., Tensor],
-    attention_scaling: float,
-    interleaved: bool,
-    values: Tensor,
+    out: Tensor, values: Tensor, attention_scaling: float, interleaved: bool
 ) -> None:
-    """RoPE's one formula: ``out (..., R)`` = ``func(θ)`` (cos or sin of the float64 angles
-    ``(..., R/2)``) times the attention scaling, in both places of each angle (``[v | v]``, or
-    each value twice in place), cast once into ``out``; ``values`` is float64 scratch shaped
-    like ``angles``. The whole tables and their row blocks are both written by it."""
-    func(angles, out=values)
+    """RoPE's one formula: ``out (N, R)`` = the float64 ``values (N, R/2)`` (cos or sin of the
+    angles ``θ = p·inv_freq``) times the attention scaling, in both places of each angle
+    (``[v | v]``, or each value twice in place), cast once into ``out``. The whole tables and
+    their row blocks are both written by it; ``values`` may be changed in place."""
     if attention_scaling != 1.0:  # x * 1.0 is x exactly: skip the pass
         values.mul_(attention_scaling)
     write_pair(out, values, values, interleaved)
+
+
+def _consecutive_from(positions: Tensor) -> int | None:
+    """The first position when ``positions (N,)`` are ``p, p+1, …`` (the table of a
+    ``seq_len``, or a block of one); else None."""
+    n = positions.numel()
+    if n == 0:
+        return None
+    first = int(positions[0])
+    if n == 1 or (int(positions[-1]) - first == n - 1 and bool((positions.diff() == 1).all())):
+        return first
+    return None
+
+
+def write_rope_rows(
+    tables: Sequence[tuple[Tensor, str]],
+    positions: Tensor,
+    inv_freq: Tensor,
+    attention_scaling: float,
+    interleaved: bool,
+    split: tuple[Tensor, Tensor, Tensor] | None = None,
+) -> None:
+    """Write RoPE's ``cos`` and/or ``sin`` tables of the integer ``positions (N,)``: each
+    ``(out (N, R), "cos" | "sin")`` of ``tables`` gets :func:`write_rope_values` of the float64
+    ``cos θ`` or ``sin θ``, ``θ = fl(p·inv_freq)``, taken by angle addition
+    (:func:`posenc.angles.sin_cos_rows`: within a few float64 ulps of ``cos(fl(p·w))``, at about a
+    third of the cost; an element's value does not depend on the rows around it).
+
+    Args:
+        tables: the output tables and which function each holds.
+        positions: ``(N,)`` integer positions ``>= 0`` (any integer or float dtype).
+        inv_freq: ``(R/2,)`` float64, on the tables' device.
+        attention_scaling: the magnitude the values are multiplied by.
+        interleaved: the layout of the tables' columns.
+        split: ``posenc.angles.split_tables(inv_freq)``, for a caller writing many blocks.
+    """
+
+    def emit(rows: slice, sin: Tensor, cos: Tensor) -> None:
+        for out, which in tables:
+            values = cos if which == "cos" else sin
+            write_rope_values(out[rows], values, attention_scaling, interleaved)
+
+    n = positions.numel()
+    first = _consecutive_from(positions)
+    if first is not None:
+        sin_cos_rows(inv_freq, n, emit, first=first, split=split)
+    else:
+        sin_cos_rows(inv_freq, n, emit, positions=positions.to(torch.float64), split=split)
 
 
 def cos_sin_tables(
@@ -101,17 +139,20 @@ def cos_sin_tables(
     layout: RopeLayout,
     dtype: torch.dtype,
 ) -> tuple[Tensor, Tensor]:
-    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast:
-    the angles once, then :func:`write_rope_values` for each table."""
-    angles = rope_angles(  # (..., R/2)
-        positions.to(torch.float64), inv_freq.to(device=positions.device, dtype=torch.float64)
+    """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast
+    (:func:`write_rope_rows` over the positions flattened)."""
+    inv = inv_freq.to(device=positions.device, dtype=torch.float64)  # (R/2,)
+    shape = (*positions.shape, 2 * inv.numel())
+    cos = torch.empty(shape, dtype=dtype, device=positions.device)  # (..., R)
+    sin = torch.empty(shape, dtype=dtype, device=positions.device)  # (..., R)
+    flat = positions.reshape(-1)
+    write_rope_rows(
+        ((cos.view(flat.numel(), -1), "cos"), (sin.view(flat.numel(), -1), "sin")),
+        flat,
+        inv,
+        attention_scaling,
+        layout == "interleaved",
     )
-    shape = (*angles.shape[:-1], 2 * angles.shape[-1])
-    cos = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
-    sin = torch.empty(shape, dtype=dtype, device=angles.device)  # (..., R)
-    values = torch.empty_like(angles)  # (..., R/2) float64
-    for table, func in ((cos, torch.cos), (sin, torch.sin)):
-        write_rope_values(table, angles, func, attention_scaling, layout == "interleaved", values)
     return cos, sin
 
 
@@ -247,12 +288,6 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
     return torch.cat((out, x_pass), dim=-1) if rotary_dim < head_dim else out
 
 
-# float64 angles per piece of a RoPE block on the CPU: the scratch of a piece (512 KiB a buffer)
-# comes from the heap and is reused, where a whole 8 MiB block's scratch was fresh memory
-# faulted in for every table (as fast per angle: the cosines, not the memory, set the pace)
-_ROPE_PIECE_ANGLES = 1 << 16
-
-
 def rope_blocks(
     positions: Sequence[int] | Tensor | None = None,
     *,
@@ -268,9 +303,10 @@ def rope_blocks(
 ) -> TableBlocks:
     """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
 
-    Per block: angles ``θ = p·inv_freq`` ``(N, R/2)`` in float64 once, their cos (or sin) times
-    the attention scaling, written into both halves (``half``) or both slots of each pair
-    (``interleaved``) of ``out``, cast once. ``inv_freq`` and the scaling come from
+    Per block: :func:`write_rope_rows`, the arithmetic of the whole table: cos (or sin) of the
+    float64 angles ``θ = p·inv_freq`` by angle addition, times the attention scaling, written
+    into both halves (``half``) or both slots of each pair (``interleaved``) of ``out``, cast
+    once. ``inv_freq`` and the scaling come from
     :func:`~posenc.rope.rope_inv_freq` with ``seq_len = max(positions) + 1``, as the whole
     table's do.
 
@@ -299,25 +335,15 @@ def rope_blocks(
     else:
         inv_freq, attention_scaling = frequencies
     inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
-    func = torch.cos if which == "cos" else torch.sin
-    scratch = Scratch(dev)
-    half = rotary_dim // 2
+    split = split_tables(inv_freq)  # sin, cos of r·w for r < 64: once for all the blocks
+    interleaved = layout == "interleaved"
 
-    def fill_part(start: int, stop: int, out: Tensor) -> None:
-        n = stop - start
+    def fill(start: int, stop: int, out: Tensor) -> None:
         if held is None:
             pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
         else:
             pos = held[start:stop]
-        angles = rope_angles(pos, inv_freq, out=scratch.get("angles", (n, half)))  # (N, R/2)
-        values = scratch.get("values", (n, half))
-        write_rope_values(out, angles, func, attention_scaling, layout == "interleaved", values)
-
-    def fill(start: int, stop: int, out: Tensor) -> None:
-        step = stop - start if dev.type != "cpu" else max(1, _ROPE_PIECE_ANGLES // half)
-        for first in range(start, stop, step):
-            last = min(stop, first + step)
-            fill_part(first, last, out[first - start : last - start])
+        write_rope_rows(((out, which),), pos, inv_freq, attention_scaling, interleaved, split)
 
     return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
 
