@@ -14,6 +14,7 @@ the OpenAPI document and ``/docs`` in ``service.openapi``, the routes in ``servi
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import inspect
 import logging
@@ -99,6 +100,18 @@ def load_models(state: ServiceState) -> None:
     state.models, state.fingerprints, state.default_model = models, fingerprints, base.name
 
 
+def freeze_startup_objects() -> None:
+    """Move every object alive after start-up (the imported modules, the app, the models: some
+    220,000 of them) out of the garbage collector's reach (``gc.freeze``). A full collection
+    traverses them all: 30–80 ms on the 2-core machines posenc is measured on, a pause that fell on
+    whichever request happened to trigger it, so a cold request's cost depended on how much had
+    been allocated before it. Frozen, a full collection takes well under a millisecond; the
+    objects themselves stay as they are (nothing made at start-up is freed before shutdown,
+    which unfreezes them)."""
+    gc.collect()
+    gc.freeze()
+
+
 def _lifespan(
     settings: Settings, metrics: Metrics
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
@@ -119,6 +132,7 @@ def _lifespan(
         except Exception as exc:
             logger.error("cannot start: loading the models failed: %s", exc)
             raise
+        freeze_startup_objects()
         state.ready = True
         logger.info(
             "posenc %s ready on %s with models %s (default %s)",
@@ -132,6 +146,7 @@ def _lifespan(
         finally:
             state.ready = False
             cache.clear()
+            gc.unfreeze()  # collectable again: a process that builds apps (tests) frees them
 
     return lifespan
 

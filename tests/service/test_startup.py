@@ -4,6 +4,7 @@ debug level); a port in use is found before anything loads, so no "ready" line c
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import socket
@@ -12,8 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
-from tests.helpers import ROOT, clean_env, free_port
+from service.app import create_app
+from tests.helpers import ROOT, clean_env, free_port, make_settings
 
 READY = re.compile(r"\bready\b", re.IGNORECASE)  # the service's "posenc ... ready on" line
 
@@ -201,3 +204,17 @@ def test_importing_the_app_module_builds_nothing_and_app_is_there_when_asked() -
         "/v1/configs/positions",
     ):
         assert path in paths
+
+
+def test_the_objects_of_start_up_are_frozen_until_shutdown(gpt2_file: Path) -> None:
+    """service.app.freeze_startup_objects: a full collection skips what start-up made (the
+    models among it), and shutdown hands it back to the collector."""
+    gc.unfreeze()
+    assert gc.get_freeze_count() == 0
+    with TestClient(create_app(make_settings(gpt2_file))) as client:
+        assert client.get("/readyz").status_code == 200
+        frozen = gc.get_freeze_count()
+        assert frozen > 10_000
+        state = client.app.state.posenc  # type: ignore[attr-defined]
+        assert not any(gc.is_tracked(x) and x is state for x in gc.get_objects(2))
+    assert gc.get_freeze_count() == 0
