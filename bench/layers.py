@@ -9,6 +9,9 @@ them alike:
 - ``full``: the app as ``create_app`` builds it, with the access log written (JSON records, to
   a file, as the container writes them to its stdout);
 - ``without X``: the same app with one middleware left out; ``X``'s cost is ``full`` minus it;
+- ``without the access log`` (``POSENC_ACCESS_LOG=false``) and ``without admission`` (the
+  in-flight byte budget's acquire and release made no-ops): the other two things version 1.1
+  added to every request, beside the request id;
 - ``routes only``: no middleware of the service's own (FastAPI's routing, the request model's
   validation, the plan, the response);
 - ``compute`` and ``encode``: the table and its JSON body, called directly (the thread-pool
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import logging.config
 import statistics
@@ -31,6 +35,7 @@ from typing import Any
 import orjson
 
 from posenc.sinusoidal import sinusoidal_table
+from service.admission.budget import ByteBudget
 from service.app import create_app
 from service.config import Settings
 from service.observability.logs import logging_config
@@ -86,6 +91,20 @@ async def _request(app: Any, offset: int) -> None:
         raise SystemExit(f"POST {PATH} -> {status}")
 
 
+class _NoAdmission(ByteBudget):
+    """A budget that admits everything at once and counts nothing (the measure of admission's
+    own cost)."""
+
+    async def acquire(self, nbytes: int, timeout: float | None = None) -> float:
+        return 0.0
+
+    def shrink(self, held: int, keep: int) -> int:
+        return keep
+
+    def release(self, nbytes: int, *, held_s: float | None = None) -> None:
+        return None
+
+
 def _app(without: str | None, settings: Settings) -> Any:
     app = create_app(settings)
     if without == "*":
@@ -132,12 +151,20 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
     names = [m.cls.__name__ for m in full.user_middleware]
     variants: dict[str, Any] = {"full": full}
     variants.update({f"without {n}": _app(n, settings) for n in names})
+    variants["without the access log"] = _app(
+        None, settings.model_copy(update={"access_log": False})
+    )
+    variants["without admission"] = _app(None, settings)
     variants["routes only"] = _app("*", settings)
     times: dict[str, list[float]] = {v: [] for v in variants}
     direct: dict[str, list[float]] = {"compute (direct)": [], "encode JSON (direct)": []}
     async with full.router.lifespan_context(full):
+        state = full.state.posenc
         for app in variants.values():  # the same state the lifespan built
-            app.state.posenc = full.state.posenc
+            app.state.posenc = state
+        variants["without admission"].state.posenc = dataclasses.replace(
+            state, _budget=_NoAdmission(state.settings.max_inflight_bytes)
+        )
         offset = 10**8
         for app in variants.values():  # warm-up: first calls build the stacks and caches
             offset += 200
