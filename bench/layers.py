@@ -14,6 +14,8 @@ them alike:
   added to every request, beside the request id;
 - ``routes only``: no middleware of the service's own (FastAPI's routing, the request model's
   validation, the plan, the response);
+- ``full, the same request repeated``: the warm path through the same stack, the figure a cold
+  request is held to (its cost minus this one is what being cold costs);
 - ``compute`` and ``encode``: the table and its JSON body, called directly (the thread-pool
   part of a miss, without the thread).
 
@@ -42,6 +44,7 @@ from service.observability.logs import logging_config
 from service.responses.formats import Bundle, encode_bundle
 
 PATH = "/v1/encodings/sinusoidal"
+WARM = "full, the same request repeated (a cache hit)"
 
 
 def _scope(body: bytes) -> dict[str, Any]:
@@ -114,10 +117,12 @@ def _app(without: str | None, settings: Settings) -> Any:
     return app
 
 
-async def _round(app: Any, first: int, n: int) -> float:
+async def _round(app: Any, first: int, n: int, *, repeat: bool = False) -> float:
+    """Mean seconds per request of ``n`` requests at offsets ``first`` … (all at ``first`` with
+    ``repeat``: the same request again, answered by the body cache)."""
     t0 = time.perf_counter()
     for k in range(n):
-        await _request(app, first + k)
+        await _request(app, first if repeat else first + k)
     return (time.perf_counter() - t0) / n
 
 
@@ -156,7 +161,7 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
     )
     variants["without admission"] = _app(None, settings)
     variants["routes only"] = _app("*", settings)
-    times: dict[str, list[float]] = {v: [] for v in variants}
+    times: dict[str, list[float]] = {v: [] for v in [*variants, WARM]}
     direct: dict[str, list[float]] = {"compute (direct)": [], "encode JSON (direct)": []}
     async with full.router.lifespan_context(full):
         state = full.state.posenc
@@ -173,6 +178,10 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
             for name, app in variants.items():
                 offset += per_round
                 times[name].append(await _round(app, offset, per_round))
+            # the warm path through the same stack: one request, then its repeats (hits)
+            offset += 1
+            await _request(full, offset)
+            times[WARM].append(await _round(full, offset, per_round, repeat=True))
             offset += per_round
             c, e = _direct(per_round, offset)
             direct["compute (direct)"].append(c)
