@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import httpx
-import pytest
 import numpy as np
+import pytest
 import torch
 
 from tests.helpers import json_tensor
