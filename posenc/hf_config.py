@@ -64,6 +64,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from posenc.errors import InvalidArgument
+from posenc.relative_sinusoidal import PARAKEET_MODEL_TYPES, parakeet_encoder
 from posenc.rope import ROPE_PARAMETER_KEYS, RopeScaling, rope_inv_freq
 
 logger = logging.getLogger(__name__)
@@ -359,7 +360,9 @@ class ModelPositions:
         mrope_section: Qwen-VL's ``[t, h, w]`` frequency sections, or None.
         mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
         alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
-        relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5.
+        relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5;
+            ``{"scheme": "relative_sinusoidal", "endpoint", "d_model", "base", "num_heads",
+            "subsampling_factor"}`` for Parakeet.
         learned: ``{"seq_len", "d_model", "vocab_size", "table_size"}`` for learned tables
             (and ``first_position`` / ``usable_positions`` where positions start past the
             padding index, as RoBERTa's do).
@@ -1135,6 +1138,8 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
             field="config",
         )
     top_type = config.get("model_type")
+    if isinstance(top_type, str) and top_type in PARAKEET_MODEL_TYPES:
+        return _parakeet(top_type, config)
     part, root = _language_part(config)
     c, prefix = _text_config(part, root)
     text = part.get("text_config")
@@ -1461,6 +1466,28 @@ def _swin(shown_type: str, base: str, r: _Reader) -> ModelPositions:
         softmax_scale=scale,
         relative=MappingProxyType({"bucketing": "swin", "window_size": window}),
         warnings=tuple(r.warnings),
+    )
+
+
+def _parakeet(model_type: str, config: Mapping[str, Any]) -> ModelPositions:
+    """NVIDIA Parakeet (FastConformer): Transformer-XL relative sinusoidal positions, read by
+    :func:`posenc.relative_sinusoidal.parakeet_encoder` (a whole file's ``encoder_config``, or
+    the encoder config alone); ``relative`` names the endpoint whose table it is."""
+    enc = parakeet_encoder(config)
+    return ModelPositions(
+        model_type=model_type,
+        kind="relative",
+        head_dim=enc["head_dim"],
+        max_position_embeddings=enc["max_position_embeddings"],
+        layer_types=tuple(["full_attention"] * enc["num_layers"]),
+        softmax_scale=enc["softmax_scale"],
+        relative=MappingProxyType(
+            {
+                "scheme": "relative_sinusoidal",
+                "endpoint": "/v1/encodings/relative-sinusoidal",
+                **{k: enc[k] for k in ("d_model", "base", "num_heads", "subsampling_factor")},
+            }
+        ),
     )
 
 

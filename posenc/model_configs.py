@@ -188,6 +188,47 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "sliding_window": None,
             },
         ),
+        # Ministral 3 (a Mistral 3 file: Pixtral tower + ministral3 text model). YaRN factor 16
+        # over 16384, and a position-dependent query scale: llama_4_scaling_beta in
+        # rope_parameters (1 + 0.1·ln(1 + floor(p / 16384)), Ministral3Attention).
+        "ministral-3-8b": (
+            "mistralai/Ministral-3-8B-Instruct-2512",
+            {
+                "model_type": "mistral3",
+                "spatial_merge_size": 2,
+                "text_config": {
+                    "head_dim": 128,
+                    "hidden_size": 4096,
+                    "max_position_embeddings": 262144,
+                    "model_type": "ministral3",
+                    "num_attention_heads": 32,
+                    "num_hidden_layers": 34,
+                    "num_key_value_heads": 8,
+                    "rope_parameters": {
+                        "beta_fast": 32.0,
+                        "beta_slow": 1.0,
+                        "factor": 16.0,
+                        "llama_4_scaling_beta": 0.1,
+                        "mscale": 1.0,
+                        "mscale_all_dim": 1.0,
+                        "original_max_position_embeddings": 16384,
+                        "rope_theta": 1000000.0,
+                        "rope_type": "yarn",
+                        "type": "yarn",
+                    },
+                    "sliding_window": None,
+                },
+                "vision_config": {
+                    "head_dim": 64,
+                    "hidden_size": 1024,
+                    "image_size": 1540,
+                    "model_type": "pixtral",
+                    "num_attention_heads": 16,
+                    "patch_size": 14,
+                    "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
+                },
+            },
+        ),
         # --- Qwen -------------------------------------------------------------------------
         "qwen2.5-7b": (
             "Qwen/Qwen2.5-7B",
@@ -646,6 +687,11 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "2048) and a converter's defaults for it (rotary_pct 0.25, rotary_emb_base 10000)",
         "mistral-7b-v0.3": "mlc-ai/mlc-llm model_preset.py mistral_7b_v03",
         "mixtral-8x7b": "mlc-ai/mlc-llm model_preset.py Mixtral-8x7B-v0.1",
+        "ministral-3-8b": "a copy of mistralai/Ministral-3-8B-Instruct-2512 config.json in "
+        "YellowPerson792/ByteCaption (Ministral-3-8B-Instruct-2512/config.json, transformers "
+        "5.0.0.dev0; every key quoted here, text_config and vision_config alike). The copy is "
+        "1551 bytes where a listing of the hub folder gives 1903: keys that do not bear on "
+        "positions (the FP8 quantization block, presumably) may be missing from it",
         "qwen2.5-7b": "citsjtu2020/LLM-Prof sglang/Model_Config.md (no rope_scaling key)",
         "qwen2.5-0.5b": "a published copy of Qwen/Qwen2.5-0.5B config.json (no rope_scaling key)",
         "qwen3-8b": "citsjtu2020/LLM-Prof sglang/Model_Config.md",

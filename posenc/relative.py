@@ -48,7 +48,7 @@ from posenc._validate import (
     check_lengths,
     device_or_cpu,
 )
-from posenc.blocks import TableBlocks, query_key_rel
+from posenc.blocks import TableBlocks
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument, MissingField
 from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
@@ -253,7 +253,14 @@ def relative_buckets(
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
     bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)  # validates
-    return bucket(relative_positions(seq_len, key_len, device=device, max_elements=max_elements))
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        seq_len * key_len,
+        what=f"the (T={seq_len}, S={key_len}) relative positions",
+        max_elements=max_elements,
+    )
+    dev = device_or_cpu(device)
+    return _t5_rows(seq_len, key_len, bucket, dev)(torch.arange(seq_len, device=dev))
 
 
 def _check_deberta_buckets(position_buckets: int | None, max_position: int | None) -> bool:
@@ -349,12 +356,25 @@ def deberta_relative_positions(
         max_elements=max_elements,
     )
     dev = device_or_cpu(device)
-    q = torch.arange(seq_len, dtype=torch.int64, device=dev)  # (T,)
-    k = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
-    rel = q[:, None] - k[None, :]  # (T, S)
-    if not bucketed or position_buckets is None or max_position is None:
-        return rel
-    return deberta_log_bucket(rel, position_buckets=position_buckets, max_position=max_position)
+    rows = _deberta_rows(key_len, position_buckets if bucketed else None, max_position, dev)
+    return rows(torch.arange(seq_len, dtype=torch.int64, device=dev))
+
+
+def _deberta_rows(
+    key_len: int, position_buckets: int | None, max_position: int | None, dev: torch.device
+) -> Callable[[Tensor], Tensor]:
+    """DeBERTa's one formula, for the whole table and its row blocks alike: queries ``(N,)`` ->
+    their rows ``(N, S)`` of ``i - j``, log-bucketed when ``position_buckets`` is given (settings
+    already checked)."""
+    key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
+
+    def rows(query_pos: Tensor) -> Tensor:
+        rel = query_pos[:, None] - key_pos[None, :]  # (N, S)
+        if position_buckets is None or max_position is None:
+            return rel
+        return deberta_log_bucket(rel, position_buckets=position_buckets, max_position=max_position)
+
+    return rows
 
 
 def swin_relative_position_index(
@@ -379,11 +399,22 @@ def swin_relative_position_index(
         w**4, what=f"the (W²={w * w}, W²={w * w}) window index", max_elements=max_elements
     )
     dev = device_or_cpu(device)
+    return _swin_rows(w, dev)(torch.arange(w * w, dtype=torch.int64, device=dev))
+
+
+def _swin_rows(w: int, dev: torch.device) -> Callable[[Tensor], Tensor]:
+    """Swin's one formula, for the whole index and its row blocks alike: cells ``(N,)`` -> their
+    rows ``(N, W²)`` of ``relative_position_index``."""
     cells = torch.arange(w * w, dtype=torch.int64, device=dev)  # (W²,)
     h, col = cells // w, cells % w  # (W²,) each
-    dh = h[:, None] - h[None, :] + (w - 1)  # (W², W²)
-    dw = col[:, None] - col[None, :] + (w - 1)  # (W², W²)
-    return dh * (2 * w - 1) + dw
+
+    def rows(query_cells: Tensor) -> Tensor:
+        qh, qcol = query_cells // w, query_cells % w  # (N,) each
+        dh = qh[:, None] - h[None, :] + (w - 1)  # (N, W²)
+        dw = qcol[:, None] - col[None, :] + (w - 1)  # (N, W²)
+        return dh * (2 * w - 1) + dw
+
+    return rows
 
 
 def relative_bias_table(
@@ -471,6 +502,7 @@ __all__ = [
     "Bucketing",
     "clipped_bucket",
     "deberta_log_bucket",
+    "deberta_positions_blocks",
     "deberta_relative_positions",
     "num_relative_buckets",
     "relative_bias",
@@ -478,6 +510,8 @@ __all__ = [
     "relative_buckets",
     "relative_position_bucket",
     "relative_positions",
+    "swin_bias_blocks",
+    "swin_index_blocks",
     "swin_relative_position_index",
 ]
 
@@ -601,6 +635,51 @@ def _bucket_fn(
     )
 
 
+def _t5_rows(
+    seq_len: int, key_len: int, bucket: Callable[[Tensor], Tensor], dev: torch.device
+) -> Callable[[Tensor], Tensor]:
+    """T5's one formula, for the whole buckets and their row blocks alike: queries ``(N,)`` ->
+    their rows ``(N, S)`` of ``bucket(j - (i + S - T))``."""
+    key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
+
+    def rows(query: Tensor) -> Tensor:
+        return bucket(key_pos[None, :] - (query + (key_len - seq_len))[:, None])  # (N, S)
+
+    return rows
+
+
+def _index_blocks(
+    rows: Callable[[Tensor], Tensor], shape: tuple[int, int], dev: torch.device
+) -> TableBlocks:
+    """The ``(T, S)`` int64 index whose query rows ``rows`` computes, in row blocks."""
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        out.copy_(rows(torch.arange(start, stop, device=dev)))
+
+    return TableBlocks("buckets", shape, torch.int64, fill, dev)
+
+
+def _bias_blocks(
+    rows: Callable[[Tensor], Tensor],
+    shape: tuple[int, int],
+    table: Tensor,
+    dtype: torch.dtype,
+    dev: torch.device,
+) -> TableBlocks:
+    """:func:`relative_bias` ``(H, T, S)`` of ``table`` ``(NB, H)`` over the index whose query
+    rows ``rows`` computes, in blocks of its ``H·T`` rows: row ``h·T + i`` is
+    ``table[rows(i), h]``, cast once."""
+    seq_len, key_len = shape
+    table = table.to(dev)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        flat = torch.arange(start, stop, device=dev)  # (N,) h·T + i
+        head = torch.div(flat, seq_len, rounding_mode="floor")  # (N,)
+        out.copy_(table[rows(flat - head * seq_len), head[:, None]])  # (N, S)
+
+    return TableBlocks("bias", (table.shape[1], seq_len, key_len), dtype, fill, dev)
+
+
 def relative_buckets_blocks(
     seq_len: int,
     key_len: int | None = None,
@@ -615,13 +694,7 @@ def relative_buckets_blocks(
     seq_len, key_len = check_lengths(seq_len, key_len)
     bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)
     dev = device_or_cpu(device)
-    key_pos = torch.arange(key_len, device=dev)
-
-    def fill(start: int, stop: int, out: Tensor) -> None:
-        _, rel = query_key_rel(torch.arange(start, stop, device=dev), seq_len, key_len, key_pos)
-        out.copy_(bucket(rel))
-
-    return TableBlocks("buckets", (seq_len, key_len), torch.int64, fill, dev)
+    return _index_blocks(_t5_rows(seq_len, key_len, bucket, dev), (seq_len, key_len), dev)
 
 
 def relative_bias_blocks(
@@ -644,21 +717,75 @@ def relative_bias_blocks(
     n_buckets = num_relative_buckets(
         num_buckets=num_buckets, max_distance=max_distance, bucketing=bucketing
     )
-    dtype = resolve_dtype(dtype)
     dev = device_or_cpu(device)
-    table = relative_bias_table(n_buckets, num_heads, seed=seed).to(dev)  # (NB, H) float32
-    key_pos = torch.arange(key_len, device=dev)
+    table = relative_bias_table(n_buckets, num_heads, seed=seed)  # (NB, H) float32
+    rows = _t5_rows(seq_len, key_len, bucket, dev)
+    return _bias_blocks(rows, (seq_len, key_len), table, resolve_dtype(dtype), dev)
 
-    def fill(start: int, stop: int, out: Tensor) -> None:
-        rows = torch.arange(start, stop, device=dev)
-        head, rel = query_key_rel(rows, seq_len, key_len, key_pos)  # (N,), (N, S)
-        out.copy_(table[bucket(rel), head[:, None]])  # (N, S)
 
-    return TableBlocks("bias", (num_heads, seq_len, key_len), dtype, fill, dev)
+def deberta_positions_blocks(
+    seq_len: int,
+    key_len: int | None = None,
+    *,
+    position_buckets: int | None = None,
+    max_position: int | None = None,
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """:func:`deberta_relative_positions` ``(T, S)`` int64 in row blocks."""
+    bucketed = _check_deberta_buckets(position_buckets, max_position)
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    dev = device_or_cpu(device)
+    rows = _deberta_rows(key_len, position_buckets if bucketed else None, max_position, dev)
+    return _index_blocks(rows, (seq_len, key_len), dev)
+
+
+def swin_index_blocks(window_size: int, *, device: str | torch.device | None = None) -> TableBlocks:
+    """:func:`swin_relative_position_index` ``(W², W²)`` int64 in row blocks."""
+    w = check_int("window_size", window_size, 1)
+    dev = device_or_cpu(device)
+    return _index_blocks(_swin_rows(w, dev), (w * w, w * w), dev)
+
+
+def swin_bias_blocks(
+    window_size: int,
+    *,
+    num_heads: int,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> TableBlocks:
+    """:func:`relative_bias` ``(H, W², W²)`` of a seeded ``(2W - 1)²``-row table over a Swin
+    window's index, in blocks of its ``H·W²`` rows."""
+    w = check_int("window_size", window_size, 1)
+    dev = device_or_cpu(device)
+    table = relative_bias_table((2 * w - 1) ** 2, num_heads, seed=seed)  # ((2W-1)², H)
+    return _bias_blocks(_swin_rows(w, dev), (w * w, w * w), table, resolve_dtype(dtype), dev)
 
 
 def _relative_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    seq_len, key_len = bias_lengths(p)
+    seq_len, key_len = _lengths(p)
+    scheme = p["bucketing"]
+    if scheme == "swin":
+        tables = {"buckets": swin_index_blocks(p["window_size"], device=ctx.device)}
+        if p["num_heads"] is not None:
+            tables["bias"] = swin_bias_blocks(
+                p["window_size"],
+                num_heads=p["num_heads"],
+                seed=p["seed"],
+                device=ctx.device,
+                dtype=ctx.dtype,
+            )
+        return tables
+    if scheme == "deberta":
+        return {
+            "buckets": deberta_positions_blocks(
+                seq_len,
+                key_len,
+                position_buckets=p["position_buckets"],
+                max_position=p["max_position"],
+                device=ctx.device,
+            )
+        }
     kw = {**_bucket_arguments(p), "device": ctx.device}
     tables = {"buckets": relative_buckets_blocks(seq_len, key_len, **kw)}
     if p["num_heads"] is not None:
@@ -805,7 +932,6 @@ RELATIVE: kinds.Kind = kinds.Kind(
     check=_check_relative,
     meta=_relative_meta,
     blocks=_relative_blocks,
-    streams=lambda p: p["bucketing"] in T5_BUCKETINGS,
     row_elements=lambda p: _lengths(p)[1],
     sources=kinds.Sources("relative"),
     allocations=lambda p: (

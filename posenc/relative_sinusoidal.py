@@ -101,11 +101,11 @@ def write_rows(
     out[:, 1::2] = angles.cos()
 
 
-def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
-    """``{"d_model"}`` of a Parakeet config (its ``encoder_config`` when a whole model's).
+def _encoder_part(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
+    """The encoder config of a Parakeet ``config`` and the field prefix of its keys.
 
     Raises:
-        InvalidArgument: another model type, or a hidden size that is not an even int.
+        InvalidArgument: another model type, or an ``encoder_config`` that is not an object.
     """
     if not isinstance(config, Mapping):
         raise InvalidArgument(
@@ -119,12 +119,36 @@ def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
             f"positions; model types: {sorted(PARAKEET_MODEL_TYPES)}",
             field="config.model_type",
         )
+    if model_type == "parakeet_encoder":
+        return config, "config."
     encoder = config.get("encoder_config")
-    prefix = "config.encoder_config."
-    if model_type == "parakeet_encoder" or encoder is None:
-        encoder, prefix = (config, "config.") if model_type == "parakeet_encoder" else ({}, prefix)
+    if encoder is None:
+        return {}, "config.encoder_config."  # the whole model's default ParakeetEncoderConfig
     if not isinstance(encoder, Mapping):
-        raise InvalidArgument("config.encoder_config must be an object", field=prefix[:-1])
+        raise InvalidArgument(
+            "config.encoder_config must be an object", field="config.encoder_config"
+        )
+    return encoder, "config.encoder_config."
+
+
+def _positive_int(encoder: Mapping[str, Any], prefix: str, key: str, default: int) -> int:
+    value = encoder.get(key, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidArgument(
+            f"{prefix}{key} must be an integer >= 1, got {value!r}", field=f"{prefix}{key}"
+        )
+    return value
+
+
+def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"d_model"}`` of a Parakeet config (its ``encoder_config`` when a whole model's).
+
+    Raises:
+        InvalidArgument: another model type, or a hidden size that is not an even int.
+    """
+    encoder, prefix = _encoder_part(config)
     hidden = encoder.get("hidden_size", 1024)  # ParakeetEncoderConfig's default
     if isinstance(hidden, bool) or not isinstance(hidden, int) or hidden < 2 or hidden % 2:
         raise InvalidArgument(
@@ -134,9 +158,51 @@ def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
     return {"d_model": hidden}
 
 
+def parakeet_encoder(config: Mapping[str, Any]) -> dict[str, Any]:
+    """What a Parakeet config (a whole ``parakeet_ctc`` / ``_tdt`` / ``_rnnt`` file, or its
+    ``parakeet_encoder`` config alone) means for positions, as transformers'
+    ``ParakeetEncoder`` reads it (``ParakeetEncoderConfig``'s defaults where a key is absent).
+
+    Returns:
+        ``{"d_model", "base", "num_heads", "head_dim", "num_layers", "max_position_embeddings",
+        "subsampling_factor", "softmax_scale"}``: the table of
+        :func:`relative_sinusoidal_table` is ``(2L - 1, d_model)`` for ``L`` encoder frames
+        (the input frames divided by ``subsampling_factor``); every attention layer scales its
+        scores by ``head_dim^-0.5`` (``ParakeetEncoderAttention.scaling``), ``head_dim`` being
+        the config's, else ``hidden_size // num_attention_heads``.
+
+    Raises:
+        InvalidArgument: another model type, or a size that is not a positive int.
+    """
+    d_model = parakeet_fields(config)["d_model"]
+    encoder, prefix = _encoder_part(config)
+    heads = _positive_int(encoder, prefix, "num_attention_heads", 8)
+    head_dim = encoder.get("head_dim")
+    if head_dim is None:
+        head_dim = d_model // heads
+    else:
+        head_dim = _positive_int(encoder, prefix, "head_dim", 1)
+    if head_dim < 1:
+        raise InvalidArgument(
+            f"{prefix}num_attention_heads must be <= hidden_size {d_model}, got {heads}",
+            field=f"{prefix}num_attention_heads",
+        )
+    return {
+        "d_model": d_model,
+        "base": 10000.0,  # fixed in ParakeetEncoderRelPositionalEncoding
+        "num_heads": heads,
+        "head_dim": head_dim,
+        "num_layers": _positive_int(encoder, prefix, "num_hidden_layers", 24),
+        "max_position_embeddings": _positive_int(encoder, prefix, "max_position_embeddings", 5000),
+        "subsampling_factor": _positive_int(encoder, prefix, "subsampling_factor", 8),
+        "softmax_scale": head_dim**-0.5,
+    }
+
+
 __all__ = [
     "PARAKEET_MODEL_TYPES",
     "RELATIVE_SINUSOIDAL",
+    "parakeet_encoder",
     "parakeet_fields",
     "relative_sinusoidal_positions",
     "relative_sinusoidal_table",

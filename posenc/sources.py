@@ -67,6 +67,16 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
         if not isinstance(config, Mapping):
             raise InvalidArgument(f"config must be a JSON object, got {config!r}", field="config")
         positions = read_positions(config)
+        # a relative scheme served by an endpoint of its own (Parakeet's relative sinusoidal)
+        relative = positions.relative or {}
+        elsewhere = relative.get("endpoint")
+        if elsewhere is not None and elsewhere != kind.path:
+            raise InvalidArgument(
+                f"config of model_type {positions.model_type!r} uses "
+                f"{relative.get('scheme')} positions (Transformer-XL style relative "
+                f"attention, no buckets, bias or rotary table); send it to {elsewhere}",
+                field="config",
+            )
         if positions.kind != sources.positions:
             where = endpoint_of(positions.kind)
             hint = f"; send it to {where}" if where else " (it has no positional encoding table)"

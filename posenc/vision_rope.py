@@ -11,7 +11,7 @@ rotary modules of transformers 5 (``Qwen2VLVisionRotaryEmbedding`` and its copie
 
 Four families of frequencies, each in float64 here and cast once at the end:
 
-- ``axial`` (Qwen-VL, GLM-4V, ERNIE-4.5-VL, Kimi-K2.5, Step3...): ``s = Dh/2``,
+- ``axial`` (Qwen-VL, GLM-4V, ERNIE-4.5-VL, Kimi-K2.5, Step3, MLCD...): ``s = Dh/2``,
   ``f_i = θ^(−2i/s)`` for ``i < s/2``; the row turns one copy of the ``Dh/4`` frequencies, the
   column the other. ``order`` says how the two copies fill half a head: ``hw`` (rows then
   columns), ``wh`` (columns then rows, Step3) or ``wh_pairs`` (``w0, h0, w1, h1 …``, Kimi-K2.5).
@@ -26,7 +26,8 @@ Tokens come in the order the tower computes its table: each grid's ``t`` frames 
 other; in a frame, ``m × m`` blocks row-major and row-major inside a block, ``m`` the merge size
 the tower passes to its position ids (the config's ``spatial_merge_size`` for Qwen-VL and GLM-4V,
 1 where the tower merges after its blocks: PaddleOCR-VL, Kimi-K2.5, Step3). ``position_ids`` are
-each token's ``(row, column)``, ``(−1, −1)`` for a class token.
+each token's ``(row, column)``, ``(−1, −1)`` for a class token. MLCD's class token, whose
+angles are a trained parameter (``class_pos_emb``) rather than a position, is left out.
 
 Notation used for tensor shapes: ``N`` tokens of all the grids, ``Dh`` head dimension,
 ``F`` frequencies of one axis.
@@ -49,6 +50,7 @@ from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 
 __all__ = [
+    "VISION_ALIASES",
     "VISION_ROPE",
     "VISION_RULES",
     "VisionRopeSpec",
@@ -82,6 +84,9 @@ class VisionRule:
         default_grid: a grid from ``image_size / patch_size`` when ``grid_thw`` is absent
             (DINOv3, which also takes other sizes).
         class_token: a class token at angle 0 ends each grid's tokens (Llama 4).
+        learned_class_token: the tower puts a class token first whose angles are a trained
+            parameter (MLCD's ``class_pos_emb``), not a position: it is not in the table, and
+            ``meta.class_token`` says so.
         images_only: ``t`` must be 1 (the tower takes images, not videos).
         defaults: transformers' config-class defaults of the keys read.
         reference: the transformers class whose table this is.
@@ -97,6 +102,7 @@ class VisionRule:
     fixed_grid: bool = False
     default_grid: bool = False
     class_token: bool = False
+    learned_class_token: bool = False
     images_only: bool = False
 
 
@@ -183,6 +189,19 @@ VISION_RULES: dict[str, VisionRule] = {
         images_only=True,
     ),
 }
+# MLCD (DeepGlint-AI/mlcd-vit-*): Qwen-VL's axial frequencies over the patch grid row-major
+# (no merge), any grid (no learned absolute table to resize), images only; its class token,
+# first, is rotated by the trained class_pos_emb.
+VISION_RULES["mlcd_vision_model"] = _axial(
+    "MLCDRotaryEmbedding",
+    1664,
+    16,
+    merge=1,
+    default_grid=True,
+    learned_class_token=True,
+    images_only=True,
+    defaults={"image_size": 336, "patch_size": 14},
+)
 # Sapiens2 copies DINOv3's module (Sapiens2RopePositionEmbedding) with other defaults.
 VISION_RULES["sapiens2"] = dataclasses.replace(
     VISION_RULES["dinov3_vit"],
@@ -227,6 +246,10 @@ TOP_LEVEL_VISION: dict[str, str] = {
     "llava": "pixtral",
     "llama4": "llama4_vision_model",
 }
+
+# Other model_type spellings transformers maps to the same vision config class (the hub files
+# of DeepGlint-AI say "mlcd"): read as that class's model_type.
+VISION_ALIASES: dict[str, str] = {"mlcd": "mlcd_vision_model"}
 
 # Vision towers without a rotary embedding, and what they use instead (a 422 says so).
 NON_ROTARY: dict[str, str] = {
@@ -310,6 +333,7 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
         outer = top
         if path != "vision_config":
             outer = config.get(path.split(".")[0], {}).get("model_type", top)
+        own = VISION_ALIASES.get(str(own), own)
         if own is None or (own in (outer, top) and own not in VISION_RULES):
             # no model_type, or the top-level one (Qwen2-VL's files): the type transformers
             # gives the vision config of this model
@@ -318,7 +342,7 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
     if top in TOP_LEVEL_VISION and top not in VISION_RULES:
         # a whole config without vision_config: transformers builds the default one
         return {}, TOP_LEVEL_VISION[str(top)], "config.vision_config"
-    return config, str(top), "config"
+    return config, VISION_ALIASES.get(str(top), str(top)), "config"
 
 
 def _no_rotary(model_type: str, where: str) -> InvalidArgument:
@@ -529,8 +553,21 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
         "merge_size": spec.merge,
         "grid": list(spec.grids[0]) if spec.grids else None,
         "reference": rule.reference,
+        "class_token": _class_token(rule),
         "defaulted": list(spec.defaulted),
     }
+
+
+def _class_token(rule: VisionRule) -> str | None:
+    """What ``meta.class_token`` says of the tower's class token (None: none is rotated)."""
+    if rule.class_token:
+        return "last row of each grid, at angle 0, position_ids (-1, -1)"
+    if rule.learned_class_token:
+        return (
+            "the tower puts a class token first, rotated by its trained class_pos_emb (weights, "
+            "not a position): not in these tables"
+        )
+    return None
 
 
 def _token_coordinates(
@@ -723,6 +760,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "merge_size": spec.merge,
         "tokens": spec.tokens,
         "reference": spec.rule.reference,
+        "class_token": _class_token(spec.rule),
         "defaulted": list(spec.defaulted),
         "dtype": p["dtype"],
     }

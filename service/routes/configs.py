@@ -186,7 +186,8 @@ class EngineComparison(BaseModel):
         "encoding, head and rotary dims, layout, the layer types (no_rope where a layer applies "
         "none), RoPE parameters per layer type with their attention scaling, the attention's "
         "softmax scale, Llama 4's temperature settings, the sliding window, the relative scheme "
-        "(T5, DeBERTa, Swin), the position-dependent query scale and the layers that apply it "
+        "(T5, DeBERTa, Swin; Parakeet's relative sinusoidal, with its endpoint), the "
+        "position-dependent query scale and the layers that apply it "
         "(query_scale), and warnings for "
         "legacy or ignored keys. An unreadable config is a 422 naming the key."
     ),

@@ -253,9 +253,11 @@ def _resolve(
 
 
 def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]:
-    """The resolved fields as a cache key: a config stands in by what was read of it, the
-    tensors of a binary body by their digest."""
-    key = {k: v for k, v in params.items() if k != "config" and not isinstance(v, torch.Tensor)}
+    """The resolved fields as a cache key, the tensors of a binary body by their digest. A
+    config merged by the kind's sources is None here (what was read of it stands in); a kind
+    that reads its config itself (vision-rope, query-scale, relative-sinusoidal) keeps it, whole:
+    two configs that differ give two tables."""
+    key = {k: v for k, v in params.items() if not isinstance(v, torch.Tensor)}
     if tensors is not None:
         key["tensors"] = tensors.key
     return key

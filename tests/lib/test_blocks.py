@@ -2,7 +2,8 @@
 
 Each case concatenates the blocks of several block sizes (one row, odd sizes, one block) and
 compares the bytes with the library's whole-table function (sinusoidal_table, rope_cos_sin,
-alibi_bias, relative_buckets / relative_bias, learned_table), in every dtype; and checks the
+alibi_bias, relative_buckets / relative_bias, deberta_relative_positions,
+swin_relative_position_index, learned_table), in every dtype; and checks the
 values independently against the closed form in float64 for the encodings.
 """
 
@@ -19,12 +20,17 @@ from posenc.blocks import row_ranges, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import learned_blocks
 from posenc.relative import (
+    deberta_positions_blocks,
+    deberta_relative_positions,
     num_relative_buckets,
     relative_bias,
     relative_bias_blocks,
     relative_bias_table,
     relative_buckets,
     relative_buckets_blocks,
+    swin_bias_blocks,
+    swin_index_blocks,
+    swin_relative_position_index,
 )
 from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
 from posenc.sinusoidal import sinusoidal_blocks
@@ -150,6 +156,29 @@ def test_relative_blocks_equal_whole(bucketing: str, bidirectional: bool) -> Non
         _check(
             lambda dt=dtype: relative_bias_blocks(40, 90, num_heads=6, seed=2, dtype=dt, **kw),
             relative_bias(buckets, table, dtype=dtype),
+        )
+
+
+@pytest.mark.parametrize(
+    ("position_buckets", "max_position"), [(None, None), (8, 20), (256, 512), (4, 5)]
+)
+def test_deberta_blocks_equal_whole(position_buckets: int | None, max_position: int | None) -> None:
+    kw = dict(position_buckets=position_buckets, max_position=max_position)
+    _check(
+        lambda: deberta_positions_blocks(37, 300, **kw), deberta_relative_positions(37, 300, **kw)
+    )
+    _check(lambda: deberta_positions_blocks(61, **kw), deberta_relative_positions(61, **kw))
+
+
+@pytest.mark.parametrize("window", [1, 2, 7, 12])
+def test_swin_blocks_equal_whole(window: int) -> None:
+    index = swin_relative_position_index(window)
+    _check(lambda: swin_index_blocks(window), index)
+    table = relative_bias_table((2 * window - 1) ** 2, 3, seed=5)
+    for dtype in DTYPES:
+        _check(
+            lambda dt=dtype: swin_bias_blocks(window, num_heads=3, seed=5, dtype=dt),
+            relative_bias(index, table, dtype=dtype),
         )
 
 

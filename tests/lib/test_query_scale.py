@@ -197,3 +197,39 @@ def test_llama4_scout_preset_quotes_its_config() -> None:
         table({"preset": "llama-2-7b", "seq_len": 3})
     with pytest.raises(InvalidArgument, match="not both"):
         table({"preset": "llama-4-scout", "config": SCOUT, "seq_len": 3})
+
+
+def test_ministral3_preset_quotes_the_published_file() -> None:
+    """Preset ministral-3-8b (mistralai/Ministral-3-8B-Instruct-2512's config.json): the query
+    scale equals transformers' get_llama_4_attn_scale with the file's rope_parameters as
+    Ministral3Config keeps them, on every one of its 34 layers; the same numbers as the whole
+    quoted file sent as config."""
+    from transformers import AutoConfig
+    from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
+
+    from posenc.model_configs import model_config
+    from posenc.presets import PRESETS
+
+    quoted = model_config("ministral-3-8b")
+    text = AutoConfig.for_model(**quoted).get_text_config()
+    assert text.model_type == "ministral3" and text.num_hidden_layers == 34
+    positions = torch.tensor([[0, 16383, 16384, 49151, 49152, 262143]])
+    want = get_llama_4_attn_scale(
+        positions,
+        text.rope_parameters["llama_4_scaling_beta"],
+        text.rope_parameters["original_max_position_embeddings"],
+    )[0, 0, :, 0]
+    got = table({"preset": "ministral-3-8b", "positions": positions[0].tolist()})
+    assert_close(got["scale"], want, rtol=1e-6, atol=1e-6)
+    from_file = table({"config": quoted, "positions": positions[0].tolist(), "dtype": "float64"})
+    exact = [1 + 0.1 * math.log1p(p // 16384) for p in positions[0].tolist()]
+    assert_close(from_file["scale"], torch.tensor(exact, dtype=torch.float64), rtol=0, atol=1e-15)
+    rule = query_scale_from_config(quoted)
+    assert rule is not None and (rule.alpha, rule.period, rule.offset) == (0.1, 16384, 0)
+    assert rule.layers == tuple(range(34))
+    scaling = PRESETS["ministral-3-8b"].params["scaling"]
+    assert (scaling["type"], scaling["factor"], PRESETS["ministral-3-8b"].params["base"]) == (
+        "yarn",
+        16.0,
+        1e6,
+    )

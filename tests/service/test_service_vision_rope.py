@@ -74,6 +74,30 @@ def test_qwen25_vl_tables_and_meta(api: httpx.Client) -> None:
     assert meta["grids"] == GRIDS
 
 
+@pytest.mark.parametrize("model_type", ["mlcd", "mlcd_vision_model"])
+def test_mlcd_patch_rows_row_major_and_its_class_token_named(
+    api: httpx.Client, model_type: str
+) -> None:
+    """MLCD (both spellings of its model_type): the Qwen-VL rule with merge size 1 (row-major
+    ids), Dh = 1664 / 16; the grid defaults to image_size / patch_size; the class token, rotated
+    by a trained parameter, is not a row and meta says so."""
+    config = {"model_type": model_type, "hidden_size": 1664, "num_attention_heads": 16}
+    r = api.post(ROUTE, json={"config": config, "grid_thw": [[1, 3, 5]]})
+    assert r.status_code == 200, r.text
+    cos, sin, ids = qwen_reference([[1, 3, 5]], 104, 1)
+    np.testing.assert_allclose(json_tensor(r.json(), "cos"), cos, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(json_tensor(r.json(), "sin"), sin, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(json_tensor(r.json(), "position_ids"), ids)
+    meta = r.json()["meta"]
+    assert meta["model_type"] == "mlcd_vision_model" and meta["merge_size"] == 1
+    assert "class_pos_emb" in meta["class_token"]
+    small = {**config, "image_size": 56, "patch_size": 14}
+    default = api.post(ROUTE, json={"config": small}).json()["meta"]
+    assert default["grids"] == [[1, 4, 4]] and default["tokens"] == 16
+    video = api.post(ROUTE, json={"config": config, "grid_thw": [[2, 3, 5]]})
+    assert video.status_code == 422 and "grid_thw" in video.text
+
+
 def test_get_twin_equals_post(api: httpx.Client) -> None:
     body = {"config": QWEN25, "grid_thw": GRIDS, "dtype": "float64"}
     post = api.post(ROUTE, params={"format": "safetensors"}, json=body)

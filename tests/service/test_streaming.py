@@ -4,7 +4,8 @@ A service with a small ``POSENC_MAX_ELEMENTS`` streams every table endpoint in r
 safetensors; each body is compared with
 
 - the whole table computed by the library (sinusoidal_table, rope_cos_sin, alibi_bias,
-  relative_buckets / relative_bias, learned_table), decoded with numpy's and safetensors' own
+  relative_buckets / relative_bias, deberta_relative_positions, swin_relative_position_index,
+  learned_table), decoded with numpy's and safetensors' own
   readers, and
 - the body the default service (limit not reached, the whole-table path) sends for the same
   request: the same bytes and the same ETag.
@@ -30,11 +31,14 @@ from safetensors.numpy import load as st_load_numpy
 from safetensors.torch import load as st_load
 
 from posenc import alibi_bias, alibi_slopes, learned_table, sinusoidal_table
+from posenc.model_configs import model_config
 from posenc.relative import (
+    deberta_relative_positions,
     num_relative_buckets,
     relative_bias,
     relative_bias_table,
     relative_buckets,
+    swin_relative_position_index,
 )
 from posenc.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import RopeScaling, rope_cos_sin
@@ -143,6 +147,33 @@ def _cases() -> list[tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]]:
             "/v1/biases/relative",
             {"seq_len": 80, "bucketing": "clip", "max_distance": 16},
             {"buckets": relative_buckets(80, bucketing="clip", max_distance=16)},
+        ),
+        (
+            "relative-deberta-v3",
+            "/v1/biases/relative",
+            {"seq_len": 50, "key_len": 700, "config": model_config("deberta-v3-base")},
+            {
+                "buckets": deberta_relative_positions(
+                    50, 700, position_buckets=256, max_position=512
+                )
+            },
+        ),
+        (
+            "relative-deberta-plain",
+            "/v1/biases/relative",
+            {"seq_len": 70, "bucketing": "deberta"},
+            {"buckets": deberta_relative_positions(70)},
+        ),
+        (
+            "relative-swin",
+            "/v1/biases/relative",
+            {"config": {**model_config("swin-tiny"), "window_size": 9}, "num_heads": 2},
+            {
+                "buckets": swin_relative_position_index(9),
+                "bias": relative_bias(
+                    swin_relative_position_index(9), relative_bias_table(17**2, 2, seed=0)
+                ),
+            },
         ),
         (
             "relative-sinusoidal",
