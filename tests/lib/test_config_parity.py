@@ -48,6 +48,7 @@ ROTARY = {
     "glm4": ("glm4", "Glm4RotaryEmbedding", "Glm4Attention"),
     "falcon": ("falcon", "FalconRotaryEmbedding", None),
     "gpt_oss": ("gpt_oss", "GptOssRotaryEmbedding", "GptOssAttention"),
+    "ministral3": ("ministral3", "Ministral3RotaryEmbedding", "Ministral3Attention"),
 }
 
 ROPE_NAMES = [n for n, (_, c) in MODEL_CONFIGS.items() if read_positions(c).kind == "rope"]
