@@ -20,7 +20,17 @@ from posenc.rope.scaling import (
 )
 from posenc.rope.sections import check_mrope_section, mrope_cos_sin
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
-from posenc.rope.vllm import DEEPSEEK_MODEL_TYPES, VllmRope, vllm_complete, vllm_for_fields
+from posenc.rope.vllm import (
+    DEEPSEEK_MODEL_TYPES,
+    DUAL_CHUNK_CACHES,
+    VllmRope,
+    vllm_complete,
+    vllm_for_fields,
+)
+
+#: RoPE types only vLLM builds (as :data:`posenc.hf_config.VLLM_ONLY_ROPE_TYPES`, which this
+#: module may not import: the config reader sits above it).
+_VLLM_ONLY = frozenset({"ntk", "xdrope"})
 
 
 def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
@@ -73,6 +83,12 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         RopeScaling.from_dict(p["scaling"])
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
+    elif p["dual_chunk_cache"] is not None:
+        raise InvalidArgument(
+            "dual_chunk_cache picks one of vLLM's DualChunkRotaryEmbedding caches: it needs "
+            "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
+            field="dual_chunk_cache",
+        )
     return p
 
 
@@ -111,6 +127,11 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     if vllm is not None:
         meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
         meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
+        if vllm.dual_chunk is not None:
+            chunk, local, cache = vllm.dual_chunk
+            meta.update(dual_chunk_cache=cache, chunk_size=chunk, local_size=local)
+        if vllm.xdrope_section is not None:
+            meta["xdrope_section"] = list(vllm.xdrope_section)
     return meta
 
 
@@ -139,7 +160,8 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
     else:
         vllm = _vllm(p)
         if vllm is not None:  # vLLM's angles and magnitude, exact in float64 as the default's
-            pos = positions_tensor(p["positions"], p["seq_len"]).to(ctx.device)
+            pos = vllm.angle_positions(positions_tensor(p["positions"], p["seq_len"]))
+            pos = pos.to(ctx.device)
             inv = vllm.inv_freq.to(ctx.device)
             cos, sin = cos_sin_tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
             return {"cos": cos, "sin": sin, "inv_freq": inv.to(ctx.dtype)}
@@ -157,12 +179,16 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
     vllm = _vllm(p)
+    positions = p["positions"]
     if vllm is not None:
         inv_freq = vllm.inv_freq
         kw["frequencies"] = (vllm.inv_freq, vllm.attention_scaling)
+        if vllm.dual_chunk is not None:  # the cache's rows hold remapped positions' angles
+            positions = vllm.angle_positions(positions_tensor(positions, p["seq_len"]))
+            kw["seq_len"] = None
     return {
-        "cos": rope_blocks(p["positions"], which="cos", **kw),
-        "sin": rope_blocks(p["positions"], which="sin", **kw),
+        "cos": rope_blocks(positions, which="cos", **kw),
+        "sin": rope_blocks(positions, which="sin", **kw),
         "inv_freq": tensor_blocks("inv_freq", inv_freq.to(device=ctx.device, dtype=ctx.dtype)),
     }
 
@@ -174,11 +200,21 @@ def _rope_from_config(
     reader above this module makes) for the layer type asked for."""
     layer_type = given.get("layer_type")
     fields = positions.rope_fields(layer_type)
-    info = {"rope_type": positions.rope_for(layer_type).rope_type}
+    layer = positions.rope_for(layer_type)
+    info = {"rope_type": layer.rope_type}
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
         deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
         info.update(config_deepseek=deepseek)
+        if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
+            info["config_vllm"] = dict(layer.vllm)
+    elif layer.rope_type in _VLLM_ONLY:
+        raise InvalidArgument(
+            f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
+            "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "
+            'config); give engine: "vllm" for vLLM\'s table',
+            field="engine",
+        )
     return fields, info
 
 
@@ -354,6 +390,15 @@ ROPE: kinds.Kind = kinds.Kind(
             "original_max_position_embeddings",
             None,
             minimum=1,
+        ),
+        kinds.FieldSpec(
+            "dual_chunk_cache",
+            "str",
+            "engine vllm with a config that has dual_chunk_attention_config (Qwen2.5-1M): which "
+            "of DualChunkRotaryEmbedding's five caches, positions being its rows: q, qc, k "
+            "(default), qc_no_clamp, q_inter (see docs/engines.md)",
+            None,
+            choices=DUAL_CHUNK_CACHES,
         ),
     ),
     tensors=(
