@@ -1208,6 +1208,24 @@ def _vllm_only(
                 "module applies dynamic NTK with factor"
             )
             d.pop("alpha")
+    need = {"ntk": "factor", "xdrope": "alpha"}.get(rope_type)
+    if need is not None:
+        value = d.get(need)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise InvalidArgument(
+                f"{where}.{need} is required for rope_type {rope_type!r} (vLLM's "
+                f"get_rope reads it): a number > 0, got {value!r}",
+                field=f"{where}.{need}",
+            )
+        mixed = d.get("mixed_b")
+        if (
+            rope_type == "ntk"
+            and mixed is not None
+            and (isinstance(mixed, bool) or not isinstance(mixed, int | float) or not mixed > 0)
+        ):
+            raise InvalidArgument(
+                f"{where}.mixed_b must be a number > 0, got {mixed!r}", field=f"{where}.mixed_b"
+            )
     if rope_type in VLLM_ONLY_ROPE_TYPES:
         r.warnings.append(
             f"{where}.rope_type {rope_type!r}: vLLM only ("

@@ -783,7 +783,9 @@ VLLM_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any], str]] = MappingProxyTyp
             "a TensorRT model-connect test's raw_config of a HunYuanDenseV1ForCausalLM "
             "config.json (hunyuan_v1_dense, 32 layers, 4096, 32 / 8 heads, 262144, rope_theta "
             "10000, rope_scaling dynamic with alpha 1000 and factor 1, vocab 128167: "
-            "Hunyuan-7B's); macMLX and mlx-lm fixtures quoting the same rope_scaling",
+            "Hunyuan-7B's); macMLX and mlx-lm fixtures quoting the same rope_scaling. No head_dim "
+            "key is quoted: transformers 5.24's ntk_alpha reads config.head_dim and fails on a "
+            "file without it (posenc reads hidden_size / num_attention_heads = 128)",
         ),
         "hunyuan-ocr": (
             "tencent/HunyuanOCR",

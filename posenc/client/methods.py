@@ -603,7 +603,8 @@ class KindMethods(Generic[T]):
         Args:
             seq_len: T: positions 0 … T−1.
             positions: explicit positions (ints ≥ 0) instead of seq_len; or three lists
-                (temporal, height, width: (3, T)) with mrope_section.
+                (temporal, height, width: (3, T)) with mrope_section; or four (P/W/H/T: (4, T))
+                with a HunyuanOCR config's XD-RoPE.
             head_dim: Dh, even (required unless a preset or config gives it).
             rotary_dim: R, even ≤ head_dim (default head_dim).
             base: rope_theta (default 10000 when neither preset nor config gives it).

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from posenc import kinds
@@ -18,7 +19,7 @@ from posenc.rope.scaling import (
     RopeScaling,
     rope_inv_freq,
 )
-from posenc.rope.sections import check_mrope_section, mrope_cos_sin
+from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_cos_sin
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
 from posenc.rope.vllm import (
     DEEPSEEK_MODEL_TYPES,
@@ -26,6 +27,7 @@ from posenc.rope.vllm import (
     VllmRope,
     vllm_complete,
     vllm_for_fields,
+    xdrope_cos_sin,
 )
 
 #: RoPE types only vLLM builds (as :data:`posenc.hf_config.VLLM_ONLY_ROPE_TYPES`, which this
@@ -33,11 +35,24 @@ from posenc.rope.vllm import (
 _VLLM_ONLY = frozenset({"ntk", "xdrope"})
 
 
+def _xd_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
+    """HunyuanOCR's XD-RoPE position rows (P/W/H/T, one per ``xdrope_section`` part) of
+    resolved fields, or None: given only as that many rows with a config that has the
+    sections."""
+    rows = p["positions"]
+    section = p.get("config_xdrope_section")
+    if section is None or rows is None or not isinstance(rows[0], list):
+        return None
+    return [list(r) for r in rows]
+
+
 def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
     """The ``(3, T)`` M-RoPE position rows of resolved fields, or None for plain RoPE: three
     given rows, or with ``mrope_section`` one row (or ``seq_len``) as text on all three axes, as
     transformers expands text positions."""
     rows = p["positions"]
+    if _xd_rows(p) is not None:
+        return None
     if rows is not None and isinstance(rows[0], list):
         return [list(r) for r in rows]
     if p["mrope_section"] is None:
@@ -71,7 +86,21 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     (numbers only: nothing of the table's size is made here)."""
     p = {**p, "rotary_dim": p["head_dim"] if p["rotary_dim"] is None else p["rotary_dim"]}
     rows = p["positions"]
-    if rows is not None and isinstance(rows[0], list) and p["mrope_section"] is None:
+    section = p.get("config_xdrope_section")
+    if rows is not None and isinstance(rows[0], list) and section is not None:
+        if len(rows) != len(section):
+            raise InvalidArgument(
+                f"this config's XD-RoPE (xdrope_section {section}) takes {len(section)} "
+                f"position rows (P/W/H/T), or one; got {len(rows)}",
+                field="positions",
+            )
+    elif rows is not None and isinstance(rows[0], list) and len(rows) != 3:
+        raise InvalidArgument(
+            f"positions given as {len(rows)} rows are XD-RoPE's (HunyuanOCR: P/W/H/T), which "
+            "needs a config with rope_scaling.xdrope_section; M-RoPE takes three rows",
+            field="positions",
+        )
+    elif rows is not None and isinstance(rows[0], list) and p["mrope_section"] is None:
         raise InvalidArgument(
             "positions given as three rows (temporal, height, width) need mrope_section "
             "(three ints summing to rotary_dim/2), or a config that has one",
@@ -120,6 +149,8 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "dtype": p["dtype"],
         **{k: p[k] for k in ("config_model_type", "rope_type") if k in p},
     }
+    if _xd_rows(p) is not None:
+        meta["xdrope_section"] = p["config_xdrope_section"]
     if _mrope_rows(p) is not None:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
@@ -147,8 +178,44 @@ def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     )
 
 
+def _xd_compute(
+    p: Mapping[str, Any], rows: list[list[int]], ctx: kinds.Context
+) -> dict[str, Tensor]:
+    """XD-RoPE for its position rows. vLLM's ``XDRotaryEmbedding``: frequency part ``i`` at
+    row ``i``, the same in the layout's two copies; transformers' ``HunYuanVLRotaryEmbedding``:
+    the doubled parts over the whole ``half`` width (:func:`hunyuan_vl_cos_sin`)."""
+    pos = torch.tensor(rows, dtype=torch.int64)  # (n, T)
+    section = p["config_xdrope_section"]
+    vllm = _vllm(p)
+    if vllm is not None:
+        inv, scale = vllm.inv_freq, vllm.attention_scaling
+        cos, sin = xdrope_cos_sin(pos, inv, section)  # (T, R/2) each
+        if p["layout"] == "half":
+            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        else:
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    else:
+        if p["layout"] != "half":
+            raise InvalidArgument(
+                "transformers' HunYuanVL splits the half layout's two copies over different "
+                "position rows, which the interleaved layout cannot hold; ask layout half (or "
+                "engine vllm)",
+                field="layout",
+            )
+        inv, scale = rope_inv_freq(p["rotary_dim"], p["base"], None)
+        cos, sin = hunyuan_vl_cos_sin(pos, inv, section)  # (T, R) each
+    return {
+        "cos": (cos * scale).to(device=ctx.device, dtype=ctx.dtype),
+        "sin": (sin * scale).to(device=ctx.device, dtype=ctx.dtype),
+        "inv_freq": inv.to(device=ctx.device, dtype=ctx.dtype),
+    }
+
+
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     common = _table_arguments(p, ctx)
+    xd = _xd_rows(p)
+    if xd is not None:
+        return _xd_compute(p, xd, ctx)
     rows = _mrope_rows(p)
     if rows is not None:
         tables = mrope_cos_sin(
@@ -208,7 +275,11 @@ def _rope_from_config(
         info.update(config_deepseek=deepseek)
         if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
             info["config_vllm"] = dict(layer.vllm)
-    elif layer.rope_type in _VLLM_ONLY:
+    xd = None if layer.vllm is None else layer.vllm.get("xdrope_section")
+    # engine transformers: HunYuanVL's own reading (default with the alpha base) takes it too
+    if xd is not None and (given.get("engine") == "vllm" or layer.rope_type == "default"):
+        info["config_xdrope_section"] = list(xd)
+    if given.get("engine") != "vllm" and layer.rope_type in _VLLM_ONLY:
         raise InvalidArgument(
             f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
             "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "
@@ -308,10 +379,12 @@ ROPE: kinds.Kind = kinds.Kind(
             "positions",
             "ints",
             "explicit positions (ints ≥ 0) instead of seq_len; or three lists (temporal, "
-            "height, width: (3, T)) with mrope_section",
+            "height, width: (3, T)) with mrope_section; or four (P/W/H/T: (4, T)) with a "
+            "HunyuanOCR config's XD-RoPE",
             None,
             minimum=0,
             rows=3,
+            max_rows=4,
         ),
         kinds.FieldSpec(
             "head_dim",
