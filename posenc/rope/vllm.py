@@ -421,7 +421,8 @@ def xdrope_cos_sin(
 
 _NO_DUAL_CHUNK = (
     "dual_chunk_cache is for engine vllm with a config that has dual_chunk_attention_config "
-    "(Qwen2.5-1M), whose vLLM rotary embedding has five caches; this one has a single cache"
+    "(Qwen2.5-1M), whose vLLM rotary embedding has five caches; these fields have a single "
+    "cache (send the model's config: a preset's fields carry no dual_chunk_attention_config)"
 )
 
 
