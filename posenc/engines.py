@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions
+from posenc.hf_config import VLLM_ONLY_ROPE_TYPES, read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
@@ -168,6 +168,14 @@ def compare_engines(
             "are compared on RoPE only",
             field="config",
         )
+    rope_type = mp.rope_for(layer_type).rope_type
+    if rope_type in VLLM_ONLY_ROPE_TYPES:
+        raise InvalidArgument(
+            f"config rope_type {rope_type!r} is built by vLLM only: transformers 5.24 has no rule "
+            "for it (its rotary module fails on this config), so there is nothing to compare; "
+            'ask /v1/encodings/rope with engine: "vllm" for vLLM\'s table',
+            field="config",
+        )
     where = {"seq_len": seq_len, "positions": list(positions) if positions is not None else None}
     tf = _resolve(config, "transformers", {**where, "layer_type": layer_type})
     if count is not None:
@@ -190,7 +198,7 @@ def compare_engines(
     inside = pos < vl.rows
     shown = pos[inside]
     tf_cos, tf_sin = angles_table(shown, tf_inv, tf_scale)
-    vl_cos, vl_sin = angles_table(shown, vl.inv_freq, vl.attention_scaling)
+    vl_cos, vl_sin = angles_table(vl.angle_positions(shown), vl.inv_freq, vl.attention_scaling)
     first = int(pos[0])
     tf_softmax = mp.softmax_scale
     vl_softmax = None if tf_softmax is None else tf_softmax * vl.softmax_factor
@@ -280,6 +288,15 @@ def _sentences(
                 "position of it."
             )
             explained = True
+    if vl.dual_chunk is not None and table_differs:
+        chunk, local, cache = vl.dual_chunk
+        said.append(
+            f"Dual chunk attention: vLLM's DualChunkRotaryEmbedding (chunk_size {chunk}, "
+            f"local_size {local}) rotates keys at position p mod {chunk - local} (its {cache} "
+            "cache here) and queries with four other caches; transformers ignores "
+            "dual_chunk_attention_config and applies plain RoPE at every position."
+        )
+        explained = True
     deepseek = vl.rope_type.startswith("deepseek")
     if deepseek and abs(tf_scale - vl.attention_scaling) > _DIFF_TOL and scaling is not None:
         said.append(

@@ -20,6 +20,13 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   ``max_position_embeddings / original_max_position_embeddings``; ``dynamic`` rescales above
   ``max_position_embeddings``. Qwen2-VL's ``"mrope"`` type is ``default`` with an
   ``mrope_section``.
+- vLLM-only RoPE (``RopeLayerType.vllm`` keeps what vLLM's ``get_rope`` reads, for
+  ``engine: "vllm"``): Hunyuan's ``dynamic`` (HunyuanOCR: ``xdrope``) with ``alpha`` is, as
+  transformers' Hunyuan rotary modules read it (``ntk_alpha``), ``default`` with the fixed base
+  ``rope_theta·alpha^(Dh/(Dh−2))`` (on other model types transformers ignores ``alpha``); the
+  types ``ntk`` (``factor``, ``mixed_b``) and a non-Hunyuan ``xdrope`` have no transformers rule
+  (tables need ``engine: "vllm"``); a top-level ``dual_chunk_attention_config`` (Qwen2.5-1M) is
+  read by vLLM alone: transformers applies plain RoPE.
 - Dimensions: ``head_dim``, else ``hidden_size // num_attention_heads`` (with the models'
   aliases ``n_embd``, ``d_model``, ``n_head``, ``n_heads``, ``num_heads``); DeepSeek rotates
   ``qk_rope_head_dim`` channels; the rotary dimension is ``int(head_dim ·
@@ -295,6 +302,18 @@ _ROPE_MODEL_TYPES = frozenset(
 
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
+#: RoPE types only vLLM builds (``NTKScalingRotaryEmbedding``, ``XDRotaryEmbedding``):
+#: transformers 5.24's ``ROPE_INIT_FUNCTIONS`` has no rule for them.
+VLLM_ONLY_ROPE_TYPES: frozenset[str] = frozenset({"ntk", "xdrope"})
+
+#: Model types whose transformers rotary module reads ``dynamic`` with ``alpha`` as a fixed
+#: NTK-alpha base (``HunYuanDenseV1RotaryEmbedding``'s ``ntk_alpha``; HunYuanVL's config class
+#: renames ``xdrope`` to ``dynamic`` first).
+_NTK_ALPHA_MODEL_TYPES = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl"})
+
+#: What vLLM's ``get_rope`` reads of a vLLM-only rope dict besides ``rope_type`` / ``rope_theta``.
+_VLLM_KEYS = ("alpha", "factor", "mixed_b", "xdrope_section")
+
 
 @dataclass(frozen=True)
 class RopeLayerType:
@@ -309,6 +328,11 @@ class RopeLayerType:
             ``rope_type`` and ``rope_theta``; empty for ``default``.
         attention_scaling: the factor transformers multiplies cos and sin by.
         partial_rotary_factor: the fraction of the head that rotates, as read.
+        vllm: what vLLM's ``get_rope`` reads where transformers reads the config otherwise or
+            not at all (:func:`posenc.rope.vllm.vllm_only_rope`): the rope dict with vLLM's
+            names (``rope_type``, ``rope_theta`` as written, ``alpha``, ``factor``,
+            ``mixed_b``, ``xdrope_section``) and the config's ``dual_chunk_attention_config``
+            (``chunk_size``, ``local_size``); None where vLLM reads it as transformers does.
     """
 
     rope_type: str
@@ -318,10 +342,12 @@ class RopeLayerType:
     parameters: Mapping[str, Any]
     attention_scaling: float
     partial_rotary_factor: float = 1.0
+    vllm: Mapping[str, Any] | None = None
 
     def scaling(self) -> RopeScaling | None:
-        """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None)."""
-        if self.rope_type == "default":
+        """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None:
+        ``default``, or a vLLM-only type, which transformers cannot compute)."""
+        if self.rope_type == "default" or self.rope_type in VLLM_ONLY_ROPE_TYPES:
             return None
         return RopeScaling.from_dict({"type": self.rope_type, **self.parameters})
 
@@ -336,6 +362,8 @@ class RopeLayerType:
             rotary_dim=self.rotary_dim,
             attention_scaling=self.attention_scaling,
         )
+        if self.vllm is not None:
+            out["vllm"] = _plain(dict(self.vllm))
         return out
 
 
@@ -928,11 +956,14 @@ def _rope_layer(
     where = d.pop("_where")
     rope_type = d.pop("rope_type")
     if not isinstance(rope_type, str) or (
-        rope_type != "default" and rope_type not in ROPE_PARAMETER_KEYS
+        rope_type != "default"
+        and rope_type not in ROPE_PARAMETER_KEYS
+        and rope_type not in VLLM_ONLY_ROPE_TYPES
     ):
         raise InvalidArgument(
             f"{where}.rope_type {rope_type!r} is not supported; accepted: default, "
-            f"{', '.join(ROPE_PARAMETER_KEYS)} (and mrope, read as default)",
+            f"{', '.join(ROPE_PARAMETER_KEYS)} (and mrope, read as default; "
+            f"{', '.join(sorted(VLLM_ONLY_ROPE_TYPES))} for engine vllm)",
             field=f"{where}.rope_type",
         )
     theta_value = d.pop("rope_theta")
@@ -946,6 +977,7 @@ def _rope_layer(
             field=f"{where}.rope_theta",
         )
     theta = float(theta_value)
+    vllm, rope_type, theta = _vllm_only(d, r, base, where, rope_type, theta, head_dim)
 
     # the rotated fraction
     prf = d.pop("partial_rotary_factor", None)
@@ -993,6 +1025,24 @@ def _rope_layer(
         )
 
     mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
+    if rope_type in VLLM_ONLY_ROPE_TYPES:  # transformers has no rule: nothing more to check
+        for key in d:
+            if key not in _VLLM_KEYS and d[key] is not None:
+                r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r} (vLLM)")
+        kept = {k: d[k] for k in ("factor", "mixed_b", "alpha") if d.get(k) is not None}
+        return (
+            RopeLayerType(
+                rope_type=rope_type,
+                rope_theta=theta,
+                head_dim=head_dim,
+                rotary_dim=rotary_dim,
+                parameters=MappingProxyType(kept),
+                attention_scaling=1.0,
+                partial_rotary_factor=float(prf),
+                vllm=vllm,
+            ),
+            mrope,
+        )
     required, optional = ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
     known = set(required) | set(optional) | {"original_max_position_embeddings"}
     params: dict[str, Any] = {}
@@ -1067,9 +1117,125 @@ def _rope_layer(
             parameters=MappingProxyType(frozen),
             attention_scaling=float(attention_scaling),
             partial_rotary_factor=float(prf),
+            vllm=vllm,
         ),
         mrope,
     )
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _vllm_only(
+    d: dict[str, Any],
+    r: _Reader,
+    base: str,
+    where: str,
+    rope_type: str,
+    theta: float,
+    head_dim: int,
+) -> tuple[MappingProxyType[str, Any] | None, str, float]:
+    """What vLLM reads of this rope dict (and the config's ``dual_chunk_attention_config``)
+    where transformers reads it otherwise, and transformers' reading: ``(vllm, rope_type,
+    theta)``. Hunyuan's NTK-alpha becomes ``default`` with ``theta·alpha^(Dh/(Dh−2))``
+    (``compute_ntk_alpha_rope_parameters``); the keys only vLLM reads leave ``d``."""
+    c = r.config
+    dca = c.get("dual_chunk_attention_config")
+    alpha = d.get("alpha")
+    vllm_reads_alpha = rope_type in ("dynamic", "xdrope") and alpha is not None
+    if dca is None and not vllm_reads_alpha and rope_type not in VLLM_ONLY_ROPE_TYPES:
+        return None, rope_type, theta
+    vllm: dict[str, Any] = {"rope_type": rope_type, "rope_theta": theta}
+    vllm.update({k: _plain(d[k]) for k in _VLLM_KEYS if d.get(k) is not None})
+    if dca is not None:
+        field = r.field("dual_chunk_attention_config")
+        if not isinstance(dca, Mapping) or not all(
+            _positive_int(dca.get(k)) for k in ("chunk_size", "local_size")
+        ):
+            raise InvalidArgument(
+                f"{field} must be an object with integers chunk_size and local_size >= 1, got "
+                f"{dca!r}",
+                field=field,
+            )
+        if dca["local_size"] >= dca["chunk_size"]:
+            raise InvalidArgument(
+                f"{field}.local_size ({dca['local_size']}) must be below chunk_size "
+                f"({dca['chunk_size']})",
+                field=f"{field}.local_size",
+            )
+        vllm["dual_chunk_attention_config"] = {
+            "chunk_size": dca["chunk_size"],
+            "local_size": dca["local_size"],
+        }
+        r.warnings.append(
+            f"{field}: read by vLLM only (DualChunkRotaryEmbedding, before any rope type: plain "
+            "angles at remapped positions in five caches; engine vllm, dual_chunk_cache); "
+            "transformers applies plain RoPE at every position"
+        )
+    if vllm_reads_alpha:
+        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
+            raise InvalidArgument(
+                f"{where}.alpha must be a number > 0, got {alpha!r}", field=f"{where}.alpha"
+            )
+        if rope_type == "xdrope":
+            section = d.get("xdrope_section")
+            if not isinstance(section, list) or not all(_positive_int(x) for x in section):
+                raise InvalidArgument(
+                    f"{where}.xdrope_section must be a list of ints >= 1 (one per position "
+                    f"row), got {section!r}",
+                    field=f"{where}.xdrope_section",
+                )
+        if base in _NTK_ALPHA_MODEL_TYPES:
+            # transformers' Hunyuan rotary modules: a fixed base (dim = config.head_dim)
+            new_theta = theta * float(alpha) ** (head_dim / (head_dim - 2))
+            r.warnings.append(
+                f"{where}.alpha {alpha:g}: Hunyuan's NTK-alpha (transformers' ntk_alpha, vLLM's "
+                f"DynamicNTKAlphaRotaryEmbedding): the fixed base rope_theta·alpha^(Dh/(Dh−2)) "
+                f"= {new_theta:.10g}, read as rope_type default"
+            )
+            if rope_type == "xdrope":
+                r.warnings.append(
+                    f"{where}.xdrope_section {d['xdrope_section']}: one frequency block per "
+                    "position row (P/W/H/T, vLLM's XDRotaryEmbedding; transformers' HunYuanVL "
+                    "reads it as a four-row mrope_section); one row of positions (text) is the "
+                    "same on every row"
+                )
+            for key in ("alpha", "xdrope_section"):
+                d.pop(key, None)
+            return MappingProxyType(vllm), "default", new_theta
+        if rope_type == "dynamic":
+            r.warnings.append(
+                f"{where}.alpha: read by vLLM only (DynamicNTKAlphaRotaryEmbedding: the fixed "
+                f"base rope_theta·alpha^(R/(R−2))); transformers' {base or 'generic'} rotary "
+                "module applies dynamic NTK with factor"
+            )
+            d.pop("alpha")
+    need = {"ntk": "factor", "xdrope": "alpha"}.get(rope_type)
+    if need is not None:
+        value = d.get(need)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+            raise InvalidArgument(
+                f"{where}.{need} is required for rope_type {rope_type!r} (vLLM's "
+                f"get_rope reads it): a number > 0, got {value!r}",
+                field=f"{where}.{need}",
+            )
+        mixed = d.get("mixed_b")
+        if (
+            rope_type == "ntk"
+            and mixed is not None
+            and (isinstance(mixed, bool) or not isinstance(mixed, int | float) or not mixed > 0)
+        ):
+            raise InvalidArgument(
+                f"{where}.mixed_b must be a number > 0, got {mixed!r}", field=f"{where}.mixed_b"
+            )
+    if rope_type in VLLM_ONLY_ROPE_TYPES:
+        r.warnings.append(
+            f"{where}.rope_type {rope_type!r}: vLLM only ("
+            + ("NTKScalingRotaryEmbedding" if rope_type == "ntk" else "XDRotaryEmbedding")
+            + "); transformers 5.24 has no rule for it, so its tables need engine vllm"
+        )
+    return MappingProxyType(vllm), rope_type, theta
 
 
 def _is_mla(base: str, r: _Reader) -> bool:
@@ -1496,7 +1662,7 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
     ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), and the mrope fields."""
     layer = positions.rope_for(layer_type)
     scaling = None
-    if layer.rope_type != "default":
+    if layer.rope_type != "default" and layer.rope_type not in VLLM_ONLY_ROPE_TYPES:
         scaling = {"type": layer.rope_type, **_plain(dict(layer.parameters))}
     out: dict[str, Any] = {
         "head_dim": layer.head_dim,
@@ -1514,6 +1680,7 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
 __all__ = [
     "DEFAULT_THETA",
     "INTERLEAVED_MODEL_TYPES",
+    "VLLM_ONLY_ROPE_TYPES",
     "ModelPositions",
     "PositionKind",
     "RopeLayerType",

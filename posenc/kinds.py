@@ -119,7 +119,9 @@ class FieldSpec:
             (a generated client would send the default and override the preset), and
             ``default`` (or REQUIRED) applies after the merge (:func:`posenc.resolve.resolve_fields`).
         rows: ``ints`` only: also accepted as exactly this many equal-length lists of ints
-            (M-RoPE's ``(3, T)`` positions).
+            (M-RoPE's ``(3, T)`` positions), or up to ``max_rows`` of them.
+        max_rows: with ``rows``: the most lists accepted (XD-RoPE's ``(4, T)``); default
+            ``rows``.
         length: lists only: exactly this many items (``int_rows``: in each row).
         members: ``struct`` only: its fields (their defaults are None: absent members are
             left out of the value).
@@ -140,6 +142,7 @@ class FieldSpec:
     example: Any = None
     sourced: bool = False
     rows: int | None = None
+    max_rows: int | None = None
     length: int | None = None
     members: tuple[FieldSpec, ...] = ()
     aliases: tuple[tuple[str, str], ...] = ()
@@ -490,9 +493,11 @@ def _int_rows(spec: FieldSpec, value: Any, where: str) -> Any:
     if not _is_list(value):
         raise InvalidArgument(f"{where} must be a list of lists of integers", field=where)
     rows = list(value)
-    if spec.type == "ints" and len(rows) != spec.rows:
+    most = spec.max_rows or spec.rows
+    if spec.type == "ints" and not (spec.rows or 0) <= len(rows) <= (most or 0):
+        counts = f"{spec.rows}" if most == spec.rows else f"{spec.rows} to {most}"
         raise InvalidArgument(
-            f"{where} must be a list of ints, or {spec.rows} lists of ints, got {len(rows)} lists",
+            f"{where} must be a list of ints, or {counts} lists of ints, got {len(rows)} lists",
             field=where,
         )
     if not rows:
@@ -516,7 +521,7 @@ def _int_rows(spec: FieldSpec, value: Any, where: str) -> Any:
         lengths = sorted({len(row) for row in out})
         if len(lengths) != 1:
             raise InvalidArgument(
-                f"the {spec.rows} rows of {where} must have the same length, got {lengths}",
+                f"the {len(out)} rows of {where} must have the same length, got {lengths}",
                 field=where,
             )
     return out

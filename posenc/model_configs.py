@@ -260,6 +260,23 @@ MODEL_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any]]] = MappingProxyType(
                 "max_window_layers": 24,
             },
         ),
+        "qwen2.5-7b-instruct-1m": (
+            "Qwen/Qwen2.5-7B-Instruct-1M",
+            {
+                "model_type": "qwen2",
+                "hidden_size": 3584,
+                "num_attention_heads": 28,
+                "num_key_value_heads": 4,
+                "num_hidden_layers": 28,
+                "max_position_embeddings": 1010000,
+                "rope_theta": 10000000.0,
+                "dual_chunk_attention_config": {
+                    "chunk_size": 262144,
+                    "local_size": 8192,
+                    "original_max_position_embeddings": 262144,
+                },
+            },
+        ),
         "qwen3-8b": (
             "Qwen/Qwen3-8B",
             {
@@ -695,6 +712,11 @@ VERIFIED_FROM: Mapping[str, str] = MappingProxyType(
         "qwen2.5-7b": "citsjtu2020/LLM-Prof sglang/Model_Config.md (no rope_scaling key)",
         "qwen2.5-0.5b": "a published copy of Qwen/Qwen2.5-0.5B config.json (no rope_scaling key)",
         "qwen3-8b": "citsjtu2020/LLM-Prof sglang/Model_Config.md",
+        "qwen2.5-7b-instruct-1m": "a public evaluation log quoting the raw config.json of "
+        "Qwen/Qwen2.5-7B-Instruct-1M (max_position_embeddings 1010000, rope_theta 10000000.0, "
+        "dual_chunk_attention_config chunk_size 262144, local_size 8192, "
+        "original_max_position_embeddings 262144; 28 layers, 4 KV heads); READMEs quoting the "
+        "same block of Qwen2.5-14B-Instruct-1M's file",
         "qwen3-vl-8b": "NVIDIA TensorRT-LLM test fixture of Qwen3-VL-8B-Instruct's config.json "
         "(text_config: 4096, 32 / 8 heads, head_dim 128, 262144, theta 5000000, mrope_section "
         "[24, 20, 20] interleaved)",
@@ -765,6 +787,11 @@ NOTES: Mapping[str, str] = MappingProxyType(
         "bloom-560m": "ALiBi's max_bias 8 is fixed in BLOOM's build_alibi_tensor",
         "mistral-7b": "v0.1; v0.2 and later use rope_theta 1e6 without a sliding window",
         "qwen2.5-7b": "the model card's optional YaRN factor 4 for long inputs is not in the file",
+        "qwen2.5-7b-instruct-1m": "hidden_size 3584 and 28 attention heads are Qwen2.5-7B's (the "
+        "quote gives layers and KV heads); the dual_chunk_attention_config's "
+        "sparse_attention_config (MInference) is left out: it bears on which keys attend, not "
+        "on the RoPE caches. transformers ignores the block (plain RoPE); vLLM builds "
+        "DualChunkRotaryEmbedding from it (engine vllm, dual_chunk_cache)",
         "llama-2-7b": "the published file has no rope_theta; LlamaConfig's default 10000 applies",
         "llama-4-scout": "the published text_config has attn_temperature_tuning 4 (an int); it is "
         "quoted as True because transformers 5 types the field bool (any nonzero value turns "
@@ -779,6 +806,73 @@ NOTES = MappingProxyType(
 )
 
 
+#: Published configs whose RoPE only vLLM's ``get_rope`` names (Hunyuan's NTK-alpha, HunyuanOCR's
+#: XD-RoPE): ``name -> (repository, config, where it was verified)``. They are not presets yet:
+#: ``tests/lib/test_config_parity.py`` builds every preset's transformers rotary module and has
+#: no row for the Hunyuan modules (``HunYuanDenseV1RotaryEmbedding``,
+#: ``HunYuanVLRotaryEmbedding``); ``tests/lib/test_vllm_types.py`` checks them against those
+#: modules instead.
+VLLM_CONFIGS: Mapping[str, tuple[str, Mapping[str, Any], str]] = MappingProxyType(
+    {
+        "hunyuan-7b": (
+            "tencent/Hunyuan-7B-Instruct",
+            {
+                "model_type": "hunyuan_v1_dense",
+                "hidden_size": 4096,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "num_hidden_layers": 32,
+                "max_position_embeddings": 262144,
+                "rope_theta": 10000,
+                "rope_scaling": {"type": "dynamic", "alpha": 1000, "factor": 1},
+            },
+            "a TensorRT model-connect test's raw_config of a HunYuanDenseV1ForCausalLM "
+            "config.json (hunyuan_v1_dense, 32 layers, 4096, 32 / 8 heads, 262144, rope_theta "
+            "10000, rope_scaling dynamic with alpha 1000 and factor 1, vocab 128167: "
+            "Hunyuan-7B's); macMLX and mlx-lm fixtures quoting the same rope_scaling. No head_dim "
+            "key is quoted: transformers 5.24's ntk_alpha reads config.head_dim and fails on a "
+            "file without it (posenc reads hidden_size / num_attention_heads = 128)",
+        ),
+        "hunyuan-ocr": (
+            "tencent/HunyuanOCR",
+            {
+                "model_type": "hunyuan_vl",
+                "hidden_size": 1024,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "head_dim": 128,
+                "num_hidden_layers": 24,
+                "max_position_embeddings": 32768,
+                "rope_theta": 10000.0,
+                "rope_scaling": {
+                    "alpha": 1000.0,
+                    "beta_fast": 32,
+                    "beta_slow": 1,
+                    "factor": 1.0,
+                    "mscale": 1.0,
+                    "mscale_all_dim": 1.0,
+                    "type": "xdrope",
+                    "xdrope_section": [16, 16, 16, 16],
+                },
+            },
+            "mlx-vlm's test_hunyuan_vl text config (HunyuanOCR's: 1024, 16 / 8 heads, head_dim "
+            "128, 32768, rope_theta 10000, the rope_scaling block as quoted; its layer count cut "
+            "to 6 for the test) and an mlx port's TextConfig defaults (24 layers, the same "
+            "rope_scaling). UNVERIFIED against the file itself: no copy of tencent/HunyuanOCR's "
+            "config.json was found, and whether its text keys sit at the top level or in a "
+            "text_config is not known",
+        ),
+    }
+)
+
+
+def vllm_config(name: str) -> dict[str, Any]:
+    """A fresh, mutable copy of the quoted config :data:`VLLM_CONFIGS` calls ``name``."""
+    import copy
+
+    return copy.deepcopy(dict(VLLM_CONFIGS[name][1]))
+
+
 def model_config(name: str) -> dict[str, Any]:
     """A fresh, mutable copy of the quoted config called ``name``."""
     import copy
@@ -786,4 +880,11 @@ def model_config(name: str) -> dict[str, Any]:
     return copy.deepcopy(dict(MODEL_CONFIGS[name][1]))
 
 
-__all__ = ["MODEL_CONFIGS", "NOTES", "VERIFIED_FROM", "model_config"]
+__all__ = [
+    "MODEL_CONFIGS",
+    "NOTES",
+    "VERIFIED_FROM",
+    "VLLM_CONFIGS",
+    "model_config",
+    "vllm_config",
+]

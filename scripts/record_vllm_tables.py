@@ -14,7 +14,12 @@ standardised by vLLM's ``patch_rope_parameters``) and ``get_rope`` is called as 
 code calls it (``llama.py``, ``qwen2.py``, ``gemma3.py``, ``gpt_oss.py``, ``deepseek_v2.py``:
 head size, ``max_position = max_position_embeddings``, neox style, DeepSeek's renaming of the
 type to ``deepseek_yarn`` / ``deepseek_llama_scaling``), inside ``set_current_vllm_config`` with
-the case's ``max_model_len`` (LongRoPE reads it there). What is recorded: vLLM's version, the
+the case's ``max_model_len`` (LongRoPE reads it there). vLLM-only types: Hunyuan's ``dynamic`` with
+``alpha`` (``DynamicNTKAlphaRotaryEmbedding``; HunyuanOCR's ``xdrope``, which transformers'
+config class renames ``dynamic``, builds it too: vLLM 0.32 has no ``XDRotaryEmbedding``), the
+``ntk`` type on a Llama config, and Qwen2.5-1M's five ``DualChunkRotaryEmbedding`` caches (one
+case each, made by the class's own ``_compute_cos_sin_cache`` on CPU: see
+:func:`_dual_chunk_caches`). What is recorded: vLLM's version, the
 class, the cache's rows, the magnitude, the softmax scale the model's attention uses, and the
 cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_engines.py``
 checks posenc's ``engine: "vllm"`` against them in the default test lane.
@@ -23,6 +28,7 @@ checks posenc's ``engine: "vllm"`` against them in the default test lane.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import sys
@@ -35,11 +41,14 @@ FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "tables.json"
 
 #: The positions whose cache rows are recorded (those below the case's rows).
 POSITIONS = (0, 1, 2, 3, 1000, 4095, 4096, 16383, 16384, 20000, 32768, 131071, 163839)
+#: And for the long caches (Hunyuan-7B's 262,144 rows, Qwen2.5-1M's 1,010,000 key rows; its
+#: chunk of 262,144 less the local 8,192 is 253,952).
+LONG_POSITIONS = (253951, 253952, 262143, 262144, 524287, 1009999)
 
 
 def cases() -> list[dict[str, Any]]:
     """Every recorded case: ``name``, ``config``, ``source``, ``max_model_len``, ``layer_type``."""
-    from posenc.model_configs import model_config
+    from posenc.model_configs import model_config, vllm_config
     from tests.fixtures.vllm.configs import EXTRA_CONFIGS
 
     out: list[dict[str, Any]] = []
@@ -52,6 +61,7 @@ def cases() -> list[dict[str, Any]]:
                 "source": source,
                 "max_model_len": kw.get("max_model_len"),
                 "layer_type": kw.get("layer_type"),
+                "dual_chunk_cache": kw.get("dual_chunk_cache"),
             }
         )
 
@@ -79,6 +89,15 @@ def cases() -> list[dict[str, Any]]:
     )
     for name, (source, config, options) in EXTRA_CONFIGS.items():
         add(name, config, source, **options)
+    for name in ("hunyuan-7b", "hunyuan-ocr"):
+        add(name, vllm_config(name), f"posenc.model_configs.VLLM_CONFIGS {name}")
+    for cache in ("q", "qc", "k", "qc_no_clamp", "q_inter"):
+        add(
+            f"qwen2.5-7b-instruct-1m dual chunk {cache}",
+            model_config("qwen2.5-7b-instruct-1m"),
+            "posenc.model_configs qwen2.5-7b-instruct-1m",
+            dual_chunk_cache=cache,
+        )
     return out
 
 
@@ -87,7 +106,7 @@ def _hf_config(config: dict[str, Any]) -> Any:
     from transformers import AutoConfig, LlamaConfig
     from vllm.transformers_utils.config import patch_rope_parameters
 
-    body = {k: v for k, v in config.items() if k != "model_type"}
+    body = copy.deepcopy({k: v for k, v in config.items() if k != "model_type"})  # kept as given
     try:
         hf = AutoConfig.for_model(config["model_type"], **body)
     except ValueError:  # a remote-code model type (InternLM2): vLLM's code is llama.py's
@@ -100,6 +119,32 @@ def _hf_config(config: dict[str, Any]) -> Any:
 def _f32(rows: list[list[float]]) -> list[list[float]]:
     """float32 values with the 9 significant digits that give them back exactly."""
     return [[float(f"{v:.9g}") for v in row] for row in rows]
+
+
+def _dual_chunk_caches(hf: Any, head_size: int, max_position: int) -> tuple[Any, Any]:
+    """``DualChunkRotaryEmbedding``'s five caches, by vLLM's own ``_compute_cos_sin_cache``.
+
+    ``get_rope`` builds that class (``qwen2.py`` passes the config's
+    ``dual_chunk_attention_config``, ``max_position = max_position_embeddings``), but its
+    ``__init__`` puts the caches on ``cuda:<current device>``, which a CPU build lacks; so the
+    instance is made without ``__init__``, given the attributes ``__init__`` sets (device cpu)
+    and asked for its caches.
+    """
+    import torch
+    from vllm.model_executor.layers.rotary_embedding.dual_chunk_rope import (
+        DualChunkRotaryEmbedding,
+    )
+
+    dca = hf.dual_chunk_attention_config
+    rope = DualChunkRotaryEmbedding.__new__(DualChunkRotaryEmbedding)
+    rope.head_size, rope.rotary_dim = head_size, head_size
+    rope.max_position_embeddings = max_position
+    rope.base = hf.rope_parameters["rope_theta"]
+    rope.is_neox_style = True
+    rope.chunk_size, rope.local_size = dca["chunk_size"], dca["local_size"]
+    rope.dtype, rope.device = torch.float32, torch.device("cpu")
+    names = ("q", "qc", "k", "qc_no_clamp", "q_inter")
+    return rope, dict(zip(names, rope._compute_cos_sin_cache(), strict=True))
 
 
 def record(case: dict[str, Any]) -> dict[str, Any]:
@@ -148,31 +193,43 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
     max_model_len = case["max_model_len"] or max_position
     rotary_embedding._ROPE_DICT.clear()  # its key leaves out max_model_len
     vcfg = VllmConfig()
-    with set_current_vllm_config(vcfg):
-        from types import SimpleNamespace
-
-        vcfg.model_config = SimpleNamespace(max_model_len=max_model_len)  # type: ignore[assignment]
-        rope = get_rope(
-            head_size,
-            max_position=max_position,
-            is_neox_style=not deepseek,
-            rope_parameters=rope_parameters,
-            dtype=torch.float32,
-        )
-    if hasattr(rope, "long_short_cos_sin_cache"):  # LongRoPE: short rows then long rows
-        whole = rope.long_short_cos_sin_cache
-        omax = rope.original_max_position_embeddings
-        cache = whole[omax:] if rope.use_long_rope else whole[:omax]
-        magnitude = rope.long_mscale if rope.use_long_rope else rope.short_mscale
+    if case["dual_chunk_cache"] is not None:
+        rope, caches = _dual_chunk_caches(hf, head_size, max_position)
+        cache, magnitude = caches[case["dual_chunk_cache"]], 1.0
     else:
-        cache = rope.cos_sin_cache
-        magnitude = float(getattr(rope, "mscale", 1.0))
+        with set_current_vllm_config(vcfg):
+            from types import SimpleNamespace
+
+            vcfg.model_config = SimpleNamespace(max_model_len=max_model_len)  # type: ignore[assignment]
+            rope = get_rope(
+                head_size,
+                max_position=max_position,
+                is_neox_style=not deepseek,
+                rope_parameters=rope_parameters,
+                dtype=torch.float32,
+            )
+        if hasattr(rope, "long_short_cos_sin_cache"):  # LongRoPE: short rows then long rows
+            whole = rope.long_short_cos_sin_cache
+            omax = rope.original_max_position_embeddings
+            cache = whole[omax:] if rope.use_long_rope else whole[:omax]
+            magnitude = rope.long_mscale if rope.use_long_rope else rope.short_mscale
+        else:
+            cache = rope.cos_sin_cache
+            magnitude = float(getattr(rope, "mscale", 1.0))
     rows = int(cache.shape[0])
     half = cache.shape[1] // 2
-    positions = [p for p in POSITIONS if p < rows]
+    positions = [p for p in POSITIONS + LONG_POSITIONS if p < rows]
     picked = cache[positions]
-    return {
+    out: dict[str, Any] = {}
+    if model_type.startswith("hunyuan_vl"):
+        out["note"] = (
+            "transformers' HunYuanVL config renames xdrope to dynamic, so get_rope builds "
+            "DynamicNTKAlphaRotaryEmbedding; vLLM 0.32 has no XDRotaryEmbedding (vLLM main's "
+            "subclasses it and keeps this cos_sin_cache, split by xdrope_section per position row)"
+        )
+    return out | {
         "name": case["name"],
+        "dual_chunk_cache": case["dual_chunk_cache"],
         "source": case["source"],
         "config": case["config"],
         "layer_type": case["layer_type"],

@@ -583,6 +583,7 @@ class KindMethods(Generic[T]):
         mrope_interleaved: bool | None = None,
         engine: Literal["transformers", "vllm"] | None = None,
         max_model_len: int | None = None,
+        dual_chunk_cache: Literal["q", "qc", "k", "qc_no_clamp", "q_inter"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -602,7 +603,8 @@ class KindMethods(Generic[T]):
         Args:
             seq_len: T: positions 0 … T−1.
             positions: explicit positions (ints ≥ 0) instead of seq_len; or three lists
-                (temporal, height, width: (3, T)) with mrope_section.
+                (temporal, height, width: (3, T)) with mrope_section; or four (P/W/H/T: (4, T))
+                with a HunyuanOCR config's XD-RoPE.
             head_dim: Dh, even (required unless a preset or config gives it).
             rotary_dim: R, even ≤ head_dim (default head_dim).
             base: rope_theta (default 10000 when neither preset nor config gives it).
@@ -626,6 +628,9 @@ class KindMethods(Generic[T]):
             max_model_len: engine vllm: the server's --max-model-len (default the config's
                 max_position_embeddings); LongRoPE uses its long factors everywhere above
                 original_max_position_embeddings.
+            dual_chunk_cache: engine vllm with a config that has dual_chunk_attention_config
+                (Qwen2.5-1M): which of DualChunkRotaryEmbedding's five caches, positions being
+                its rows: q, qc, k (default), qc_no_clamp, q_inter (see docs/engines.md).
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -655,6 +660,7 @@ class KindMethods(Generic[T]):
             mrope_interleaved=mrope_interleaved,
             engine=engine,
             max_model_len=max_model_len,
+            dual_chunk_cache=dual_chunk_cache,
             dtype=dtype,
         )
 

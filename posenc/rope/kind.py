@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from posenc import kinds
@@ -18,9 +19,31 @@ from posenc.rope.scaling import (
     RopeScaling,
     rope_inv_freq,
 )
-from posenc.rope.sections import check_mrope_section, mrope_cos_sin
+from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_cos_sin
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
-from posenc.rope.vllm import DEEPSEEK_MODEL_TYPES, VllmRope, vllm_complete, vllm_for_fields
+from posenc.rope.vllm import (
+    DEEPSEEK_MODEL_TYPES,
+    DUAL_CHUNK_CACHES,
+    VllmRope,
+    vllm_complete,
+    vllm_for_fields,
+    xdrope_cos_sin,
+)
+
+#: RoPE types only vLLM builds (as :data:`posenc.hf_config.VLLM_ONLY_ROPE_TYPES`, which this
+#: module may not import: the config reader sits above it).
+_VLLM_ONLY = frozenset({"ntk", "xdrope"})
+
+
+def _xd_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
+    """HunyuanOCR's XD-RoPE position rows (P/W/H/T, one per ``xdrope_section`` part) of
+    resolved fields, or None: given only as that many rows with a config that has the
+    sections."""
+    rows = p["positions"]
+    section = p.get("config_xdrope_section")
+    if section is None or rows is None or not isinstance(rows[0], list):
+        return None
+    return [list(r) for r in rows]
 
 
 def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
@@ -28,6 +51,8 @@ def _mrope_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
     given rows, or with ``mrope_section`` one row (or ``seq_len``) as text on all three axes, as
     transformers expands text positions."""
     rows = p["positions"]
+    if _xd_rows(p) is not None:
+        return None
     if rows is not None and isinstance(rows[0], list):
         return [list(r) for r in rows]
     if p["mrope_section"] is None:
@@ -61,7 +86,21 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     (numbers only: nothing of the table's size is made here)."""
     p = {**p, "rotary_dim": p["head_dim"] if p["rotary_dim"] is None else p["rotary_dim"]}
     rows = p["positions"]
-    if rows is not None and isinstance(rows[0], list) and p["mrope_section"] is None:
+    section = p.get("config_xdrope_section")
+    if rows is not None and isinstance(rows[0], list) and section is not None:
+        if len(rows) != len(section):
+            raise InvalidArgument(
+                f"this config's XD-RoPE (xdrope_section {section}) takes {len(section)} "
+                f"position rows (P/W/H/T), or one; got {len(rows)}",
+                field="positions",
+            )
+    elif rows is not None and isinstance(rows[0], list) and len(rows) != 3:
+        raise InvalidArgument(
+            f"positions given as {len(rows)} rows are XD-RoPE's (HunyuanOCR: P/W/H/T), which "
+            "needs a config with rope_scaling.xdrope_section; M-RoPE takes three rows",
+            field="positions",
+        )
+    elif rows is not None and isinstance(rows[0], list) and p["mrope_section"] is None:
         raise InvalidArgument(
             "positions given as three rows (temporal, height, width) need mrope_section "
             "(three ints summing to rotary_dim/2), or a config that has one",
@@ -73,6 +112,12 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         RopeScaling.from_dict(p["scaling"])
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
+    elif p["dual_chunk_cache"] is not None:
+        raise InvalidArgument(
+            "dual_chunk_cache picks one of vLLM's DualChunkRotaryEmbedding caches: it needs "
+            "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
+            field="dual_chunk_cache",
+        )
     return p
 
 
@@ -104,6 +149,8 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "dtype": p["dtype"],
         **{k: p[k] for k in ("config_model_type", "rope_type") if k in p},
     }
+    if _xd_rows(p) is not None:
+        meta["xdrope_section"] = p["config_xdrope_section"]
     if _mrope_rows(p) is not None:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
@@ -111,6 +158,11 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     if vllm is not None:
         meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
         meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
+        if vllm.dual_chunk is not None:
+            chunk, local, cache = vllm.dual_chunk
+            meta.update(dual_chunk_cache=cache, chunk_size=chunk, local_size=local)
+        if vllm.xdrope_section is not None:
+            meta["xdrope_section"] = list(vllm.xdrope_section)
     return meta
 
 
@@ -126,8 +178,44 @@ def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
     )
 
 
+def _xd_compute(
+    p: Mapping[str, Any], rows: list[list[int]], ctx: kinds.Context
+) -> dict[str, Tensor]:
+    """XD-RoPE for its position rows. vLLM's ``XDRotaryEmbedding``: frequency part ``i`` at
+    row ``i``, the same in the layout's two copies; transformers' ``HunYuanVLRotaryEmbedding``:
+    the doubled parts over the whole ``half`` width (:func:`hunyuan_vl_cos_sin`)."""
+    pos = torch.tensor(rows, dtype=torch.int64)  # (n, T)
+    section = p["config_xdrope_section"]
+    vllm = _vllm(p)
+    if vllm is not None:
+        inv, scale = vllm.inv_freq, vllm.attention_scaling
+        cos, sin = xdrope_cos_sin(pos, inv, section)  # (T, R/2) each
+        if p["layout"] == "half":
+            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+        else:
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    else:
+        if p["layout"] != "half":
+            raise InvalidArgument(
+                "transformers' HunYuanVL splits the half layout's two copies over different "
+                "position rows, which the interleaved layout cannot hold; ask layout half (or "
+                "engine vllm)",
+                field="layout",
+            )
+        inv, scale = rope_inv_freq(p["rotary_dim"], p["base"], None)
+        cos, sin = hunyuan_vl_cos_sin(pos, inv, section)  # (T, R) each
+    return {
+        "cos": (cos * scale).to(device=ctx.device, dtype=ctx.dtype),
+        "sin": (sin * scale).to(device=ctx.device, dtype=ctx.dtype),
+        "inv_freq": inv.to(device=ctx.device, dtype=ctx.dtype),
+    }
+
+
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     common = _table_arguments(p, ctx)
+    xd = _xd_rows(p)
+    if xd is not None:
+        return _xd_compute(p, xd, ctx)
     rows = _mrope_rows(p)
     if rows is not None:
         tables = mrope_cos_sin(
@@ -139,7 +227,8 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
     else:
         vllm = _vllm(p)
         if vllm is not None:  # vLLM's angles and magnitude, exact in float64 as the default's
-            pos = positions_tensor(p["positions"], p["seq_len"]).to(ctx.device)
+            pos = vllm.angle_positions(positions_tensor(p["positions"], p["seq_len"]))
+            pos = pos.to(ctx.device)
             inv = vllm.inv_freq.to(ctx.device)
             cos, sin = cos_sin_tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
             return {"cos": cos, "sin": sin, "inv_freq": inv.to(ctx.dtype)}
@@ -157,12 +246,16 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
     vllm = _vllm(p)
+    positions = p["positions"]
     if vllm is not None:
         inv_freq = vllm.inv_freq
         kw["frequencies"] = (vllm.inv_freq, vllm.attention_scaling)
+        if vllm.dual_chunk is not None:  # the cache's rows hold remapped positions' angles
+            positions = vllm.angle_positions(positions_tensor(positions, p["seq_len"]))
+            kw["seq_len"] = None
     return {
-        "cos": rope_blocks(p["positions"], which="cos", **kw),
-        "sin": rope_blocks(p["positions"], which="sin", **kw),
+        "cos": rope_blocks(positions, which="cos", **kw),
+        "sin": rope_blocks(positions, which="sin", **kw),
         "inv_freq": tensor_blocks("inv_freq", inv_freq.to(device=ctx.device, dtype=ctx.dtype)),
     }
 
@@ -174,11 +267,25 @@ def _rope_from_config(
     reader above this module makes) for the layer type asked for."""
     layer_type = given.get("layer_type")
     fields = positions.rope_fields(layer_type)
-    info = {"rope_type": positions.rope_for(layer_type).rope_type}
+    layer = positions.rope_for(layer_type)
+    info = {"rope_type": layer.rope_type}
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
         deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
         info.update(config_deepseek=deepseek)
+        if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
+            info["config_vllm"] = dict(layer.vllm)
+    xd = None if layer.vllm is None else layer.vllm.get("xdrope_section")
+    # engine transformers: HunYuanVL's own reading (default with the alpha base) takes it too
+    if xd is not None and (given.get("engine") == "vllm" or layer.rope_type == "default"):
+        info["config_xdrope_section"] = list(xd)
+    if given.get("engine") != "vllm" and layer.rope_type in _VLLM_ONLY:
+        raise InvalidArgument(
+            f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
+            "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "
+            'config); give engine: "vllm" for vLLM\'s table',
+            field="engine",
+        )
     return fields, info
 
 
@@ -272,10 +379,12 @@ ROPE: kinds.Kind = kinds.Kind(
             "positions",
             "ints",
             "explicit positions (ints ≥ 0) instead of seq_len; or three lists (temporal, "
-            "height, width: (3, T)) with mrope_section",
+            "height, width: (3, T)) with mrope_section; or four (P/W/H/T: (4, T)) with a "
+            "HunyuanOCR config's XD-RoPE",
             None,
             minimum=0,
             rows=3,
+            max_rows=4,
         ),
         kinds.FieldSpec(
             "head_dim",
@@ -354,6 +463,15 @@ ROPE: kinds.Kind = kinds.Kind(
             "original_max_position_embeddings",
             None,
             minimum=1,
+        ),
+        kinds.FieldSpec(
+            "dual_chunk_cache",
+            "str",
+            "engine vllm with a config that has dual_chunk_attention_config (Qwen2.5-1M): which "
+            "of DualChunkRotaryEmbedding's five caches, positions being its rows: q, qc, k "
+            "(default), qc_no_clamp, q_inter (see docs/engines.md)",
+            None,
+            choices=DUAL_CHUNK_CACHES,
         ),
     ),
     tensors=(

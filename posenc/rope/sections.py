@@ -11,6 +11,12 @@ width) and splits the ``R/2`` rotary frequencies into ``mrope_section = [s_t, s_
   when ``j ≡ 1 (mod 3)`` and ``j < 3·s_h``, the width row when ``j ≡ 2 (mod 3)`` and
   ``j < 3·s_w``, else the temporal row.
 
+HunyuanOCR's XD-RoPE (four rows, P/W/H/T, ``xdrope_section`` of ``R/2``) as transformers 5.24's
+``HunYuanVLRotaryEmbedding`` applies it (:func:`hunyuan_vl_cos_sin`) doubles each section and
+splits the whole ``cat(θ, θ)`` width with them, so the two halves of a rotated pair follow
+different rows (vLLM's ``XDRotaryEmbedding`` splits the half: :func:`posenc.rope.vllm.
+xdrope_cos_sin`).
+
 The chosen angles are then laid out as plain RoPE (``cat(θ, θ)`` for ``half``). Angles are float64
 until the final cast, as in :mod:`posenc.rope.tables`; with three equal rows the tables equal
 :func:`posenc.rope.rope_cos_sin`.
@@ -150,3 +156,33 @@ def mrope_cos_sin(
         inv_freq=inv_freq.to(device=dev, dtype=dtype),
         attention_scaling=attention_scaling,
     )
+
+
+def hunyuan_vl_cos_sin(
+    positions: Tensor, inv_freq: Tensor, section: Sequence[int]
+) -> tuple[Tensor, Tensor]:
+    """transformers' ``HunYuanVLRotaryEmbedding.recomposition_frequencies``: the ``half``
+    table ``cat(θ, θ)`` of each position row, split into parts ``2·section[i]`` wide, part
+    ``i`` from row ``i``; ``(T, R)`` float64 cos and sin (attention scaling 1).
+
+    With ``section = [16, 16, 16, 16]`` and ``R = 128``: channels 0-31 follow row 0, 32-63 row 1,
+    64-95 (the second copy of frequencies 0-31) row 2, 96-127 row 3; one row repeated four
+    times gives plain RoPE.
+
+    Args:
+        positions: ``(len(section), T)`` integers ≥ 0.
+        inv_freq: ``(R/2,)``; ``sum(section) == R/2``.
+    """
+    half = int(inv_freq.numel())
+    if sum(section) != half or positions.dim() != 2 or positions.shape[0] != len(section):
+        raise InvalidArgument(
+            f"HunYuanVL's sections need {len(section)} position rows and sections summing to "
+            f"rotary_dim/2 = {half}; got rows of shape {tuple(positions.shape)} and sections "
+            f"{list(section)}",
+            field="positions",
+        )
+    widths = torch.tensor([2 * int(s) for s in section])
+    axis = torch.repeat_interleave(torch.arange(len(section)), widths)  # (R,): row per channel
+    full = torch.cat((inv_freq, inv_freq)).to(torch.float64)  # (R,)
+    angles = positions.to(torch.float64)[axis, :].T * full[None, :]  # (T, R)
+    return angles.cos(), angles.sin()

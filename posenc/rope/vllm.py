@@ -24,8 +24,14 @@ beside transformers' (:mod:`posenc.rope`), in float64, so a table stays exact:
   ``mscale(f, mscale_all_dim)²`` out of the softmax scale.
 - **Linear** divides the positions by the factor (the same angles as ``inv_freq / factor``);
   ``llama3`` and ``yarn`` follow the same formulas as transformers.
-- vLLM-only types: ``dynamic`` with ``alpha`` (Hunyuan's NTK-alpha: base ``·alpha^(R/(R−2))``)
-  and ``ntk`` (fixed NTK, or mixed with ``mixed_b``).
+- vLLM-only types, read from the configs that use them (:func:`vllm_only_rope`):
+  ``dynamic`` with ``alpha`` (Hunyuan's ``DynamicNTKAlphaRotaryEmbedding``: base
+  ``·alpha^(R/(R−2))``, ``max_position`` rows); ``xdrope`` (HunyuanOCR's ``XDRotaryEmbedding``:
+  the same cache, its half-width split into ``xdrope_section`` parts, part ``i`` taken at
+  position row ``i`` of four, P/W/H/T); ``ntk`` (``NTKScalingRotaryEmbedding``: fixed NTK, or
+  mixed with ``mixed_b``); a config's ``dual_chunk_attention_config`` (Qwen2.5-1M's
+  ``DualChunkRotaryEmbedding``, chosen by ``get_rope`` before any rope type: five caches of
+  plain RoPE angles at remapped positions, :func:`dual_chunk_positions`).
 
 Position-dependent query scales: transformers' Ministral 3 multiplies queries by
 ``1 + β·ln(1 + ⌊p/L0⌋)`` from ``rope_parameters.llama_4_scaling_beta`` of an HF-format config;
@@ -76,6 +82,9 @@ class VllmRope:
         rows: the rows of vLLM's cache (positions ``0 … rows − 1``).
         softmax_factor: what vLLM's attention multiplies transformers' softmax scale by (1, or
             ``1/mscale²`` for ``deepseek_llama_scaling``).
+        dual_chunk: ``(chunk_size, local_size, cache)`` for ``dual_chunk``: which of its five
+            caches these rows are (:data:`DUAL_CHUNK_CACHES`).
+        xdrope_section: for ``xdrope``: the half-width parts, one per position row (P/W/H/T).
     """
 
     rope_type: str
@@ -83,6 +92,17 @@ class VllmRope:
     attention_scaling: float
     rows: int
     softmax_factor: float = 1.0
+    dual_chunk: tuple[int, int, str] | None = None
+    xdrope_section: tuple[int, ...] | None = None
+
+    def angle_positions(self, rows: Tensor) -> Tensor:
+        """The positions whose angles rows ``rows (T,)`` of the cache hold, ``(T,)`` int64: the
+        rows themselves, or for ``dual_chunk`` (:func:`dual_chunk_positions`) the remapped
+        ones."""
+        if self.dual_chunk is None:
+            return rows
+        chunk, local, cache = self.dual_chunk
+        return dual_chunk_positions(rows, cache, chunk, local)
 
 
 def _base_inv_freq(rotary_dim: int, base: float) -> Tensor:
@@ -281,11 +301,21 @@ def default_max_position(scaling: Mapping[str, Any] | None, max_model_len: int |
 
 
 def vllm_for_fields(p: Mapping[str, Any]) -> VllmRope:
-    """:func:`vllm_rope` for resolved rope fields (``posenc.rope``'s kind, ``engine: vllm``)."""
+    """:func:`vllm_rope` for resolved rope fields (``posenc.rope``'s kind, ``engine: vllm``);
+    :func:`vllm_only_rope` for a config read with vLLM-only parameters (``config_vllm``)."""
     scaling = p["scaling"]
     max_position = p.get("config_max_position_embeddings") or default_max_position(
         scaling, p.get("max_model_len")
     )
+    if p.get("config_vllm"):
+        return vllm_only_rope(
+            p["rotary_dim"],
+            p["config_vllm"],
+            max_position=max_position,
+            cache=p.get("dual_chunk_cache"),
+        )
+    if p.get("dual_chunk_cache") is not None:
+        raise InvalidArgument(_NO_DUAL_CHUNK, field="dual_chunk_cache")
     return vllm_rope(
         p["rotary_dim"],
         p["base"],
@@ -324,6 +354,134 @@ def ntk_inv_freq(rotary_dim: int, base: float, factor: float, mixed_b: float | N
     return _base_inv_freq(rotary_dim, base) / torch.exp(a * m**mixed_b)
 
 
+#: ``DualChunkRotaryEmbedding``'s caches, in vLLM's order (``cos_sin_<name>_cache``).
+DUAL_CHUNK_CACHES: tuple[str, ...] = ("q", "qc", "k", "qc_no_clamp", "q_inter")
+
+
+def dual_chunk_positions(rows: Tensor, cache: str, chunk_size: int, local_size: int) -> Tensor:
+    """The position whose plain-RoPE angles row ``r`` of a ``DualChunkRotaryEmbedding`` cache
+    holds (vLLM's ``_compute_cos_sin_cache``), with ``L = chunk_size − local_size``:
+
+    - ``q``: ``r`` (``L`` rows; a query at position ``p`` reads row ``p mod L``, intra-chunk);
+    - ``qc``: ``min(r + L, chunk_size)`` (``L`` rows; successive-chunk queries, and row
+      ``L − 1`` for every inter-chunk query);
+    - ``k``: ``r mod L`` (``max_position`` rows; a key at position ``p`` reads row ``p``);
+    - ``qc_no_clamp``: ``r + L`` (``L`` rows);
+    - ``q_inter``: ``r + chunk_size`` (``L`` rows).
+
+    Args:
+        rows: ``(T,)`` integer row indices.
+
+    Returns:
+        ``(T,)`` int64 positions.
+    """
+    if cache not in DUAL_CHUNK_CACHES:
+        raise InvalidArgument(
+            f"dual_chunk_cache must be one of {', '.join(DUAL_CHUNK_CACHES)}, got {cache!r}",
+            field="dual_chunk_cache",
+        )
+    span = chunk_size - local_size
+    r = rows.to(torch.int64)
+    if cache == "q":
+        return r
+    if cache == "qc":
+        return (r + span).clamp(max=chunk_size)
+    if cache == "k":
+        return r % span
+    if cache == "qc_no_clamp":
+        return r + span
+    return r + chunk_size
+
+
+def xdrope_cos_sin(
+    positions: Tensor, inv_freq: Tensor, section: Sequence[int]
+) -> tuple[Tensor, Tensor]:
+    """``XDRotaryEmbedding``'s cos and sin for four position rows, ``(T, R/2)`` float64 each:
+    frequency block ``i`` (``section[i]`` wide, in order) at position row ``i``.
+
+    Args:
+        positions: ``(len(section), T)`` integers ≥ 0 (P/W/H/T for HunyuanOCR).
+        inv_freq: ``(R/2,)``; ``sum(section)`` must equal ``R/2``.
+    """
+    half = int(inv_freq.numel())
+    if sum(section) != half or positions.dim() != 2 or positions.shape[0] != len(section):
+        raise InvalidArgument(
+            f"XD-RoPE needs {len(section)} position rows and xdrope_section summing to "
+            f"rotary_dim/2 = {half}; got rows of shape {tuple(positions.shape)} and sections "
+            f"{list(section)}",
+            field="positions",
+        )
+    axis = torch.repeat_interleave(
+        torch.arange(len(section)), torch.tensor([int(s) for s in section])
+    )  # (R/2,): the position row of each frequency
+    pos = positions.to(torch.float64)[axis, :].T  # (T, R/2)
+    angles = pos * inv_freq.to(torch.float64)[None, :]
+    return torch.cos(angles), torch.sin(angles)
+
+
+_NO_DUAL_CHUNK = (
+    "dual_chunk_cache is for engine vllm with a config that has dual_chunk_attention_config "
+    "(Qwen2.5-1M), whose vLLM rotary embedding has five caches; these fields have a single "
+    "cache (send the model's config: a preset's fields carry no dual_chunk_attention_config)"
+)
+
+
+def vllm_only_rope(
+    rotary_dim: int,
+    params: Mapping[str, Any],
+    *,
+    max_position: int,
+    cache: str | None = None,
+) -> VllmRope:
+    """vLLM's cache for a config whose RoPE only vLLM reads as it is written: ``params`` are
+    the config's rope parameters with vLLM's names (``rope_type``, ``rope_theta``, ``alpha``,
+    ``factor``, ``mixed_b``, ``xdrope_section``, and ``dual_chunk_attention_config`` from the
+    config's top level), as :mod:`posenc.hf_config` keeps them (``RopeLayerType.vllm``).
+
+    ``get_rope``'s order: ``dual_chunk_attention_config`` first (``DualChunkRotaryEmbedding``,
+    plain angles of ``rope_theta``; ``cache`` picks one of its five caches, default ``k``), then
+    ``ntk`` (``NTKScalingRotaryEmbedding``), ``dynamic`` with ``alpha``
+    (``DynamicNTKAlphaRotaryEmbedding``), ``xdrope`` (``XDRotaryEmbedding``: the same cache).
+
+    Raises:
+        InvalidArgument: ``cache`` without a dual-chunk config; a parameter missing.
+    """
+    theta = float(params["rope_theta"])
+    dca = params.get("dual_chunk_attention_config")
+    if dca is not None:
+        chunk, local = int(dca["chunk_size"]), int(dca["local_size"])
+        which = cache or "k"
+        dual_chunk_positions(torch.zeros(1, dtype=torch.int64), which, chunk, local)  # checks it
+        rows = max_position if which == "k" else chunk - local
+        return VllmRope(
+            "dual_chunk",
+            _base_inv_freq(rotary_dim, theta),
+            1.0,
+            rows,
+            dual_chunk=(chunk, local, which),
+        )
+    if cache is not None:
+        raise InvalidArgument(_NO_DUAL_CHUNK, field="dual_chunk_cache")
+    kind = params.get("rope_type")
+    if kind == "ntk":
+        mixed = params.get("mixed_b")
+        inv = ntk_inv_freq(
+            rotary_dim, theta, float(params["factor"]), None if mixed is None else float(mixed)
+        )
+        return VllmRope("ntk", inv, 1.0, max_position)
+    if kind in ("dynamic", "xdrope") and params.get("alpha") is not None:
+        alpha = float(params["alpha"])
+        inv = _base_inv_freq(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+        if kind == "xdrope":
+            section = tuple(int(s) for s in params["xdrope_section"])
+            return VllmRope("xdrope", inv, 1.0, max_position, xdrope_section=section)
+        return VllmRope("dynamic_alpha", inv, 1.0, max_position)
+    raise InvalidArgument(
+        f"engine vllm has no rule for rope_type {kind!r} with parameters {sorted(params)}",
+        field="config",
+    )
+
+
 def check_rows(positions_max: int, rows: int, rope_type: str, field: str = "positions") -> None:
     """Refuse a position at or beyond vLLM's cache (``InvalidArgument`` giving the rows)."""
     if positions_max >= rows:
@@ -353,6 +511,7 @@ def angles_table(positions: Tensor, inv_freq: Tensor, magnitude: float) -> tuple
 
 __all__ = [
     "DEEPSEEK_MODEL_TYPES",
+    "DUAL_CHUNK_CACHES",
     "ENGINES",
     "UNBOUNDED",
     "Engine",
@@ -360,9 +519,12 @@ __all__ = [
     "angles_table",
     "check_rows",
     "default_max_position",
+    "dual_chunk_positions",
     "llama4_query_scale",
     "ntk_inv_freq",
     "vllm_complete",
     "vllm_for_fields",
+    "vllm_only_rope",
     "vllm_rope",
+    "xdrope_cos_sin",
 ]

@@ -92,7 +92,7 @@ def _annotation(spec: registry.FieldSpec) -> Any:
             return one_row
         rows = Annotated[
             list[Annotated[list[number], Field(min_length=1)]],
-            Field(min_length=spec.rows, max_length=spec.rows),
+            Field(min_length=spec.rows, max_length=spec.max_rows or spec.rows),
         ]
         return one_row | rows
     if spec.type in ("float", "floats"):

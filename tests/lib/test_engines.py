@@ -23,18 +23,26 @@ from posenc import resolve
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
 from posenc.rope import ROPE
-from posenc.rope.vllm import llama4_query_scale, ntk_inv_freq, vllm_rope
+from posenc.rope.vllm import dual_chunk_positions, llama4_query_scale, ntk_inv_freq, vllm_rope
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 RECORDED = json.loads(FIXTURE.read_text())
 CASES = {c["name"]: c for c in RECORDED["cases"]}
 
-#: Where the engines differ (case -> the field of compare_engines that shows it).
+#: Where the engines differ (case -> the field of compare_engines that shows it). Qwen2.5-1M's
+#: query caches other than ``q`` hold shifted positions' angles at every row; ``q`` and ``k``
+#: equal transformers' plain RoPE below the chunk (253,952).
 DIFFER = {
     "phi-3.5-mini max_model_len 131072": "cos",
     "deepseek-v2-lite mscale only": "attention_scaling",
     "deepseek-v3 attention_factor 1.0": "softmax_scale",
+    "qwen2.5-7b-instruct-1m dual chunk qc": "cos",
+    "qwen2.5-7b-instruct-1m dual chunk qc_no_clamp": "cos",
+    "qwen2.5-7b-instruct-1m dual chunk q_inter": "cos",
 }
+
+#: Cases whose type transformers has no rule for (its rotary module fails: a 422 naming vLLM).
+VLLM_ONLY = {"llama-2-7b ntk fixed", "llama-2-7b ntk mixed"}
 
 
 def _fields(case: dict[str, Any], engine: str, positions: list[int]) -> dict[str, Any]:
@@ -45,6 +53,7 @@ def _fields(case: dict[str, Any], engine: str, positions: list[int]) -> dict[str
         "dtype": "float64",
         "layer_type": case["layer_type"],
         "max_model_len": case["max_model_len"] if engine == "vllm" else None,
+        "dual_chunk_cache": case.get("dual_chunk_cache") if engine == "vllm" else None,
     }
     return resolve.resolve_fields(ROPE, {k: v for k, v in given.items() if v is not None})
 
@@ -54,13 +63,21 @@ def _halves(table: torch.Tensor, layout: str) -> torch.Tensor:
     return table[:, : table.shape[1] // 2] if layout == "half" else table[:, 0::2]
 
 
-def _tolerance(positions: list[int]) -> torch.Tensor:
-    return 1e-6 + 3e-7 * torch.tensor(positions, dtype=torch.float64)[:, None]
+def _tolerance(positions: list[int], case: dict[str, Any] | None = None) -> torch.Tensor:
+    """vLLM's float32 angle error at each row: ``1e-6 + 3e-7·p``, ``p`` the position whose
+    angles the row holds (a dual-chunk cache's rows hold remapped positions)."""
+    pos = torch.tensor(positions, dtype=torch.int64)
+    if case is not None and case.get("dual_chunk_cache"):
+        dca = case["config"]["dual_chunk_attention_config"]
+        pos = dual_chunk_positions(
+            pos, case["dual_chunk_cache"], dca["chunk_size"], dca["local_size"]
+        )
+    return 1e-6 + 3e-7 * pos.to(torch.float64)[:, None]
 
 
 def test_the_fixture_says_what_recorded_it() -> None:
     assert RECORDED["vllm"] == "0.32.0"
-    assert len(CASES) == 13
+    assert len(CASES) == 22
     assert {c["vllm_class"] for c in CASES.values()} >= {
         "Llama3RotaryEmbedding",
         "YaRNScalingRotaryEmbedding",
@@ -68,6 +85,9 @@ def test_the_fixture_says_what_recorded_it() -> None:
         "LinearScalingRotaryEmbedding",
         "Phi3LongRoPEScaledRotaryEmbedding",
         "DynamicNTKScalingRotaryEmbedding",
+        "DynamicNTKAlphaRotaryEmbedding",
+        "NTKScalingRotaryEmbedding",
+        "DualChunkRotaryEmbedding",
     }
 
 
@@ -85,7 +105,7 @@ def test_engine_vllm_equals_vllms_cache(name: str) -> None:
     assert fields["rotary_dim"] == case["rotary_dim"]
     want_cos = torch.tensor(case["cos"], dtype=torch.float64)
     want_sin = torch.tensor(case["sin"], dtype=torch.float64)
-    tol = _tolerance(case["positions"]) * max(1.0, case["magnitude"])
+    tol = _tolerance(case["positions"], case) * max(1.0, case["magnitude"])
     assert ((_halves(out["cos"], fields["layout"]) - want_cos).abs() <= tol).all()
     assert ((_halves(out["sin"], fields["layout"]) - want_sin).abs() <= tol).all()
     softmax = positions_for_engine(case["config"], "vllm", case["max_model_len"])
@@ -100,11 +120,16 @@ def test_engine_transformers_differs_where_the_rules_do(name: str) -> None:
     case = CASES[name]
     short = [i for i, p in enumerate(case["positions"]) if p < 4096]  # a 4096-token sequence
     positions = [case["positions"][i] for i in short]
+    if name in VLLM_ONLY:
+        with pytest.raises(InvalidArgument, match='engine: "vllm"') as err:
+            _fields(case, "transformers", positions)
+        assert err.value.field == "engine"
+        return
     fields = _fields(case, "transformers", positions)
     out = resolve.compute(ROPE, fields)
     meta = ROPE.make_meta(fields)
     assert meta["engine"] == "transformers"
-    tol = _tolerance(positions) * max(1.0, case["magnitude"])
+    tol = _tolerance(positions, case) * max(1.0, case["magnitude"])
     want = torch.tensor(case["cos"], dtype=torch.float64)[short]
     table_equal = bool(((_halves(out["cos"], fields["layout"]) - want).abs() <= tol).all())
     magnitude_equal = math.isclose(meta["attention_scaling"], case["magnitude"], rel_tol=1e-6)

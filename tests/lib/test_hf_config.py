@@ -155,7 +155,8 @@ def test_other_kinds() -> None:
     ("patch", "field", "says"),
     [
         ({"rope_theta": "big"}, "config.rope_theta", "finite number"),
-        ({"rope_scaling": {"type": "ntk"}}, "config.rope_scaling.rope_type", "llama3"),
+        ({"rope_scaling": {"type": "su"}}, "config.rope_scaling.rope_type", "llama3"),
+        ({"rope_scaling": {"type": "ntk"}}, "config.rope_scaling.factor", "vLLM"),
         ({"rope_scaling": {"type": "linear"}}, "config.rope_scaling.factor", "required"),
         ({"rope_scaling": [1, 2]}, "config.rope_scaling", "object"),
         ({"partial_rotary_factor": 2}, "config.rope_parameters.partial_rotary_factor", "(0, 1]"),

@@ -129,3 +129,78 @@ def test_configs_compare(api: httpx.Client) -> None:
     assert api.post("/v1/configs/compare", json={"config": PHI_LONG["config"]}).status_code == 422
     bad = api.post("/v1/configs/compare", json={**body, "positions": [1]})
     assert bad.status_code == 422
+
+
+QWEN_1M_Q_INTER = CASES["qwen2.5-7b-instruct-1m dual chunk q_inter"]
+HUNYUAN_OCR = CASES["hunyuan-ocr"]
+
+
+def test_rope_dual_chunk_cache_is_vllms_cache(api: httpx.Client) -> None:
+    """Qwen2.5-1M's q_inter cache (rows 0 … 3 hold positions 262,144 …), POST and GET twin."""
+    body = {
+        "config": QWEN_1M_Q_INTER["config"],
+        "seq_len": 4,
+        "engine": "vllm",
+        "dual_chunk_cache": "q_inter",
+    }
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert (meta["vllm_rope"], meta["dual_chunk_cache"], meta["vllm_rows"]) == (
+        "dual_chunk",
+        "q_inter",
+        253952,
+    )
+    cos = json_tensor(r.json(), "cos")[:, :64]
+    np.testing.assert_allclose(cos, np.array(QWEN_1M_Q_INTER["cos"][:4]), atol=1e-6 + 3e-7 * 262147)
+    query = {**body, "config": json.dumps(body["config"]), "format": "raw"}
+    get = api.get(f"/v1/encodings/rope?{urlencode(query)}")
+    post = api.post("/v1/encodings/rope", json=body, params={"format": "raw"})
+    assert get.status_code == post.status_code == 200, get.text
+    assert get.content == post.content
+    plain = api.post("/v1/encodings/rope", json={**body, "engine": "transformers"})
+    assert plain.status_code == 422 and "engine vllm" in plain.text
+
+
+def test_rope_dual_chunk_streams_the_same_bytes(small_client: httpx.Client) -> None:
+    body = {
+        "config": QWEN_1M_Q_INTER["config"],
+        "positions": list(range(253900, 253952)) + list(range(0, 20)),
+        "engine": "vllm",
+        "dual_chunk_cache": "qc",
+    }
+    r = small_client.post("/v1/encodings/rope", json=body, params={"format": "raw"})
+    assert r.status_code == 200, r.text
+    assert "stream" in r.headers["server-timing"]
+    fields = resolve.resolve_fields(ROPE, body)
+    assert r.content == resolve.compute(ROPE, fields)["cos"].numpy().tobytes()
+
+
+def test_rope_xdrope_four_rows_and_configs_endpoints(api: httpx.Client) -> None:
+    grid = [[0, 1, 2], [0, 5, 9], [3, 3, 3], [0, 0, 1]]
+    body = {"config": HUNYUAN_OCR["config"], "positions": grid, "engine": "vllm"}
+    r = api.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["xdrope_section"] == [16, 16, 16, 16]
+    fields = resolve.resolve_fields(ROPE, body)
+    np.testing.assert_array_equal(  # JSON writes each float32 in its shortest form
+        json_tensor(r.json(), "cos").astype(np.float32),
+        resolve.compute(ROPE, fields)["cos"].numpy(),
+    )
+    tf = api.post("/v1/encodings/rope", json={**body, "engine": "transformers"})
+    assert tf.status_code == 200, tf.text
+    assert np.abs(json_tensor(tf.json(), "cos") - json_tensor(r.json(), "cos")).max() > 0.1
+    shown = api.post(
+        "/v1/configs/positions", json={"config": HUNYUAN_OCR["config"], "engine": "vllm"}
+    ).json()["rope"]["full_attention"]
+    assert shown["vllm_rope_type"] == "xdrope"
+    assert shown["vllm"]["xdrope_section"] == [16, 16, 16, 16]
+    assert shown["rope_theta"] == pytest.approx(10000.0 * 1000.0 ** (128 / 126), rel=1e-14)
+    ntk = CASES["llama-2-7b ntk mixed"]["config"]
+    refused = api.post("/v1/encodings/rope", json={"config": ntk, "seq_len": 2})
+    assert refused.status_code == 422 and 'engine: \\"vllm\\"' in refused.text
+    cmp = api.post(
+        "/v1/configs/compare", json={"config": QWEN_1M_Q_INTER["config"], "positions": [0, 253952]}
+    )
+    assert cmp.status_code == 200, cmp.text
+    assert cmp.json()["cos"]["first_position"] == 253952
