@@ -526,6 +526,18 @@ def vision_rope_spec(
     )
 
 
+def is_vision_config_alone(config: Mapping[str, Any]) -> bool:
+    """Whether ``config`` is a rotary vision tower's own config sent alone (Pixtral's, MLCD's,
+    a Qwen-VL ``vision_config``), not a whole model's file that holds one."""
+    if not isinstance(config, Mapping):
+        return False
+    try:
+        _vision, model_type, where = _vision_config(config)
+    except InvalidArgument:
+        return False
+    return where == "config" and model_type in VISION_RULES
+
+
 def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
     """What ``POST /v1/configs/positions`` says of a config's vision tower: None without a
     vision config; else its ``model_type`` and ``rotary`` (false: ``uses`` says what it uses

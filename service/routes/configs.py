@@ -10,7 +10,7 @@ from pydantic.config import JsonDict
 
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.query_scale import describe_query_scale
-from posenc.vision_rope import vision_tower
+from posenc.vision_rope import is_vision_config_alone, vision_tower
 from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
 
@@ -73,7 +73,11 @@ class ConfigPositions(BaseModel):
     """What the config means for positions (see ``posenc.hf_config.ModelPositions``)."""
 
     model_type: str
-    kind: str = Field(..., description="rope, alibi, relative, learned, sinusoidal or none")
+    kind: str = Field(
+        ...,
+        description="rope, alibi, relative, learned, sinusoidal or none; vision_rope for a "
+        "rotary vision tower's config sent alone (then vision describes it)",
+    )
     head_dim: int | None
     rotary_dim: int | None
     layout: str | None
@@ -198,10 +202,49 @@ class EngineComparison(BaseModel):
     },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
+    if is_vision_config_alone(body.config):
+        return _vision_alone(body)
     return {
         **positions_for_engine(body.config, body.engine, body.max_model_len),
         "vision": vision_tower(body.config),
         "query_scale": describe_query_scale(body.config),
+    }
+
+
+def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
+    """A rotary vision tower's config sent alone: kind ``vision_rope``, the tower in
+    ``vision``, and no text positions (the text model's file says those)."""
+    vision = vision_tower(body.config)
+    assert vision is not None  # is_vision_config_alone: a rotary tower
+    meta: dict[str, Any] = {"engine": body.engine}
+    if body.engine == "vllm":
+        meta["max_model_len"] = body.max_model_len
+    return {
+        "model_type": vision["model_type"],
+        "kind": "vision_rope",
+        "head_dim": vision["head_dim"],
+        "rotary_dim": None,
+        "layout": vision["layout"],
+        "max_position_embeddings": None,
+        "layer_types": [],
+        "rope": {},
+        "per_layer_type": False,
+        "softmax_scale": None,
+        "attention_temperature": None,
+        "sliding_window": None,
+        "mrope_section": None,
+        "mrope_interleaved": False,
+        "alibi": None,
+        "relative": None,
+        "learned": None,
+        "vision": vision,
+        "query_scale": None,
+        "warnings": [
+            "a vision tower's config alone: its 2-D rotary is served by "
+            f"{vision['endpoint']}; the text positions are in the whole model's config"
+        ],
+        "engine": body.engine,
+        "meta": meta,
     }
 
 

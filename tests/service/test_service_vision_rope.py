@@ -233,3 +233,41 @@ def test_configs_positions_describes_the_vision_tower(api: httpx.Client) -> None
         "rotary": False,
         "uses": "learned absolute position embeddings (SigLIP)",
     }
+
+
+def test_configs_positions_describes_a_vision_config_sent_alone(api: httpx.Client) -> None:
+    """A rotary tower's own config (Pixtral's, as Mistral 3's file holds it) is kind vision_rope
+    with the tower the whole file's ``vision`` gives, not a 422 from the text reader."""
+    pixtral = {
+        "model_type": "pixtral",
+        "hidden_size": 1024,
+        "num_attention_heads": 16,
+        "head_dim": 64,
+        "image_size": 1540,
+        "patch_size": 14,
+        "rope_theta": 10000.0,
+    }
+    llama = {
+        "model_type": "mistral",
+        "hidden_size": 5120,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "num_hidden_layers": 40,
+        "max_position_embeddings": 131072,
+        "rope_theta": 1000000000.0,
+    }
+    whole = {"model_type": "mistral3", "text_config": llama, "vision_config": pixtral}
+    tower = api.post("/v1/configs/positions", json={"config": whole})
+    assert tower.status_code == 200, tower.text
+    assert tower.json()["kind"] == "rope" and tower.json()["vision"]["rotary"] is True
+    alone = api.post("/v1/configs/positions", json={"config": pixtral})
+    assert alone.status_code == 200, alone.text
+    body = alone.json()
+    assert body["kind"] == "vision_rope" and body["rope"] == {} and body["layer_types"] == []
+    assert body["vision"] == tower.json()["vision"]
+    assert (body["head_dim"], body["layout"]) == (64, body["vision"]["layout"])
+    assert body["vision"]["endpoint"] in body["warnings"][0]
+    # its table is served by the endpoint it names
+    grid = api.post(ROUTE, json={"config": pixtral, "grid_thw": [[1, 4, 6]]})
+    assert grid.status_code == 200, grid.text
