@@ -215,6 +215,17 @@ DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
     }
 )
 
+#: Model types whose attention rotates by ``−θ``: nanochat's ``rotate_half`` is
+#: ``cat(x2, −x1)`` (modeling_nanochat.py), the mirror of Llama's ``cat(−x2, x1)``. Their rope
+#: tables carry ``−sin θ`` (``rotation: "negative"``), so that ``x·cos + rotate_half(x)·sin``
+#: with Llama's ``rotate_half`` applies what the model applies.
+NEGATIVE_ROTATION_MODEL_TYPES: frozenset[str] = frozenset({"nanochat"})
+
+#: Model types whose attention rotates the trailing ``R`` channels of each head, not the
+#: leading ones: DeepSeek-V4's ``apply_rotary_pos_emb`` takes ``x[..., -rope_dim:]`` of its
+#: ``[nope | rope]`` heads (``rotated_channels: "trailing"``).
+TRAILING_ROTARY_MODEL_TYPES: frozenset[str] = frozenset({"deepseek_v4"})
+
 _GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
 _QWEN_SLIDING = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 _ALIBI_MODEL_TYPES = frozenset({"bloom"})
@@ -308,6 +319,9 @@ class RopeLayerType:
             ``rope_type`` and ``rope_theta``; empty for ``default``.
         attention_scaling: the factor transformers multiplies cos and sin by.
         partial_rotary_factor: the fraction of the head that rotates, as read.
+        exponent_dim: the odd denominator of the exponents, ``base^(−2i/exponent_dim)``, where
+            ``int(head_dim · partial_rotary_factor)`` is odd (then ``rotary_dim`` is one more:
+            the table the model applies); None where it is ``rotary_dim``.
     """
 
     rope_type: str
@@ -317,6 +331,7 @@ class RopeLayerType:
     parameters: Mapping[str, Any]
     attention_scaling: float
     partial_rotary_factor: float = 1.0
+    exponent_dim: int | None = None
 
     def scaling(self) -> RopeScaling | None:
         """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None)."""
@@ -335,6 +350,8 @@ class RopeLayerType:
             rotary_dim=self.rotary_dim,
             attention_scaling=self.attention_scaling,
         )
+        if self.exponent_dim is not None:
+            out["exponent_dim"] = self.exponent_dim
         return out
 
 
@@ -358,6 +375,10 @@ class ModelPositions:
         sliding_window: the window, or None.
         mrope_section: Qwen-VL's ``[t, h, w]`` frequency sections, or None.
         mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
+        rotation: ``positive``, or ``negative`` where the model rotates by ``−θ`` (nanochat:
+            :data:`NEGATIVE_ROTATION_MODEL_TYPES`; its tables carry ``−sin θ``). RoPE only.
+        rotated_channels: ``leading`` (``x[..., :R]``), or ``trailing`` where the model rotates
+            the last ``R`` channels of each head (DeepSeek-V4). RoPE only.
         alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
         relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5.
         learned: ``{"seq_len", "d_model", "vocab_size", "table_size"}`` for learned tables
@@ -380,6 +401,8 @@ class ModelPositions:
     sliding_window: int | None = None
     mrope_section: tuple[int, ...] | None = None
     mrope_interleaved: bool = False
+    rotation: str | None = None
+    rotated_channels: str | None = None
     alibi: Mapping[str, Any] | None = None
     relative: Mapping[str, Any] | None = None
     learned: Mapping[str, Any] | None = None
@@ -438,6 +461,8 @@ class ModelPositions:
             "sliding_window": self.sliding_window,
             "mrope_section": list(self.mrope_section) if self.mrope_section else None,
             "mrope_interleaved": self.mrope_interleaved,
+            "rotation": self.rotation,
+            "rotated_channels": self.rotated_channels,
             "alibi": _plain(self.alibi),
             "relative": _plain(self.relative),
             "learned": _plain(self.learned),
@@ -973,6 +998,17 @@ def _rope_layer(
             if base not in ("gptj", "codegen")
             else r.field("rotary_dim"),
         )
+    exponent_dim = rotary_dim
+    if rotary_dim is not None and rotary_dim % 2 and 3 <= rotary_dim < head_dim:
+        # an odd rotated width from partial_rotary_factor (GLM-4-MoE: int(42 x 0.5) = 21):
+        # transformers builds arange(0, 21, 2) / 21, 11 frequencies, and rotates a 22-wide
+        # table; the exponents keep the odd width as their denominator
+        r.warnings.append(
+            f"{where}.partial_rotary_factor: int(head_dim {head_dim} x {prf}) = {rotary_dim} "
+            f"is odd; the model rotates {rotary_dim + 1} channels with exponents over "
+            f"{rotary_dim} (exponent_dim)"
+        )
+        rotary_dim += 1
     if rotary_dim is None or rotary_dim < 2 or rotary_dim % 2:
         field = f"{where}.partial_rotary_factor"
         if rotary_dim == head_dim or (head_dim % 2 and prf_default):
@@ -1048,7 +1084,7 @@ def _rope_layer(
             if params or (rope_type != "default")
             else None
         )
-        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling)
+        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling, exponent_dim=exponent_dim)
     except InvalidArgument as exc:
         sub = (exc.field or "").removeprefix("scaling.")
         raise InvalidArgument(
@@ -1064,6 +1100,7 @@ def _rope_layer(
             parameters=MappingProxyType(frozen),
             attention_scaling=float(attention_scaling),
             partial_rotary_factor=float(prf),
+            exponent_dim=exponent_dim if exponent_dim != rotary_dim else None,
         ),
         mrope,
     )
@@ -1296,6 +1333,10 @@ def _rope(
         sliding_window=sliding,
         mrope_section=tuple(section) if section is not None else None,
         mrope_interleaved=bool(interleaved) if section is not None else False,
+        rotation="negative" if {base, model_type} & NEGATIVE_ROTATION_MODEL_TYPES else "positive",
+        rotated_channels=(
+            "trailing" if {base, model_type} & TRAILING_ROTARY_MODEL_TYPES else "leading"
+        ),
         warnings=tuple(r.warnings),
     )
 
@@ -1466,7 +1507,8 @@ def _swin(shown_type: str, base: str, r: _Reader) -> ModelPositions:
 
 def rope_request_fields(positions: ModelPositions, layer_type: str | None = None) -> dict[str, Any]:
     """The ``/v1/encodings/rope`` fields a config gives: ``head_dim``, ``rotary_dim``,
-    ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), and the mrope fields."""
+    ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), ``exponent_dim`` (the
+    odd denominator of an odd rotated width, else None), ``rotation``, and the mrope fields."""
     layer = positions.rope_for(layer_type)
     scaling = None
     if layer.rope_type != "default":
@@ -1477,6 +1519,8 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
         "base": layer.rope_theta,
         "layout": positions.layout,
         "scaling": scaling,
+        "exponent_dim": layer.exponent_dim,
+        "rotation": positions.rotation,
     }
     if positions.mrope_section is not None:
         out["mrope_section"] = list(positions.mrope_section)
@@ -1487,6 +1531,8 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
 __all__ = [
     "DEFAULT_THETA",
     "INTERLEAVED_MODEL_TYPES",
+    "NEGATIVE_ROTATION_MODEL_TYPES",
+    "TRAILING_ROTARY_MODEL_TYPES",
     "ModelPositions",
     "PositionKind",
     "RopeLayerType",
