@@ -254,46 +254,42 @@ SWEEP_MISMATCHES: dict[str, str] = {}
 # posenc answers 422 where transformers builds a table.
 SWEEP_REFUSED: dict[str, str] = {}
 
-# Text rotary models whose rotation the probe cannot follow on the meta device.
+# Rotary models whose rotation the probe cannot read, each with the reason. A text model whose
+# forward on the meta device stops before its attention applies the rotary (a multimodal
+# wrapper, a hybrid cache, an encoder-decoder, a meta .item(), JetMoE's router) is read by
+# driving its attention's own call instead (transformers_probe._driven_directly); these remain.
+_GLM4V_SECTIONS = (
+    "transformers' own {cls} fails on the default config: its mrope_section [8, 12, 12] "
+    "sums to 32 frequencies, the module makes {n} ({why}); published GLM-4.1V/4.5V configs "
+    "set partial_rotary_factor 0.5 (64 x 0.5 / 2 = 32)"
+)
 SWEEP_UNREAD: dict[str, str] = {
-    "jetmoe": "its mixture-of-attention router copies a meta tensor before the rotary is "
-    "applied (its head_dim, kv_channels, is checked by test_hf_config)",
-    "nemotron3_diarization": "an audio model: its forward needs input_features that the probe "
-    "cannot shape",
-    "clvp_encoder": "its attention slices cos/sin before applying them",
-    # text models whose forward on the meta device stops before the rotary module is called
-    # (multimodal inputs the probe does not make, hybrid or encoder-decoder forwards): built,
-    # never called. Their rotary is not compared here; issue 24 tracks them.
     **dict.fromkeys(
-        (
-            "bamba",
-            "blt",
-            "blt_local_decoder",
-            "blt_patcher",
-            "dia_decoder",
-            "gemma4_unified_assistant",
-            "glm46v",
-            "glm4v",
-            "glm4v_moe",
-            "glm4v_moe_text",
-            "glm4v_text",
-            "glmga",
-            "idefics",
-            "kyutai_speech_to_text",
-            "moonshine",
-            "moshi",
-            "muse_glimmer_assistant",
-            "step3p5",
-            "step3p7",
-            "t5gemma",
-            "csm_depth_decoder_model",
+        ("glm4v", "glm4v_text", "glm46v", "glmga"),
+        _GLM4V_SECTIONS.format(
+            cls="Glm4vTextRotaryEmbedding", n=64, why="head_dim 128, no partial_rotary_factor"
         ),
-        "its forward on the meta device stops before it calls its rotary module",
     ),
-    # rotary modules of audio, vision, codec and time-series models (not text positions)
+    **dict.fromkeys(
+        ("glm4v_moe", "glm4v_moe_text"),
+        _GLM4V_SECTIONS.format(
+            cls="Glm4vMoeTextRotaryEmbedding",
+            n=11,
+            why="head_dim 42 x partial_rotary_factor 0.5 = 21",
+        ),
+    ),
+    **dict.fromkeys(
+        ("clvp", "clvp_encoder"),
+        "CLVP's attention turns the module's angles into cos/sin itself, slices q, k and v to "
+        "their width and rotates the values too (apply_rotary_pos_emb(q, k, v, cos, sin, "
+        "position_ids)): no apply function takes the module's output as it returns it",
+    ),
+    "muse_glimmer_assistant": "its forward takes noise_embeds and context_hidden_states (a "
+    "diffusion head), not token ids: no text positions to drive",
+    # rotary modules of audio, vision, codec and time-series models (not text positions): their
+    # forward requires input_features, input_values, pixel_values, past_values or latents
     **dict.fromkeys(
         (
-            "clvp",
             "efficientloftr",
             "esmfold2",
             "glmasr_encoder",
@@ -305,6 +301,7 @@ SWEEP_UNREAD: dict[str, str] = {
             "mlcd",
             "mlcd_vision_model",
             "nemotron3_5_transcribe_audio",
+            "nemotron3_diarization",
             "neucodec",
             "qwen2_5_omni_dit",
             "qwen2_5_omni_token2wav",
@@ -313,7 +310,7 @@ SWEEP_UNREAD: dict[str, str] = {
             "timesfm2_5",
             "xcodec2",
         ),
-        "not a text model's rotary: audio, vision, codec or time series",
+        "not a text model's rotary: audio, vision, codec, protein or time series",
     ),
 }
 
@@ -736,3 +733,37 @@ def test_deepseek_v4_rotates_the_trailing_channels(layer_type: str) -> None:
     assert torch.equal(got[..., :448].float(), x[..., :448])  # the nope channels pass through
     leading = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout)
     assert (leading.float() - want).abs().max() > 0.5
+
+
+@pytest.mark.parametrize(
+    ("model_type", "rotary"),
+    [
+        ("t5gemma", "T5GemmaRotaryEmbedding"),  # encoder-decoder: meta .item() in its mask
+        ("bamba", "BambaRotaryEmbedding"),  # hybrid: its cache refuses get_seq_length
+        ("moshi", "MoshiRotaryEmbedding"),  # meta .item()
+        ("jetmoe", "JetMoeRotaryEmbedding"),  # its router stops between module and apply
+        ("idefics", "IdeficsRotaryEmbedding"),  # multimodal: needs pixel_values
+        ("gemma4_unified_assistant", "Gemma4UnifiedTextRotaryEmbedding"),  # q and k apart
+    ],
+)
+def test_sweep_drives_the_attention_of_models_whose_forward_stops(
+    model_type: str, rotary: str
+) -> None:
+    """Text models whose forward on the meta device stops before their attention applies the
+    rotary: the probe rebuilds the rotary module they built and runs the apply function their
+    attention calls (``apply_rotary_pos_emb(q, k, cos, sin)``, or Gemma 4's per-tensor call)
+    on identity vectors. The rotation equals posenc's table for the default config, per layer
+    type, and is not the identity past position 0."""
+    from tests.lib.transformers_probe import NotProbed, shallow
+
+    full = AutoConfig.for_model(model_type)
+    try:
+        mp, refused, _cfg, rotations = _sweep_one(shallow(full))
+    except NotProbed:  # as the sweep: Gemma 4's KV sharing needs its whole depth
+        mp, refused, _cfg, rotations = _sweep_one(full)
+    assert refused is None
+    for lt, rot in rotations.items():
+        assert rot.rotary == rotary
+        ours = _posenc_rotation(mp, lt, rot.position_rows, rot.matrices.shape[-1])
+        torch.testing.assert_close(ours, rot.matrices, rtol=0, atol=2e-5)
+        assert (rot.matrices[5] - torch.eye(rot.matrices.shape[-1])).abs().max() > 0.1
