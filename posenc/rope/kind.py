@@ -74,6 +74,12 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
         RopeScaling.from_dict(p["scaling"])
+    if p["engine"] == "vllm" and p["exponent_dim"] not in (None, p["rotary_dim"]):
+        raise InvalidArgument(  # posenc.rope.vllm builds its exponents over rotary_dim
+            f"engine vllm takes no odd exponent_dim yet (got {p['exponent_dim']} for rotary_dim "
+            f"{p['rotary_dim']}); use engine transformers",
+            field="exponent_dim",
+        )
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     return p

@@ -450,6 +450,10 @@ def test_glm4_moe_odd_width_from_its_config(api: httpx.Client) -> None:
                                rtol=1e-6)  # fmt: skip
     r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "exponent_dim": 5})
     assert r.status_code == 422 and r.json()["field"] == "exponent_dim"
+    # posenc's vLLM tables build their exponents over rotary_dim: refused, not silently wrong
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": cfg.to_dict(),
+                                             "engine": "vllm"})  # fmt: skip
+    assert r.status_code == 422 and r.json()["field"] == "exponent_dim"
 
 
 def test_deepseek_v4_reports_its_trailing_channels(api: httpx.Client) -> None:
