@@ -33,6 +33,12 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   GPT-J, GLM, ChatGLM, Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium and the others whose apply
   function interleaves, a table that ``tests/lib/test_config_parity.py`` derives again from each
   model's own rotation), else ``half``; ``rope_interleave`` where the model reads it.
+- What the attention does with the table: ``rotation`` ``negative`` where it rotates by ``−θ``
+  (nanochat, :data:`NEGATIVE_ROTATION_MODEL_TYPES`: the tables carry ``−sin``);
+  ``rotated_channels`` ``trailing`` where it rotates the last ``R`` channels of each head
+  (DeepSeek-V4, :data:`TRAILING_ROTARY_MODEL_TYPES`). An odd ``int(head_dim ·
+  partial_rotary_factor)`` (GLM-4-MoE's 21) is read as transformers builds it: ``rotary_dim``
+  one more (22, the width rotated) with ``exponent_dim`` the odd width (``base^(−2i/21)``).
 - Kind: Granite MoE Hybrid and Zamba 2 apply RoPE only with ``position_embedding_type: "rope"``
   / ``use_mem_rope: true``; else ``none``.
 - Layer types: ``layer_types`` when given, else the model's own rule (Gemma 2 alternating,
@@ -999,7 +1005,12 @@ def _rope_layer(
             else r.field("rotary_dim"),
         )
     exponent_dim = rotary_dim
-    if rotary_dim is not None and rotary_dim % 2 and 3 <= rotary_dim < head_dim:
+    if (
+        rotary_dim is not None
+        and rotary_dim % 2
+        and 3 <= rotary_dim < head_dim
+        and base not in ("gptj", "codegen")  # their rotary_dim is given, not a fraction
+    ):
         # an odd rotated width from partial_rotary_factor (GLM-4-MoE: int(42 x 0.5) = 21):
         # transformers builds arange(0, 21, 2) / 21, 11 frequencies, and rotates a 22-wide
         # table; the exponents keep the odd width as their denominator
