@@ -40,6 +40,12 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   GPT-J, GLM, ChatGLM, Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium and the others whose apply
   function interleaves, a table that ``tests/lib/test_config_parity.py`` derives again from each
   model's own rotation), else ``half``; ``rope_interleave`` where the model reads it.
+- What the attention does with the table: ``rotation`` ``negative`` where it rotates by ``−θ``
+  (nanochat, :data:`NEGATIVE_ROTATION_MODEL_TYPES`: the tables carry ``−sin``);
+  ``rotated_channels`` ``trailing`` where it rotates the last ``R`` channels of each head
+  (DeepSeek-V4, :data:`TRAILING_ROTARY_MODEL_TYPES`). An odd ``int(head_dim ·
+  partial_rotary_factor)`` (GLM-4-MoE's 21) is read as transformers builds it: ``rotary_dim``
+  one more (22, the width rotated) with ``exponent_dim`` the odd width (``base^(−2i/21)``).
 - Kind: Granite MoE Hybrid and Zamba 2 apply RoPE only with ``position_embedding_type: "rope"``
   / ``use_mem_rope: true``; else ``none``.
 - Layer types: ``layer_types`` when given, else the model's own rule (Gemma 2 alternating,
@@ -223,6 +229,17 @@ DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
     }
 )
 
+#: Model types whose attention rotates by ``−θ``: nanochat's ``rotate_half`` is
+#: ``cat(x2, −x1)`` (modeling_nanochat.py), the mirror of Llama's ``cat(−x2, x1)``. Their rope
+#: tables carry ``−sin θ`` (``rotation: "negative"``), so that ``x·cos + rotate_half(x)·sin``
+#: with Llama's ``rotate_half`` applies what the model applies.
+NEGATIVE_ROTATION_MODEL_TYPES: frozenset[str] = frozenset({"nanochat"})
+
+#: Model types whose attention rotates the trailing ``R`` channels of each head, not the
+#: leading ones: DeepSeek-V4's ``apply_rotary_pos_emb`` takes ``x[..., -rope_dim:]`` of its
+#: ``[nope | rope]`` heads (``rotated_channels: "trailing"``).
+TRAILING_ROTARY_MODEL_TYPES: frozenset[str] = frozenset({"deepseek_v4"})
+
 _GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
 _QWEN_SLIDING = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
 _ALIBI_MODEL_TYPES = frozenset({"bloom"})
@@ -333,6 +350,9 @@ class RopeLayerType:
             names (``rope_type``, ``rope_theta`` as written, ``alpha``, ``factor``,
             ``mixed_b``, ``xdrope_section``) and the config's ``dual_chunk_attention_config``
             (``chunk_size``, ``local_size``); None where vLLM reads it as transformers does.
+        exponent_dim: the odd denominator of the exponents, ``base^(−2i/exponent_dim)``, where
+            ``int(head_dim · partial_rotary_factor)`` is odd (then ``rotary_dim`` is one more:
+            the table the model applies); None where it is ``rotary_dim``.
     """
 
     rope_type: str
@@ -343,6 +363,7 @@ class RopeLayerType:
     attention_scaling: float
     partial_rotary_factor: float = 1.0
     vllm: Mapping[str, Any] | None = None
+    exponent_dim: int | None = None
 
     def scaling(self) -> RopeScaling | None:
         """The :class:`~posenc.rope.RopeScaling` for :func:`posenc.rope.rope_cos_sin` (or None:
@@ -364,6 +385,8 @@ class RopeLayerType:
         )
         if self.vllm is not None:
             out["vllm"] = _plain(dict(self.vllm))
+        if self.exponent_dim is not None:
+            out["exponent_dim"] = self.exponent_dim
         return out
 
 
@@ -387,6 +410,10 @@ class ModelPositions:
         sliding_window: the window, or None.
         mrope_section: Qwen-VL's ``[t, h, w]`` frequency sections, or None.
         mrope_interleaved: Qwen3-VL's interleaved sections (else contiguous).
+        rotation: ``positive``, or ``negative`` where the model rotates by ``−θ`` (nanochat:
+            :data:`NEGATIVE_ROTATION_MODEL_TYPES`; its tables carry ``−sin θ``). RoPE only.
+        rotated_channels: ``leading`` (``x[..., :R]``), or ``trailing`` where the model rotates
+            the last ``R`` channels of each head (DeepSeek-V4). RoPE only.
         alibi: ``{"num_heads", "max_bias"}`` for ALiBi models.
         relative: ``{"num_buckets", "max_distance", "bidirectional", "num_heads"}`` for T5;
             ``{"scheme": "relative_sinusoidal", "endpoint", "d_model", "base", "num_heads",
@@ -411,6 +438,8 @@ class ModelPositions:
     sliding_window: int | None = None
     mrope_section: tuple[int, ...] | None = None
     mrope_interleaved: bool = False
+    rotation: str | None = None
+    rotated_channels: str | None = None
     alibi: Mapping[str, Any] | None = None
     relative: Mapping[str, Any] | None = None
     learned: Mapping[str, Any] | None = None
@@ -469,6 +498,8 @@ class ModelPositions:
             "sliding_window": self.sliding_window,
             "mrope_section": list(self.mrope_section) if self.mrope_section else None,
             "mrope_interleaved": self.mrope_interleaved,
+            "rotation": self.rotation,
+            "rotated_channels": self.rotated_channels,
             "alibi": _plain(self.alibi),
             "relative": _plain(self.relative),
             "learned": _plain(self.learned),
@@ -1008,6 +1039,22 @@ def _rope_layer(
             if base not in ("gptj", "codegen")
             else r.field("rotary_dim"),
         )
+    exponent_dim = rotary_dim
+    if (
+        rotary_dim is not None
+        and rotary_dim % 2
+        and 3 <= rotary_dim < head_dim
+        and base not in ("gptj", "codegen")  # their rotary_dim is given, not a fraction
+    ):
+        # an odd rotated width from partial_rotary_factor (GLM-4-MoE: int(42 x 0.5) = 21):
+        # transformers builds arange(0, 21, 2) / 21, 11 frequencies, and rotates a 22-wide
+        # table; the exponents keep the odd width as their denominator
+        r.warnings.append(
+            f"{where}.partial_rotary_factor: int(head_dim {head_dim} x {prf}) = {rotary_dim} "
+            f"is odd; the model rotates {rotary_dim + 1} channels with exponents over "
+            f"{rotary_dim} (exponent_dim)"
+        )
+        rotary_dim += 1
     if rotary_dim is None or rotary_dim < 2 or rotary_dim % 2:
         field = f"{where}.partial_rotary_factor"
         if rotary_dim == head_dim or (head_dim % 2 and prf_default):
@@ -1101,7 +1148,7 @@ def _rope_layer(
             if params or (rope_type != "default")
             else None
         )
-        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling)
+        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling, exponent_dim=exponent_dim)
     except InvalidArgument as exc:
         sub = (exc.field or "").removeprefix("scaling.")
         raise InvalidArgument(
@@ -1118,6 +1165,7 @@ def _rope_layer(
             attention_scaling=float(attention_scaling),
             partial_rotary_factor=float(prf),
             vllm=vllm,
+            exponent_dim=exponent_dim if exponent_dim != rotary_dim else None,
         ),
         mrope,
     )
@@ -1467,6 +1515,10 @@ def _rope(
         sliding_window=sliding,
         mrope_section=tuple(section) if section is not None else None,
         mrope_interleaved=bool(interleaved) if section is not None else False,
+        rotation="negative" if {base, model_type} & NEGATIVE_ROTATION_MODEL_TYPES else "positive",
+        rotated_channels=(
+            "trailing" if {base, model_type} & TRAILING_ROTARY_MODEL_TYPES else "leading"
+        ),
         warnings=tuple(r.warnings),
     )
 
@@ -1659,7 +1711,8 @@ def _parakeet(model_type: str, config: Mapping[str, Any]) -> ModelPositions:
 
 def rope_request_fields(positions: ModelPositions, layer_type: str | None = None) -> dict[str, Any]:
     """The ``/v1/encodings/rope`` fields a config gives: ``head_dim``, ``rotary_dim``,
-    ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), and the mrope fields."""
+    ``base``, ``layout``, ``scaling`` (a dict with ``type``, or None), ``exponent_dim`` (the
+    odd denominator of an odd rotated width, else None), ``rotation``, and the mrope fields."""
     layer = positions.rope_for(layer_type)
     scaling = None
     if layer.rope_type != "default" and layer.rope_type not in VLLM_ONLY_ROPE_TYPES:
@@ -1670,6 +1723,8 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
         "base": layer.rope_theta,
         "layout": positions.layout,
         "scaling": scaling,
+        "exponent_dim": layer.exponent_dim,
+        "rotation": positions.rotation,
     }
     if positions.mrope_section is not None:
         out["mrope_section"] = list(positions.mrope_section)
@@ -1681,6 +1736,8 @@ __all__ = [
     "DEFAULT_THETA",
     "INTERLEAVED_MODEL_TYPES",
     "VLLM_ONLY_ROPE_TYPES",
+    "NEGATIVE_ROTATION_MODEL_TYPES",
+    "TRAILING_ROTARY_MODEL_TYPES",
     "ModelPositions",
     "PositionKind",
     "RopeLayerType",

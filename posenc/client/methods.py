@@ -576,6 +576,8 @@ class KindMethods(Generic[T]):
         base: float | None = None,
         layout: Literal["half", "interleaved"] | None = None,
         scaling: Mapping[str, Any] | None = None,
+        exponent_dim: int | None = None,
+        rotation: Literal["positive", "negative"] | None = None,
         preset: str | None = None,
         config: Mapping[str, Any] | None = None,
         layer_type: str | None = None,
@@ -611,6 +613,12 @@ class KindMethods(Generic[T]):
             layout: half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when
                 neither preset nor config gives it.
             scaling: null or a scaling object, with the names of transformers' rope_parameters.
+            exponent_dim: E, the exponents' denominator (inv_freq = base^(-2i/E)): rotary_dim
+                (default), or the odd rotary_dim - 1 of a config whose rotated width
+                int(head_dim x partial_rotary_factor) is odd (GLM-4-MoE: 21, a 22-wide table).
+            rotation: positive (default: x cos + rotate_half(x) sin) or negative: the model
+                rotates by -theta and sin is negated (nanochat, whose rotate_half is cat(x2,
+                -x1)).
             preset: name of a preset from GET /v1/presets; its params are defaults the other
                 fields override (kind rope).
             config: a model's Hugging Face config.json object, pasted as published (a multimodal
@@ -653,6 +661,8 @@ class KindMethods(Generic[T]):
             base=base,
             layout=layout,
             scaling=scaling,
+            exponent_dim=exponent_dim,
+            rotation=rotation,
             preset=preset,
             config=config,
             layer_type=layer_type,

@@ -56,13 +56,17 @@ dimension, ``R`` rotary dimension (``R ≤ Dh``, even).
 
 from posenc.rope.kind import ROPE
 from posenc.rope.scaling import (
+    ROPE_CHANNELS,
     ROPE_INIT_FUNCTIONS,
     ROPE_LAYOUTS,
     ROPE_PARAMETER_CLASSES,
     ROPE_PARAMETER_KEYS,
+    ROPE_ROTATIONS,
     ROPE_TYPES,
     SCALING_TYPES,
+    RopeChannels,
     RopeLayout,
+    RopeRotation,
     RopeScaling,
     RopeTables,
     ScalingType,
@@ -80,13 +84,17 @@ from posenc.rope.tables import (
 
 __all__ = [
     "ROPE",
+    "ROPE_CHANNELS",
     "ROPE_INIT_FUNCTIONS",
     "ROPE_LAYOUTS",
     "ROPE_PARAMETER_CLASSES",
     "ROPE_PARAMETER_KEYS",
+    "ROPE_ROTATIONS",
     "ROPE_TYPES",
     "SCALING_TYPES",
+    "RopeChannels",
     "RopeLayout",
+    "RopeRotation",
     "RopeScaling",
     "RopeTables",
     "RotaryEmbedding",

@@ -15,8 +15,10 @@ from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
+    ROPE_ROTATIONS,
     SCALING_TYPES,
     RopeScaling,
+    check_exponent_dim,
     rope_inv_freq,
 )
 from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_cos_sin
@@ -106,10 +108,17 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             "(three ints summing to rotary_dim/2), or a config that has one",
             field="mrope_section",
         )
+    check_exponent_dim(p["rotary_dim"], p["exponent_dim"])
     if p["mrope_section"] is not None:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
         RopeScaling.from_dict(p["scaling"])
+    if p["engine"] == "vllm" and p["exponent_dim"] not in (None, p["rotary_dim"]):
+        raise InvalidArgument(  # posenc.rope.vllm builds its exponents over rotary_dim
+            f"engine vllm takes no odd exponent_dim yet (got {p['exponent_dim']} for rotary_dim "
+            f"{p['rotary_dim']}); use engine transformers",
+            field="exponent_dim",
+        )
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     elif p["dual_chunk_cache"] is not None:
@@ -134,7 +143,7 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     seq_len, length = _rope_lengths(p)
     scaling = _rope_scaling(p)
     _inv_freq, attention_scaling = rope_inv_freq(
-        p["rotary_dim"], p["base"], scaling, seq_len=length
+        p["rotary_dim"], p["base"], scaling, seq_len=length, exponent_dim=p["exponent_dim"]
     )
     vllm = _vllm(p)
     if vllm is not None:
@@ -143,6 +152,8 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "kind": "rope",
         "seq_len": seq_len,
         **{k: p[k] for k in ("head_dim", "rotary_dim", "base", "layout", "scaling", "preset")},
+        "exponent_dim": p["exponent_dim"] if p["exponent_dim"] is not None else p["rotary_dim"],
+        "rotation": p["rotation"],
         "rope_type": scaling.type if scaling is not None else "default",
         "attention_scaling": attention_scaling,
         "layer_type": p["layer_type"],
@@ -175,6 +186,7 @@ def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
         scaling=_rope_scaling(p),
         device=ctx.device,
         dtype=ctx.dtype,
+        exponent_dim=p["exponent_dim"],
     )
 
 
@@ -224,6 +236,7 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
             interleaved=bool(p["mrope_interleaved"]),
             **common,
         )
+        cos, sin, inv = tables.cos, tables.sin, tables.inv_freq
     else:
         vllm = _vllm(p)
         if vllm is not None:  # vLLM's angles and magnitude, exact in float64 as the default's
@@ -231,9 +244,15 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
             pos = pos.to(ctx.device)
             inv = vllm.inv_freq.to(ctx.device)
             cos, sin = cos_sin_tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
-            return {"cos": cos, "sin": sin, "inv_freq": inv.to(ctx.dtype)}
-        tables = rope_cos_sin(p["positions"], seq_len=p["seq_len"], **common)
-    return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
+            inv = inv.to(ctx.dtype)
+        else:
+            tables = rope_cos_sin(
+                p["positions"], seq_len=p["seq_len"], rotation=p["rotation"], **common
+            )
+            return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
+    if p["rotation"] == "negative":  # rope_cos_sin's sign flip, for the other two paths
+        sin = sin.neg()
+    return {"cos": cos, "sin": sin, "inv_freq": inv}
 
 
 def _rope_streams(p: Mapping[str, Any]) -> bool:
@@ -242,9 +261,11 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
+    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"], "rotation": p["rotation"]}
     _seq_len, length = _rope_lengths(p)
-    inv_freq, _ = rope_inv_freq(p["rotary_dim"], p["base"], kw["scaling"], seq_len=length)
+    inv_freq, _ = rope_inv_freq(
+        p["rotary_dim"], p["base"], kw["scaling"], seq_len=length, exponent_dim=p["exponent_dim"]
+    )
     vllm = _vllm(p)
     positions = p["positions"]
     if vllm is not None:
@@ -291,7 +312,9 @@ def _rope_from_config(
 
 def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     """A preset's (or config's) rotated fraction follows a ``head_dim`` given without
-    ``rotary_dim`` (GPT-NeoX's ``rotary_pct``, Phi's ``partial_rotary_factor``)."""
+    ``rotary_dim`` (GPT-NeoX's ``rotary_pct``, Phi's ``partial_rotary_factor``). A config's
+    odd ``exponent_dim`` belongs to its own rotated width: it is dropped when the body asks for
+    another width."""
     head_dim, rotary_dim = defaults.get("head_dim"), defaults.get("rotary_dim")
     if (
         given.get("head_dim") is not None
@@ -299,7 +322,10 @@ def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str
         and head_dim
         and rotary_dim
     ):
-        return {**defaults, "rotary_dim": int(given["head_dim"] * rotary_dim / head_dim)}
+        defaults = {**defaults, "rotary_dim": int(given["head_dim"] * rotary_dim / head_dim)}
+    width = given.get("rotary_dim") or defaults.get("rotary_dim")
+    if "exponent_dim" in defaults and width != rotary_dim:
+        defaults = {k: v for k, v in defaults.items() if k != "exponent_dim"}
     return defaults
 
 
@@ -422,6 +448,25 @@ ROPE: kinds.Kind = kinds.Kind(
             sourced=True,
         ),
         _SCALING_FIELD,
+        kinds.FieldSpec(
+            "exponent_dim",
+            "int",
+            "E, the exponents' denominator (inv_freq = base^(-2i/E)): rotary_dim (default), or "
+            "the odd rotary_dim - 1 of a config whose rotated width int(head_dim x "
+            "partial_rotary_factor) is odd (GLM-4-MoE: 21, a 22-wide table)",
+            None,
+            minimum=1,
+            sourced=True,
+        ),
+        kinds.FieldSpec(
+            "rotation",
+            "str",
+            "positive (default: x cos + rotate_half(x) sin) or negative: the model rotates by "
+            "-theta and sin is negated (nanochat, whose rotate_half is cat(x2, -x1))",
+            "positive",
+            choices=ROPE_ROTATIONS,
+            sourced=True,
+        ),
         kinds.preset_field("rope"),
         kinds.CONFIG_FIELD,
         kinds.FieldSpec(

@@ -25,9 +25,18 @@ from posenc.limits import check_elements
 from posenc.rope import dynamic, linear, llama3, longrope, proportional, yarn
 
 RopeLayout = Literal["half", "interleaved"]
+#: ``positive``: ``x·cos θ + rotate(x)·sin θ`` (RoFormer and nearly every model); ``negative``:
+#: the model rotates by ``−θ`` (nanochat's ``rotate_half`` is ``cat(x2, −x1)``), so its tables
+#: carry ``−sin θ``.
+RopeRotation = Literal["positive", "negative"]
 ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
 ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
+ROPE_ROTATIONS: tuple[str, ...] = get_args(RopeRotation)
+#: Which ``R`` channels of a ``Dh``-wide head rotate: the ``leading`` ones (every model but one)
+#: or the ``trailing`` ones (DeepSeek-V4 lays each head out as ``[nope | rope]``).
+RopeChannels = Literal["leading", "trailing"]
+ROPE_CHANNELS: tuple[str, ...] = get_args(RopeChannels)
 SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
 
 
@@ -239,6 +248,21 @@ def check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
         )
 
 
+def check_exponent_dim(rotary_dim: int, exponent_dim: Any, field: str = "exponent_dim") -> int:
+    """The exponents' denominator ``E`` for a table ``R`` wide: ``R`` (None), else an odd
+    ``R − 1`` (the odd rotated width of a model's config, :func:`rope_inv_freq`)."""
+    if exponent_dim is None:
+        return rotary_dim
+    check_int(field, exponent_dim)
+    if exponent_dim not in (rotary_dim, rotary_dim - 1):
+        raise InvalidArgument(
+            f"{field} must be rotary_dim ({rotary_dim}) or the odd rotary_dim - 1 "
+            f"({rotary_dim - 1}), got {exponent_dim}",
+            field=field,
+        )
+    return int(exponent_dim)
+
+
 # Each scaling type: ``(base_inv_freq (R/2,), R, base, scaling, seq_len) -> (inv_freq, scale)``.
 RopeInitFn = Callable[[Tensor, int, float, Any, "int | None"], tuple[Tensor, float]]
 
@@ -254,11 +278,13 @@ def rope_inv_freq(
     *,
     seq_len: int | None = None,
     max_elements: int | None = None,
+    exponent_dim: int | None = None,
 ) -> tuple[Tensor, float]:
     """Inverse frequencies ``ω_i`` and attention scaling, as transformers' ROPE_INIT_FUNCTIONS.
 
-    Unscaled, ``ω_i = base^(−2i/R)`` for ``i < R/2`` (RoFormer). The scaling types follow
-    transformers' ``modeling_rope_utils.py`` formula for formula, evaluated in float64.
+    Unscaled, ``ω_i = base^(−2i/E)`` for ``i < R/2`` (RoFormer), with ``E = exponent_dim``,
+    ``R`` by default. The scaling types follow transformers' ``modeling_rope_utils.py`` formula
+    for formula, evaluated in float64.
 
     Args:
         rotary_dim: ``R``, the number of rotated channels (even, ≥ 2).
@@ -272,15 +298,24 @@ def rope_inv_freq(
         max_elements: refuse a call whose output would exceed this many elements
             (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
             ``posenc.limits.MAX_ELEMENTS`` (2**31).
+        exponent_dim: ``E``, the denominator of the exponents: ``R`` (None), or the odd
+            ``R − 1`` of a model whose config makes the rotated width odd. transformers then
+            builds ``arange(0, E, 2) / E``: GLM-4-MoE's ``int(42 · 0.5) = 21`` gives 11
+            frequencies ``base^(−2i/21)`` and a 22-wide table. The scaling types get ``E`` as
+            transformers' ``dim``; ``yarn`` and ``longrope``, whose ramps and factor lists are
+            ``E // 2`` long (one short of the frequencies: transformers fails on them), are
+            refused.
 
     Returns:
         ``(inv_freq, attention_scaling)``: ``(R/2,)`` float64 on the CPU, and a float.
 
     Raises:
         InvalidArgument: odd or non-positive ``rotary_dim``, ``base ≤ 1``, ``short_factor`` /
-            ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``.
+            ``long_factor`` not of length ``R/2``, ``dynamic`` with ``R = 2``, a bad ``seq_len``;
+            an ``exponent_dim`` other than ``R`` or ``R − 1``.
     """
     check_rotary_dim(rotary_dim)
+    exponent = check_exponent_dim(rotary_dim, exponent_dim)
     check_elements(
         rotary_dim // 2, what=f"inv_freq (R/2={rotary_dim // 2})", max_elements=max_elements
     )
@@ -292,9 +327,15 @@ def rope_inv_freq(
             f"scaling must be a RopeScaling or None, got {type(scaling).__name__}", field="scaling"
         )
     base = float(base)
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
+    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / exponent  # (R/2,)
     inv_freq = 1.0 / (base**exponents)
     if scaling is None:
         return inv_freq, 1.0
-
-    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, rotary_dim, base, scaling.params(), seq_len)
+    if exponent != rotary_dim and scaling.type in ("yarn", "longrope"):
+        raise InvalidArgument(
+            f"{scaling.type} scaling needs an even rotated width: exponent_dim {exponent} gives "
+            f"{rotary_dim // 2} frequencies but {scaling.type}'s ramp and factors have "
+            f"{exponent // 2} (transformers cannot build it either)",
+            field="exponent_dim",
+        )
+    return ROPE_INIT_FUNCTIONS[scaling.type](inv_freq, exponent, base, scaling.params(), seq_len)

@@ -89,6 +89,7 @@ def mrope_cos_sin(
     scaling: RopeScaling | None = None,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    exponent_dim: int | None = None,
 ) -> RopeTables:
     """M-RoPE cos/sin tables, attention scaling included.
 
@@ -97,8 +98,9 @@ def mrope_cos_sin(
         rotary_dim: ``R`` (even).
         mrope_section: ``[s_t, s_h, s_w]`` summing to ``R/2``.
         interleaved: Qwen3-VL's interleaving (else Qwen2-VL's contiguous sections).
-        base, layout, scaling, device, dtype: as :func:`posenc.rope.rope_cos_sin`; a
-            length-dependent scaling sees ``max(positions) + 1``.
+        base, layout, scaling, device, dtype, exponent_dim: as
+            :func:`posenc.rope.rope_cos_sin`; a length-dependent scaling sees
+            ``max(positions) + 1``.
 
     Returns:
         :class:`~posenc.rope.RopeTables`: ``cos``, ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``.
@@ -140,7 +142,7 @@ def mrope_cos_sin(
         raise InvalidArgument(f"positions must be >= 0, got {int(pos.min())}", field="positions")
     axes = mrope_channel_axes(rotary_dim, mrope_section, interleaved=interleaved)
     inv_freq, attention_scaling = rope_inv_freq(
-        rotary_dim, base, scaling, seq_len=int(pos.max()) + 1
+        rotary_dim, base, scaling, seq_len=int(pos.max()) + 1, exponent_dim=exponent_dim
     )
     dev = torch.device("cpu") if device is None else torch.device(device)
     angles = pos.to(dev, torch.float64)[..., None] * inv_freq.to(dev)  # (3, T, R/2)

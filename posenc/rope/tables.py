@@ -23,8 +23,12 @@ from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements, sequence_length
 from posenc.rope.scaling import (
+    ROPE_CHANNELS,
     ROPE_LAYOUTS,
+    ROPE_ROTATIONS,
+    RopeChannels,
     RopeLayout,
+    RopeRotation,
     RopeScaling,
     RopeTables,
     check_rotary_dim,
@@ -167,6 +171,8 @@ def rope_cos_sin(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
     max_elements: int | None = None,
+    exponent_dim: int | None = None,
+    rotation: RopeRotation = "positive",
 ) -> RopeTables:
     """RoPE cos/sin tables for the given positions, attention scaling included.
 
@@ -187,6 +193,10 @@ def rope_cos_sin(
         max_elements: refuse a call whose output would exceed this many elements
             (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
             ``posenc.limits.MAX_ELEMENTS`` (2**31).
+        exponent_dim: the exponents' denominator ``E`` (:func:`rope_inv_freq`): ``R``, or the
+            odd ``R − 1`` of a config whose rotated width is odd (GLM-4-MoE).
+        rotation: ``"negative"`` for a model that rotates by ``−θ`` (nanochat): ``sin`` is
+            negated, so that :func:`apply_rope` applies what that model applies.
 
     Returns:
         :class:`RopeTables` with ``cos`` and ``sin`` ``(T, R)``, ``inv_freq`` ``(R/2,)``, all in
@@ -197,6 +207,7 @@ def rope_cos_sin(
             positions, or both / neither of ``positions`` and ``seq_len``.
     """
     check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("rotation", rotation, ROPE_ROTATIONS)
     check_rotary_dim(rotary_dim)
     count = sequence_length(positions, seq_len)
     if count is not None:  # cos + sin (T, R) and inv_freq (R/2,), before anything exists
@@ -208,10 +219,17 @@ def rope_cos_sin(
     pos = positions_tensor(positions, seq_len)
     length = int(pos.max()) + 1
     inv_freq, attention_scaling = rope_inv_freq(
-        rotary_dim, base, scaling, seq_len=length, max_elements=max_elements
+        rotary_dim,
+        base,
+        scaling,
+        seq_len=length,
+        max_elements=max_elements,
+        exponent_dim=exponent_dim,
     )
     dev = torch.device("cpu") if device is None else torch.device(device)
     cos, sin = cos_sin_tables(pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype)
+    if rotation == "negative":
+        sin.neg_()  # exact: a sign flip
     return RopeTables(
         cos=cos,
         sin=sin,
@@ -232,8 +250,16 @@ def rotate_every_two(x: Tensor) -> Tensor:
     return torch.stack((-x_odd, x_even), dim=-1).flatten(-2)
 
 
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "half") -> Tensor:
-    """Rotate the first ``R`` channels of each head of ``x``; leave the other ``Dh − R``.
+def apply_rope(
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    *,
+    layout: RopeLayout = "half",
+    rotated_channels: RopeChannels = "leading",
+) -> Tensor:
+    """Rotate the first ``R`` channels of each head of ``x`` (or the last ``R``); leave the
+    other ``Dh − R``.
 
     ``out_rot = x_rot · cos + rotate(x_rot) · sin`` with ``rotate_half`` (``half``) or
     ``rotate_every_two`` (``interleaved``): transformers' ``apply_rotary_pos_emb`` of Llama and
@@ -246,6 +272,9 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
             the same ``layout``.
         sin: same shape as ``cos``.
         layout: ``"half"`` or ``"interleaved"``.
+        rotated_channels: ``"leading"`` (default) rotates ``x[..., :R]``; ``"trailing"``
+            rotates ``x[..., Dh − R:]`` (DeepSeek-V4's ``apply_rotary_pos_emb``, whose heads
+            are ``[nope | rope]``).
 
     Returns:
         ``(B, H, T, Dh)``, same dtype as ``x``.
@@ -254,6 +283,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
         InvalidArgument: shapes that do not fit, an odd ``R``, or ``R > Dh``.
     """
     check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("rotated_channels", rotated_channels, ROPE_CHANNELS)
     if x.dim() != 4:
         raise InvalidArgument(f"x must be (B, H, T, Dh), got shape {tuple(x.shape)}", field="x")
     if cos.shape != sin.shape:
@@ -282,10 +312,15 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, *, layout: RopeLayout = "hal
             )
         cos, sin = cos[:, None], sin[:, None]  # (B, 1, T, R)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    x_rot, x_pass = x[..., :rotary_dim], x[..., rotary_dim:]  # (B, H, T, R), (B, H, T, Dh − R)
+    split = rotary_dim if rotated_channels == "leading" else head_dim - rotary_dim
+    x_first, x_last = x[..., :split], x[..., split:]
+    # (B, H, T, R) rotated, (B, H, T, Dh − R) passed through
+    x_rot, x_pass = (x_first, x_last) if rotated_channels == "leading" else (x_last, x_first)
     rotate = rotate_half if layout == "half" else rotate_every_two
     out = x_rot * cos + rotate(x_rot) * sin
-    return torch.cat((out, x_pass), dim=-1) if rotary_dim < head_dim else out
+    if rotary_dim == head_dim:
+        return out
+    return torch.cat((out, x_pass) if rotated_channels == "leading" else (x_pass, out), dim=-1)
 
 
 def rope_blocks(
@@ -300,6 +335,8 @@ def rope_blocks(
     device: str | torch.device | None = None,
     dtype: torch.dtype = torch.float32,
     frequencies: tuple[Tensor, float] | None = None,
+    exponent_dim: int | None = None,
+    rotation: RopeRotation = "positive",
 ) -> TableBlocks:
     """The ``cos`` or ``sin`` table ``(T, R)`` of :func:`~posenc.rope.rope_cos_sin` in row blocks.
 
@@ -314,12 +351,14 @@ def rope_blocks(
         which: ``"cos"`` or ``"sin"``; the other arguments as :func:`~posenc.rope.rope_cos_sin`.
         frequencies: ``(inv_freq (R/2,), attention scaling)`` in place of ``rope_inv_freq``'s
             (another engine's rule, :mod:`posenc.rope.vllm`).
+        exponent_dim, rotation: as :func:`~posenc.rope.rope_cos_sin`.
 
     Raises:
         InvalidArgument: as :func:`~posenc.rope.rope_cos_sin`; ``which`` not cos or sin.
     """
     check_choice("layout", layout, ROPE_LAYOUTS)
     check_choice("which", which, ("cos", "sin"))
+    check_choice("rotation", rotation, ROPE_ROTATIONS)
     dtype = resolve_dtype(dtype)
     dev = device_or_cpu(device)
     if seq_len is not None and positions is None:
@@ -331,12 +370,15 @@ def rope_blocks(
         total, length = held.numel(), int(held.max()) + 1
         held = held.to(dev, torch.float64)
     if frequencies is None:
-        inv_freq, attention_scaling = rope_inv_freq(rotary_dim, base, scaling, seq_len=length)
+        inv_freq, attention_scaling = rope_inv_freq(
+            rotary_dim, base, scaling, seq_len=length, exponent_dim=exponent_dim
+        )
     else:
         inv_freq, attention_scaling = frequencies
     inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
     split = split_tables(inv_freq)  # sin, cos of r·w for r < 64: once for all the blocks
     interleaved = layout == "interleaved"
+    negate = which == "sin" and rotation == "negative"
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         if held is None:
@@ -344,6 +386,8 @@ def rope_blocks(
         else:
             pos = held[start:stop]
         write_rope_rows(((out, which),), pos, inv_freq, attention_scaling, interleaved, split)
+        if negate:
+            out.neg_()  # exact: the whole table's sin.neg_()
 
     return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
 

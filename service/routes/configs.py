@@ -86,7 +86,8 @@ class ConfigPositions(BaseModel):
     rope: dict[str, RopeLayerInfo] = Field(
         ...,
         description="per distinct layer type: rope_type, rope_theta, scaling parameters, "
-        "attention_scaling",
+        "attention_scaling; exponent_dim where int(head_dim x partial_rotary_factor) is odd "
+        "(the exponents' denominator; rotary_dim is then one more, the width the model rotates)",
     )
     per_layer_type: bool = Field(..., description="whether rope tables need a layer_type")
     softmax_scale: float | None
@@ -94,6 +95,16 @@ class ConfigPositions(BaseModel):
     sliding_window: int | None
     mrope_section: list[int] | None
     mrope_interleaved: bool
+    rotation: str | None = Field(
+        None,
+        description="RoPE: positive, or negative where the model rotates by -theta (nanochat: "
+        "its rotate_half is cat(x2, -x1)); the rope tables of the config then carry -sin",
+    )
+    rotated_channels: str | None = Field(
+        None,
+        description="RoPE: which rotary_dim channels of each head rotate: leading (x[..., :R]) "
+        "or trailing (x[..., -R:], DeepSeek-V4's [nope | rope] heads); the tables are the same",
+    )
     alibi: dict[str, Any] | None
     relative: dict[str, Any] | None
     learned: dict[str, Any] | None

@@ -214,3 +214,14 @@ def test_whole_in_blocks_equals_whole() -> None:
     want = sinusoidal_table(seq_len=1000, d_model=96, offset=5)
     for block_bytes in (None, 1000, 1 << 16):
         assert _bytes(table.whole(block_bytes)) == _bytes(want)
+
+
+def test_rope_blocks_of_a_negative_rotation_and_an_odd_width_equal_whole() -> None:
+    """nanochat's ``rotation: negative`` (sin negated) and GLM-4-MoE's exponent_dim 21 in a
+    22-wide table: the row blocks are the whole table's bytes."""
+    kw = dict(rotary_dim=22, exponent_dim=21, rotation="negative", dtype=torch.float32)
+    whole = rope_cos_sin(seq_len=3000, **kw)
+    _check(lambda: rope_blocks(seq_len=3000, **kw), whole.cos)
+    _check(lambda: rope_blocks(seq_len=3000, which="sin", **kw), whole.sin)
+    positive = rope_cos_sin(seq_len=3000, rotary_dim=22, exponent_dim=21)
+    assert torch.equal(whole.sin, -positive.sin) and torch.equal(whole.cos, positive.cos)

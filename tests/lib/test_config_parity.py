@@ -250,61 +250,47 @@ def test_proportional_equals_transformers() -> None:
 # The sweep below builds every model type's text model from its default config and reads the
 # rotation its attention applies (tests/lib/transformers_probe.py). These model types disagree
 # with posenc today, each for a reason that issue 24 tracks; any other disagreement fails.
-SWEEP_MISMATCHES: dict[str, str] = {
-    "deepseek_v4": "rotates the trailing 64 channels of its 512-wide heads (its apply function "
-    "takes the last 2·len(cos) channels); posenc's tables rotate the leading R channels. "
-    "Its main / compress rope kinds are read as layer types, each matching on its own channels",
-    "nanochat": "its rotate_half is cat(x2, -x1): the model rotates by -theta, and posenc's "
-    "rope tables have no sign to flip",
-}
+SWEEP_MISMATCHES: dict[str, str] = {}
 
 # posenc answers 422 where transformers builds a table.
-SWEEP_REFUSED: dict[str, str] = {
-    "glm4_moe": "head_dim 42 x partial_rotary_factor 0.5 = 21: transformers builds 11 "
-    "frequencies base^(-2i/21) (a 22-wide table); posenc's tables take an even rotary_dim and "
-    "use it as the exponent's denominator too",
-}
+SWEEP_REFUSED: dict[str, str] = {}
 
-# Text rotary models whose rotation the probe cannot follow on the meta device.
+# Rotary models whose rotation the probe cannot read, each with the reason. A text model whose
+# forward on the meta device stops before its attention applies the rotary (a multimodal
+# wrapper, a hybrid cache, an encoder-decoder, a meta .item(), JetMoE's router) is read by
+# driving its attention's own call instead (transformers_probe._driven_directly); these remain.
+_GLM4V_SECTIONS = (
+    "transformers' own {cls} fails on the default config: its mrope_section [8, 12, 12] "
+    "sums to 32 frequencies, the module makes {n} ({why}); published GLM-4.1V/4.5V configs "
+    "set partial_rotary_factor 0.5 (64 x 0.5 / 2 = 32)"
+)
 SWEEP_UNREAD: dict[str, str] = {
-    "jetmoe": "its mixture-of-attention router copies a meta tensor before the rotary is "
-    "applied (its head_dim, kv_channels, is checked by test_hf_config)",
-    "nemotron3_diarization": "an audio model: its forward needs input_features that the probe "
-    "cannot shape",
-    "clvp_encoder": "its attention slices cos/sin before applying them",
-    # text models whose forward on the meta device stops before the rotary module is called
-    # (multimodal inputs the probe does not make, hybrid or encoder-decoder forwards): built,
-    # never called. Their rotary is not compared here; issue 24 tracks them.
     **dict.fromkeys(
-        (
-            "bamba",
-            "blt",
-            "blt_local_decoder",
-            "blt_patcher",
-            "dia_decoder",
-            "gemma4_unified_assistant",
-            "glm46v",
-            "glm4v",
-            "glm4v_moe",
-            "glm4v_moe_text",
-            "glm4v_text",
-            "glmga",
-            "idefics",
-            "kyutai_speech_to_text",
-            "moonshine",
-            "moshi",
-            "muse_glimmer_assistant",
-            "step3p5",
-            "step3p7",
-            "t5gemma",
-            "csm_depth_decoder_model",
+        ("glm4v", "glm4v_text", "glm46v", "glmga"),
+        _GLM4V_SECTIONS.format(
+            cls="Glm4vTextRotaryEmbedding", n=64, why="head_dim 128, no partial_rotary_factor"
         ),
-        "its forward on the meta device stops before it calls its rotary module",
     ),
-    # rotary modules of audio, vision, codec and time-series models (not text positions)
+    **dict.fromkeys(
+        ("glm4v_moe", "glm4v_moe_text"),
+        _GLM4V_SECTIONS.format(
+            cls="Glm4vMoeTextRotaryEmbedding",
+            n=11,
+            why="head_dim 42 x partial_rotary_factor 0.5 = 21",
+        ),
+    ),
+    **dict.fromkeys(
+        ("clvp", "clvp_encoder"),
+        "CLVP's attention turns the module's angles into cos/sin itself, slices q, k and v to "
+        "their width and rotates the values too (apply_rotary_pos_emb(q, k, v, cos, sin, "
+        "position_ids)): no apply function takes the module's output as it returns it",
+    ),
+    "muse_glimmer_assistant": "its forward takes noise_embeds and context_hidden_states (a "
+    "diffusion head), not token ids: no text positions to drive",
+    # rotary modules of audio, vision, codec and time-series models (not text positions): their
+    # forward requires input_features, input_values, pixel_values, past_values or latents
     **dict.fromkeys(
         (
-            "clvp",
             "efficientloftr",
             "esmfold2",
             "glmasr_encoder",
@@ -316,6 +302,7 @@ SWEEP_UNREAD: dict[str, str] = {
             "mlcd",
             "mlcd_vision_model",
             "nemotron3_5_transcribe_audio",
+            "nemotron3_diarization",
             "neucodec",
             "qwen2_5_omni_dit",
             "qwen2_5_omni_token2wav",
@@ -324,14 +311,15 @@ SWEEP_UNREAD: dict[str, str] = {
             "timesfm2_5",
             "xcodec2",
         ),
-        "not a text model's rotary: audio, vision, codec or time series",
+        "not a text model's rotary: audio, vision, codec, protein or time series",
     ),
 }
 
 
 def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int) -> torch.Tensor:
-    """posenc's (T, W, W) rotation for this config: its table, applied in its layout to the
-    first R of W channels (the rest pass through)."""
+    """posenc's (T, W, W) rotation for this config: its table (with its ``exponent_dim`` and
+    ``rotation``), applied in its layout to the first R of W channels, or the last R where
+    ``rotated_channels`` says so (the rest pass through)."""
     from posenc.rope import apply_rope, mrope_cos_sin
 
     f = rope_request_fields(mp, layer_type)
@@ -339,15 +327,18 @@ def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int)
     if f["rotary_dim"] > width:
         raise ValueError(f"posenc's rotary_dim {f['rotary_dim']} > the model's width {width}")
     kw = dict(rotary_dim=f["rotary_dim"], base=f["base"], layout=f["layout"], scaling=scaling,
-              dtype=torch.float64)  # fmt: skip
+              dtype=torch.float64, exponent_dim=f["exponent_dim"])  # fmt: skip
     if rows.shape[0] > 1 and mp.mrope_section is not None:
         tab = mrope_cos_sin(rows, mrope_section=f["mrope_section"],
                             interleaved=f["mrope_interleaved"], **kw)  # fmt: skip
+        cos, sin = tab.cos, tab.sin * (-1 if f["rotation"] == "negative" else 1)
     else:
-        tab = rope_cos_sin(rows[0], **kw)
+        tab = rope_cos_sin(rows[0], rotation=f["rotation"], **kw)
+        cos, sin = tab.cos, tab.sin
     n = rows.shape[-1]
     eye = torch.eye(width, dtype=torch.float64)[:, None, :].expand(width, n, width)
-    out = apply_rope(eye[None].contiguous(), tab.cos, tab.sin, layout=f["layout"])[0]
+    out = apply_rope(eye[None].contiguous(), cos, sin, layout=f["layout"],
+                     rotated_channels=mp.rotated_channels)[0]  # fmt: skip
     return out.permute(1, 2, 0)  # (T, W out, W in)
 
 
@@ -648,3 +639,132 @@ def test_learned_table_size_and_width_equal_the_models() -> None:
             wrong.append(f"{mt}: posenc {ours}, model {sorted(shapes)}")
     assert not wrong, wrong
     assert checked >= 8, checked
+
+
+def _posenc_tables(mp, layer_type: str | None, positions: torch.Tensor):
+    """posenc's float64 cos/sin for a read config, as the rope endpoint builds them."""
+    f = rope_request_fields(mp, layer_type)
+    scaling = RopeScaling.from_dict(f["scaling"]) if f["scaling"] else None
+    return rope_cos_sin(positions, rotary_dim=f["rotary_dim"], base=f["base"],
+                        layout=f["layout"], scaling=scaling, exponent_dim=f["exponent_dim"],
+                        rotation=f["rotation"], dtype=torch.float64)  # fmt: skip
+
+
+def test_nanochat_rotates_by_minus_theta_as_its_own_apply_function() -> None:
+    """nanochat's ``rotate_half`` is ``cat(x2, −x1)`` (modeling_nanochat.py): its attention
+    rotates by ``−θ``. posenc reads ``rotation: negative`` from the model type, and its tables
+    (``sin`` negated) applied by Llama's formula give what NanoChat's own rotary module and
+    ``apply_rotary_pos_emb`` give a random query, to float32 rounding."""
+    from transformers.models.nanochat import modeling_nanochat as m
+
+    from posenc.rope import apply_rope
+
+    cfg = AutoConfig.for_model("nanochat")
+    mp = read_positions(cfg.to_dict())
+    assert mp.rotation == "negative" and mp.to_dict()["rotation"] == "negative"
+    assert mp.rotated_channels == "leading"
+    rot = m.NanoChatRotaryEmbedding(config=cfg)
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(1, 2, len(POSITIONS), mp.head_dim, generator=gen)  # (B, H, T, Dh)
+    cos_hf, sin_hf = rot(q, POSITIONS[None])
+    want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
+    tab = _posenc_tables(mp, None, POSITIONS)
+    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
+    # the sign matters: the positive rotation is another matrix
+    plain = rope_cos_sin(POSITIONS, rotary_dim=mp.rotary_dim, base=10000.0, dtype=torch.float64)
+    assert (apply_rope(q.double(), plain.cos, plain.sin).float() - want).abs().max() > 0.5
+
+
+def test_odd_rotary_width_equals_the_models_rotary_embedding() -> None:
+    """GLM-4-MoE: head_dim 42 x partial_rotary_factor 0.5 = 21. transformers builds 11
+    frequencies ``base^(−2i/21)``, a 22-wide table that its apply function rotates. posenc
+    reads rotary_dim 22 with exponent_dim 21: inv_freq, cos and sin equal the model's rotary
+    module, and its apply function's output on a random query equals posenc's."""
+    from transformers.models.glm4_moe import modeling_glm4_moe as m
+
+    from posenc.rope import apply_rope
+
+    cfg = AutoConfig.for_model("glm4_moe")
+    mp = read_positions(cfg.to_dict())
+    layer = next(iter(mp.rope.values()))
+    assert (layer.head_dim, layer.rotary_dim, layer.exponent_dim) == (42, 22, 21)
+    assert layer.to_dict()["exponent_dim"] == 21
+    assert mp.rotary_dim == 22 and any("exponent_dim" in w for w in mp.warnings)
+    rot = m.Glm4MoeRotaryEmbedding(config=cfg)
+    tab = _posenc_tables(mp, None, POSITIONS)
+    assert rot.inv_freq.shape == (11,)
+    torch.testing.assert_close(tab.inv_freq.float(), rot.inv_freq, rtol=2e-6, atol=0)
+    # independent: base^(-2i/21) for i = 0..10, in float64
+    i = torch.arange(11, dtype=torch.float64)
+    torch.testing.assert_close(tab.inv_freq, 10000.0 ** (-2 * i / 21), rtol=1e-15, atol=0)
+    cos_hf, sin_hf = rot(torch.zeros(1), POSITIONS[None])
+    assert cos_hf.shape[-1] == 22 and mp.layout == "half"
+    torch.testing.assert_close(tab.cos.float(), cos_hf[0], rtol=0, atol=2e-5)
+    torch.testing.assert_close(tab.sin.float(), sin_hf[0], rtol=0, atol=2e-5)
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(1, 2, len(POSITIONS), 42, generator=gen)
+    want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
+    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
+
+
+@pytest.mark.parametrize("layer_type", ["main", "compress"])
+def test_deepseek_v4_rotates_the_trailing_channels(layer_type: str) -> None:
+    """DeepSeek-V4's ``apply_rotary_pos_emb`` rotates the last ``2·len(cos)`` channels of its
+    512-wide ``[nope | rope]`` heads, pairs interleaved. posenc reports
+    ``rotated_channels: trailing`` and ``apply_rope(..., rotated_channels="trailing")`` of its
+    table gives what the model's rotary module and apply function give a random query."""
+    from transformers.models.deepseek_v4 import modeling_deepseek_v4 as m
+
+    from posenc.rope import apply_rope
+
+    cfg = AutoConfig.for_model("deepseek_v4")
+    mp = read_positions(cfg.to_dict())
+    assert mp.rotated_channels == "trailing" and mp.to_dict()["rotated_channels"] == "trailing"
+    assert mp.layout == "interleaved" and mp.rotation == "positive"
+    rot = m.DeepseekV4RotaryEmbedding(config=cfg)
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(1, 2, len(POSITIONS), 512, generator=gen)
+    cos_hf, sin_hf = rot(x, POSITIONS[None], layer_type=layer_type)
+    want = m.apply_rotary_pos_emb(x, cos_hf, sin_hf)
+    tab = _posenc_tables(mp, layer_type, POSITIONS)
+    got = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout, rotated_channels="trailing")
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
+    assert torch.equal(got[..., :448].float(), x[..., :448])  # the nope channels pass through
+    leading = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout)
+    assert (leading.float() - want).abs().max() > 0.5
+
+
+@pytest.mark.parametrize(
+    ("model_type", "rotary"),
+    [
+        ("t5gemma", "T5GemmaRotaryEmbedding"),  # encoder-decoder: meta .item() in its mask
+        ("bamba", "BambaRotaryEmbedding"),  # hybrid: its cache refuses get_seq_length
+        ("moshi", "MoshiRotaryEmbedding"),  # meta .item()
+        ("jetmoe", "JetMoeRotaryEmbedding"),  # its router stops between module and apply
+        ("idefics", "IdeficsRotaryEmbedding"),  # multimodal: needs pixel_values
+        ("gemma4_unified_assistant", "Gemma4UnifiedTextRotaryEmbedding"),  # q and k apart
+    ],
+)
+def test_sweep_drives_the_attention_of_models_whose_forward_stops(
+    model_type: str, rotary: str
+) -> None:
+    """Text models whose forward on the meta device stops before their attention applies the
+    rotary: the probe rebuilds the rotary module they built and runs the apply function their
+    attention calls (``apply_rotary_pos_emb(q, k, cos, sin)``, or Gemma 4's per-tensor call)
+    on identity vectors. The rotation equals posenc's table for the default config, per layer
+    type, and is not the identity past position 0."""
+    from tests.lib.transformers_probe import NotProbed, shallow
+
+    full = AutoConfig.for_model(model_type)
+    try:
+        mp, refused, _cfg, rotations = _sweep_one(shallow(full))
+    except NotProbed:  # as the sweep: Gemma 4's KV sharing needs its whole depth
+        mp, refused, _cfg, rotations = _sweep_one(full)
+    assert refused is None
+    for lt, rot in rotations.items():
+        assert rot.rotary == rotary
+        ours = _posenc_rotation(mp, lt, rot.position_rows, rot.matrices.shape[-1])
+        torch.testing.assert_close(ours, rot.matrices, rtol=0, atol=2e-5)
+        assert (rot.matrices[5] - torch.eye(rot.matrices.shape[-1])).abs().max() > 0.1

@@ -247,8 +247,12 @@ def test_an_odd_head_dimension_is_blamed_on_the_keys_that_give_it():
     assert info.value.field == "config.head_dim"
     # a factor the config does give, on an even head dimension, is still the one blamed
     with pytest.raises(InvalidArgument) as info:
-        read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.15})
+        read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.05})
     assert info.value.field.endswith("partial_rotary_factor")
+    # an odd int(20 x 0.15) = 3 is what transformers builds from: arange(0, 3, 2) / 3, a table
+    # 4 wide (GLM-4-MoE's 21 in tests/lib/test_config_parity.py)
+    layer = read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.15}).rope
+    assert (layer["full_attention"].rotary_dim, layer["full_attention"].exponent_dim) == (4, 3)
 
 
 def test_language_model_under_vlm_thinker_or_decoder_config() -> None:

@@ -721,3 +721,45 @@ def test_from_dict_accepts_rope_type_and_lists():
     assert RopeScaling.from_dict({"type": "linear", "factor": 2}) == RopeScaling(
         type="linear", factor=2
     )
+
+
+def test_exponent_dim_is_the_odd_denominator_of_an_odd_width() -> None:
+    """``exponent_dim`` E = R − 1: ``base^(−2i/E)`` for i < R/2 (transformers' ``arange(0, E,
+    2) / E`` for an odd ``dim``), closed form in float64; anything but R or R − 1 is refused,
+    and so are yarn and longrope, whose ramps are E // 2 long."""
+    from posenc.errors import InvalidArgument
+    from posenc.rope import rope_inv_freq
+
+    inv, scale = rope_inv_freq(22, 10000.0, exponent_dim=21)
+    want = torch.tensor([10000.0 ** (-2 * i / 21) for i in range(11)], dtype=torch.float64)
+    torch.testing.assert_close(inv, want, rtol=1e-15, atol=0)
+    assert scale == 1.0
+    torch.testing.assert_close(rope_inv_freq(22, exponent_dim=22)[0], rope_inv_freq(22)[0])
+    with pytest.raises(InvalidArgument) as info:
+        rope_inv_freq(22, exponent_dim=20)
+    assert info.value.field == "exponent_dim"
+    yarn = RopeScaling.from_dict(
+        {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+    )
+    with pytest.raises(InvalidArgument, match="even rotated width"):
+        rope_inv_freq(22, scaling=yarn, exponent_dim=21)
+    linear = RopeScaling.from_dict({"type": "linear", "factor": 4.0})
+    torch.testing.assert_close(rope_inv_freq(22, scaling=linear, exponent_dim=21)[0], want / 4)
+
+
+def test_apply_rope_trailing_channels_closed_form() -> None:
+    """``rotated_channels="trailing"`` rotates ``x[..., Dh − R:]`` (DeepSeek-V4) and passes the
+    leading ``Dh − R`` channels through; a 2-channel rotation by θ written out by hand."""
+    from posenc.rope import apply_rope
+
+    theta = 0.7
+    cos = torch.full((1, 2), math.cos(theta), dtype=torch.float64)  # (T, R)
+    sin = torch.full((1, 2), math.sin(theta), dtype=torch.float64)
+    x = torch.tensor([[[[3.0, 5.0, 1.0, 2.0]]]], dtype=torch.float64)  # (1, 1, 1, 4)
+    out = apply_rope(x, cos, sin, rotated_channels="trailing")
+    c, s = math.cos(theta), math.sin(theta)
+    want = torch.tensor([[[[3.0, 5.0, c - 2 * s, 2 * c + s]]]], dtype=torch.float64)
+    torch.testing.assert_close(out, want, rtol=0, atol=1e-15)
+    lead = apply_rope(x, cos, sin)
+    want = torch.tensor([[[[3 * c - 5 * s, 5 * c + 3 * s, 1.0, 2.0]]]], dtype=torch.float64)
+    torch.testing.assert_close(lead, want, rtol=0, atol=1e-15)

@@ -9,6 +9,14 @@ module rebuilt from the same arguments, its ``forward`` on positions ``0 … T�
 function on identity vectors (one "head" per channel), so the result is the model's rotation
 matrix at each position, in the model's own layout and sign, with its attention scaling.
 
+A text model whose forward on the meta device stops before its attention applies the rotary
+(a multimodal wrapper that wants pixels, a hybrid's cache, an encoder-decoder's mask that calls
+``.item()``, JetMoE's router) is read by driving its attention's call directly: the rotary module
+it built, rebuilt on the CPU and called on positions ``0 … T−1``, and the apply function that its
+modeling file calls as ``apply_*(q, k, cos, sin)`` (or Gemma 4's per-tensor
+``apply_*(x, cos, sin, unsqueeze_dim=2)``), on identity vectors of its head width. Models whose
+forward requires audio, image or time-series inputs are not driven: they stay ``unread``.
+
 Nothing here reads an attribute such as ``inv_freq``: a module of any shape (GPT-J's
 sinusoidal buffer that returns ``(sin, cos)``, a complex ``freqs_cis``) is read through its
 output.
@@ -73,6 +81,7 @@ class _Record:
     forward_calls: list[tuple[torch.nn.Module, tuple, dict, Any]] = field(default_factory=list)
     apply_calls: list[tuple[str, Any, tuple, dict]] = field(default_factory=list)
     failed_applies: int = 0
+    errors: list[str] = field(default_factory=list)  # why each forward tried stopped
 
 
 def _is_rotary_name(name: str) -> bool:
@@ -250,12 +259,28 @@ def _run_on_meta(config: Any, record: _Record) -> None:
                 try:
                     with torch.no_grad():
                         model(**inputs)
-                except Exception:  # later ops (MoE kernels) may refuse the meta device; the
-                    pass  # rotary calls of the layers before them are recorded by then
+                except Exception as exc:  # later ops (MoE kernels) may refuse the meta device;
+                    # the rotary calls of the layers before them are recorded by then
+                    record.errors.append(f"{', '.join(inputs)}: {exc!r:.200}")
                 if record.apply_calls:
                     break
     finally:
         logging.disable(logging.NOTSET)
+
+
+def _head_width(config: Any) -> int | None:
+    """The text config's attention head width (``head_dim``, else hidden / heads)."""
+    tc = config.get_text_config()
+    try:
+        hd = getattr(tc, "head_dim", None)
+    except Exception:  # Gemma 4's per-layer head_dim refuses a global read: the table's width
+        return None
+    if isinstance(hd, int) and hd > 0:
+        return hd
+    hidden, heads = getattr(tc, "hidden_size", None), getattr(tc, "num_attention_heads", None)
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        return hidden // heads
+    return None
 
 
 def _mapped(config: Any) -> set[type]:
@@ -441,18 +466,122 @@ def _cache_key(config: Any, layer_types: list[str | None], distinct_rows: bool) 
     return (cls.__qualname__, cls.__module__, dump, tuple(layer_types), distinct_rows)
 
 
+#: The calls of an apply function that an attention makes with its rotary module's output as
+#: returned: ``apply_rotary_pos_emb(query_states, key_states, cos, sin)`` (queries ``(B, H, T,
+#: Dh)``), or Gemma 4's ``apply_rotary_pos_emb(query_states, cos, sin, unsqueeze_dim=2)`` on
+#: queries and keys apart (``(B, T, H, Dh)``).
+_QK_COS_SIN = r"\b{name}\(\s*[\w.]+\s*,\s*[\w.]+\s*,\s*cos\s*,\s*sin\s*\)"
+_Q_COS_SIN_2 = r"\b{name}\(\s*[\w.]+\s*,\s*cos\s*,\s*sin\s*,\s*unsqueeze_dim=2\s*\)"
+
+#: Inputs that mark a model as not a text model (its forward requires one of them).
+_NOT_TEXT_INPUTS = frozenset(
+    {"pixel_values", "input_values", "input_features", "past_values", "latents", "code"}
+)
+
+
+def _text_forward(model_cls: type) -> bool:
+    """Whether ``model_cls.forward`` takes text: ``input_ids`` (or ``decoder_input_ids``), and
+    requires none of the audio / image / time-series inputs."""
+    params = inspect.signature(model_cls.forward).parameters  # type: ignore[attr-defined]
+    required = {n for n, p in params.items() if p.default is inspect.Parameter.empty}
+    takes_text = "input_ids" in params or "decoder_input_ids" in params
+    return takes_text and not (required & _NOT_TEXT_INPUTS)
+
+
+def _driven_directly(
+    record: _Record, layer_types: list[str | None], distinct_rows: bool, width: int | None
+) -> dict[str | None, Rotation]:
+    """The rotation of a text model whose forward on the meta device stops before it calls its
+    rotary module (a multimodal wrapper, a hybrid cache, an encoder-decoder, a meta ``.item()``):
+    its attention's own call is replayed instead. The rotary module it built, rebuilt from the
+    same arguments, is called on positions ``0 … T−1`` (``(1, T)``, else M-RoPE's ``(3, 1, T)``),
+    and the apply function that its modeling file calls as ``apply_*(q, k, cos, sin)`` is run on
+    identity vectors of the model's head width."""
+    import sys
+
+    rot = record.rotaries[0]
+    cls = type(rot)
+    mod = sys.modules[cls.__module__]
+    source = inspect.getsource(mod)
+    found = [
+        (n, f, pattern is _QK_COS_SIN)
+        for n, f in vars(mod).items()
+        if _is_apply_function(n, f)
+        for pattern in (_QK_COS_SIN, _Q_COS_SIN_2)
+        if re.search(pattern.format(name=re.escape(n)), source)
+    ]
+    if len(found) != 1:
+        raise NotProbed(
+            f"its forward on the meta device never called {cls.__name__}, and its modeling "
+            f"file calls {len(found)} apply functions as apply(q, k, cos, sin) "
+            f"({', '.join(record.errors)[:200]})",
+            "unread",
+        )
+    name, fn, with_keys = found[0]
+    init_a, init_k = rot._probe_args
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cpu_rot = cls(*init_a, **init_k).eval()
+    takes_layer_type = "layer_type" in inspect.signature(cpu_rot.forward).parameters
+    result: dict[str | None, Rotation] = {}
+    for lt in layer_types:
+        if lt is not None and not takes_layer_type:
+            raise NotProbed(f"{cls.__name__}.forward takes no layer_type (asked for {lt!r})",
+                            "unread")  # fmt: skip
+        kw = {"layer_type": lt} if lt is not None else {}
+        out, rows = None, None
+        errors = []
+        for shape in ((1, T), (3, 1, T)):
+            pos = _positions_like(torch.Size(shape), distinct_rows)
+            try:
+                with torch.no_grad():
+                    out = cpu_rot(torch.zeros(1), pos, **kw)
+                rows = pos.reshape(-1, T)
+                break
+            except Exception as exc:
+                errors.append(f"{exc!r:.160}")
+        if out is None or rows is None:
+            raise NotProbed(
+                f"{cls.__name__}.forward fails on positions (1, T) and (3, 1, T): {errors}",
+                "unread",
+            )
+        out = out if isinstance(out, tuple) else (out,)
+        r = out[0].shape[-1] * (2 if out[0].is_complex() else 1)
+        w = max(r, width or 0)
+        q, t_axis = _probe_query(torch.Size((1, w, T, w) if with_keys else (1, T, w, w)), T)
+        try:
+            with torch.no_grad():
+                res = fn(q, q, *out) if with_keys else fn(q, *out, unsqueeze_dim=2)
+        except Exception as exc:
+            raise NotProbed(f"replaying {name} fails: {exc!r:.160}", "unread") from None
+        res = res[0] if isinstance(res, tuple) else res
+        res = res[0] if t_axis == 2 else res[0].transpose(0, 1)  # (W heads, T, W)
+        mats = _unpermuted(res.double().permute(1, 2, 0))  # (T, W out, W in)
+        result[lt] = Rotation(mats, rows, cls.__name__, name)
+    return result
+
+
 def _model_rotation(
     config: Any, layer_types: list[str | None], distinct_rows: bool
 ) -> dict[str | None, Rotation]:
     record = _Record()
     _run_on_meta(config, record)
     if not record.forward_calls:
+        if record.rotaries and _text_forward(text_model_class(config)):
+            return _driven_directly(record, layer_types, distinct_rows, _head_width(config))
         if record.rotaries:  # built one, but the forward stopped before calling it
-            raise NotProbed("the text model built a rotary module but never called it", "unread")
+            raise NotProbed(
+                "the text model built a rotary module but never called it ("
+                + "; ".join(record.errors)
+                + ")",
+                "unread",
+            )
         raise NotProbed("the text model called no rotary module", "no_rotary")
     if not record.apply_calls:
         if record.failed_applies:
             raise NotProbed("transformers' own apply function fails on this config")
+        if _text_forward(text_model_class(config)):  # stopped between the two (JetMoE)
+            return _driven_directly(record, layer_types, distinct_rows, _head_width(config))
         raise NotProbed("the text model called no apply_*rotary* function", "unread")
     pairs = _pairs(record)
     if not pairs:

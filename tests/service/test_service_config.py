@@ -383,3 +383,83 @@ def test_mrope_section_in_a_get(api: httpx.Client) -> None:
     )
     assert get.status_code == 200, get.text
     assert get.content == post.content
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 24: what the model applies (nanochat's -theta, GLM-4-MoE's odd width, DeepSeek-V4's
+# trailing channels), against the model's own rotary module and apply function
+# ---------------------------------------------------------------------------------------------
+
+
+def test_nanochat_config_gives_the_table_its_attention_applies(api: httpx.Client) -> None:
+    """nanochat's ``rotate_half`` is ``cat(x2, −x1)``: the rope tables of its config carry
+    ``−sin θ``, so Llama's ``x·cos + rotate_half(x)·sin`` with them is what NanoChat's own
+    ``apply_rotary_pos_emb`` makes of a random query."""
+    from transformers import AutoConfig
+    from transformers.models.nanochat import modeling_nanochat as m
+
+    cfg = AutoConfig.for_model("nanochat")
+    r = api.post("/v1/encodings/rope", json={"seq_len": 16, "config": cfg.to_dict()})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["meta"]["rotation"] == "negative"
+    cos = torch.from_numpy(json_tensor(body, "cos"))
+    sin = torch.from_numpy(json_tensor(body, "sin"))
+    q = torch.randn(1, 2, 16, cos.shape[-1], generator=torch.Generator().manual_seed(0))
+    cos_hf, sin_hf = m.NanoChatRotaryEmbedding(config=cfg)(q, torch.arange(16)[None])
+    want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
+    x1, x2 = q.double().chunk(2, dim=-1)
+    got = q.double() * cos + torch.cat((-x2, x1), dim=-1) * sin  # Llama's rotate_half
+    np.testing.assert_allclose(got.float().numpy(), want.numpy(), atol=1e-4, rtol=0)
+    positions = api.post("/v1/configs/positions", json={"config": cfg.to_dict()}).json()
+    assert positions["rotation"] == "negative" and positions["rotated_channels"] == "leading"
+    # the body can still ask for the positive rotation
+    r = api.post(
+        "/v1/encodings/rope",
+        json={"seq_len": 16, "config": cfg.to_dict(), "rotation": "positive"},
+    )
+    np.testing.assert_array_equal(json_tensor(r.json(), "sin"), -sin.numpy())
+
+
+def test_glm4_moe_odd_width_from_its_config(api: httpx.Client) -> None:
+    """GLM-4-MoE's int(42 · 0.5) = 21: 11 frequencies base^(−2i/21) in a 22-wide table, as its
+    rotary module builds; an odd rotary_dim in a body stays a 422, as the contract says."""
+    from transformers import AutoConfig
+    from transformers.models.glm4_moe import modeling_glm4_moe as m
+
+    cfg = AutoConfig.for_model("glm4_moe")
+    r = api.post("/v1/encodings/rope", json={"seq_len": 12, "config": cfg.to_dict()})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["meta"]["rotary_dim"] == 22 and body["meta"]["exponent_dim"] == 21
+    rot = m.Glm4MoeRotaryEmbedding(config=cfg)
+    cos_hf, sin_hf = rot(torch.zeros(1), torch.arange(12)[None])
+    np.testing.assert_allclose(json_tensor(body, "inv_freq"), rot.inv_freq.numpy(), rtol=2e-6)
+    np.testing.assert_allclose(json_tensor(body, "cos"), cos_hf[0].numpy(), atol=2e-5, rtol=0)
+    np.testing.assert_allclose(json_tensor(body, "sin"), sin_hf[0].numpy(), atol=2e-5, rtol=0)
+    positions = api.post("/v1/configs/positions", json={"config": cfg.to_dict()}).json()
+    assert positions["rotary_dim"] == 22
+    assert positions["rope"]["full_attention"]["exponent_dim"] == 21
+    # a body's rotary_dim is even, and a body's width drops the config's odd denominator
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 42, "rotary_dim": 21})
+    assert r.status_code == 422 and "rotary_dim" in r.text
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": cfg.to_dict(),
+                                             "rotary_dim": 16})  # fmt: skip
+    assert r.status_code == 200 and r.json()["meta"]["exponent_dim"] == 16
+    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(16, 10000.0),
+                               rtol=1e-6)  # fmt: skip
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "exponent_dim": 5})
+    assert r.status_code == 422 and r.json()["field"] == "exponent_dim"
+    # posenc's vLLM tables build their exponents over rotary_dim: refused, not silently wrong
+    r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": cfg.to_dict(),
+                                             "engine": "vllm"})  # fmt: skip
+    assert r.status_code == 422 and r.json()["field"] == "exponent_dim"
+
+
+def test_deepseek_v4_reports_its_trailing_channels(api: httpx.Client) -> None:
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model("deepseek_v4").to_dict()
+    body = api.post("/v1/configs/positions", json={"config": cfg}).json()
+    assert body["rotated_channels"] == "trailing" and body["rotation"] == "positive"
+    assert body["head_dim"] == 512 and body["rotary_dim"] == 64
