@@ -1735,9 +1735,9 @@ def rope_request_fields(positions: ModelPositions, layer_type: str | None = None
 __all__ = [
     "DEFAULT_THETA",
     "INTERLEAVED_MODEL_TYPES",
-    "VLLM_ONLY_ROPE_TYPES",
     "NEGATIVE_ROTATION_MODEL_TYPES",
     "TRAILING_ROTARY_MODEL_TYPES",
+    "VLLM_ONLY_ROPE_TYPES",
     "ModelPositions",
     "PositionKind",
     "RopeLayerType",
