@@ -1,11 +1,11 @@
-"""xPos query/key scales against closed forms written from Sun et al. 2023 and
-rotary-embedding-torch 0.9.1's published ``get_scale`` (not a dependency: the formula is written
-out here independently) and a hand-worked case.
+"""xPos query/key scales against closed forms written from Sun et al. 2023, a hand-worked case,
+and the package itself: rotary-embedding-torch (a test-only dependency in the lock, never the
+service's), whose ``get_scale`` the last test calls.
 
 rotary-embedding-torch: ``scale = (arange(0, dim, 2) + 0.4 dim) / (1.4 dim)``; ``power = (t −
 len(t) // 2) / xpos_scale_base``; ``scale ** power`` repeated ``'n d -> n (d r)', r = 2``; queries
-times it, keys times its inverse (``rotate_queries_and_keys``). A one-off comparison with the
-package itself (float64 positions) agreed to 2e-7, the float32 rounding of its ζ.
+times it, keys times its inverse (``rotate_queries_and_keys``). Its ζ is float32, so the two agree
+to |power| times float32's rounding.
 """
 
 from __future__ import annotations
@@ -97,3 +97,24 @@ def test_overflow_is_refused_with_the_numbers() -> None:
     assert err.value.field == "seq_len"
     q, _ = xpos_scales(200, 4, scale_base=1.0, dtype=torch.float64)  # 0.2857^±100: fine
     assert torch.isfinite(q).all()
+
+
+@pytest.mark.parametrize(
+    ("n", "dim", "base"), [(300, 64, 512.0), (4096, 32, 256.0), (8191, 128, 512.0)]
+)
+def test_equals_rotary_embedding_torch(n: int, dim: int, base: float) -> None:
+    """The reference the scales are named after: rotary-embedding-torch's own ``get_scale`` (a
+    test-only dependency, locked), on float64 positions 0 … N−1 as ``rotate_queries_and_keys``
+    passes them. Its ζ is a float32 buffer, so the two differ by |power| times ζ's float32
+    rounding (below 1e-6 relative here); its keys take ``scale ** -1``."""
+    rotary_embedding_torch = pytest.importorskip("rotary_embedding_torch")
+    module = rotary_embedding_torch.RotaryEmbedding(dim, use_xpos=True, xpos_scale_base=base)
+    theirs = module.get_scale(torch.arange(n, dtype=torch.float64))  # (N, dim) float64
+    q, k = xpos_scales(n, dim, scale_base=base, dtype=torch.float64)
+    assert theirs.shape == q.shape == (n, dim)
+    power = (n - 1 - n // 2) / base
+    rtol = max(1e-7, abs(power) * 2**-23)
+    assert_close(q, theirs, rtol=rtol, atol=0)
+    assert_close(k, theirs**-1, rtol=rtol, atol=0)
+    # and ζ itself, which it computes in float32 arithmetic: within one float32 ulp of ours
+    assert_close(xpos_zeta(dim), module.scale.double(), rtol=2**-23, atol=0)
