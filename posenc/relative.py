@@ -91,6 +91,20 @@ def _as_positions(relative_position: torch.Tensor | int | list[int]) -> torch.Te
     return rp.to(torch.int64)
 
 
+def _checked_lengths(
+    seq_len: int, key_len: int | None, max_elements: int | None
+) -> tuple[int, int]:
+    """``(T, S)`` validated, and the table refused (:class:`~posenc.errors.TooLarge`) over
+    ``max_elements`` before anything is allocated."""
+    seq_len, key_len = check_lengths(seq_len, key_len)
+    check_elements(
+        seq_len * key_len,
+        what=f"the (T={seq_len}, S={key_len}) relative positions",
+        max_elements=max_elements,
+    )
+    return seq_len, key_len
+
+
 def relative_positions(
     seq_len: int,
     key_len: int | None = None,
@@ -115,12 +129,7 @@ def relative_positions(
     Raises:
         InvalidArgument: a length below 1, or ``key_len < seq_len``.
     """
-    seq_len, key_len = check_lengths(seq_len, key_len)
-    check_elements(
-        seq_len * key_len,
-        what=f"the (T={seq_len}, S={key_len}) relative positions",
-        max_elements=max_elements,
-    )
+    seq_len, key_len = _checked_lengths(seq_len, key_len, max_elements)
     dev = device_or_cpu(device)
     query_pos = torch.arange(seq_len, dtype=torch.int64, device=dev) + (key_len - seq_len)  # (T,)
     key_pos = torch.arange(key_len, dtype=torch.int64, device=dev)  # (S,)
@@ -253,12 +262,7 @@ def relative_buckets(
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
     bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)  # validates
-    seq_len, key_len = check_lengths(seq_len, key_len)
-    check_elements(
-        seq_len * key_len,
-        what=f"the (T={seq_len}, S={key_len}) relative positions",
-        max_elements=max_elements,
-    )
+    seq_len, key_len = _checked_lengths(seq_len, key_len, max_elements)
     dev = device_or_cpu(device)
     return _t5_rows(seq_len, key_len, bucket, dev)(torch.arange(seq_len, device=dev))
 
@@ -349,12 +353,7 @@ def deberta_relative_positions(
             cannot use.
     """
     bucketed = _check_deberta_buckets(position_buckets, max_position)
-    seq_len, key_len = check_lengths(seq_len, key_len)
-    check_elements(
-        seq_len * key_len,
-        what=f"the (T={seq_len}, S={key_len}) relative positions",
-        max_elements=max_elements,
-    )
+    seq_len, key_len = _checked_lengths(seq_len, key_len, max_elements)
     dev = device_or_cpu(device)
     rows = _deberta_rows(key_len, position_buckets if bucketed else None, max_position, dev)
     return rows(torch.arange(seq_len, dtype=torch.int64, device=dev))

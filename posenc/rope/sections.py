@@ -160,6 +160,21 @@ def mrope_cos_sin(
     )
 
 
+def check_section_rows(
+    rule: str, key: str, positions: Tensor, inv_freq: Tensor, section: Sequence[int]
+) -> None:
+    """Refuses ``positions`` that are not one row per part of ``section`` (``(len(section),
+    T)``), or a ``section`` that does not sum to the ``R/2`` frequencies of ``inv_freq``
+    (HunYuanVL's and XD-RoPE's position rows); ``rule`` and ``key`` name them in the message."""
+    half = int(inv_freq.numel())
+    if sum(section) != half or positions.dim() != 2 or positions.shape[0] != len(section):
+        raise InvalidArgument(
+            f"{rule} need {len(section)} position rows and {key} summing to rotary_dim/2 = "
+            f"{half}; got rows of shape {tuple(positions.shape)} and {key} {list(section)}",
+            field="positions",
+        )
+
+
 def hunyuan_vl_cos_sin(
     positions: Tensor, inv_freq: Tensor, section: Sequence[int]
 ) -> tuple[Tensor, Tensor]:
@@ -175,14 +190,7 @@ def hunyuan_vl_cos_sin(
         positions: ``(len(section), T)`` integers ≥ 0.
         inv_freq: ``(R/2,)``; ``sum(section) == R/2``.
     """
-    half = int(inv_freq.numel())
-    if sum(section) != half or positions.dim() != 2 or positions.shape[0] != len(section):
-        raise InvalidArgument(
-            f"HunYuanVL's sections need {len(section)} position rows and sections summing to "
-            f"rotary_dim/2 = {half}; got rows of shape {tuple(positions.shape)} and sections "
-            f"{list(section)}",
-            field="positions",
-        )
+    check_section_rows("HunYuanVL's sections", "sections", positions, inv_freq, section)
     widths = torch.tensor([2 * int(s) for s in section])
     axis = torch.repeat_interleave(torch.arange(len(section)), widths)  # (R,): row per channel
     full = torch.cat((inv_freq, inv_freq)).to(torch.float64)  # (R,)

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.sections import check_section_rows
 
 Engine = Literal["transformers", "vllm"]
 ENGINES: tuple[str, ...] = ("transformers", "vllm")
@@ -403,14 +404,7 @@ def xdrope_cos_sin(
         positions: ``(len(section), T)`` integers ≥ 0 (P/W/H/T for HunyuanOCR).
         inv_freq: ``(R/2,)``; ``sum(section)`` must equal ``R/2``.
     """
-    half = int(inv_freq.numel())
-    if sum(section) != half or positions.dim() != 2 or positions.shape[0] != len(section):
-        raise InvalidArgument(
-            f"XD-RoPE needs {len(section)} position rows and xdrope_section summing to "
-            f"rotary_dim/2 = {half}; got rows of shape {tuple(positions.shape)} and sections "
-            f"{list(section)}",
-            field="positions",
-        )
+    check_section_rows("XD-RoPE's sections", "xdrope_section", positions, inv_freq, section)
     axis = torch.repeat_interleave(
         torch.arange(len(section)), torch.tensor([int(s) for s in section])
     )  # (R/2,): the position row of each frequency
