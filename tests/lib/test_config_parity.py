@@ -253,7 +253,14 @@ def test_proportional_equals_transformers() -> None:
 SWEEP_MISMATCHES: dict[str, str] = {}
 
 # posenc answers 422 where transformers builds a table.
-SWEEP_REFUSED: dict[str, str] = {}
+SWEEP_REFUSED: dict[str, str] = dict.fromkeys(
+    ("qwen3_omni_moe", "qwen3_omni_moe_text", "qwen3_omni_moe_thinker"),
+    "the default config only (no head_dim): 2048 // 28 = 73-wide heads. Its rotary module builds "
+    "37 frequencies over 73, a 74-wide table, which no layer of the model can apply (its "
+    "attention fails on 73-wide heads, and its M-RoPE sections [24, 20, 20] ask for 64 "
+    "frequencies); posenc answers 422 naming hidden_size / num_attention_heads. A config "
+    "that gives head_dim is read",
+)
 
 # Rotary models whose rotation the probe cannot read, each with the reason. A text model whose
 # forward on the meta device stops before its attention applies the rotary (a multimodal
@@ -361,6 +368,44 @@ def _sweep_one(cfg):
     return mp, refused, cfg, model_rotation(cfg, layer_types, distinct_rows=distinct)
 
 
+def _module_alone(cfg) -> str | None:
+    """For a default config transformers cannot build a model from: its text rotary module
+    alone (tests/lib/transformers_probe.py ``rotary_module_tables``) against posenc's table for
+    ``cfg.to_dict()``, values only (in whichever layout the module writes them: the layout its
+    attention applies needs the model). ``"match"``, ``"refused: …"``, ``"mismatch: …"``, or
+    None where the module cannot be built or called either."""
+    from tests.lib.transformers_probe import NotProbed, T, rotary_module_tables
+
+    try:
+        mp, refused = read_positions(cfg.to_dict()), None
+    except Exception as exc:
+        mp, refused = None, str(exc)
+    layer_types: list[str | None] = [None]
+    if mp is not None and mp.kind == "rope" and mp.per_layer_type:
+        layer_types = list([t for t in sorted(mp.rope) if t in mp.layer_types] or sorted(mp.rope))
+    try:
+        tables = rotary_module_tables(cfg, layer_types)
+    except NotProbed:
+        return None
+    if mp is None or mp.kind != "rope":
+        return f"refused (module alone): {refused or f'kind {mp and mp.kind}'}"[:160]
+    worst = 0.0
+    for lt, (cos, sin) in tables.items():
+        f = rope_request_fields(mp, lt)
+        if cos.shape[-1] != f["rotary_dim"]:
+            return f"mismatch (module alone): {cos.shape[-1]} wide, posenc {f['rotary_dim']}"
+        scaling = RopeScaling.from_dict(f["scaling"]) if f["scaling"] else None
+        best = math.inf
+        for layout in ("half", "interleaved"):
+            ours = rope_cos_sin(torch.arange(T), rotary_dim=f["rotary_dim"], base=f["base"],
+                                scaling=scaling, layout=layout, exponent_dim=f["exponent_dim"],
+                                dtype=torch.float64)  # fmt: skip
+            diff = max(float((ours.cos - cos).abs().max()), float((ours.sin - sin).abs().max()))
+            best = min(best, diff)
+        worst = max(worst, best)
+    return "match" if worst <= 2e-5 else f"mismatch (module alone): max |diff| {worst:.3g}"
+
+
 @pytest.mark.timeout(900)  # about 2.5 minutes on two shared cores: ~300 model types built
 def test_sweep_of_transformers_default_configs() -> None:
     """Every model type of the installed transformers whose text model applies a rotary
@@ -368,14 +413,16 @@ def test_sweep_of_transformers_default_configs() -> None:
     the CPU and read through its forward, its own apply function run on identity vectors
     (tests/lib/transformers_probe.py). The rotation matrices at positions 0 … 22 (M-RoPE rows
     apart where posenc reads sections) equal posenc's table for ``cfg.to_dict()`` applied in
-    posenc's layout, for each layer type. Fails on any model type outside SWEEP_MISMATCHES /
+    posenc's layout, for each layer type. Where transformers cannot build or run the model from
+    its default, its rotary module alone is compared, values only (``module_alone``). Fails on
+    any model type outside SWEEP_MISMATCHES /
     SWEEP_REFUSED / SWEEP_UNREAD that disagrees, and on a named one that now agrees (so the
     lists shrink as posenc catches up). Prints the counts."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     from tests.lib.transformers_probe import NotProbed, shallow
 
-    counts = {"match": 0, "mismatch": 0, "refused": 0, "skipped": 0, "unread": 0}
+    counts = dict.fromkeys(("match", "module_alone", "mismatch", "refused", "skipped", "unread"), 0)
     unexpected: list[str] = []
     named = {**SWEEP_MISMATCHES, **SWEEP_REFUSED, **SWEEP_UNREAD}
     seen: dict[str, str] = {}
@@ -401,8 +448,17 @@ def test_sweep_of_transformers_default_configs() -> None:
             if exc.why == "unread":
                 counts["unread"] += 1
                 seen[mt] = f"unread: {exc}"
+                continue
+            # transformers cannot build or run its default model: its rotary module alone
+            alone = _module_alone(full)
+            if alone is None:
+                counts["skipped"] += 1  # nor that
+            elif alone == "match":
+                counts["module_alone"] += 1
+                matched.add(mt)
             else:
-                counts["skipped"] += 1  # transformers cannot build or run its default
+                counts["refused" if alone.startswith("refused") else "mismatch"] += 1
+                seen[mt] = alone
             continue
         except Exception as exc:
             counts["mismatch"] += 1

@@ -654,3 +654,52 @@ def _model_rotation(
 
 
 __all__ = ["NotProbed", "Rotation", "T", "model_rotation", "shallow", "text_model_class"]
+
+
+def rotary_module_tables(
+    config: Any, layer_types: list[str | None]
+) -> dict[str | None, tuple[torch.Tensor, torch.Tensor]]:
+    """For a model transformers cannot build or run from ``config``: its text rotary module
+    alone, built from the text config on the CPU and called on positions ``0 … T−1``, as
+    ``{layer_type: (cos (T, W), sin (T, W))}`` float64. This reads the values of its table, not
+    the layout its attention applies them in (the apply function needs the model).
+
+    Raises:
+        NotProbed: no rotary class in the text config's modeling file, or the module cannot be
+            built or called from this config (``cannot_build``).
+    """
+    try:
+        text = config.get_text_config()
+    except ValueError as exc:
+        raise NotProbed(f"get_text_config() refuses: {exc}") from None
+    name = type(text).__module__.replace(".configuration_", ".modeling_")
+    try:
+        mod = importlib.import_module(name)
+    except ImportError as exc:
+        raise NotProbed(f"no modeling file {name}: {exc!s:.120}") from None
+    classes = sorted(
+        (n, o) for n, o in vars(mod).items() if _is_rotary_class(n, o) and o.__module__ == name
+    )
+    if not classes:
+        raise NotProbed(f"{name} defines no text rotary class")
+    cls = classes[0][1]
+    x = torch.zeros(1, T, 8)
+    pos = torch.arange(T)[None]
+    out = {}
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            try:
+                module = cls(config=text)
+            except Exception as exc:
+                raise NotProbed(f"{cls.__name__} cannot be built: {exc!r:.120}") from None
+            for lt in layer_types:
+                try:
+                    cos, sin = module(x, pos) if lt is None else module(x, pos, lt)
+                except Exception as exc:
+                    raise NotProbed(f"{cls.__name__} cannot be called: {exc!r:.120}") from None
+                out[lt] = (cos[0].double(), sin[0].double())
+    finally:
+        logging.disable(logging.NOTSET)
+    return out
