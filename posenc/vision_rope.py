@@ -527,15 +527,16 @@ def vision_rope_spec(
 
 
 def is_vision_config_alone(config: Mapping[str, Any]) -> bool:
-    """Whether ``config`` is a rotary vision tower's own config sent alone (Pixtral's, MLCD's,
-    a Qwen-VL ``vision_config``), not a whole model's file that holds one."""
+    """Whether ``config`` is a vision tower's own config sent alone (Pixtral's, MLCD's, a
+    Qwen-VL ``vision_config``, SigLIP's), not a whole model's file that holds one: a tower of
+    :data:`VISION_RULES` or of :data:`NON_ROTARY`."""
     if not isinstance(config, Mapping):
         return False
     try:
         _vision, model_type, where = _vision_config(config)
     except InvalidArgument:
         return False
-    return where == "config" and model_type in VISION_RULES
+    return where == "config" and (model_type in VISION_RULES or model_type in NON_ROTARY)
 
 
 def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -549,7 +550,7 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(config, Mapping):
         return None
     _vision, model_type, where = _vision_config(config)
-    if where == "config" and model_type not in VISION_RULES:
+    if where == "config" and model_type not in VISION_RULES and model_type not in NON_ROTARY:
         return None  # no vision config, and not one sent alone
     rule = VISION_RULES.get(model_type)
     if rule is None:

@@ -76,7 +76,8 @@ class ConfigPositions(BaseModel):
     kind: str = Field(
         ...,
         description="rope, alibi, relative, learned, sinusoidal or none; vision_rope for a "
-        "rotary vision tower's config sent alone (then vision describes it)",
+        "rotary vision tower's config sent alone (then vision describes it; a non-rotary "
+        "tower's config alone is none, with vision saying what it uses)",
     )
     head_dim: int | None
     rotary_dim: int | None
@@ -223,19 +224,21 @@ def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
 
 
 def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
-    """A rotary vision tower's config sent alone: kind ``vision_rope``, the tower in
-    ``vision``, and no text positions (the text model's file says those)."""
+    """A vision tower's config sent alone: the tower in ``vision`` and no text positions (the
+    whole model's file says those); kind ``vision_rope`` for a rotary tower, whose table
+    ``vision.endpoint`` serves, else ``none`` (``vision.uses`` says what it has instead)."""
     vision = vision_tower(body.config)
-    assert vision is not None  # is_vision_config_alone: a rotary tower
+    assert vision is not None  # is_vision_config_alone: a tower posenc knows
+    rotary = bool(vision["rotary"])
     meta: dict[str, Any] = {"engine": body.engine}
     if body.engine == "vllm":
         meta["max_model_len"] = body.max_model_len
     return {
         "model_type": vision["model_type"],
-        "kind": "vision_rope",
-        "head_dim": vision["head_dim"],
+        "kind": "vision_rope" if rotary else "none",
+        "head_dim": vision["head_dim"] if rotary else None,
         "rotary_dim": None,
-        "layout": vision["layout"],
+        "layout": vision["layout"] if rotary else None,
         "max_position_embeddings": None,
         "layer_types": [],
         "rope": {},
@@ -251,8 +254,12 @@ def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
         "vision": vision,
         "query_scale": None,
         "warnings": [
-            "a vision tower's config alone: its 2-D rotary is served by "
-            f"{vision['endpoint']}; the text positions are in the whole model's config"
+            (
+                f"a vision tower's config alone: its 2-D rotary is served by {vision['endpoint']}"
+                if rotary
+                else f"a vision tower's config alone: it has {vision['uses']}, no rotary table"
+            )
+            + "; the text positions are in the whole model's config"
         ],
         "engine": body.engine,
         "meta": meta,

@@ -271,3 +271,17 @@ def test_configs_positions_describes_a_vision_config_sent_alone(api: httpx.Clien
     # its table is served by the endpoint it names
     grid = api.post(ROUTE, json={"config": pixtral, "grid_thw": [[1, 4, 6]]})
     assert grid.status_code == 200, grid.text
+
+
+def test_configs_positions_describes_a_non_rotary_tower_sent_alone(api: httpx.Client) -> None:
+    """SigLIP's vision config alone: kind none, the tower under vision with what it uses."""
+    r = api.post("/v1/configs/positions", json={"config": {"model_type": "siglip_vision_model"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["kind"] == "none" and body["rope"] == {} and body["head_dim"] is None
+    assert body["vision"] == {
+        "model_type": "siglip_vision_model",
+        "rotary": False,
+        "uses": "learned absolute position embeddings (SigLIP)",
+    }
+    assert "learned absolute position embeddings" in body["warnings"][0]
