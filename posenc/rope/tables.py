@@ -31,6 +31,7 @@ from posenc.rope.scaling import (
     RopeRotation,
     RopeScaling,
     RopeTables,
+    check_exponent_dim,
     check_rotary_dim,
     rope_inv_freq,
 )
@@ -409,6 +410,11 @@ class RotaryEmbedding(nn.Module):
         layout: ``"half"`` or ``"interleaved"``.
         scaling: the scaling scheme, or None.
         max_seq_len: number of cached positions.
+        exponent_dim: the exponents' denominator where a model's rotated width is odd (GLM-4-MoE:
+            21, with ``rotary_dim`` 22); None means ``rotary_dim``.
+        rotation: ``"negative"`` rotates by ``−θ`` (nanochat), ``"positive"`` otherwise.
+        rotated_channels: ``"leading"`` rotates ``x[..., :R]``, ``"trailing"`` ``x[..., Dh−R:]``
+            (DeepSeek-V4).
     """
 
     cos: Tensor  # (max_seq_len, R) buffer
@@ -423,6 +429,9 @@ class RotaryEmbedding(nn.Module):
         layout: RopeLayout = "half",
         scaling: RopeScaling | None = None,
         max_seq_len: int = 4096,
+        exponent_dim: int | None = None,
+        rotation: RopeRotation = "positive",
+        rotated_channels: RopeChannels = "leading",
     ) -> None:
         super().__init__()
         check_rotary_dim(head_dim, "head_dim")
@@ -435,6 +444,11 @@ class RotaryEmbedding(nn.Module):
                 field="rotary_dim",
             )
         check_choice("layout", layout, ROPE_LAYOUTS)
+        check_choice("rotation", rotation, ROPE_ROTATIONS)
+        check_choice("rotated_channels", rotated_channels, ROPE_CHANNELS)
+        self.exponent_dim = check_exponent_dim(rotary_dim, exponent_dim)
+        self.rotation: RopeRotation = rotation
+        self.rotated_channels: RopeChannels = rotated_channels
         self.head_dim = head_dim
         self.rotary_dim = rotary_dim
         self.base = base
@@ -451,6 +465,8 @@ class RotaryEmbedding(nn.Module):
             base=self.base,
             layout=self.layout,
             scaling=self.scaling,
+            exponent_dim=self.exponent_dim,
+            rotation=self.rotation,
         )
         self.attention_scaling = tables.attention_scaling
         self.register_buffer("cos", tables.cos, persistent=False)
@@ -463,10 +479,13 @@ class RotaryEmbedding(nn.Module):
         if not length_dependent and length <= self.max_seq_len:
             idx = positions.to(device=self.cos.device, dtype=torch.int64)
             return self.cos[idx], self.sin[idx]
-        inv_freq, scale = rope_inv_freq(self.rotary_dim, self.base, self.scaling, seq_len=length)
-        return cos_sin_tables(
+        inv_freq, scale = rope_inv_freq(
+            self.rotary_dim, self.base, self.scaling, seq_len=length, exponent_dim=self.exponent_dim
+        )
+        cos, sin = cos_sin_tables(
             positions.to(torch.int64), inv_freq, scale, self.layout, torch.float32
         )
+        return cos, (sin.neg_() if self.rotation == "negative" else sin)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Rotate ``x`` ``(B, H, T, Dh)`` at ``positions`` ``(T,)`` or ``(B, T)`` (default 0…T−1)."""
@@ -474,4 +493,4 @@ class RotaryEmbedding(nn.Module):
             positions = torch.arange(x.shape[-2], device=x.device)
         positions_tensor(positions.reshape(-1), None)  # validates: integers >= 0, not empty
         cos, sin = self.tables(positions)
-        return apply_rope(x, cos, sin, layout=self.layout)
+        return apply_rope(x, cos, sin, layout=self.layout, rotated_channels=self.rotated_channels)

@@ -763,3 +763,32 @@ def test_apply_rope_trailing_channels_closed_form() -> None:
     lead = apply_rope(x, cos, sin)
     want = torch.tensor([[[[3 * c - 5 * s, 5 * c + 3 * s, 1.0, 2.0]]]], dtype=torch.float64)
     torch.testing.assert_close(lead, want, rtol=0, atol=1e-15)
+
+
+def test_rotary_embedding_module_takes_the_config_conventions() -> None:
+    """The nn.Module serves what the config reader reads for nanochat (rotation negative),
+    GLM-4-MoE (an odd exponent width) and DeepSeek-V4 (trailing channels), in and beyond its
+    cache: closed forms, and the round trip of +θ then −θ."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 40, 16, dtype=torch.float64)
+    pos = torch.arange(40)
+    for max_seq_len in (64, 8):  # cached, then computed beyond the cache
+        plus = RotaryEmbedding(16, max_seq_len=max_seq_len)
+        minus = RotaryEmbedding(16, max_seq_len=max_seq_len, rotation="negative")
+        torch.testing.assert_close(minus(plus(x, pos), pos), x, rtol=0, atol=1e-5)  # float32 tables
+        assert not torch.allclose(plus(x, pos), x, atol=1e-2)
+    # exponent_dim 7 of a table 8 wide: cos(p · base^(−2i/7)), i < 4, in both halves
+    odd = RotaryEmbedding(16, rotary_dim=8, exponent_dim=7, base=100.0, max_seq_len=64)
+    w = 100.0 ** (-torch.arange(0, 7, 2, dtype=torch.float64) / 7)  # (4,)
+    want = torch.cos(pos[:, None].double() * w[None, :])
+    torch.testing.assert_close(
+        odd.cos[:40].double(), torch.cat((want, want), -1), rtol=0, atol=1e-7
+    )
+    # trailing channels: the last R rotate as a leading module of width R would rotate them
+    trailing = RotaryEmbedding(16, rotary_dim=8, rotated_channels="trailing")
+    leading = RotaryEmbedding(8)
+    out = trailing(x, pos)
+    torch.testing.assert_close(out[..., :8], x[..., :8], rtol=0, atol=0)
+    torch.testing.assert_close(out[..., 8:], leading(x[..., 8:].contiguous(), pos), rtol=0, atol=0)
+    with pytest.raises(InvalidArgument, match="exponent_dim"):
+        RotaryEmbedding(16, rotary_dim=8, exponent_dim=5)
