@@ -187,6 +187,7 @@ def _table_arguments(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]
         device=ctx.device,
         dtype=ctx.dtype,
         exponent_dim=p["exponent_dim"],
+        rotation=p["rotation"],
     )
 
 
@@ -243,15 +244,13 @@ def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]
             pos = vllm.angle_positions(positions_tensor(p["positions"], p["seq_len"]))
             pos = pos.to(ctx.device)
             inv = vllm.inv_freq.to(ctx.device)
-            cos, sin = cos_sin_tables(pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype)
+            cos, sin = cos_sin_tables(
+                pos, inv, vllm.attention_scaling, p["layout"], ctx.dtype, p["rotation"]
+            )
             inv = inv.to(ctx.dtype)
         else:
-            tables = rope_cos_sin(
-                p["positions"], seq_len=p["seq_len"], rotation=p["rotation"], **common
-            )
-            return {"cos": tables.cos, "sin": tables.sin, "inv_freq": tables.inv_freq}
-    if p["rotation"] == "negative":  # rope_cos_sin's sign flip, for the other two paths
-        sin = sin.neg()
+            tables = rope_cos_sin(p["positions"], seq_len=p["seq_len"], **common)
+            cos, sin, inv = tables.cos, tables.sin, tables.inv_freq
     return {"cos": cos, "sin": sin, "inv_freq": inv}
 
 
@@ -261,7 +260,7 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"], "rotation": p["rotation"]}
+    kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(
         p["rotary_dim"], p["base"], kw["scaling"], seq_len=length, exponent_dim=p["exponent_dim"]

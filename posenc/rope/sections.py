@@ -33,7 +33,15 @@ from torch import Tensor
 
 from posenc._validate import check_choice
 from posenc.errors import InvalidArgument
-from posenc.rope.scaling import ROPE_LAYOUTS, RopeLayout, RopeScaling, RopeTables, rope_inv_freq
+from posenc.rope.scaling import (
+    ROPE_LAYOUTS,
+    ROPE_ROTATIONS,
+    RopeLayout,
+    RopeRotation,
+    RopeScaling,
+    RopeTables,
+    rope_inv_freq,
+)
 
 
 def check_mrope_section(rotary_dim: int, mrope_section: Sequence[int]) -> list[int]:
@@ -90,6 +98,7 @@ def mrope_cos_sin(
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
     exponent_dim: int | None = None,
+    rotation: RopeRotation = "positive",
 ) -> RopeTables:
     """M-RoPE cos/sin tables, attention scaling included.
 
@@ -98,7 +107,7 @@ def mrope_cos_sin(
         rotary_dim: ``R`` (even).
         mrope_section: ``[s_t, s_h, s_w]`` summing to ``R/2``.
         interleaved: Qwen3-VL's interleaving (else Qwen2-VL's contiguous sections).
-        base, layout, scaling, device, dtype, exponent_dim: as
+        base, layout, scaling, device, dtype, exponent_dim, rotation: as
             :func:`posenc.rope.rope_cos_sin`; a length-dependent scaling sees
             ``max(positions) + 1``.
 
@@ -110,6 +119,7 @@ def mrope_cos_sin(
             :func:`posenc.rope.rope_inv_freq`.
     """
     check_choice("layout", layout, ROPE_LAYOUTS)
+    check_choice("rotation", rotation, ROPE_ROTATIONS)
     if isinstance(positions, Tensor):
         if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
             raise InvalidArgument(
@@ -152,9 +162,11 @@ def mrope_cos_sin(
         full = torch.cat((chosen, chosen), dim=-1)  # (T, R)
     else:
         full = chosen.repeat_interleave(2, dim=-1)  # (T, R)
+    # −θ (nanochat's rotation): sin times −scaling, an exact sign flip
+    sin_scaling = -attention_scaling if rotation == "negative" else attention_scaling
     return RopeTables(
         cos=(full.cos() * attention_scaling).to(dtype),
-        sin=(full.sin() * attention_scaling).to(dtype),
+        sin=(full.sin() * sin_scaling).to(dtype),
         inv_freq=inv_freq.to(device=dev, dtype=dtype),
         attention_scaling=attention_scaling,
     )

@@ -108,6 +108,7 @@ def write_rope_rows(
     attention_scaling: float,
     interleaved: bool,
     split: tuple[Tensor, Tensor, Tensor] | None = None,
+    rotation: RopeRotation = "positive",
 ) -> None:
     """Write RoPE's ``cos`` and/or ``sin`` tables of the integer ``positions (N,)``: each
     ``(out (N, R), "cos" | "sin")`` of ``tables`` gets :func:`write_rope_values` of the float64
@@ -122,12 +123,17 @@ def write_rope_rows(
         attention_scaling: the magnitude the values are multiplied by.
         interleaved: the layout of the tables' columns.
         split: ``posenc.angles.split_tables(inv_freq)``, for a caller writing many blocks.
+        rotation: ``"negative"`` (a model that rotates by ``−θ``, nanochat): ``sin`` is written
+            times ``−attention_scaling``, an exact sign flip.
     """
+    sin_scaling = -attention_scaling if rotation == "negative" else attention_scaling
 
     def emit(rows: slice, sin: Tensor, cos: Tensor) -> None:
         for out, which in tables:
-            values = cos if which == "cos" else sin
-            write_rope_values(out[rows], values, attention_scaling, interleaved)
+            if which == "cos":
+                write_rope_values(out[rows], cos, attention_scaling, interleaved)
+            else:
+                write_rope_values(out[rows], sin, sin_scaling, interleaved)
 
     n = positions.numel()
     first = _consecutive_from(positions)
@@ -143,9 +149,10 @@ def cos_sin_tables(
     attention_scaling: float,
     layout: RopeLayout,
     dtype: torch.dtype,
+    rotation: RopeRotation = "positive",
 ) -> tuple[Tensor, Tensor]:
     """cos and sin ``(..., R)`` for integer ``positions (...)``, in float64 until the final cast
-    (:func:`write_rope_rows` over the positions flattened)."""
+    (:func:`write_rope_rows` over the positions flattened; ``rotation`` as there)."""
     inv = inv_freq.to(device=positions.device, dtype=torch.float64)  # (R/2,)
     shape = (*positions.shape, 2 * inv.numel())
     cos = torch.empty(shape, dtype=dtype, device=positions.device)  # (..., R)
@@ -157,6 +164,7 @@ def cos_sin_tables(
         inv,
         attention_scaling,
         layout == "interleaved",
+        rotation=rotation,
     )
     return cos, sin
 
@@ -228,9 +236,9 @@ def rope_cos_sin(
         exponent_dim=exponent_dim,
     )
     dev = torch.device("cpu") if device is None else torch.device(device)
-    cos, sin = cos_sin_tables(pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype)
-    if rotation == "negative":
-        sin.neg_()  # exact: a sign flip
+    cos, sin = cos_sin_tables(
+        pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype, rotation
+    )
     return RopeTables(
         cos=cos,
         sin=sin,
@@ -379,16 +387,15 @@ def rope_blocks(
     inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
     split = split_tables(inv_freq)  # sin, cos of r·w for r < 64: once for all the blocks
     interleaved = layout == "interleaved"
-    negate = which == "sin" and rotation == "negative"
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         if held is None:
             pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
         else:
             pos = held[start:stop]
-        write_rope_rows(((out, which),), pos, inv_freq, attention_scaling, interleaved, split)
-        if negate:
-            out.neg_()  # exact: the whole table's sin.neg_()
+        write_rope_rows(
+            ((out, which),), pos, inv_freq, attention_scaling, interleaved, split, rotation
+        )
 
     return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
 
@@ -482,10 +489,9 @@ class RotaryEmbedding(nn.Module):
         inv_freq, scale = rope_inv_freq(
             self.rotary_dim, self.base, self.scaling, seq_len=length, exponent_dim=self.exponent_dim
         )
-        cos, sin = cos_sin_tables(
-            positions.to(torch.int64), inv_freq, scale, self.layout, torch.float32
+        return cos_sin_tables(
+            positions.to(torch.int64), inv_freq, scale, self.layout, torch.float32, self.rotation
         )
-        return cos, (sin.neg_() if self.rotation == "negative" else sin)
 
     def forward(self, x: Tensor, positions: Tensor | None = None) -> Tensor:
         """Rotate ``x`` ``(B, H, T, Dh)`` at ``positions`` ``(T,)`` or ``(B, T)`` (default 0…T−1)."""
