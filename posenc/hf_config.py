@@ -73,9 +73,11 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
+from posenc._validate import is_number
 from posenc.errors import InvalidArgument
 from posenc.relative_sinusoidal import PARAKEET_MODEL_TYPES, parakeet_encoder
 from posenc.rope import ROPE_PARAMETER_KEYS, RopeScaling, rope_inv_freq
@@ -1072,24 +1074,21 @@ def _rope_layer(
         )
 
     mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
+    layer = partial(
+        RopeLayerType,
+        rope_type=rope_type,
+        rope_theta=theta,
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        partial_rotary_factor=float(prf),
+        vllm=vllm,
+    )
     if rope_type in VLLM_ONLY_ROPE_TYPES:  # transformers has no rule: nothing more to check
         for key in d:
             if key not in _VLLM_KEYS and d[key] is not None:
                 r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r} (vLLM)")
         kept = {k: d[k] for k in ("factor", "mixed_b", "alpha") if d.get(k) is not None}
-        return (
-            RopeLayerType(
-                rope_type=rope_type,
-                rope_theta=theta,
-                head_dim=head_dim,
-                rotary_dim=rotary_dim,
-                parameters=MappingProxyType(kept),
-                attention_scaling=1.0,
-                partial_rotary_factor=float(prf),
-                vllm=vllm,
-            ),
-            mrope,
-        )
+        return layer(parameters=MappingProxyType(kept), attention_scaling=1.0), mrope
     required, optional = ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
     known = set(required) | set(optional) | {"original_max_position_embeddings"}
     params: dict[str, Any] = {}
@@ -1156,15 +1155,9 @@ def _rope_layer(
         ) from None
     frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
     return (
-        RopeLayerType(
-            rope_type=rope_type,
-            rope_theta=theta,
-            head_dim=head_dim,
-            rotary_dim=rotary_dim,
+        layer(
             parameters=MappingProxyType(frozen),
             attention_scaling=float(attention_scaling),
-            partial_rotary_factor=float(prf),
-            vllm=vllm,
             exponent_dim=exponent_dim if exponent_dim != rotary_dim else None,
         ),
         mrope,
@@ -1173,6 +1166,10 @@ def _rope_layer(
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _positive_number(value: Any) -> TypeGuard[int | float]:
+    return is_number(value) and value > 0
 
 
 def _vllm_only(
@@ -1222,7 +1219,7 @@ def _vllm_only(
             "transformers applies plain RoPE at every position"
         )
     if vllm_reads_alpha:
-        if isinstance(alpha, bool) or not isinstance(alpha, int | float) or not alpha > 0:
+        if not _positive_number(alpha):
             raise InvalidArgument(
                 f"{where}.alpha must be a number > 0, got {alpha!r}", field=f"{where}.alpha"
             )
@@ -1262,18 +1259,14 @@ def _vllm_only(
     need = {"ntk": "factor", "xdrope": "alpha"}.get(rope_type)
     if need is not None:
         value = d.get(need)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        if not _positive_number(value):
             raise InvalidArgument(
                 f"{where}.{need} is required for rope_type {rope_type!r} (vLLM's "
                 f"get_rope reads it): a number > 0, got {value!r}",
                 field=f"{where}.{need}",
             )
         mixed = d.get("mixed_b")
-        if (
-            rope_type == "ntk"
-            and mixed is not None
-            and (isinstance(mixed, bool) or not isinstance(mixed, int | float) or not mixed > 0)
-        ):
+        if rope_type == "ntk" and mixed is not None and not _positive_number(mixed):
             raise InvalidArgument(
                 f"{where}.mixed_b must be a number > 0, got {mixed!r}", field=f"{where}.mixed_b"
             )

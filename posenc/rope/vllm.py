@@ -359,6 +359,14 @@ def ntk_inv_freq(rotary_dim: int, base: float, factor: float, mixed_b: float | N
 DUAL_CHUNK_CACHES: tuple[str, ...] = ("q", "qc", "k", "qc_no_clamp", "q_inter")
 
 
+def _check_cache(cache: str) -> None:
+    if cache not in DUAL_CHUNK_CACHES:
+        raise InvalidArgument(
+            f"dual_chunk_cache must be one of {', '.join(DUAL_CHUNK_CACHES)}, got {cache!r}",
+            field="dual_chunk_cache",
+        )
+
+
 def dual_chunk_positions(rows: Tensor, cache: str, chunk_size: int, local_size: int) -> Tensor:
     """The position whose plain-RoPE angles row ``r`` of a ``DualChunkRotaryEmbedding`` cache
     holds (vLLM's ``_compute_cos_sin_cache``), with ``L = chunk_size − local_size``:
@@ -376,11 +384,7 @@ def dual_chunk_positions(rows: Tensor, cache: str, chunk_size: int, local_size: 
     Returns:
         ``(T,)`` int64 positions.
     """
-    if cache not in DUAL_CHUNK_CACHES:
-        raise InvalidArgument(
-            f"dual_chunk_cache must be one of {', '.join(DUAL_CHUNK_CACHES)}, got {cache!r}",
-            field="dual_chunk_cache",
-        )
+    _check_cache(cache)
     span = chunk_size - local_size
     r = rows.to(torch.int64)
     if cache == "q":
@@ -445,7 +449,7 @@ def vllm_only_rope(
     if dca is not None:
         chunk, local = int(dca["chunk_size"]), int(dca["local_size"])
         which = cache or "k"
-        dual_chunk_positions(torch.zeros(1, dtype=torch.int64), which, chunk, local)  # checks it
+        _check_cache(which)
         rows = max_position if which == "k" else chunk - local
         return VllmRope(
             "dual_chunk",
