@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from posenc import kinds
-from posenc._validate import check_int, device_or_cpu
+from posenc._validate import check_int, check_int_at_least, device_or_cpu
 from posenc.blocks import TableBlocks
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
@@ -133,13 +133,9 @@ def _encoder_part(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
 
 def _positive_int(encoder: Mapping[str, Any], prefix: str, key: str, default: int) -> int:
     value = encoder.get(key, default)
-    if value is None:
-        value = default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidArgument(
-            f"{prefix}{key} must be an integer >= 1, got {value!r}", field=f"{prefix}{key}"
-        )
-    return value
+    return check_int_at_least(
+        f"{prefix}{key}", default if value is None else value, 1, noun="an integer"
+    )
 
 
 def parakeet_fields(config: Mapping[str, Any]) -> dict[str, Any]:
