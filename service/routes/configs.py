@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from posenc.engines import compare_engines, positions_for_engine
+from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
 from posenc.vision_rope import is_vision_config_alone, vision_tower
 from service.schemas import ErrorBody, ValidationErrorBody
@@ -233,34 +234,26 @@ def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
     meta: dict[str, Any] = {"engine": body.engine}
     if body.engine == "vllm":
         meta["max_model_len"] = body.max_model_len
+    said = (
+        f"its 2-D rotary is served by {vision['endpoint']}"
+        if rotary
+        else f"it has {vision['uses']}, no rotary table"
+    )
+    none = ModelPositions(  # no text positions: every other key empty, as read_positions' are
+        model_type=vision["model_type"],
+        kind="none",
+        head_dim=vision["head_dim"] if rotary else None,
+        layout=vision["layout"] if rotary else None,
+        warnings=(
+            f"a vision tower's config alone: {said}; the text positions are in the whole "
+            "model's config",
+        ),
+    )
     return {
-        "model_type": vision["model_type"],
+        **none.to_dict(),
         "kind": "vision_rope" if rotary else "none",
-        "head_dim": vision["head_dim"] if rotary else None,
-        "rotary_dim": None,
-        "layout": vision["layout"] if rotary else None,
-        "max_position_embeddings": None,
-        "layer_types": [],
-        "rope": {},
-        "per_layer_type": False,
-        "softmax_scale": None,
-        "attention_temperature": None,
-        "sliding_window": None,
-        "mrope_section": None,
-        "mrope_interleaved": False,
-        "alibi": None,
-        "relative": None,
-        "learned": None,
         "vision": vision,
         "query_scale": None,
-        "warnings": [
-            (
-                f"a vision tower's config alone: its 2-D rotary is served by {vision['endpoint']}"
-                if rotary
-                else f"a vision tower's config alone: it has {vision['uses']}, no rotary table"
-            )
-            + "; the text positions are in the whole model's config"
-        ],
         "engine": body.engine,
         "meta": meta,
     }
