@@ -349,11 +349,10 @@ def _posenc_rotation(mp, layer_type: str | None, rows: torch.Tensor, width: int)
     return out.permute(1, 2, 0)  # (T, W out, W in)
 
 
-def _sweep_one(cfg):
-    """posenc's reading of ``cfg`` (or why it refuses), and the model's rotations for the
-    layer types its layers use."""
-    from tests.lib.transformers_probe import model_rotation
-
+def _sweep_reading(cfg):
+    """posenc's reading of ``cfg``, or None and why it refuses (None when it reads RoPE), and
+    the layer types to compare: those its layers use (a config may give parameters for others
+    too), else ``[None]``."""
     try:
         mp = read_positions(cfg.to_dict())
         refused = None if mp.kind == "rope" else f"kind {mp.kind}"
@@ -361,9 +360,17 @@ def _sweep_one(cfg):
         mp, refused = None, str(exc)
     layer_types: list[str | None] = [None]
     if mp is not None and mp.kind == "rope" and mp.per_layer_type:
-        # the types its layers use (a config may give parameters for others too)
         used = [t for t in sorted(mp.rope) if t in mp.layer_types]
         layer_types = list(used or sorted(mp.rope))
+    return mp, refused, layer_types
+
+
+def _sweep_one(cfg):
+    """posenc's reading of ``cfg`` (or why it refuses), and the model's rotations for the
+    layer types its layers use."""
+    from tests.lib.transformers_probe import model_rotation
+
+    mp, refused, layer_types = _sweep_reading(cfg)
     distinct = bool(mp is not None and mp.kind == "rope" and mp.mrope_section)
     return mp, refused, cfg, model_rotation(cfg, layer_types, distinct_rows=distinct)
 
@@ -376,19 +383,13 @@ def _module_alone(cfg) -> str | None:
     None where the module cannot be built or called either."""
     from tests.lib.transformers_probe import NotProbed, T, rotary_module_tables
 
-    try:
-        mp, refused = read_positions(cfg.to_dict()), None
-    except Exception as exc:
-        mp, refused = None, str(exc)
-    layer_types: list[str | None] = [None]
-    if mp is not None and mp.kind == "rope" and mp.per_layer_type:
-        layer_types = list([t for t in sorted(mp.rope) if t in mp.layer_types] or sorted(mp.rope))
+    mp, refused, layer_types = _sweep_reading(cfg)
     try:
         tables = rotary_module_tables(cfg, layer_types)
     except NotProbed:
         return None
-    if mp is None or mp.kind != "rope":
-        return f"refused (module alone): {refused or f'kind {mp and mp.kind}'}"[:160]
+    if mp is None or refused is not None:
+        return f"refused (module alone): {refused}"[:160]
     worst = 0.0
     for lt, (cos, sin) in tables.items():
         f = rope_request_fields(mp, lt)

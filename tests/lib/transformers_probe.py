@@ -149,6 +149,11 @@ def _recording(modules: list[Any], record: _Record) -> Iterator[None]:
                 setattr(owner, name, value)
 
 
+def _modeling_name(config: Any) -> str:
+    """The module name of the modeling file beside ``config``'s configuration file."""
+    return type(config).__module__.replace(".configuration_", ".modeling_")
+
+
 def _modeling_modules(cls: type) -> list[Any]:
     """The modeling files of ``cls`` and of every class it derives from in transformers."""
     out = []
@@ -183,9 +188,7 @@ def text_model_class(config: Any) -> type:
     # text model): the base model class of its modeling file that takes that config
     for c in (text, config):
         try:
-            mod = importlib.import_module(
-                type(c).__module__.replace(".configuration_", ".modeling_")
-            )
+            mod = importlib.import_module(_modeling_name(c))
         except ImportError:
             continue
         found = [
@@ -210,7 +213,7 @@ def _mentions_rotary(config: Any) -> bool:
         return True  # let text_model_class say why
     found = False
     for c in (text, config):
-        spec = importlib.util.find_spec(type(c).__module__.replace(".configuration_", ".modeling_"))
+        spec = importlib.util.find_spec(_modeling_name(c))
         if spec is None or spec.origin is None:
             continue
         with open(spec.origin, encoding="utf-8") as fh:
@@ -672,7 +675,7 @@ def rotary_module_tables(
         text = config.get_text_config()
     except ValueError as exc:
         raise NotProbed(f"get_text_config() refuses: {exc}") from None
-    name = type(text).__module__.replace(".configuration_", ".modeling_")
+    name = _modeling_name(text)
     try:
         mod = importlib.import_module(name)
     except ImportError as exc:
