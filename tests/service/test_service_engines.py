@@ -79,17 +79,23 @@ def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
         yield client
 
 
+def assert_streams_its_cos(client: httpx.Client, body: dict) -> None:
+    """``body`` as raw over the client's small POSENC_MAX_ELEMENTS is streamed, in the bytes of
+    the library's whole cos table for the same fields."""
+    r = client.post("/v1/encodings/rope", json=body, params={"format": "raw"})
+    assert r.status_code == 200, r.text
+    assert "stream" in r.headers["server-timing"]
+    fields = resolve.resolve_fields(ROPE, body)
+    assert r.content == resolve.compute(ROPE, fields)["cos"].numpy().tobytes()
+
+
 def test_rope_engine_vllm_streams_the_same_bytes(small_client: httpx.Client) -> None:
     body = {
         "config": CASES["deepseek-v2-lite mscale only"]["config"],
         "seq_len": 300,
         "engine": "vllm",
     }
-    r = small_client.post("/v1/encodings/rope", json=body, params={"format": "raw"})
-    assert r.status_code == 200, r.text
-    assert "stream" in r.headers["server-timing"]
-    fields = resolve.resolve_fields(ROPE, body)
-    assert r.content == resolve.compute(ROPE, fields)["cos"].numpy().tobytes()
+    assert_streams_its_cos(small_client, body)
     assert small_client.post("/v1/encodings/rope", json=body).status_code == 413
 
 
@@ -169,11 +175,7 @@ def test_rope_dual_chunk_streams_the_same_bytes(small_client: httpx.Client) -> N
         "engine": "vllm",
         "dual_chunk_cache": "qc",
     }
-    r = small_client.post("/v1/encodings/rope", json=body, params={"format": "raw"})
-    assert r.status_code == 200, r.text
-    assert "stream" in r.headers["server-timing"]
-    fields = resolve.resolve_fields(ROPE, body)
-    assert r.content == resolve.compute(ROPE, fields)["cos"].numpy().tobytes()
+    assert_streams_its_cos(small_client, body)
 
 
 def test_rope_xdrope_four_rows_and_configs_endpoints(api: httpx.Client) -> None:
