@@ -391,6 +391,15 @@ def _unpermuted(mats: torch.Tensor) -> torch.Tensor:
     return perm.T @ mats
 
 
+def _replayed_matrices(res: Any, t_axis: int) -> torch.Tensor:
+    """``(T, W out, W in)`` float64 rotation matrices from what an apply function returned for
+    identity queries (its first output where it returns queries and keys; heads on the axis
+    :func:`_probe_query` put them)."""
+    res = res[0] if isinstance(res, tuple) else res
+    res = res[0] if t_axis == 2 else res[0].transpose(0, 1)  # (W heads, T, W)
+    return _unpermuted(res.double().permute(1, 2, 0))  # (T, W out, W in)
+
+
 def shallow(config: Any) -> Any:
     """A copy of ``config`` whose text model has only the layers that show each of its layer
     types once (the first ``k``), with every per-layer list cut to ``k``: the rotary module and
@@ -557,10 +566,7 @@ def _driven_directly(
                 res = fn(q, q, *out) if with_keys else fn(q, *out, unsqueeze_dim=2)
         except Exception as exc:
             raise NotProbed(f"replaying {name} fails: {exc!r:.160}", "unread") from None
-        res = res[0] if isinstance(res, tuple) else res
-        res = res[0] if t_axis == 2 else res[0].transpose(0, 1)  # (W heads, T, W)
-        mats = _unpermuted(res.double().permute(1, 2, 0))  # (T, W out, W in)
-        result[lt] = Rotation(mats, rows, cls.__name__, name)
+        result[lt] = Rotation(_replayed_matrices(res, t_axis), rows, cls.__name__, name)
     return result
 
 
@@ -647,12 +653,8 @@ def _model_rotation(
                 res = fn(*call, **kw)
         except Exception as exc:
             raise NotProbed(f"replaying {name} fails: {exc!r:.160}", "unread") from None
-        res = res[0] if isinstance(res, tuple) else res
-        res = res[0] if t_axis == 2 else res[0].transpose(0, 1)  # (W heads, T, W)
-        mats = res.double().permute(1, 2, 0)  # (T, W out, W in)
-        mats = _unpermuted(mats)
         rows = pos.reshape(-1, n) if pos is not None else torch.arange(n)[None]
-        result[lt] = Rotation(mats, rows, a_cls.__name__, name)
+        result[lt] = Rotation(_replayed_matrices(res, t_axis), rows, a_cls.__name__, name)
     return result
 
 
