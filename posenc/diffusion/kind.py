@@ -73,7 +73,7 @@ def diffusion_rope_grid(p: Mapping[str, Any]) -> tuple[Reading, RopeGrid]:
 def _rope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     reading, grid = diffusion_rope_grid(p)
     n, r = grid.tokens, grid.rotary_dim
-    return {"ids": (n, len(reading.rule.axis_names)), "cos": (n, r), "sin": (n, r)}
+    return {"cos": (n, r), "sin": (n, r), "ids": (n, len(reading.rule.axis_names))}
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:

@@ -255,6 +255,7 @@ def test_a_4k_video_grid_is_sized_from_its_numbers_and_streams() -> None:
     params = resolve_fields(DIFFUSION_ROPE, fields)
     shapes = DIFFUSION_ROPE.shapes(params)
     assert shapes == {"cos": (680400, 128), "sin": (680400, 128), "ids": (680400, 3)}
+    assert list(shapes) == ["cos", "sin", "ids"]  # the kind's tensor order: cos is primary
     with pytest.raises(TooLarge):
         compute(DIFFUSION_ROPE, params, max_elements=10**8)  # 176 M elements, none allocated
     blocks = DIFFUSION_ROPE.blocks(params, context(params))["cos"]
