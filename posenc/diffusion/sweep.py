@@ -3,8 +3,9 @@
 Read from diffusers 0.42's ``models/transformers/`` (every ``*Transformer*Model`` class whose
 file defines or calls a positional module: a ``*RotaryPosEmbed``, ``*PosEmbed``, ``*EmbedRope``,
 ``get_*_rotary_pos_embed``, ``get_*_sincos_pos_embed`` or a ``PatchEmbed`` that adds a table).
-``tests/lib/test_diffusion_sweep.py`` checks this list against the installed diffusers when it is
-importable, so a class diffusers adds or drops shows up as a test failure.
+``tests/lib/test_diffusion_live.py`` checks this list against the installed diffusers where it
+imports, so a class diffusers adds shows up as a test failure; ``tests/lib/test_diffusion_sweep.py``
+checks that it agrees with the served rules and with docs/diffusion.md.
 """
 
 from __future__ import annotations
