@@ -18,6 +18,8 @@ the others add the sin-cos table of ``POST /v1/encodings/sincos-2d``.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import Tensor
 
@@ -85,15 +87,19 @@ def _read(values: ConfigValues, frames: int, height: int, width: int, text_len: 
     )
 
 
-def _axis(start: float, stop: float, size: int, index: Tensor, engine: bool) -> Tensor:
-    """``linspace(start, stop·(n−1)/n, n)[index]``: float64, or float32 as diffusers makes it
-    (then widened, exactly)."""
+@functools.lru_cache(maxsize=8)
+def _points(start: float, stop: float, size: int, engine: bool, device: torch.device) -> Tensor:
+    """``linspace(start, stop·(n−1)/n, n)`` (n,) float64: made once per grid axis, not once per
+    row block; in float32 as diffusers makes it (then widened, exactly) for ``engine``."""
+    end = stop * (size - 1) / size
     if engine:
-        points = torch.linspace(
-            start, stop * (size - 1) / size, size, dtype=torch.float32, device=index.device
-        )
-        return points[index].to(torch.float64)
-    return linspace64(start, stop * (size - 1) / size, size, device=index.device)[index]
+        return torch.linspace(start, end, size, dtype=torch.float32, device=device).double()
+    return linspace64(start, end, size, device=device)
+
+
+def _axis(start: float, stop: float, size: int, index: Tensor, engine: bool) -> Tensor:
+    """The positions of ``index`` along one axis of the crop: (n,) float64."""
+    return _points(float(start), float(stop), size, engine, index.device)[index]
 
 
 def _video_ids(grid: RopeGrid, t: Tensor, h: Tensor, w: Tensor) -> Tensor:
