@@ -73,6 +73,12 @@ def _read(values: ConfigValues, frames: int, height: int, width: int, text_len: 
     p = config_int(values, "patch_size")
     base_h = config_int(values, "sample_height") // p
     base_w = config_int(values, "sample_width") // p
+    if min(base_h, base_w) < 1:
+        raise InvalidArgument(
+            f"config.sample_height and sample_width // patch_size must be >= 1, got "
+            f"{base_h} x {base_w}",
+            field="config.sample_height",
+        )
     numbers: dict[str, object] = {"base_height": base_h, "base_width": base_w}
     if values.get("patch_size_t") is None:
         numbers["grid_type"] = "linspace"

@@ -136,6 +136,17 @@ def _inner_dim(values: ConfigValues, multiple: int) -> int:
     return dim
 
 
+def _base_size(values: ConfigValues) -> int:
+    """``sample_size // patch_size`` (>= 1): the grid the table was trained at."""
+    base = config_int(values, "sample_size") // config_int(values, "patch_size")
+    if base < 1:
+        raise InvalidArgument(
+            f"config.sample_size // patch_size must be >= 1, got {base}",
+            field="config.sample_size",
+        )
+    return base
+
+
 def _image_only(model: str, frames: int) -> None:
     if frames != 1:
         raise InvalidArgument(
@@ -153,12 +164,7 @@ def _patched(
         _image_only(name, frames)
         dim = _inner_dim(values, 4)
         sample = config_int(values, "sample_size")
-        base = sample // config_int(values, "patch_size")
-        if base < 1:
-            raise InvalidArgument(
-                f"config.sample_size // patch_size must be >= 1, got {base}",
-                field="config.sample_size",
-            )
+        base = _base_size(values)
         if fixed_scale is not None:
             scale = fixed_scale
         elif values.get("interpolation_scale") is not None:
@@ -215,7 +221,7 @@ def _read_sd3(values: ConfigValues, frames: int, height: int, width: int) -> Sin
     _image_only("sd3", frames)
     dim = _inner_dim(values, 4)
     most = config_int(values, "pos_embed_max_size")
-    base = config_int(values, "sample_size") // config_int(values, "patch_size")
+    base = _base_size(values)
     why = f"SD3 crops from its pos_embed_max_size {most} x {most} table"
     limit("height", height, most, why)
     limit("width", width, most, why)

@@ -168,3 +168,70 @@ def test_configs_positions_reads_diffusers_files(api: httpx.Client) -> None:
     llama = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4}
     plain = api.post("/v1/configs/positions", json={"config": llama}).json()
     assert plain["kind"] == "rope" and plain.get("diffusers") is None
+
+
+def _hostile_bodies() -> list[tuple[str, dict[str, object]]]:
+    """Every published config and every diffusers class of the sweep, with grids at the edges,
+    and config values of the wrong type, to each endpoint."""
+    from posenc.diffusion.published import PUBLISHED
+    from posenc.diffusion.sweep import SWEEP
+
+    configs: list[dict[str, object]] = [dict(c) for _r, c, _v in PUBLISHED.values()]
+    configs += [{"_class_name": name} for name in SWEEP]
+    configs += [
+        {"_class_name": "FluxTransformer2DModel", "axes_dims_rope": "16,56,56"},
+        {"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [15, 57, 56]},
+        {"_class_name": "WanTransformer3DModel", "attention_head_dim": 0},
+        {"_class_name": "WanTransformer3DModel", "rope_max_seq_len": None},
+        {"_class_name": "HunyuanVideoTransformer3DModel", "rope_theta": float("inf")},
+        {"_class_name": "HunyuanVideoTransformer3DModel", "rope_theta": -1},
+        {
+            "_class_name": "CogVideoXTransformer3DModel",
+            "use_rotary_positional_embeddings": True,
+            "attention_head_dim": 40,
+        },
+        {
+            "_class_name": "CogVideoXTransformer3DModel",
+            "use_rotary_positional_embeddings": True,
+            "sample_height": 1,
+        },
+        {
+            "_class_name": "LTXVideoTransformer3DModel",
+            "num_attention_heads": 1,
+            "attention_head_dim": 1,
+        },
+        {"_class_name": "SD3Transformer2DModel", "pos_embed_max_size": None},
+        {"_class_name": "SD3Transformer2DModel", "sample_size": 1},
+        {"_class_name": "PixArtTransformer2DModel", "interpolation_scale": 0},
+        {"_class_name": 7},
+        {"_class_name": "X", "transformer": ["diffusers", 3]},
+        {"transformer": ["diffusers", "FluxTransformer2DModel"], "_class_name": "FluxPipeline"},
+    ]
+    grids = [
+        {"height": 1, "width": 1},
+        {"frames": 3, "height": 2, "width": 9, "text_len": 5},
+        {"frames": 1, "height": 4097, "width": 3, "text_len": 4095},
+        {"frames": 2**40, "height": 2**40, "width": 2**40, "text_len": 2**52},
+    ]
+    bodies: list[tuple[str, dict[str, object]]] = []
+    for config in configs:
+        for grid in grids:
+            bodies += [(ROPE, {"config": config, **grid}), (SINCOS, {"config": config, **grid})]
+        bodies.append(("/v1/configs/positions", {"config": config}))
+    return bodies
+
+
+def test_no_5xx_for_any_config_or_grid(app_client: httpx.Client) -> None:
+    import json as _json
+
+    failures = []
+    for path, body in _hostile_bodies():
+        if path == SINCOS:
+            body = {k: v for k, v in body.items() if k != "text_len"}
+        content = _json.dumps(body)  # Infinity as Python's json writes it
+        r = app_client.post(path, content=content, headers={"content-type": "application/json"})
+        if r.status_code >= 500 or r.status_code not in (200, 400, 413, 422):
+            failures.append((path, body, r.status_code, r.text[:200]))
+        elif r.status_code != 200:
+            assert r.json().get("detail"), r.text
+    assert not failures, failures[:5]
