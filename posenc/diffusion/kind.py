@@ -16,7 +16,7 @@ from typing import Any
 from torch import Tensor
 
 from posenc import kinds
-from posenc.blocks import TableBlocks
+from posenc.blocks import DEFAULT_BLOCK_BYTES, TableBlocks
 from posenc.diffusion.configs import (
     MODEL_NAMES,
     SINCOS_MODEL_NAMES,
@@ -89,8 +89,13 @@ def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     return out
 
 
+def _whole(blocks: Mapping[str, TableBlocks]) -> dict[str, Tensor]:
+    """Each table whole, filled block by block so its float64 scratch stays a block's."""
+    return {name: b.whole(max_block_bytes=DEFAULT_BLOCK_BYTES) for name, b in blocks.items()}
+
+
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    return {name: blocks.whole() for name, blocks in _rope_blocks(p, ctx).items()}
+    return _whole(_rope_blocks(p, ctx))
 
 
 def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -301,7 +306,7 @@ SINCOS_2D: kinds.Kind = kinds.Kind(
     ),
     tensors=(kinds.TensorSpec("pos_embed", ("N", "D")),),
     shapes=lambda p: {"pos_embed": (sincos_grid(p)[1].tokens, sincos_grid(p)[1].dim)},
-    compute=lambda p, ctx: {name: b.whole() for name, b in _sincos_blocks(p, ctx).items()},
+    compute=lambda p, ctx: _whole(_sincos_blocks(p, ctx)),
     check=_need_model_or_config,
     meta=_sincos_meta,
     blocks=_sincos_blocks,
