@@ -30,7 +30,6 @@ from posenc.diffusion.rules import (
     concat_axes_angles,
     config_int,
     limit,
-    linspace64,
 )
 from posenc.errors import InvalidArgument
 
@@ -93,19 +92,22 @@ def _read(values: ConfigValues, frames: int, height: int, width: int, text_len: 
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _points(start: float, stop: float, size: int, engine: bool, device: torch.device) -> Tensor:
-    """``linspace(start, stop·(n−1)/n, n)`` (n,) float64: made once per grid axis, not once per
-    row block; in float32 as diffusers makes it (then widened, exactly) for ``engine``."""
-    end = stop * (size - 1) / size
-    if engine:
-        return torch.linspace(start, end, size, dtype=torch.float32, device=device).double()
-    return linspace64(start, end, size, device=device)
+@functools.lru_cache(maxsize=4)
+def _points32(start: float, end: float, size: int, device: torch.device) -> Tensor:
+    """diffusers' float32 ``linspace(start, end, n)`` (n,), widened exactly: made once per axis
+    rather than once per row block (float32 ``linspace`` is only reproduced whole)."""
+    return torch.linspace(start, end, size, dtype=torch.float32, device=device).double()
 
 
 def _axis(start: float, stop: float, size: int, index: Tensor, engine: bool) -> Tensor:
-    """The positions of ``index`` along one axis of the crop: (n,) float64."""
-    return _points(float(start), float(stop), size, engine, index.device)[index]
+    """``linspace(start, stop·(n−1)/n, n)[index]``: (n,) float64 positions along one axis of
+    the crop; in float64 straight from the index (no table), or as diffusers' float32 table."""
+    end = stop * (size - 1) / size
+    if engine:
+        return _points32(float(start), end, size, index.device)[index]
+    if size == 1:
+        return torch.full(index.shape, float(start), dtype=torch.float64, device=index.device)
+    return start + index.to(torch.float64) * ((end - start) / (size - 1))
 
 
 def _video_ids(grid: RopeGrid, t: Tensor, h: Tensor, w: Tensor) -> Tensor:

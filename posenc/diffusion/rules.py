@@ -42,7 +42,6 @@ __all__ = [
     "concat_axes_angles",
     "fill_rows",
     "grid_coordinates",
-    "linspace64",
 ]
 
 TextPlace = Literal["first", "last", "cross_attention"]
@@ -155,13 +154,6 @@ def concat_axes_angles(
         for a, d in enumerate(grid.axes)
     ]
     return torch.cat(parts, dim=1)
-
-
-def linspace64(
-    start: float, stop: float, steps: int, *, device: torch.device | None = None
-) -> Tensor:
-    """``torch.linspace`` in float64: ``start + i·(stop − start)/(steps − 1)``."""
-    return torch.linspace(start, stop, steps, dtype=torch.float64, device=device)
 
 
 def grid_coordinates(
