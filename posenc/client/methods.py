@@ -123,6 +123,14 @@ class KindMethods(Generic[T]):
             "CogVideoX1.5-5B",
             "LTX-Video",
             "LTX-Video-0.9.7",
+            "FluxTransformer2DModel",
+            "ChromaTransformer2DModel",
+            "WanTransformer3DModel",
+            "WanVACETransformer3DModel",
+            "HunyuanVideoTransformer3DModel",
+            "QwenImageTransformer2DModel",
+            "CogVideoXTransformer3DModel",
+            "LTXVideoTransformer3DModel",
         ]
         | None = None,
         config: Mapping[str, Any] | None = None,
@@ -155,8 +163,8 @@ class KindMethods(Generic[T]):
         Args:
             model: a diffusers transformer's name (flux, wan, hunyuan-video, qwen-image,
                 cogvideox, ltx-video: the published checkpoint each stands for is in
-                meta.source) or a published checkpoint (FLUX.1-dev, Wan2.2-TI2V-5B,
-                CogVideoX1.5-5B …).
+                meta.source), a published checkpoint (FLUX.1-dev, Wan2.2-TI2V-5B,
+                CogVideoX1.5-5B …) or a diffusers transformer class (its defaults).
             config: a diffusers transformer/config.json (its _class_name picks the rule; keys it
                 lacks take the class default, listed in meta.defaulted), instead of model.
             frames: latent frames in the transformer's patches (1 for an image) (default 1).
@@ -785,6 +793,11 @@ class KindMethods(Generic[T]):
             "stable-diffusion-3.5-large",
             "PixArt-Sigma-XL-2-1024-MS",
             "DiT-XL-2-256",
+            "SD3Transformer2DModel",
+            "PixArtTransformer2DModel",
+            "Transformer2DModel",
+            "DiTTransformer2DModel",
+            "CogVideoXTransformer3DModel",
         ]
         | None = None,
         config: Mapping[str, Any] | None = None,
@@ -812,8 +825,8 @@ class KindMethods(Generic[T]):
 
         Args:
             model: sd3, pixart, dit or cogvideox (the published checkpoint each stands for is in
-                meta.source), or a published checkpoint (stable-diffusion-3-medium, CogVideoX-2b
-                …).
+                meta.source), a published checkpoint (stable-diffusion-3-medium, CogVideoX-2b …)
+                or a diffusers transformer class (its defaults).
             config: a diffusers transformer/config.json (its _class_name picks the rule),
                 instead of model.
             frames: latent frames in the transformer's patches (1 for an image) (default 1).

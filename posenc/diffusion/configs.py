@@ -50,9 +50,11 @@ _SINCOS_CLASSES = {c: r for r in SINCOS_RULES.values() for c in r.class_names}
 MODEL_NAMES: tuple[str, ...] = (
     *ROPE_RULES,
     *(n for n, (_r, c, _v) in PUBLISHED.items() if c["_class_name"] in _ROPE_CLASSES),
+    *_ROPE_CLASSES,
 )
-"""What ``model`` of ``diffusion-rope`` accepts: the six served names, then published
-checkpoints (``FLUX.1-dev``, ``Wan2.2-TI2V-5B`` …)."""
+"""What ``model`` of ``diffusion-rope`` accepts: the six served names, published checkpoints
+(``FLUX.1-dev``, ``Wan2.2-TI2V-5B`` …), then diffusers class names (read with the class's
+defaults, as a ``config`` of that ``_class_name`` alone would be)."""
 
 SINCOS_MODEL_NAMES: tuple[str, ...] = (
     *SINCOS_RULES,
@@ -61,6 +63,7 @@ SINCOS_MODEL_NAMES: tuple[str, ...] = (
         for n, (_r, c, _v) in PUBLISHED.items()
         if c["_class_name"] in _SINCOS_CLASSES and not c.get("use_rotary_positional_embeddings")
     ),
+    *_SINCOS_CLASSES,
 )
 """What ``model`` of ``sincos-2d`` accepts."""
 
@@ -144,6 +147,8 @@ def _read(
     endpoint: str,
 ) -> Reading:
     source = None
+    if config is None and model in classes:  # a class name: its defaults
+        config, model = {"_class_name": model}, None
     if config is None:
         if model is None:
             raise InvalidArgument("give model or config", field="model")

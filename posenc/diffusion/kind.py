@@ -174,8 +174,9 @@ DIFFUSION_ROPE: kinds.Kind = kinds.Kind(
             "model",
             "str",
             "a diffusers transformer's name (flux, wan, hunyuan-video, qwen-image, cogvideox, "
-            "ltx-video: the published checkpoint each stands for is in meta.source) or a "
-            "published checkpoint (FLUX.1-dev, Wan2.2-TI2V-5B, CogVideoX1.5-5B …)",
+            "ltx-video: the published checkpoint each stands for is in meta.source), a "
+            "published checkpoint (FLUX.1-dev, Wan2.2-TI2V-5B, CogVideoX1.5-5B …) or a "
+            "diffusers transformer class (its defaults)",
             None,
             choices=MODEL_NAMES,
             example="flux",
@@ -290,7 +291,8 @@ SINCOS_2D: kinds.Kind = kinds.Kind(
             "model",
             "str",
             "sd3, pixart, dit or cogvideox (the published checkpoint each stands for is in "
-            "meta.source), or a published checkpoint (stable-diffusion-3-medium, CogVideoX-2b …)",
+            "meta.source), a published checkpoint (stable-diffusion-3-medium, CogVideoX-2b …) "
+            "or a diffusers transformer class (its defaults)",
             None,
             choices=SINCOS_MODEL_NAMES,
             example="sd3",

@@ -376,3 +376,13 @@ def test_describe_reads_a_transformer_config_and_a_model_index() -> None:
     assert cog2b["kind"] == "sincos_2d"
     mochi = describe({"_class_name": "MochiTransformer3DModel"})
     assert mochi["kind"] == "none" and "learned" in mochi["reason"]
+
+
+def test_a_class_name_as_model_reads_the_class_defaults() -> None:
+    params = resolve_fields(
+        DIFFUSION_ROPE, {"model": "HunyuanVideoTransformer3DModel", "height": 1, "width": 2}
+    )
+    meta = DIFFUSION_ROPE.make_meta(params)
+    assert (meta["model"], meta["source"]) == ("hunyuan-video", None)
+    assert meta["defaulted"] == ["rope_axes_dim", "rope_theta"]
+    assert meta["config_values"] == {"rope_axes_dim": [16, 56, 56], "rope_theta": 256.0}
