@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from posenc import kinds
 from posenc.alibi import ALIBI
+from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D
 from posenc.embedding import EMBED
 from posenc.learned import LEARNED
 from posenc.position_ids import POSITION_IDS
@@ -30,6 +31,8 @@ KINDS: tuple[kinds.Kind, ...] = (
     LEARNED,
     ROPE,
     VISION_ROPE,
+    DIFFUSION_ROPE,
+    SINCOS_2D,
     QUERY_SCALE,
     RELATIVE_SINUSOIDAL,
     XPOS,

@@ -18,10 +18,12 @@ T = TypeVar("T")
 
 TableKind = Literal[
     "alibi",
+    "diffusion_rope",
     "learned",
     "relative",
     "relative_sinusoidal",
     "rope",
+    "sincos_2d",
     "sinusoidal",
     "vision_rope",
     "xpos",
@@ -95,6 +97,110 @@ class KindMethods(Generic[T]):
             max_bias=max_bias,
             preset=preset,
             config=config,
+            dtype=dtype,
+        )
+
+    def diffusion_rope(
+        self,
+        *,
+        model: Literal[
+            "flux",
+            "wan",
+            "hunyuan-video",
+            "qwen-image",
+            "cogvideox",
+            "ltx-video",
+            "FLUX.1-dev",
+            "FLUX.1-schnell",
+            "Wan2.1-T2V-14B",
+            "Wan2.1-T2V-1.3B",
+            "Wan2.2-TI2V-5B",
+            "Wan2.2-T2V-A14B",
+            "HunyuanVideo",
+            "Qwen-Image",
+            "CogVideoX-5b",
+            "CogVideoX-2b",
+            "CogVideoX1.5-5B",
+            "LTX-Video",
+            "LTX-Video-0.9.7",
+            "FluxTransformer2DModel",
+            "ChromaTransformer2DModel",
+            "WanTransformer3DModel",
+            "WanVACETransformer3DModel",
+            "HunyuanVideoTransformer3DModel",
+            "QwenImageTransformer2DModel",
+            "CogVideoXTransformer3DModel",
+            "LTXVideoTransformer3DModel",
+        ]
+        | None = None,
+        config: Mapping[str, Any] | None = None,
+        frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        precision: Literal["exact", "diffusers"] | None = None,
+        text_len: int | None = None,
+        rope_interpolation_scale: Sequence[float] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/diffusion-rope``: Rotary tables of diffusion and video transformers (FLUX, Wan, HunyuanVideo, Qwen-Image, CogVideoX, LTX-Video).
+
+        The rotary embedding of a diffusion or video transformer as diffusers' own module
+        computes it, for a latent grid of `frames` × `height` × `width` patches and `text_len`
+        text tokens placed where the model places them (FLUX and Qwen-Image: text first,
+        rotated; CogVideoX: text first, not rotated; HunyuanVideo: text last, not rotated; Wan
+        and LTX-Video: text by cross-attention, no rows). `ids` (N, A) are each token's
+        positions per axis (fractional for CogVideoX 1.0 and LTX-Video), `cos` and `sin` (N, R)
+        each angle on its pair's two adjacent channels (`meta.layout` interleaved), the axes'
+        widths in `meta.axes`. Angles in float64, cast once (diffusers computes FLUX's and Wan's
+        in float64 too, the others' in float32: `meta.reference_precision`).
+
+        Args:
+            model: a diffusers transformer's name (flux, wan, hunyuan-video, qwen-image,
+                cogvideox, ltx-video: the published checkpoint each stands for is in
+                meta.source), a published checkpoint (FLUX.1-dev, Wan2.2-TI2V-5B,
+                CogVideoX1.5-5B …) or a diffusers transformer class (its defaults).
+            config: a diffusers transformer/config.json (its _class_name picks the rule; keys it
+                lacks take the class default, listed in meta.defaulted), instead of model.
+            frames: latent frames in the transformer's patches (1 for an image) (default 1).
+            height: latent rows in the transformer's patches.
+            width: latent columns in the transformer's patches.
+            precision: exact: float64 positions and angles, cast once; diffusers: diffusers' own
+                arithmetic, in float32 where it computes in float32 (positions, frequencies,
+                angles) (default 'exact').
+            text_len: text tokens, placed where the model places them (none for cross-attention
+                models) (default 0).
+            rope_interpolation_scale: LTX-Video only: what the pipeline passes, (vae temporal
+                compression / frame_rate, vae spatial compression, vae spatial compression);
+                default (8/25, 32, 32), LTXPipeline at 25 frames per second.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``cos`` (N, R), ``sin`` (N, R), ``ids`` (N, A).
+        """
+        return self.compute(
+            "diffusion_rope",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            model=model,
+            config=config,
+            frames=frames,
+            height=height,
+            width=width,
+            precision=precision,
+            text_len=text_len,
+            rope_interpolation_scale=rope_interpolation_scale,
             dtype=dtype,
         )
 
@@ -671,6 +777,85 @@ class KindMethods(Generic[T]):
             engine=engine,
             max_model_len=max_model_len,
             dual_chunk_cache=dual_chunk_cache,
+            dtype=dtype,
+        )
+
+    def sincos_2d(
+        self,
+        *,
+        model: Literal[
+            "sd3",
+            "pixart",
+            "dit",
+            "cogvideox",
+            "CogVideoX-2b",
+            "stable-diffusion-3-medium",
+            "stable-diffusion-3.5-large",
+            "PixArt-Sigma-XL-2-1024-MS",
+            "DiT-XL-2-256",
+            "SD3Transformer2DModel",
+            "PixArtTransformer2DModel",
+            "Transformer2DModel",
+            "DiTTransformer2DModel",
+            "CogVideoXTransformer3DModel",
+        ]
+        | None = None,
+        config: Mapping[str, Any] | None = None,
+        frames: int | None = None,
+        height: int | None = None,
+        width: int | None = None,
+        precision: Literal["exact", "diffusers"] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/sincos-2d``: 2-D and 3-D sin-cos position tables of diffusion transformers (SD3, PixArt, DiT, CogVideoX).
+
+        The fixed sin-cos table a diffusion transformer adds to its patches, as diffusers'
+        get_2d_sincos_pos_embed / get_3d_sincos_pos_embed compute it for a grid of `frames` ×
+        `height` × `width` patches, rows in row-major order: SD3 crops the centre of its
+        pos_embed_max_size table; PixArt and DiT scale coordinates by base_size / grid and
+        interpolation_scale; CogVideoX (without rotary) puts a frame part first. Each part is
+        [sin | cos], the column coordinate's before the row's (`meta.parts`). float64, cast
+        once.
+
+        Args:
+            model: sd3, pixart, dit or cogvideox (the published checkpoint each stands for is in
+                meta.source), a published checkpoint (stable-diffusion-3-medium, CogVideoX-2b …)
+                or a diffusers transformer class (its defaults).
+            config: a diffusers transformer/config.json (its _class_name picks the rule),
+                instead of model.
+            frames: latent frames in the transformer's patches (1 for an image) (default 1).
+            height: latent rows in the transformer's patches.
+            width: latent columns in the transformer's patches.
+            precision: exact: float64 positions and angles, cast once; diffusers: diffusers' own
+                arithmetic, in float32 where it computes in float32 (positions, frequencies,
+                angles) (default 'exact').
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``pos_embed`` (N, D).
+        """
+        return self.compute(
+            "sincos_2d",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            model=model,
+            config=config,
+            frames=frames,
+            height=height,
+            width=width,
+            precision=precision,
             dtype=dtype,
         )
 

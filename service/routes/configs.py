@@ -8,6 +8,8 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
+from posenc.diffusion import describe as describe_diffusers
+from posenc.diffusion.configs import is_diffusers_config
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
@@ -78,7 +80,9 @@ class ConfigPositions(BaseModel):
         ...,
         description="rope, alibi, relative, learned, sinusoidal or none; vision_rope for a "
         "rotary vision tower's config sent alone (then vision describes it; a non-rotary "
-        "tower's config alone is none, with vision saying what it uses)",
+        "tower's config alone is none, with vision saying what it uses); diffusion_rope or "
+        "sincos_2d for a diffusers transformer config or model_index.json (then diffusers "
+        "describes it)",
     )
     head_dim: int | None
     rotary_dim: int | None
@@ -123,6 +127,13 @@ class ConfigPositions(BaseModel):
         "period, offset, layers (the layer indices that apply it), endpoint}, where scale(p) = "
         "1 + alpha·ln(1 + floor((p + offset)/period)) (Llama 4's attn_temperature_tuning, "
         "llama_4_scaling_beta); null when none",
+    )
+    diffusers: dict[str, Any] | None = Field(
+        None,
+        description="a diffusers file (a _class_name, no model_type): which file it is (file: "
+        "transformer_config or model_index), the transformer class, the rule and endpoint that "
+        "serve it (kind diffusion_rope or sincos_2d) or why none does (reason), the values "
+        "read and those that took the class default; null for a Hugging Face config",
     )
     warnings: list[str]
     engine: str = Field(..., description="transformers or vllm: whose reading this is")
@@ -206,7 +217,10 @@ class EngineComparison(BaseModel):
         "(T5, DeBERTa, Swin; Parakeet's relative sinusoidal, with its endpoint), the "
         "position-dependent query scale and the layers that apply it "
         "(query_scale), and warnings for "
-        "legacy or ignored keys. An unreadable config is a 422 naming the key."
+        "legacy or ignored keys. A diffusers transformer/config.json or model_index.json (a "
+        "_class_name, no model_type) is read as diffusers reads it: `diffusers` says which "
+        "file it is and which endpoint serves its positions. An unreadable config is a 422 "
+        "naming the key."
     ),
     responses={
         400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
@@ -215,6 +229,8 @@ class EngineComparison(BaseModel):
     },
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
+    if is_diffusers_config(body.config):
+        return _diffusers(body)
     if is_vision_config_alone(body.config):
         return _vision_alone(body)
     return {
@@ -256,6 +272,28 @@ def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
         "query_scale": None,
         "engine": body.engine,
         "meta": meta,
+    }
+
+
+def _diffusers(body: ConfigPositionsRequest) -> dict[str, Any]:
+    """A diffusers transformer/config.json or model_index.json: read by posenc.diffusion
+    (``diffusers`` says which file and which rule); no text positions."""
+    said = describe_diffusers(body.config)
+    rotary = said["kind"] == "diffusion_rope"
+    none = ModelPositions(
+        model_type=said["class_name"],
+        kind="none",
+        layout="interleaved" if rotary else None,
+        warnings=tuple(said.get("warnings", ())),
+    )
+    return {
+        **none.to_dict(),
+        "kind": said["kind"],
+        "vision": None,
+        "query_scale": None,
+        "diffusers": said,
+        "engine": body.engine,
+        "meta": {"engine": body.engine, "reader": "diffusers"},
     }
 
 
