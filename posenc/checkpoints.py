@@ -49,6 +49,7 @@ from torch import Tensor
 from posenc.errors import InvalidArgument
 from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
+from posenc.weights_file import read_index, read_tensor
 
 logger = logging.getLogger(__name__)
 
@@ -195,9 +196,11 @@ def _listing(names: list[str]) -> str:
 
 
 def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, str]:
-    """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder."""
-    from safetensors import SafetensorError, safe_open
+    """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder.
 
+    ``get`` copies a tensor into memory the process owns (:mod:`posenc.weights_file`), never a
+    memory map: a shard truncated or replaced later cannot fault the process.
+    """
     if os.path.isdir(path):
         single = os.path.join(path, "model.safetensors")
         index = os.path.join(path, "model.safetensors.index.json")
@@ -227,33 +230,14 @@ def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, s
         def get_sharded(name: str) -> Tensor:
             shard = os.path.join(folder, str(weight_map[name]))
             try:
-                with safe_open(shard, framework="pt", device="cpu") as f:
-                    tensor: Tensor = f.get_tensor(name)
-                    return tensor
-            except (OSError, SafetensorError) as exc:
-                raise InvalidArgument(
-                    f"{shard} (shard of {path}): cannot read {name}: {exc}", field="path"
-                ) from exc
+                return read_tensor(shard, name)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"{exc.message} (shard of {path})", field="path") from exc
 
         return sorted(weight_map), get_sharded, path, folder
 
-    try:
-        with safe_open(path, framework="pt", device="cpu") as f:
-            names = sorted(f.keys())
-    except (OSError, SafetensorError) as exc:
-        raise InvalidArgument(
-            f"{path}: cannot read as a safetensors file: {exc}", field="path"
-        ) from exc
-
-    def get(name: str) -> Tensor:
-        try:
-            with safe_open(path, framework="pt", device="cpu") as f:
-                tensor: Tensor = f.get_tensor(name)
-                return tensor
-        except (OSError, SafetensorError) as exc:
-            raise InvalidArgument(f"{path}: cannot read {name}: {exc}", field="path") from exc
-
-    return names, get, path, folder
+    names = read_index(path).names
+    return names, lambda name: read_tensor(path, name), path, folder
 
 
 def read_config(folder: str) -> tuple[dict[str, Any] | None, str | None]:
