@@ -75,7 +75,7 @@ def _read_header(fh: BinaryIO, path: str, size: int) -> SafetensorsIndex:
         raise InvalidArgument(
             f"{path}: cannot read as a safetensors file: its header is not JSON: {exc}",
             field="path",
-        )
+        ) from exc
     if not isinstance(header, dict):
         raise InvalidArgument(
             f"{path}: cannot read as a safetensors file: its header is not a JSON object",
@@ -95,7 +95,9 @@ def read_index(path: str) -> SafetensorsIndex:
         with open(path, "rb") as fh:
             return _read_header(fh, path, os.fstat(fh.fileno()).st_size)
     except OSError as exc:
-        raise InvalidArgument(f"{path}: cannot read as a safetensors file: {exc}", field="path")
+        raise InvalidArgument(
+            f"{path}: cannot read as a safetensors file: {exc}", field="path"
+        ) from exc
 
 
 def _entry(index: SafetensorsIndex, name: str) -> tuple[torch.dtype, tuple[int, ...], int, int]:
