@@ -398,13 +398,13 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
     if positional == "learned" and model.position_table is None:
         raise InvalidArgument(
             f"positional 'learned' needs a position table, and model {model.name!r} has none; "
-            "use 'sinusoidal' or 'none'",
+            + _what_fits(model),
             field="positional",
         )
     if positional == "rope" and model.rope is None:
         raise InvalidArgument(
             f"positional 'rope' needs a RoPE model, and model {model.name!r} is "
-            f"{model.position_scheme}; use 'sinusoidal' or 'none'",
+            f"{model.position_scheme}; " + _what_fits(model),
             field="positional",
         )
     rope = model.rope if positional == "rope" else None
@@ -417,6 +417,15 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
         "d_model": model.d_model,
         "rope": None if rope is None else rope.as_dict(),
     }
+
+
+def _what_fits(model: Any) -> str:
+    """The positional values that fit ``model``: its own, and ``none`` (the token part alone).
+    Never ``sinusoidal`` for a model whose positions are not a sinusoidal table: adding one to
+    a RoPE or ALiBi model's embeddings is no input that model ever sees."""
+    own = model.positional
+    fits = [own] + (["none"] if own != "none" else [])
+    return "use " + " or ".join(repr(f) for f in fits) + f" (its own is {own!r})"
 
 
 def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
