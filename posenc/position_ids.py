@@ -317,8 +317,9 @@ PADDING_SIDE_FIELD = kinds.FieldSpec(
 TEXT_FIELD = kinds.FieldSpec(
     "text",
     "strs",
-    "texts, in place of input_ids (exactly one of the two): the model's tokenizer gives the "
-    "rows (encode_batch), padded as ragged input_ids are; the response adds input_ids (B, T)",
+    "texts (a string is one row), in place of input_ids (exactly one of the two): the model's "
+    "tokenizer gives the rows (encode_batch), padded as ragged input_ids are; the response "
+    "adds input_ids (B, T)",
     None,
 )
 TEXT_EXAMPLE = {"text": ["Hello world", "Positions count from zero."]}

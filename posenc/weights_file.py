@@ -147,7 +147,7 @@ def _read_once(path: str, name: str) -> Tensor:
                 field="path",
             )
         buffer = torch.empty(end - begin, dtype=torch.uint8)  # memory of our own, not a map
-        view = memoryview(buffer.numpy()) if end > begin else memoryview(b"")
+        view = buffer.numpy().data  # writable bytes of the buffer
         fh.seek(index.data_start + begin)
         done = 0
         while done < len(view):

@@ -104,8 +104,8 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return bool
     if spec.type == "object":
         return dict[str, Any]
-    if spec.type == "strs":
-        return Annotated[list[str], Field(min_length=1)]
+    if spec.type == "strs":  # one string is one row
+        return str | Annotated[list[str], Field(min_length=1)]
     if spec.type == "struct":
         return _struct_model(spec)
     if spec.choices is not None:

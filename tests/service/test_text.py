@@ -229,6 +229,18 @@ def test_tokenize_a_single_string_is_one_row(api: httpx.Client, reference) -> No
     assert r.json()["input_ids"] == [tok.encode("héllo 🎉").ids]
 
 
+@pytest.mark.parametrize("path", ["/v1/embed", "/v1/position-ids"])
+def test_text_as_one_string_is_one_row_everywhere(api: httpx.Client, reference, path: str) -> None:  # type: ignore[no-untyped-def]
+    """API 1.3: ``text`` is a string or a list in every endpoint that takes it."""
+    tok, _ = reference
+    one = api.post(path + "?format=safetensors", json={"text": "héllo 🎉", "model": WORDY})
+    listed = api.post(path + "?format=safetensors", json={"text": ["héllo 🎉"], "model": WORDY})
+    assert one.status_code == 200, one.text
+    assert one.content == listed.content
+    ids = api.post(path, json={"text": "héllo 🎉", "model": WORDY}).json()["tensors"]["input_ids"]
+    assert ids["data"] == [tok.encode("héllo 🎉").ids]
+
+
 @pytest.mark.parametrize("skip", [True, False])
 def test_detokenize_equals_decode_batch_and_autotokenizer(
     api: httpx.Client, reference, skip: bool
