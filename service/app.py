@@ -40,6 +40,7 @@ from service.observability.request_id import RequestIdMiddleware
 from service.observability.tracing import TracingMiddleware
 from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
+from service.problem import ProblemJsonMiddleware
 from service.responses.replay import ReplayMiddleware
 from service.routes import catalog, configs, ops, text
 from service.routes.registered import registered_kind_routers
@@ -180,9 +181,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # a body over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    routes = [route for router in routers for route in router.routes]
+    app.state.routes = routes  # every route with its path and methods (a 405's Allow)
     if settings.api_key is not None:
-        routes = [route for router in routers for route in router.routes]
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)
+    # errors as RFC 9457 problem details where Accept asks (401 included)
+    app.add_middleware(ProblemJsonMiddleware)
     app.add_middleware(ResponseHeadersMiddleware)
     if settings.cors_origin_list:
         app.add_middleware(
