@@ -270,7 +270,13 @@ def _plan_for(kind: registry.Kind) -> Any:
         given = _sent(req)
         if tensors is not None:  # a binary body: its tensors, not the model's stand-in ids
             given.update(tensors.fields())
-        with element_limit(state.settings.max_elements):  # text: stop tokenizing past it
+        settings = state.settings
+        # text: stop tokenizing past the largest answer it could have (streamed, for a kind
+        # with row blocks: /v1/embed)
+        limit = settings.max_elements
+        if kind.blocks is not None:
+            limit = max(limit, settings.max_stream_elements)
+        with element_limit(limit):
             params = _resolve(kind, given, state, source)
         dtype = resolve_dtype(params.get("dtype"))
         ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)
