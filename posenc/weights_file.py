@@ -12,7 +12,7 @@ file that is shorter than its header says is a clear error, not a fault.
 
 The cost is the copy: the token table is read once at load (about 1 GiB/s from the page cache
 on the 2-core machine posenc is measured on) and its pages are the process's own memory rather
-than shared page cache (docs/models.md gives the numbers).
+than shared page cache (docs/deployment.md, "Models that change on disk", gives the numbers).
 
 Format (safetensors): an 8-byte little-endian header length ``N``, ``N`` bytes of JSON
 ``{name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}}``, then the

@@ -1,7 +1,7 @@
 """Loading the models at start-up, and again while the service runs (``POST /v1/models/reload``,
 SIGHUP).
 
-Design (docs/models.md, "Models that change on disk"):
+Design (docs/deployment.md, "Models that change on disk"):
 
 - Every table is copied into memory the process owns when it is loaded
   (:mod:`posenc.weights_file`, plain reads, never a memory map), so no change to a model's files

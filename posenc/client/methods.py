@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 TableKind = Literal[
     "alibi",
+    "embed",
     "learned",
     "relative",
     "relative_sinusoidal",
