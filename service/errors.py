@@ -158,10 +158,11 @@ def unparsable_body(cause: BaseException | None) -> BadBody:
     return BadBody(f"the body could not be parsed as JSON ({name})")
 
 
-def _method_not_allowed(request: Request) -> JSONResponse:
+def _method_not_allowed(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     """405 with the methods of every route at this path (a table's GET twin is a route of its
     own) in ``Allow`` and the detail."""
-    methods: set[str] = set()
+    given = (exc.headers or {}).get("Allow", "")
+    methods = {m.strip() for m in given.split(",") if m.strip()}
     for route in getattr(request.app.state, "routes", ()):
         if route.matches(request.scope)[0] != Match.NONE:
             methods |= set(getattr(route, "methods", None) or ())
@@ -180,7 +181,7 @@ async def _http_exception(request: Request, exc: Exception) -> Any:
         # FastAPI's own words for a body json.loads gave up on (not UTF-8, nested too deeply)
         return bad_body_response(unparsable_body(exc.__cause__))
     if exc.status_code == 405:
-        return _method_not_allowed(request)
+        return _method_not_allowed(request, exc)
     return await http_exception_handler(request, exc)
 
 
