@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import anyio
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
 from posenc.errors import UnknownName
@@ -106,13 +106,14 @@ _RELOAD_FAILED: dict[int | str, dict[str, Any]] = {
     responses=_RELOAD_FAILED,
     summary="Read every model's files again",
 )
-async def reload(state: State) -> Any:
+async def reload(state: State, request: Request) -> Any:
     """Read every `POSENC_MODELS` folder and file again (SIGHUP does the same).
 
     Each model's new weights are read and validated whole before they replace the old ones;
     requests in flight finish on the old weights. A model whose files cannot be read keeps its
     old weights: the answer is then a 503 with `Retry-After` that lists why.
     """
+    await request.body()  # none is needed; one over POSENC_MAX_BODY_BYTES is the usual 413
     errors = await anyio.to_thread.run_sync(reload_models, state)
     answer = {**_model_list(state), "errors": errors}
     if not errors:
