@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -320,7 +320,19 @@ async def read_token_request(
 # Registering a token endpoint
 # ---------------------------------------------------------------------------------------------
 
-TokenPlanFn = Callable[[Any, ServiceState, Source, TokenTensors | None], Plan]
+
+class TokenPlanFn(Protocol):
+    """A kind's plan as the token routes call it (``may_stream``: the format streams)."""
+
+    def __call__(
+        self,
+        req: Any,
+        state: ServiceState,
+        source: Source,
+        tensors: TokenTensors | None = None,
+        *,
+        may_stream: bool = False,
+    ) -> Plan: ...
 
 
 def request_body_openapi(model_cls: type[BaseModel], *, tensors: Sequence[str]) -> dict[str, Any]:
