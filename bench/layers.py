@@ -19,6 +19,12 @@ them alike:
 - ``compute`` and ``encode``: the table and its JSON body, called directly (the thread-pool
   part of a miss, without the thread).
 
+``--case embed`` measures the same layers for ``/v1/embed`` with a JSON body of 32 x 512 fresh
+token ids (a new batch every request, ids drawn from a seeded stream), raw out; its ``compute``
+is ``build_batch`` plus ``embed_tokens`` and its ``encode`` the raw body, called directly, and
+``body checks`` the library's coercion of the ids (``posenc.kinds.coerce``), which the route runs
+after pydantic's.
+
 The figures print as a markdown table, for ``bench/RESULTS.md``.
 """
 
@@ -35,7 +41,12 @@ import time
 from typing import Any
 
 import orjson
+import torch
 
+from posenc.embedding import EMBED, embed_tokens
+from posenc.kinds import coerce
+from posenc.models import default_model
+from posenc.position_ids import build_batch
 from posenc.sinusoidal import sinusoidal_table
 from service.admission.budget import ByteBudget
 from service.app import create_app
@@ -43,8 +54,45 @@ from service.config import Settings
 from service.observability.logs import logging_config
 from service.responses.formats import Bundle, encode_bundle
 
-PATH = "/v1/encodings/sinusoidal"
 WARM = "full, the same request repeated (a cache hit)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """What one request of the measure asks: ``body(k)`` is the k-th distinct body."""
+
+    path: str
+    query: bytes
+    accept: bytes
+    body: Any
+
+
+def _ids(k: int) -> list[list[int]]:
+    """32 rows of 512 token ids of the built-in model, the k-th batch of a seeded stream."""
+    g = torch.Generator().manual_seed(k)
+    return torch.randint(0, 32000, (32, 512), generator=g).tolist()  # type: ignore[no-any-return]
+
+
+CASES = {
+    "sinusoidal": Case(
+        "/v1/encodings/sinusoidal",
+        b"",
+        b"application/json",
+        lambda k: {"seq_len": 128, "d_model": 64, "offset": k},
+    ),
+    "embed": Case("/v1/embed", b"format=raw", b"application/octet-stream", lambda k: None),
+}
+CASE = CASES["sinusoidal"]
+_BODIES: dict[int, bytes] = {}
+
+
+def _body(k: int) -> bytes:
+    """The k-th body of the case (embed batches made once each, before they are timed)."""
+    if CASE.path == "/v1/embed":
+        if k not in _BODIES:
+            _BODIES[k] = orjson.dumps({"input_ids": _ids(k)})
+        return _BODIES[k]
+    return orjson.dumps(CASE.body(k))
 
 
 def _scope(body: bytes) -> dict[str, Any]:
@@ -54,14 +102,14 @@ def _scope(body: bytes) -> dict[str, Any]:
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": PATH,
-        "raw_path": PATH.encode(),
-        "query_string": b"",
+        "path": CASE.path,
+        "raw_path": CASE.path.encode(),
+        "query_string": CASE.query,
         "root_path": "",
         "headers": [
             (b"host", b"127.0.0.1"),
             (b"content-type", b"application/json"),
-            (b"accept", b"application/json"),
+            (b"accept", CASE.accept),
             (b"content-length", str(len(body)).encode()),
         ],
         "client": ("127.0.0.1", 40000),
@@ -71,7 +119,7 @@ def _scope(body: bytes) -> dict[str, Any]:
 
 
 async def _request(app: Any, offset: int) -> None:
-    body = orjson.dumps({"seq_len": 128, "d_model": 64, "offset": offset})
+    body = _body(offset)
     given = False
 
     async def receive() -> dict[str, Any]:
@@ -91,7 +139,7 @@ async def _request(app: Any, offset: int) -> None:
 
     await app(_scope(body), receive, send)
     if status != 200:
-        raise SystemExit(f"POST {PATH} -> {status}")
+        raise SystemExit(f"POST {CASE.path} -> {status}")
 
 
 class _NoAdmission(ByteBudget):
@@ -127,7 +175,9 @@ async def _round(app: Any, first: int, n: int, *, repeat: bool = False) -> float
 
 
 def _direct(n: int, first: int) -> tuple[float, float]:
-    """Mean seconds per table of the compute and of the JSON encode, called directly."""
+    """Mean seconds per request of the compute and of the encode, called directly."""
+    if CASE.path == "/v1/embed":
+        return _direct_embed(n, first)
     tables = []
     t0 = time.perf_counter()
     for k in range(n):
@@ -138,6 +188,44 @@ def _direct(n: int, first: int) -> tuple[float, float]:
     for b in bundles:
         encode_bundle(b, "json")
     return compute, (time.perf_counter() - t0) / n
+
+
+_MODEL = None
+
+
+def _direct_embed(n: int, first: int) -> tuple[float, float]:
+    global _MODEL
+    if _MODEL is None:
+        _MODEL = default_model()
+    rows = [orjson.loads(_body(first + k))["input_ids"] for k in range(n)]
+    out = []
+    t0 = time.perf_counter()
+    for ids in rows:
+        batch = build_batch(ids)
+        out.append(
+            embed_tokens(
+                batch.input_ids,
+                token_table=_MODEL.token_table,
+                position_table=_MODEL.position_table,
+                position_ids=batch.position_ids,
+                attention_mask=batch.attention_mask,
+            )
+        )
+    compute = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for k, e in enumerate(out):
+        encode_bundle(Bundle({"embeddings": e}, {"k": k}), "raw")
+    return compute, (time.perf_counter() - t0) / n
+
+
+def _checks(n: int, first: int) -> float:
+    """Mean seconds of the library's coercion of a batch of ids (after pydantic's)."""
+    (spec,) = (f for f in EMBED.fields if f.name == "input_ids")
+    rows = [orjson.loads(_body(first + k))["input_ids"] for k in range(n)]
+    t0 = time.perf_counter()
+    for ids in rows:
+        coerce(spec, ids)
+    return (time.perf_counter() - t0) / n
 
 
 async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str, float]]:
@@ -162,7 +250,10 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
     variants["without admission"] = _app(None, settings)
     variants["routes only"] = _app("*", settings)
     times: dict[str, list[float]] = {v: [] for v in [*variants, WARM]}
-    direct: dict[str, list[float]] = {"compute (direct)": [], "encode JSON (direct)": []}
+    encode = "encode raw (direct)" if CASE.path == "/v1/embed" else "encode JSON (direct)"
+    direct: dict[str, list[float]] = {"compute (direct)": [], encode: []}
+    if CASE.path == "/v1/embed":
+        direct["body checks (direct)"] = []
     async with full.router.lifespan_context(full):
         state = full.state.posenc
         for app in variants.values():  # the same state the lifespan built
@@ -173,7 +264,7 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
         offset = 10**8
         for app in variants.values():  # warm-up: first calls build the stacks and caches
             offset += 200
-            await _round(app, offset, 200)
+            await _round(app, offset, 200 if CASE.path != "/v1/embed" else 3)
         for _ in range(rounds):
             for name, app in variants.items():
                 offset += per_round
@@ -185,7 +276,9 @@ async def measure(rounds: int, per_round: int, log_path: str) -> list[tuple[str,
             offset += per_round
             c, e = _direct(per_round, offset)
             direct["compute (direct)"].append(c)
-            direct["encode JSON (direct)"].append(e)
+            direct[encode].append(e)
+            if CASE.path == "/v1/embed":
+                direct["body checks (direct)"].append(_checks(per_round, offset))
     logging.shutdown()
     return [(n, statistics.median(t)) for n, t in {**times, **direct}.items()]
 
@@ -208,7 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--per-round", type=int, default=300)
+    parser.add_argument("--case", choices=sorted(CASES), default="sinusoidal")
     args = parser.parse_args(argv)
+    global CASE
+    CASE = CASES[args.case]
     with tempfile.TemporaryDirectory(prefix="posenc-layers-") as tmp:
         figures = asyncio.run(measure(args.rounds, args.per_round, f"{tmp}/access.log"))
     print("\n".join(table(figures)))

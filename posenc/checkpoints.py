@@ -49,6 +49,7 @@ from torch import Tensor
 from posenc.errors import InvalidArgument
 from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
+from posenc.weights_file import read_index, read_tensor
 
 logger = logging.getLogger(__name__)
 
@@ -171,6 +172,8 @@ class Checkpoint:
         config_path: the ``config.json`` read, or None.
         config: its contents, or None.
         where: the file(s) read, for messages.
+        theta_guessed: the config named no RoPE key and its model type is unknown, so Llama's
+            default ``rope_theta`` 10000 was assumed.
     """
 
     family: str
@@ -186,6 +189,7 @@ class Checkpoint:
     config_path: str | None
     config: dict[str, Any] | None
     where: str
+    theta_guessed: bool = False
 
 
 def _listing(names: list[str]) -> str:
@@ -195,9 +199,11 @@ def _listing(names: list[str]) -> str:
 
 
 def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, str]:
-    """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder."""
-    from safetensors import SafetensorError, safe_open
+    """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder.
 
+    ``get`` copies a tensor into memory the process owns (:mod:`posenc.weights_file`), never a
+    memory map: a shard truncated or replaced later cannot fault the process.
+    """
     if os.path.isdir(path):
         single = os.path.join(path, "model.safetensors")
         index = os.path.join(path, "model.safetensors.index.json")
@@ -227,33 +233,14 @@ def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, s
         def get_sharded(name: str) -> Tensor:
             shard = os.path.join(folder, str(weight_map[name]))
             try:
-                with safe_open(shard, framework="pt", device="cpu") as f:
-                    tensor: Tensor = f.get_tensor(name)
-                    return tensor
-            except (OSError, SafetensorError) as exc:
-                raise InvalidArgument(
-                    f"{shard} (shard of {path}): cannot read {name}: {exc}", field="path"
-                ) from exc
+                return read_tensor(shard, name)
+            except InvalidArgument as exc:
+                raise InvalidArgument(f"{exc.message} (shard of {path})", field="path") from exc
 
         return sorted(weight_map), get_sharded, path, folder
 
-    try:
-        with safe_open(path, framework="pt", device="cpu") as f:
-            names = sorted(f.keys())
-    except (OSError, SafetensorError) as exc:
-        raise InvalidArgument(
-            f"{path}: cannot read as a safetensors file: {exc}", field="path"
-        ) from exc
-
-    def get(name: str) -> Tensor:
-        try:
-            with safe_open(path, framework="pt", device="cpu") as f:
-                tensor: Tensor = f.get_tensor(name)
-                return tensor
-        except (OSError, SafetensorError) as exc:
-            raise InvalidArgument(f"{path}: cannot read {name}: {exc}", field="path") from exc
-
-    return names, get, path, folder
+    names = read_index(path).names
+    return names, lambda name: read_tensor(path, name), path, folder
 
 
 def read_config(folder: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -282,12 +269,14 @@ def _text_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _rope_positions(config: Mapping[str, Any], where: str) -> ModelPositions:
+def _rope_positions(config: Mapping[str, Any], where: str) -> tuple[ModelPositions, bool]:
     """:func:`posenc.hf_config.read_positions` of a RoPE model's config, messages led by ``where``.
 
     A decoder whose ``model_type`` the reader does not know and whose config names no RoPE key
-    (a Llama-style token table beside it) is read with Llama's default ``rope_theta`` 10000.
+    (a Llama-style token table beside it) is read with Llama's default ``rope_theta`` 10000;
+    the second value says so.
     """
+    guessed = False
     try:
         try:
             positions = read_positions(config)
@@ -299,6 +288,7 @@ def _rope_positions(config: Mapping[str, Any], where: str) -> ModelPositions:
             target = text if isinstance(text, dict) else fallback
             target.setdefault("rope_theta", 10000.0)
             positions = read_positions(fallback)
+            guessed = True
     except InvalidArgument as exc:
         raise InvalidArgument(f"{where}: {exc.message}", field=exc.field) from exc
     if positions.kind != "rope" or not positions.rope:
@@ -307,7 +297,7 @@ def _rope_positions(config: Mapping[str, Any], where: str) -> ModelPositions:
             f"{positions.model_type!r} uses {positions.kind} positions",
             field="config",
         )
-    return positions
+    return positions, guessed
 
 
 def first_rope_layer_type(positions: ModelPositions) -> str | None:
@@ -438,9 +428,10 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
                 )
             position_table = position_table[skip:]
 
-    rope = None
+    rope, theta_guessed = None, False
     if scheme == "rope":
-        rope = rope_spec(_rope_positions(config or {}, config_path or where))
+        positions, theta_guessed = _rope_positions(config or {}, config_path or where)
+        rope = rope_spec(positions)
     d_model = int(token_table.shape[1])
     embed_scale = None
     model_type = None if cfg is None else str(cfg.get("model_type", "")) or None
@@ -466,4 +457,5 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         config_path=config_path,
         config=config,
         where=where,
+        theta_guessed=theta_guessed,
     )

@@ -14,6 +14,7 @@ Notation used for tensor shapes: ``B`` batch, ``T`` sequence length, ``D`` model
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, get_args
@@ -30,6 +31,7 @@ from posenc._validate import (
     dtype_name,
     first_true,
 )
+from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument, TokenOutOfRange
 from posenc.limits import check_elements
 from posenc.position_ids import (
@@ -40,6 +42,7 @@ from posenc.position_ids import (
     PADDING_SIDE_FIELD,
     TEXT_EXAMPLE,
     TEXT_FIELD,
+    PaddedBatch,
     build_batch,
     check_ids_or_text,
     pad_rows,
@@ -398,13 +401,13 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
     if positional == "learned" and model.position_table is None:
         raise InvalidArgument(
             f"positional 'learned' needs a position table, and model {model.name!r} has none; "
-            "use 'sinusoidal' or 'none'",
+            + _what_fits(model),
             field="positional",
         )
     if positional == "rope" and model.rope is None:
         raise InvalidArgument(
             f"positional 'rope' needs a RoPE model, and model {model.name!r} is "
-            f"{model.position_scheme}; use 'sinusoidal' or 'none'",
+            f"{model.position_scheme}; " + _what_fits(model),
             field="positional",
         )
     rope = model.rope if positional == "rope" else None
@@ -417,6 +420,15 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
         "d_model": model.d_model,
         "rope": None if rope is None else rope.as_dict(),
     }
+
+
+def _what_fits(model: Any) -> str:
+    """The positional values that fit ``model``: its own, and ``none`` (the token part alone).
+    Never ``sinusoidal`` for a model whose positions are not a sinusoidal table: adding one to
+    a RoPE or ALiBi model's embeddings is no input that model ever sees."""
+    own = model.positional
+    fits = [own] + (["none"] if own != "none" else [])
+    return "use " + " or ".join(repr(f) for f in fits) + f" (its own is {own!r})"
 
 
 def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -433,7 +445,8 @@ def _embed_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+def _embed_batch(p: Mapping[str, Any], ctx: kinds.Context) -> tuple[Any, PaddedBatch, Tensor]:
+    """The model, the padded batch and the position ids ``(B, T)`` of an embed request."""
     model = ctx.models(p["model"])
     batch = build_batch(
         p["input_ids"],
@@ -449,40 +462,103 @@ def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor
         position_ids = pad_rows(given, padding_side=p["padding_side"])[0].to(ctx.device)
     else:
         position_ids = batch.position_ids  # (B, T)
+    return model, batch, position_ids
+
+
+def _embed_tokens_of(
+    p: Mapping[str, Any], ctx: kinds.Context, model: Any, columns: slice = slice(None)
+) -> Callable[..., Tensor]:
+    """``embed_tokens`` with the request's settings and ``model``'s tables (their first
+    ``columns``): the caller gives ids, positions and mask."""
     positional = p["positional"]
+    table = model.position_table
+    return functools.partial(
+        embed_tokens,
+        token_table=model.token_table[:, columns],
+        positional="none" if positional == "rope" else positional,  # rope: cos/sin apart
+        position_table=None if table is None else table[:, columns],
+        scale=p["scale"],
+        dtype=ctx.dtype,
+        scale_value=model.embed_scale,
+    )
+
+
+def _rope_at(p: Mapping[str, Any], ctx: kinds.Context, model: Any, position_ids: Tensor) -> Any:
+    """``cos``, ``sin`` ``(B, T, R)`` at the position ids, from max(positions) + 1 as the model's
+    own rotary embedding (dynamic scaling depends on it): the whole batch's at once."""
+    rope = model.rope
+    unique, inverse = torch.unique(position_ids, return_inverse=True)  # (U,), (B, T)
+    tables = rope_cos_sin(
+        unique.cpu(),
+        rotary_dim=rope.rotary_dim,
+        base=rope.base,
+        layout=rope.layout,
+        scaling=rope.scaling,
+        device=ctx.device,
+        dtype=ctx.dtype,
+    )  # cos, sin (U, R)
+    index = inverse.to(ctx.device)
+    return tables.cos[index], tables.sin[index]  # (B, T, R) each
+
+
+def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    model, batch, position_ids = _embed_batch(p, ctx)
     out = {
-        "embeddings": embed_tokens(
+        "embeddings": _embed_tokens_of(p, ctx, model)(
             batch.input_ids,
-            token_table=model.token_table,
-            positional="none" if positional == "rope" else positional,  # rope: cos/sin below
-            position_table=model.position_table,
             position_ids=position_ids,
             attention_mask=batch.attention_mask,
-            scale=p["scale"],
-            dtype=ctx.dtype,
-            scale_value=model.embed_scale,
             allocator=ctx.allocator,
         ),  # (B, T, D)
         "position_ids": position_ids,
         "attention_mask": batch.attention_mask,
     }
     if p["rope"] is not None:
-        rope = model.rope
-        unique, inverse = torch.unique(position_ids, return_inverse=True)  # (U,), (B, T)
-        tables = rope_cos_sin(
-            unique.cpu(),
-            rotary_dim=rope.rotary_dim,
-            base=rope.base,
-            layout=rope.layout,
-            scaling=rope.scaling,
-            device=ctx.device,
-            dtype=ctx.dtype,
-        )  # cos, sin (U, R), from max(positions) + 1 as the model's own rotary embedding
-        out["cos"] = tables.cos[inverse.to(ctx.device)]  # (B, T, R)
-        out["sin"] = tables.sin[inverse.to(ctx.device)]  # (B, T, R)
+        out["cos"], out["sin"] = _rope_at(p, ctx, model, position_ids)  # (B, T, R)
     if p.get("text") is not None:
         out["input_ids"] = text_ids(p, ctx.device)  # (B, T)
     return out
+
+
+def _embed_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
+    """The embed bundle as row blocks, for a batch over the service's element limit: the
+    embeddings ``(B, T, D)`` are ``B·T`` rows of ``D``, each block a run of tokens embedded as
+    the whole batch embeds them (gather, scale, add the position part, zero the pads: every
+    step is per token, and sinusoidal rows are the same whatever rows are computed with them),
+    so the bytes are those of the whole answer. The small ``(B, T)`` tensors, and ``cos`` /
+    ``sin`` (taken from the whole batch's positions), are made whole. Every id and position is
+    checked before the first block (on two columns of the tables), so a bad one is a 422, not a
+    broken stream."""
+    model, batch, position_ids = _embed_batch(p, ctx)
+    _embed_tokens_of(p, ctx, model, slice(0, 2))(
+        batch.input_ids, position_ids=position_ids, attention_mask=batch.attention_mask
+    )  # (B, T, 2): the checks of the whole batch, at 2/D of the cost (sinusoidal: D even)
+    embed = _embed_tokens_of(p, ctx, model)
+    b, t = batch.input_ids.shape
+    ids, pos = batch.input_ids.reshape(1, -1), position_ids.reshape(1, -1)  # (1, B·T)
+    mask = batch.attention_mask.reshape(1, -1)  # (1, B·T)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        rows = slice(start, stop)
+        got = embed(ids[:, rows], position_ids=pos[:, rows], attention_mask=mask[:, rows])
+        out.copy_(got.view(stop - start, -1))  # (N, D)
+
+    tables = {
+        "embeddings": TableBlocks("embeddings", (b, t, model.d_model), ctx.dtype, fill, ctx.device),
+        "position_ids": tensor_blocks("position_ids", position_ids),
+        "attention_mask": tensor_blocks("attention_mask", batch.attention_mask),
+    }
+    if p["rope"] is not None:
+        cos, sin = _rope_at(p, ctx, model, position_ids)
+        tables["cos"], tables["sin"] = tensor_blocks("cos", cos), tensor_blocks("sin", sin)
+    if p.get("text") is not None:
+        tables["input_ids"] = tensor_blocks("input_ids", text_ids(p, ctx.device))
+    return tables
+
+
+def _embed_row_elements(p: Mapping[str, Any]) -> int:
+    """The widest row of the bundle: ``D`` of the embeddings, ``T`` of the ``(B, T)`` tensors."""
+    return max(int(p["d_model"]), kinds.batch_shape(p["input_ids"])[1])
 
 
 def _embed_meta(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -559,5 +635,7 @@ EMBED: kinds.Kind = kinds.Kind(
     model_field="model",
     binary_fields=("input_ids", "attention_mask", "position_ids"),
     cache_tensors=False,
+    blocks=_embed_blocks,
+    row_elements=_embed_row_elements,
 )
 """The embed endpoint kind (see :mod:`posenc.kinds`)."""

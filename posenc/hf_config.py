@@ -742,6 +742,28 @@ _ROPE_SWITCHES: Mapping[str, tuple[str, Any]] = MappingProxyType(
 )
 
 
+def is_known_model_type(model_type: str) -> bool:
+    """Whether ``model_type`` is one the reader has rules of its own for; any other is read by
+    the generic rules (the keys it holds), with a warning."""
+    base = _base_type(model_type)
+    known = (
+        _ROPE_SWITCHES.keys() | {"falcon", "mpt"} | _ALIBI_MODEL_TYPES | _RELATIVE_MODEL_TYPES
+        | _DEBERTA_MODEL_TYPES | _SWIN_MODEL_TYPES | _SINUSOIDAL_MODEL_TYPES | _LEARNED_MODEL_TYPES
+        | _ROPE_MODEL_TYPES | INTERLEAVED_MODEL_TYPES | DEFAULT_THETA.keys() | _HEAD_DEFAULTS.keys()
+        | PARAKEET_MODEL_TYPES
+    )  # fmt: skip
+    return model_type in known or base in known
+
+
+def unknown_model_type_warning(model_type: str) -> str:
+    """The one warning for a ``model_type`` that :func:`is_known_model_type` does not know."""
+    return (
+        f"model_type {model_type!r} is not one posenc knows: read by the generic rules (the "
+        "RoPE, ALiBi, relative and position keys the config holds), which may not be what that "
+        "model does"
+    )
+
+
 def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
     base = _base_type(model_type)
     if base in _ROPE_SWITCHES:
@@ -1365,6 +1387,8 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
     for key, value in _HEAD_DEFAULTS.get(base, {}).items():
         c.setdefault(key, value)
     r = _Reader(c, prefix)
+    if model_type and not is_known_model_type(model_type):
+        r.warnings.append(unknown_model_type_warning(model_type))
     kind = _kind(model_type, c)
     shown_type = top_type if isinstance(top_type, str) else model_type
     if base in _SWIN_MODEL_TYPES:  # num_heads is a list per stage

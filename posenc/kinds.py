@@ -82,7 +82,7 @@ ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ra
 batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object``
 (any JSON object, e.g. a model's ``config.json``; JSON text in a GET query, a file or JSON text
 on the command line), ``struct`` (an object of the fields ``members``; JSON text in a GET
-query and on the command line) and ``strs`` (a non-empty list of strings: texts)."""
+query and on the command line) and ``strs`` (texts: a string, one row, or a non-empty list of strings)."""
 
 
 class _Required:
@@ -609,6 +609,8 @@ def coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     if spec.type == "struct":
         return _struct(spec, value, name)
     if spec.type == "strs":
+        if isinstance(value, str):  # one text is one row
+            value = [value]
         if not _is_list(value) or not list(value):
             raise InvalidArgument(f"{name} must be a non-empty list of strings", field=name)
         texts = list(value)

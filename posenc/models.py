@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
@@ -23,6 +24,7 @@ from torch import Tensor
 from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
+from posenc.hf_config import is_known_model_type, unknown_model_type_warning
 from posenc.learned import seeded_normal
 from posenc.tokenizer import builtin_tokenizer, load_tokenizer
 
@@ -62,6 +64,11 @@ class EmbeddingModel:
         model_type: the config's ``model_type``, or None.
         tokenizer: its :class:`~posenc.tokenizer.TextTokenizer` (the ``tokenizer.json`` beside
             its weights; the built-in model's own byte-level one), or None: no text.
+        path: the file or folder it was loaded from (what a reload reads again), or None for
+            the built-in model.
+        loaded_at: when its tables were read (seconds since the epoch).
+        warnings: what was guessed or overruled while reading it (an unknown ``model_type``,
+            a ``vocab_size`` that is not the table's rows), each a sentence; also logged.
     """
 
     name: str
@@ -80,6 +87,9 @@ class EmbeddingModel:
     family: str = "built-in"
     model_type: str | None = None
     tokenizer: Any = None  # posenc.tokenizer.TextTokenizer (tokenizers is imported lazily)
+    path: str | None = None
+    loaded_at: float = field(default_factory=time.time)
+    warnings: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.position_scheme is None:
@@ -202,6 +212,9 @@ def load_safetensors_model(
     else:
         positional = "none"
         max_positions = _config_max_positions(ckpt.config)
+    warnings = _load_warnings(ckpt.config, ckpt.model_type, int(vocab_size), ckpt.theta_guessed)
+    for warning in warnings:
+        logger.warning("model %r (%s): %s", name, ckpt.where, warning)
     tables = ckpt.token_name + (f", {ckpt.position_name}" if ckpt.position_name else "")
     config_note = f"; config {ckpt.config_path}" if ckpt.config_path else "; no config.json"
     logger.info(
@@ -233,7 +246,33 @@ def load_safetensors_model(
         family=ckpt.family,
         model_type=ckpt.model_type,
         tokenizer=tokenizer,
+        path=os.fspath(path),
+        warnings=warnings,
     )
+
+
+def _load_warnings(
+    config: dict[str, Any] | None, model_type: str | None, rows: int, theta_guessed: bool
+) -> tuple[str, ...]:
+    """What a checkpoint's reading guessed or overruled: an unknown ``model_type`` (read by the
+    generic rules), a guessed ``rope_theta``, a ``vocab_size`` other than the table's rows (the
+    table wins: its rows are the ids it can embed)."""
+    warnings = []
+    if model_type and not is_known_model_type(model_type):
+        warnings.append(unknown_model_type_warning(model_type))
+    if theta_guessed:
+        warnings.append(
+            "the config names no RoPE parameters: rope_theta 10000 (Llama's default) is assumed"
+        )
+    text = (config or {}).get("text_config")
+    merged = {**(config or {}), **(text if isinstance(text, dict) else {})}
+    declared = merged.get("vocab_size")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != rows:
+        warnings.append(
+            f"config.json's vocab_size is {declared}, but the token table has {rows} rows: "
+            f"the table wins (ids 0..{rows - 1} are embedded)"
+        )
+    return tuple(warnings)
 
 
 def _config_max_positions(config: dict[str, Any] | None) -> int:

@@ -114,7 +114,9 @@ def _pad(
     else:
         slots = cols >= (seq_len - lengths)[:, None]  # (B, T)
     ids = torch.full((batch, seq_len), pad_value, dtype=torch.int64)
-    ids[slots] = flat.to(torch.int64)  # row-major fill: each row's values in order
+    # row-major fill: each row's values in order. masked_scatter_, not ids[slots] = flat: the
+    # same values, and a boolean index_put_ took 20 ms for 32 x 512 ids (masked_scatter_ 0.03)
+    ids.masked_scatter_(slots, flat.to(torch.int64))
     return ids, slots.to(torch.int64)
 
 
@@ -317,8 +319,9 @@ PADDING_SIDE_FIELD = kinds.FieldSpec(
 TEXT_FIELD = kinds.FieldSpec(
     "text",
     "strs",
-    "texts, in place of input_ids (exactly one of the two): the model's tokenizer gives the "
-    "rows (encode_batch), padded as ragged input_ids are; the response adds input_ids (B, T)",
+    "texts (a string is one row), in place of input_ids (exactly one of the two): the model's "
+    "tokenizer gives the rows (encode_batch), padded as ragged input_ids are; the response "
+    "adds input_ids (B, T)",
     None,
 )
 TEXT_EXAMPLE = {"text": ["Hello world", "Positions count from zero."]}

@@ -39,7 +39,7 @@ ANNOTATIONS = {
     "int_rows": "Sequence[Sequence[int]] | Any",
     "object": "Mapping[str, Any]",
     "struct": "Mapping[str, Any]",
-    "strs": "Sequence[str]",
+    "strs": "str | Sequence[str]",
 }
 OPTIONS = (
     ("format", "Format | None", "None"),

@@ -15,10 +15,8 @@ the OpenAPI document and ``/docs`` in ``service.openapi``, the routes in ``servi
 from __future__ import annotations
 
 import gc
-import hashlib
 import inspect
 import logging
-import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
@@ -30,18 +28,19 @@ from fastapi.responses import JSONResponse
 
 import posenc
 from posenc.device import resolve_device
-from posenc.models import EmbeddingModel, default_model, load_safetensors_model
 from service.admission.budget import tune_allocator
 from service.admission.cache import ByteLRU
 from service.body_limit import BodyLimitMiddleware, BodyTooLarge
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
+from service.models_loading import install_sighup, load_models
 from service.observability.metrics import Metrics, MetricsMiddleware
 from service.observability.request_id import RequestIdMiddleware
 from service.observability.tracing import TracingMiddleware
 from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
+from service.problem import ProblemJsonMiddleware
 from service.responses.replay import ReplayMiddleware
 from service.routes import catalog, configs, ops, text
 from service.routes.registered import registered_kind_routers
@@ -64,40 +63,6 @@ acceptable format can be made, 401 without the bearer token when `POSENC_API_KEY
 # ---------------------------------------------------------------------------------------------
 # Start-up
 # ---------------------------------------------------------------------------------------------
-
-
-def _file_fingerprint(name: str, path: str) -> str:
-    stat = os.stat(path)
-    key = f"{name}|{os.path.abspath(path)}|{stat.st_size}|{stat.st_mtime_ns}"
-    # The config.json beside the weights decides positions, rope and normaliser, the
-    # tokenizer.json the ids of text: they count too.
-    folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    for extra in (
-        "config.json",
-        "tokenizer.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
-    ):
-        extra_path = os.path.join(folder, extra)
-        if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):
-            extra_stat = os.stat(extra_path)
-            key += f"|{extra}|{extra_stat.st_size}|{extra_stat.st_mtime_ns}"
-    return hashlib.blake2b(key.encode(), digest_size=12).hexdigest()
-
-
-def load_models(state: ServiceState) -> None:
-    """Resolve the device and load every model into ``state`` (blocking; run in a thread)."""
-    settings = state.settings
-    base = default_model(state.device)
-    models: dict[str, EmbeddingModel] = {base.name: base}
-    fingerprints = {base.name: f"builtin:{base.name}:{posenc.__version__}"}
-    for name, path in settings.model_paths.items():
-        if name in models:
-            raise ValueError(f"POSENC_MODELS: the name {name!r} is taken by the built-in model")
-        logger.info("loading model %r from %s", name, path)
-        models[name] = load_safetensors_model(name, path, device=state.device)
-        fingerprints[name] = _file_fingerprint(name, path)
-    state.models, state.fingerprints, state.default_model = models, fingerprints, base.name
 
 
 def freeze_startup_objects() -> None:
@@ -141,9 +106,12 @@ def _lifespan(
             ", ".join(state.models),
             state.default_model,
         )
+        remove_sighup = install_sighup(state)  # SIGHUP reloads the models (models_loading)
         try:
             yield
         finally:
+            if remove_sighup is not None:
+                remove_sighup()
             state.ready = False
             cache.clear()
             gc.unfreeze()  # collectable again: a process that builds apps (tests) frees them
@@ -213,9 +181,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # a body over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    routes = [route for router in routers for route in router.routes]
+    app.state.routes = routes  # every route with its path and methods (a 405's Allow)
     if settings.api_key is not None:
-        routes = [route for router in routers for route in router.routes]
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)
+    # errors as RFC 9457 problem details where Accept asks (401 included)
+    app.add_middleware(ProblemJsonMiddleware)
     app.add_middleware(ResponseHeadersMiddleware)
     if settings.cors_origin_list:
         app.add_middleware(

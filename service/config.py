@@ -31,6 +31,12 @@ class Settings(BaseSettings):
         "model.safetensors.index.json or a folder; GPT-2, BERT, Llama, Mistral, Qwen, Gemma, Phi, "
         "GPT-NeoX, Falcon, BLOOM, OPT, T5 tensor names), with the config.json beside them read",
     )
+    default_model: str | None = Field(
+        None,
+        description="the default model (what a request without 'model' gets): a name from "
+        "POSENC_MODELS or the built-in posenc-base (the default); a name not loaded stops the "
+        "start-up",
+    )
     max_elements: int = Field(
         67_108_864, ge=1, description="largest output, in elements over all tensors, of one request"
     )
@@ -78,7 +84,7 @@ class Settings(BaseSettings):
     def _lower_log_level(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("api_key", mode="before")
+    @field_validator("api_key", "default_model", mode="before")
     @classmethod
     def _empty_key_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

@@ -36,6 +36,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from posenc.config_keys import CONFIG_KEYS, config_key_hint
 from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
@@ -157,12 +158,30 @@ def unparsable_body(cause: BaseException | None) -> BadBody:
     return BadBody(f"the body could not be parsed as JSON ({name})")
 
 
+def _method_not_allowed(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """405 with the methods of every route at this path (a table's GET twin is a route of its
+    own) in ``Allow`` and the detail."""
+    given = (exc.headers or {}).get("Allow", "")
+    methods = {m.strip() for m in given.split(",") if m.strip()}
+    for route in getattr(request.app.state, "routes", ()):
+        if route.matches(request.scope)[0] != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    allow = ", ".join(sorted(methods))
+    detail = (
+        f"method {request.method} is not allowed on {request.url.path}: use {allow} "
+        "(the Allow header lists them)"
+    )
+    return JSONResponse({"detail": detail}, status_code=405, headers={"Allow": allow})
+
+
 async def _http_exception(request: Request, exc: Exception) -> Any:
     if not isinstance(exc, StarletteHTTPException):
         raise exc
     if exc.status_code == 400 and exc.detail == "There was an error parsing the body":
         # FastAPI's own words for a body json.loads gave up on (not UTF-8, nested too deeply)
         return bad_body_response(unparsable_body(exc.__cause__))
+    if exc.status_code == 405:
+        return _method_not_allowed(request, exc)
     return await http_exception_handler(request, exc)
 
 

@@ -49,11 +49,33 @@ class ModelInfo(BaseModel):
     tokenizer: bool = Field(
         False, description="it reads text: /v1/tokenize, /v1/detokenize, text in /v1/embed"
     )
+    dtype: str | None = Field(None, description="the token table's stored dtype, e.g. bfloat16")
+    shape: list[int] | None = Field(None, description="the token table's shape [V, D]")
+    loaded_at: str | None = Field(
+        None, description="when its files were read (ISO 8601, UTC); a reload renews it"
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="what was guessed or overruled reading it (an unknown model_type, a "
+        "config vocab_size other than the table's rows); also logged",
+    )
 
 
 class ModelList(BaseModel):
     default: str
     models: list[ModelInfo]
+
+
+class ReloadError(BaseModel):
+    name: str
+    path: str
+    detail: str = Field(description="why its files could not be read: it keeps its old weights")
+
+
+class ReloadAnswer(ModelList):
+    errors: list[ReloadError] = Field(
+        default_factory=list, description="the models that kept their old weights, and why"
+    )
 
 
 class PresetInfo(BaseModel):

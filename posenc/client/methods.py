@@ -19,6 +19,7 @@ T = TypeVar("T")
 TableKind = Literal[
     "alibi",
     "diffusion_rope",
+    "embed",
     "learned",
     "relative",
     "relative_sinusoidal",
@@ -209,7 +210,7 @@ class KindMethods(Generic[T]):
         *,
         input_ids: Sequence[Sequence[int]] | Any | None = None,
         model: str | None = None,
-        text: Sequence[str] | None = None,
+        text: str | Sequence[str] | None = None,
         add_special_tokens: bool | None = None,
         attention_mask: Sequence[Sequence[int]] | Any | None = None,
         pad_token_id: int | None = None,
@@ -237,9 +238,9 @@ class KindMethods(Generic[T]):
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
             model: name from GET /v1/models (default: the default).
-            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
-                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
-                input_ids (B, T).
+            text: texts (a string is one row), in place of input_ids (exactly one of the two):
+                the model's tokenizer gives the rows (encode_batch), padded as ragged input_ids
+                are; the response adds input_ids (B, T).
             add_special_tokens: with text: add the tokenizer's special tokens (its post-
                 processor); ignored with input_ids (default True).
             attention_mask: 0/1, the shape of input_ids; wins over pad_token_id.
@@ -400,7 +401,7 @@ class KindMethods(Generic[T]):
         self,
         *,
         input_ids: Sequence[Sequence[int]] | Any | None = None,
-        text: Sequence[str] | None = None,
+        text: str | Sequence[str] | None = None,
         model: str | None = None,
         add_special_tokens: bool | None = None,
         pad_token_id: int | None = None,
@@ -425,9 +426,9 @@ class KindMethods(Generic[T]):
 
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
-            text: texts, in place of input_ids (exactly one of the two): the model's tokenizer
-                gives the rows (encode_batch), padded as ragged input_ids are; the response adds
-                input_ids (B, T).
+            text: texts (a string is one row), in place of input_ids (exactly one of the two):
+                the model's tokenizer gives the rows (encode_batch), padded as ragged input_ids
+                are; the response adds input_ids (B, T).
             model: name from GET /v1/models whose tokenizer reads text (default: the default).
             add_special_tokens: with text: add the tokenizer's special tokens (its post-
                 processor); ignored with input_ids (default True).

@@ -377,11 +377,12 @@ def _keep(request: Request, state: ServiceState, prepared: Prepared, encoded: En
 
 def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
     """Whether a cache miss of ``plan`` as ``fmt`` goes through :func:`respond_kept`: a table
-    with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of any size
+    (not a token batch: ``cache_tensors``) with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of any size
     (:data:`KEEP_MIN_BYTES`), whose tensors are not in the cache already (encoding those costs
     less than computing), on a little-endian machine, computed on the CPU."""
     return (
         plan.stream is not None
+        and plan.cache_tensors  # token batches: whole under the limit, streamed only past it
         and fmt in STREAM_FORMATS
         and request.method in ("GET", "POST")
         and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element

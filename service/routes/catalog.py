@@ -7,15 +7,26 @@ names inside a request body or query are 422 (they are a field of the request).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
-from fastapi import APIRouter, HTTPException, Query
+import anyio
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import JSONResponse
 
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
 from posenc.presets import PRESETS, PresetKind, get_preset
-from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
-from service.state import State
+from service.models_loading import reload_models
+from service.schemas import (
+    ErrorBody,
+    ModelInfo,
+    ModelList,
+    PresetInfo,
+    PresetList,
+    ReloadAnswer,
+)
+from service.state import ServiceState, State
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -40,6 +51,12 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
         "family": model.family,
         "model_type": model.model_type,
         "tokenizer": model.tokenizer is not None,
+        "dtype": str(model.token_table.dtype).removeprefix("torch."),
+        "shape": list(model.token_table.shape),
+        "loaded_at": datetime.fromtimestamp(model.loaded_at, UTC).isoformat(
+            timespec="microseconds"
+        ),
+        "warnings": list(model.warnings),
     }
 
 
@@ -60,13 +77,52 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-@router.get("/models", response_model=ModelList, summary="Loaded embedding models")
-def list_models(state: State) -> dict[str, Any]:
-    """The default model's name and every loaded model (built-in and `POSENC_MODELS`)."""
+def _model_list(state: ServiceState) -> dict[str, Any]:
     return {
         "default": state.default_model,
         "models": [model_info(m) for m in state.models.values()],
     }
+
+
+@router.get("/models", response_model=ModelList, summary="Loaded embedding models")
+def list_models(state: State) -> dict[str, Any]:
+    """The default model's name and every loaded model (built-in and `POSENC_MODELS`)."""
+    return _model_list(state)
+
+
+_RELOAD_FAILED: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": ErrorBody,
+        "description": "some files could not be read (being written?): those models keep their "
+        "old weights; the body lists `models` and `errors` too, and `Retry-After` says when to "
+        "try again",
+    }
+}
+
+
+@router.post(
+    "/models/reload",
+    response_model=ReloadAnswer,
+    responses=_RELOAD_FAILED,
+    summary="Read every model's files again",
+)
+async def reload(state: State, request: Request) -> Any:
+    """Read every `POSENC_MODELS` folder and file again (SIGHUP does the same).
+
+    Each model's new weights are read and validated whole before they replace the old ones;
+    requests in flight finish on the old weights. A model whose files cannot be read keeps its
+    old weights: the answer is then a 503 with `Retry-After` that lists why.
+    """
+    await request.body()  # none is needed; one over POSENC_MAX_BODY_BYTES is the usual 413
+    errors = await anyio.to_thread.run_sync(reload_models, state)
+    answer = {**_model_list(state), "errors": errors}
+    if not errors:
+        return answer
+    names = ", ".join(e["name"] for e in errors)
+    detail = f"model(s) {names} could not be read again and keep their old weights: " + "; ".join(
+        f"{e['name']}: {e['detail']}" for e in errors
+    )
+    return JSONResponse({"detail": detail, **answer}, status_code=503, headers={"Retry-After": "5"})
 
 
 @router.get("/models/{name}", response_model=ModelInfo, responses=_NOT_FOUND, summary="One model")

@@ -18,6 +18,17 @@ router = APIRouter()
 OPERATIONS: list[str | Enum] = ["operations"]
 
 
+@router.get("/", include_in_schema=False)
+def root() -> dict[str, str]:
+    """Where to start: the API explorer and the OpenAPI document."""
+    return {
+        "name": "posenc",
+        "version": posenc.__version__,
+        "docs": "/docs",
+        "openapi": "/openapi.json",
+    }
+
+
 @router.get("/healthz", response_model=Status, tags=OPERATIONS, summary="Liveness")
 def healthz() -> dict[str, str]:
     """200 while the process runs."""

@@ -104,8 +104,8 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return bool
     if spec.type == "object":
         return dict[str, Any]
-    if spec.type == "strs":
-        return Annotated[list[str], Field(min_length=1)]
+    if spec.type == "strs":  # one string is one row
+        return str | Annotated[list[str], Field(min_length=1)]
     if spec.type == "struct":
         return _struct_model(spec)
     if spec.choices is not None:
@@ -265,12 +265,26 @@ def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]
 
 def _plan_for(kind: registry.Kind) -> Any:
     def plan(
-        req: BaseModel, state: ServiceState, source: Source, tensors: TokenTensors | None = None
+        req: BaseModel,
+        state: ServiceState,
+        source: Source,
+        tensors: TokenTensors | None = None,
+        *,
+        may_stream: bool = False,
     ) -> Plan:
+        """The request's plan; ``may_stream``: its format is one a kind with row blocks streams
+        past ``max_elements`` (raw, npy, safetensors), so text is tokenized up to the streaming
+        limit rather than stopped at ``max_elements``."""
         given = _sent(req)
         if tensors is not None:  # a binary body: its tensors, not the model's stand-in ids
             given.update(tensors.fields())
-        with element_limit(state.settings.max_elements):  # text: stop tokenizing past it
+        settings = state.settings
+        # text: stop tokenizing past the largest answer it could have (streamed, for a kind
+        # with row blocks asked in a format that streams: /v1/embed as raw, npy, safetensors)
+        limit = settings.max_elements
+        if kind.blocks is not None and may_stream:
+            limit = max(limit, settings.max_stream_elements)
+        with element_limit(limit):
             params = _resolve(kind, given, state, source)
         dtype = resolve_dtype(params.get("dtype"))
         ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)

@@ -17,10 +17,11 @@ malformed body is a 400, another media type a 415, each saying what is wrong and
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -33,14 +34,17 @@ from posenc import codec
 from posenc.errors import InvalidArgument, TooLarge
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
+    OutputOptions,
     Source,
     query_fields,
     read_output,
     revalidate,
     validation_error,
 )
+from service.responses.formats import NotAcceptable, negotiate
 from service.responses.plans import Plan
 from service.responses.respond import respond
+from service.responses.streaming import STREAM_FORMATS
 from service.routes.tables import add_post_route
 from service.state import ServiceState, read_state
 
@@ -316,7 +320,19 @@ async def read_token_request(
 # Registering a token endpoint
 # ---------------------------------------------------------------------------------------------
 
-TokenPlanFn = Callable[[Any, ServiceState, Source, TokenTensors | None], Plan]
+
+class TokenPlanFn(Protocol):
+    """A kind's plan as the token routes call it (``may_stream``: the format streams)."""
+
+    def __call__(
+        self,
+        req: Any,
+        state: ServiceState,
+        source: Source,
+        tensors: TokenTensors | None = None,
+        *,
+        may_stream: bool = False,
+    ) -> Plan: ...
 
 
 def request_body_openapi(model_cls: type[BaseModel], *, tensors: Sequence[str]) -> dict[str, Any]:
@@ -340,6 +356,14 @@ def request_body_openapi(model_cls: type[BaseModel], *, tensors: Sequence[str]) 
     }
 
 
+def _may_stream(request: Request, out: OutputOptions) -> bool:
+    """Whether the response's format is one that streams past ``max_elements``."""
+    try:
+        return negotiate(request.headers.get("accept"), out.format) in STREAM_FORMATS
+    except NotAcceptable:  # refused later, as any request would be
+        return False
+
+
 def add_token_route(
     router: APIRouter,
     path: str,
@@ -360,7 +384,10 @@ def add_token_route(
         state = read_state(request)
         req, given = await read_token_request(request, model_cls, accepted)
         if getattr(req, "text", None) is not None:  # tokenizing is work: not on the event loop
-            made = await run_in_threadpool(plan, req, state, "body", given)
+            streams = _may_stream(request, out)
+            made = await run_in_threadpool(
+                functools.partial(plan, req, state, "body", given, may_stream=streams)
+            )
         else:
             made = plan(req, state, "body", given)
         return await respond(request, state, made, out)

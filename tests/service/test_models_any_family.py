@@ -510,7 +510,7 @@ def test_learned_config_without_table_and_bad_configs_are_invalid(tmp_path):
 
 def test_fingerprint_follows_the_config_beside_the_weights(tmp_path):
     """The ETag's model fingerprint changes when config.json does (it decides rope and scale)."""
-    from service.app import _file_fingerprint
+    from service.models_loading import file_fingerprint as _file_fingerprint
 
     config = {"model_type": "llama", "hidden_size": 8, "num_attention_heads": 2}
     path = _write(tmp_path / "fp", {"model.embed_tokens.weight": torch.randn(4, 8)}, config)

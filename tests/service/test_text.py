@@ -229,6 +229,18 @@ def test_tokenize_a_single_string_is_one_row(api: httpx.Client, reference) -> No
     assert r.json()["input_ids"] == [tok.encode("héllo 🎉").ids]
 
 
+@pytest.mark.parametrize("path", ["/v1/embed", "/v1/position-ids"])
+def test_text_as_one_string_is_one_row_everywhere(api: httpx.Client, reference, path: str) -> None:  # type: ignore[no-untyped-def]
+    """API 1.3: ``text`` is a string or a list in every endpoint that takes it."""
+    tok, _ = reference
+    one = api.post(path + "?format=safetensors", json={"text": "héllo 🎉", "model": WORDY})
+    listed = api.post(path + "?format=safetensors", json={"text": ["héllo 🎉"], "model": WORDY})
+    assert one.status_code == 200, one.text
+    assert one.content == listed.content
+    ids = api.post(path, json={"text": "héllo 🎉", "model": WORDY}).json()["tensors"]["input_ids"]
+    assert ids["data"] == [tok.encode("héllo 🎉").ids]
+
+
 @pytest.mark.parametrize("skip", [True, False])
 def test_detokenize_equals_decode_batch_and_autotokenizer(
     api: httpx.Client, reference, skip: bool
@@ -281,9 +293,9 @@ def test_unknown_model_and_bad_bodies_are_422(inprocess: httpx.Client) -> None:
         ("/v1/tokenize", {"text": []}, "text"),
         ("/v1/tokenize", {"text": [1]}, "text"),
         ("/v1/tokenize", {"txt": "hi"}, "txt"),
+        ("/v1/embed", {"text": 5}, "text"),
         ("/v1/detokenize", {"input_ids": []}, "input_ids"),
         ("/v1/detokenize", {"input_ids": [["a"]]}, "input_ids"),
-        ("/v1/embed", {"text": "not a list"}, "text"),
         ("/v1/embed", {"text": ["a"], "input_ids": [[1]]}, "exactly one"),
         ("/v1/embed", {"model": WORDY}, "exactly one"),
         ("/v1/position-ids", {"text": ["a"], "input_ids": [[1]]}, "exactly one"),
