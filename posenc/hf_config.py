@@ -79,256 +79,44 @@ from typing import Any, Literal, TypeGuard
 
 from posenc._validate import is_number
 from posenc.errors import InvalidArgument
-from posenc.relative_sinusoidal import PARAKEET_MODEL_TYPES, parakeet_encoder
+from posenc.hf.families import FAMILIES, base_type, family, types_where
+from posenc.relative_sinusoidal import parakeet_encoder
 from posenc.rope import ROPE_PARAMETER_KEYS, RopeScaling, rope_inv_freq
 
 logger = logging.getLogger(__name__)
 
 PositionKind = Literal["rope", "alibi", "relative", "learned", "sinusoidal", "none"]
 
+#: Views of the records in :mod:`posenc.hf.families` (the one home of model-type facts), kept
+#: under the names other code imports.
 #: transformers 5's ``default_theta`` of each model type (10000.0 for any other).
 DEFAULT_THETA: Mapping[str, float] = MappingProxyType(
-    {
-        "apertus": 12000000.0,
-        "bitnet": 500000.0,
-        "cohere": 500000.0,
-        "cwm": 1000000.0,
-        "ernie4_5": 500000.0,
-        "ernie4_5_moe": 500000.0,
-        "flex_olmo": 500000.0,
-        "fuyu": 25000.0,
-        "gpt_oss": 150000.0,
-        "helium": 100000.0,
-        "lfm2": 1000000.0,
-        "lfm2_moe": 1000000.0,
-        "llama4": 500000.0,
-        "llama4_text": 500000.0,
-        "minimax": 1000000.0,
-        "minimax_m2": 5000000.0,
-        "mixtral": 1000000.0,
-        "olmo3": 500000.0,
-        "phimoe": 1000000.0,
-        "qwen2_5_omni": 1000000.0,
-        "qwen2_5_vl": 1000000.0,
-        "qwen2_5_vl_text": 1000000.0,
-        "qwen2_vl": 1000000.0,
-        "qwen2_vl_text": 1000000.0,
-        "qwen3_vl": 500000.0,
-        "qwen3_vl_text": 500000.0,
-        "qwen3_vl_moe": 500000.0,
-        "qwen3_vl_moe_text": 500000.0,
-        "smollm3": 2000000.0,
-    }
+    {t: f.default_theta for t, f in FAMILIES.items() if f.default_theta is not None}
 )
-
-#: transformers' config-class defaults for the head geometry that published files leave out,
-#: by base model type: Gemma 3's multimodal checkpoints (``google/gemma-3-4b-pt`` ...) give in
-#: ``text_config`` only what differs from ``Gemma3TextConfig`` (8 heads, 4 KV heads, 256).
-_HEAD_DEFAULTS: Mapping[str, Mapping[str, int]] = MappingProxyType(
-    {
-        "gemma3": MappingProxyType(
-            {"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256}
-        )
-    }
-)
-
-#: Model types whose attention rotates adjacent channel pairs (``rotate_every_two``,
-#: ``repeat_interleave(2)`` or ``view_as_complex`` in their modeling file).
-INTERLEAVED_MODEL_TYPES: frozenset[str] = frozenset(
-    {
-        "gptj",
-        "codegen",
-        "chatglm",
-        "glm",
-        "glm4",
-        "glm4v",
-        "glm4v_text",
-        "llama4",
-        "llama4_text",
-        "deepseek_v2",
-        "deepseek_v3",
-        "cohere",
-        "cohere2",
-        "ernie4_5",
-        "ernie4_5_moe",
-        "helium",
-        "moonshine",
-    }
-    | {
-        # read from each model's apply function (transformers 5.24; tests/lib/
-        # test_config_parity.py derives them again from the model's own rotation)
-        "axk2",  # apply_rotary_pos_emb_interleave, always
-        "bailing_hybrid",
-        "deepseek_v32",
-        "dots3_note",
-        "glm_moe_dsa",
-        "longcat_flash",
-        "mistral_large4",
-        "cohere2_moe",  # rotate_half of adjacent pairs
-        "blt",  # the blt family: global_transformer, local_decoder, local_encoder, patcher
-        "blt_global_transformer",
-        "blt_local_decoder",
-        "blt_local_encoder",
-        "blt_patcher",
-        "glm_ocr",  # rotate_half_llm
-        "hy_v4_vl",  # cos/sin repeat_interleave(2)
-        "ernie4_5_vl_moe",
-        "moonshine_streaming",
-        "openai_privacy_filter",  # x[..., ::2] / x[..., 1::2]
-        "deepseek_v4",  # repeat_interleave(2) beside rotate_half of pairs
-    }
-)
-
-#: Model types whose attention applies the interleaved layout whatever ``rope_interleave``
-#: says (they have no such key; DeepSeek-V3 reads it).
-_ALWAYS_INTERLEAVED: frozenset[str] = frozenset(
-    {"axk2", "bailing_hybrid", "deepseek_v32", "dots3_note", "glm_moe_dsa", "longcat_flash",
-     "mistral_large4"}
-)  # fmt: skip
-
-#: The M-RoPE sections a model's text rotary module uses when ``rope_parameters`` gives none
-#: (``config.rope_parameters.get("mrope_section", [...])`` in its modeling file).
+#: Model types whose attention rotates adjacent channel pairs.
+INTERLEAVED_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.layout == "interleaved")
+#: The M-RoPE sections a model's text rotary module uses when ``rope_parameters`` gives none.
 DEFAULT_MROPE_SECTION: Mapping[str, tuple[int, int, int]] = MappingProxyType(
-    {
-        "qwen2_vl": (16, 24, 24),
-        "qwen2_5_vl": (16, 24, 24),
-        "qwen2_5_omni": (16, 24, 24),
-        "paddleocr_vl": (16, 24, 24),
-        "qwen3_vl": (24, 20, 20),
-        "qwen3_vl_moe": (24, 20, 20),
-        "qwen3_omni_moe": (24, 20, 20),
-        "cosmos3_edge": (24, 20, 20),
-        "hy_v4_vl": (24, 20, 20),
-        "cohere_compass": (24, 20, 20),
-        "glm4v": (8, 12, 12),
-        "glm4v_moe": (8, 12, 12),
-        "glm_image": (8, 12, 12),
-        "glm_ocr": (8, 12, 12),
-        "qwen3_5": (11, 11, 10),
-        "qwen3_5_moe": (11, 11, 10),
-        "qwen4_exp": (11, 11, 10),
-    }
+    {t: f.mrope_section for t, f in FAMILIES.items() if f.mrope_section is not None}
 )
-
-#: Model types whose text rotary module interleaves the M-RoPE sections (``length =
-#: self.mrope_section[dim] * 3`` in its modeling file), with no flag in the config.
-_INTERLEAVED_SECTIONS = frozenset(
-    {"qwen3_vl", "qwen3_vl_moe", "qwen3_omni_moe", "cosmos3_edge", "hy_v4_vl", "qwen3_5",
-     "qwen3_5_moe", "qwen4_exp"}
-)  # fmt: skip
-
-#: ``partial_rotary_factor`` of each model type when the config gives none (THUDM's remote-code
-#: ChatGLM2/3 rotates half the head: ``RotaryEmbedding(rotary_dim // 2)`` in modeling_chatglm.py).
+#: ``partial_rotary_factor`` of each model type when the config gives none.
 DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
-    {
-        "gpt_neox": 0.25,
-        "phi": 0.5,
-        "chatglm": 0.5,
-        "glm": 0.5,
-        "glm4": 0.5,
-        "stablelm": 0.25,
-        "persimmon": 0.5,
-    }
+    {t: f.partial_rotary for t, f in FAMILIES.items() if f.partial_rotary is not None}
 )
-
-#: Model types whose attention rotates by ``−θ``: nanochat's ``rotate_half`` is
-#: ``cat(x2, −x1)`` (modeling_nanochat.py), the mirror of Llama's ``cat(−x2, x1)``. Their rope
-#: tables carry ``−sin θ`` (``rotation: "negative"``), so that ``x·cos + rotate_half(x)·sin``
-#: with Llama's ``rotate_half`` applies what the model applies.
-NEGATIVE_ROTATION_MODEL_TYPES: frozenset[str] = frozenset({"nanochat"})
-
-#: Model types whose attention rotates the trailing ``R`` channels of each head, not the
-#: leading ones: DeepSeek-V4's ``apply_rotary_pos_emb`` takes ``x[..., -rope_dim:]`` of its
-#: ``[nope | rope]`` heads (``rotated_channels: "trailing"``).
-TRAILING_ROTARY_MODEL_TYPES: frozenset[str] = frozenset({"deepseek_v4"})
-
-_GEMMA3_LIKE = frozenset({"gemma3", "gemma3_text", "gemma3n", "gemma3n_text"})
-_QWEN_SLIDING = frozenset({"qwen2", "qwen2_moe", "qwen3", "qwen3_moe"})
-_ALIBI_MODEL_TYPES = frozenset({"bloom"})
-_RELATIVE_MODEL_TYPES = frozenset({"t5", "mt5", "umt5", "longt5", "switch_transformers"})
-#: Relative positions of their own (:mod:`posenc.relative`): DeBERTa-v2/v3 (when its
-#: ``relative_attention`` is true), and Swin windows.
-_DEBERTA_MODEL_TYPES = frozenset({"deberta-v2"})
-_SWIN_MODEL_TYPES = frozenset({"swin", "swinv2"})
-_LEARNED_MODEL_TYPES = frozenset(
-    {
-        "gpt2",
-        "bert",
-        "roberta",
-        "xlm-roberta",
-        "distilbert",
-        "electra",
-        "albert",
-        "camembert",
-        "gpt_neo",
-        "opt",
-        "biogpt",
-        "bart",
-        "mbart",
-        "blenderbot",
-        "whisper",
-        "vit",
-        "clip_text_model",
-        "layoutlm",
-        "xlnet_none",
-    }
+#: Model types whose attention rotates by ``−θ`` (their tables carry ``−sin θ``).
+NEGATIVE_ROTATION_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.rotation == "negative")
+#: Model types whose attention rotates the trailing ``R`` channels of each head.
+TRAILING_ROTARY_MODEL_TYPES: frozenset[str] = types_where(
+    lambda f: f.rotated_channels == "trailing"
 )
-#: Learned models whose position table is ``embedding_size`` wide (not ``hidden_size``).
-_EMBEDDING_SIZE_TYPES = frozenset({"electra", "albert"})
-#: Learned models whose positions start at ``padding_idx + 1`` (RoBERTa's
-#: ``create_position_ids_from_input_ids``), ``padding_idx`` being ``pad_token_id``.
-_PADDING_OFFSET_TYPES = frozenset({"roberta", "xlm-roberta", "camembert"})
-#: Learned models whose table has 2 rows more than ``max_position_embeddings`` and reads row
-#: ``p + 2`` for position ``p`` (``LearnedPositionalEmbedding.offset`` of BART, mBART, BioGPT,
-#: OPT).
-_OFFSET_TWO_TYPES = frozenset({"bart", "mbart", "biogpt", "opt"})
-_SINUSOIDAL_MODEL_TYPES = frozenset({"marian", "fsmt", "pegasus", "speech_to_text", "m2m_100"})
-_ROPE_MODEL_TYPES = frozenset(
-    {
-        "llama",
-        "mistral",
-        "mixtral",
-        "qwen2",
-        "qwen2_moe",
-        "qwen3",
-        "qwen3_moe",
-        "gemma",
-        "gemma2",
-        "gemma4",
-        "gemma4_text",
-        "phi",
-        "phi3",
-        "gpt_neox",
-        "gptj",
-        "codegen",
-        "olmo",
-        "olmo2",
-        "falcon",
-        "stablelm",
-        "persimmon",
-        "starcoder2",
-        "granite",
-        "internlm2",
-        "deepseek_v2",
-        "deepseek_v3",
-        "glm",
-        "glm4",
-    }
-    | _GEMMA3_LIKE
-    | set(DEFAULT_THETA)
-    | INTERLEAVED_MODEL_TYPES
-)
+#: The types whose softmax scale is 1 (and every type whose name starts with one of them).
+_UNIT_SCALE_TYPES = types_where(lambda f: f.softmax_rule == "unit")
 
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
 
 #: RoPE types only vLLM builds (``NTKScalingRotaryEmbedding``, ``XDRotaryEmbedding``):
 #: transformers 5.24's ``ROPE_INIT_FUNCTIONS`` has no rule for them.
 VLLM_ONLY_ROPE_TYPES: frozenset[str] = frozenset({"ntk", "xdrope"})
-
-#: Model types whose transformers rotary module reads ``dynamic`` with ``alpha`` as a fixed
-#: NTK-alpha base (``HunYuanDenseV1RotaryEmbedding``'s ``ntk_alpha``; HunYuanVL's config class
-#: renames ``xdrope`` to ``dynamic`` first).
-_NTK_ALPHA_MODEL_TYPES = frozenset({"hunyuan_v1_dense", "hunyuan_v1_moe", "hunyuan_vl"})
 
 #: What vLLM's ``get_rope`` reads of a vLLM-only rope dict besides ``rope_type`` / ``rope_theta``.
 _VLLM_KEYS = ("alpha", "factor", "mixed_b", "xdrope_section")
@@ -635,14 +423,6 @@ def _text_config(config: Mapping[str, Any], root: str = "config.") -> tuple[dict
     return merged, f"{root}text_config."
 
 
-# model_type spellings of older files, as transformers maps them
-_MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
-
-
-def _base_type(model_type: str) -> str:
-    return _MODEL_TYPE_ALIASES.get(model_type, model_type).removesuffix("_text")
-
-
 def _num_heads(r: _Reader) -> int | None:
     # Moonshine gives its decoder's (the language model's) heads under their own name
     for key in (
@@ -669,13 +449,19 @@ MAX_HEAD_DIM = 2**16
 MAX_LAYERS = 2**16
 
 
+def _head_dim_key(r: _Reader) -> str | None:
+    """The key its record names for the heads' width, where the config gives it."""
+    own = r.config.get("model_type")
+    key = family(own if isinstance(own, str) else None).head_dim_key
+    return key if key is not None and r.has(key) else None
+
+
 def _head_dim(r: _Reader) -> int | None:
     if r.has("head_dim"):
         head_dim = r.int("head_dim")
         key = "head_dim"
-    elif r.config.get("model_type") == "jetmoe" and r.has("kv_channels"):
-        head_dim = r.int("kv_channels")  # JetMoE's attention heads are kv_channels wide
-        key = "kv_channels"
+    elif (key := _head_dim_key(r)) is not None:
+        head_dim = r.int(key)  # JetMoE's attention heads are kv_channels wide
     else:
         hidden, heads = _hidden(r), _num_heads(r)
         if hidden is None or heads is None:
@@ -734,40 +520,33 @@ def _layer_count(r: _Reader) -> int | None:
     return None
 
 
-#: Model types that build their rotary embedding only when a key asks for it (the key and the
-#: value that does): Granite MoE Hybrid ``position_embedding_type == "rope"``, Zamba 2
-#: ``use_mem_rope``. Without it they apply no positional encoding.
-_ROPE_SWITCHES: Mapping[str, tuple[str, Any]] = MappingProxyType(
-    {"granitemoehybrid": ("position_embedding_type", "rope"), "zamba2": ("use_mem_rope", True)}
-)
-
-
 def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
-    base = _base_type(model_type)
-    if base in _ROPE_SWITCHES:
-        key, on = _ROPE_SWITCHES[base]
+    base = base_type(model_type)
+    fam = family(base)
+    if fam.rope_switch is not None:  # RoPE only when the key asks for it, else none
+        key, on = fam.rope_switch
         return "rope" if c.get(key) == on else "none"
-    if base == "falcon":
+    if fam.alibi_flag == "alibi":
         return "alibi" if c.get("alibi") else "rope"
-    if base == "mpt":
+    if fam.alibi_flag == "attn_config":
         attn = c.get("attn_config") or {}
         return "alibi" if isinstance(attn, Mapping) and attn.get("alibi", True) else "learned"
-    if base in _ALIBI_MODEL_TYPES:
+    if fam.scheme == "alibi":
         return "alibi"
-    if base in _RELATIVE_MODEL_TYPES or base in _SWIN_MODEL_TYPES:
+    if fam.scheme in ("relative", "swin"):
         return "relative"
-    if base in _DEBERTA_MODEL_TYPES:  # DebertaV2Config: relative_attention False by default
+    if fam.scheme == "deberta":  # DebertaV2Config: relative_attention False by default
         if c.get("relative_attention") is True:
             return "relative"
         return "learned" if c.get("position_biased_input", True) else "none"
     if "relative_attention_num_buckets" in c:
         return "relative"
-    if base in _SINUSOIDAL_MODEL_TYPES:
+    if fam.scheme == "sinusoidal":
         return "sinusoidal"
-    if base in _LEARNED_MODEL_TYPES:
+    if fam.scheme == "learned":
         return "learned"
     rope_keys = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rotary_pct")
-    if model_type in _ROPE_MODEL_TYPES or base in _ROPE_MODEL_TYPES:
+    if family(model_type).scheme == "rope" or fam.scheme == "rope":
         return "rope"
     if any(c.get(k) is not None for k in rope_keys) or "rotary_dim" in c:
         return "rope"
@@ -791,6 +570,7 @@ def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
 
 def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | None:
     c = r.config
+    fam = family(base)
     given = c.get("layer_types")
     if given is not None:
         if not isinstance(given, list) or not all(isinstance(t, str) for t in given):
@@ -801,21 +581,23 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
         types = list(given)
     elif n_layers is None:
         return None
-    elif base == "gemma2":
+    elif fam.layer_rule == "alternating":
         types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(n_layers)]
-    elif base in _GEMMA3_LIKE or base in ("gemma4", "cohere2"):
-        default = 4 if base == "cohere2" else 6
+    elif fam.layer_rule == "every_nth" and fam.sliding_pattern is not None:
+        default = fam.sliding_pattern
         pattern = r.int("sliding_window_pattern", default) or default
         types = [
             "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(n_layers)
         ]
-    elif base in _QWEN_SLIDING and c.get("use_sliding_window") and c.get("sliding_window"):
+    elif (
+        fam.layer_rule == "qwen_sliding" and c.get("use_sliding_window") and c.get("sliding_window")
+    ):
         mwl = r.int("max_window_layers", 28, minimum=0)
         types = [
             "sliding_attention" if i >= mwl else "full_attention"  # type: ignore[operator]
             for i in range(n_layers)
         ]
-    elif base == "llama4":
+    elif fam.layer_rule == "llama4":
         interval = r.int("no_rope_layer_interval", 4) or 4
         no_rope = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n_layers)]
         if not isinstance(no_rope, list):
@@ -825,11 +607,9 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
             )
         types = ["chunked_attention" if use else "no_rope" for use in no_rope]
         return types
-    elif base == "smollm3":
-        types = ["full_attention"] * n_layers
     else:
         types = ["full_attention"] * n_layers
-    if base == "smollm3":
+    if fam.nope_interval:
         # SmolLM3: NoPE every no_rope_layer_interval-th layer (no_rope_layers[i] == 0)
         interval = r.int("no_rope_layer_interval", 4) or 4
         flags = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(len(types))]
@@ -839,10 +619,10 @@ def _layer_types(base: str, r: _Reader, n_layers: int | None) -> list[str] | Non
                 field=r.field("no_rope_layers"),
             )
         types = [t if flags[i] else "no_rope" for i, t in enumerate(types)]
-    if base == "gemma4" and types and types[-1] != "full_attention":
+    if fam.last_layer_full and types and types[-1] != "full_attention":
         types[-1] = "full_attention"
         r.warnings.append("layer_types: the last layer is full_attention (Gemma 4 forces it)")
-    if base == "cohere2":
+    if fam.full_is_no_rope:
         types = ["no_rope" if t == "full_attention" else t for t in types]
     return types
 
@@ -883,9 +663,12 @@ def _rope_dicts(
     """The raw rope parameter dicts by layer type (``{"default": ...}`` when not nested), with
     ``rope_theta`` and ``rope_type`` filled in; and whether they are nested."""
     c = r.config
-    default_theta = DEFAULT_THETA.get(model_type, DEFAULT_THETA.get(base, 10000.0))
-    if base == "chatglm":  # modeling_chatglm.py: base = 10000 * rope_ratio (ChatGLM3-6B-32k: 50)
-        default_theta *= r.float("rope_ratio", 1.0) or 1.0
+    fam = family(base)
+    own_theta = family(model_type).default_theta
+    theta_default = own_theta if own_theta is not None else fam.default_theta
+    default_theta = theta_default if theta_default is not None else 10000.0
+    if fam.theta_ratio_key is not None:  # modeling_chatglm.py: base = 10000 * rope_ratio
+        default_theta *= r.float(fam.theta_ratio_key, 1.0) or 1.0
     params = c.get("rope_parameters")
     scaling = c.get("rope_scaling")
     for key, value in (("rope_parameters", params), ("rope_scaling", scaling)):
@@ -907,7 +690,7 @@ def _rope_dicts(
         top_theta = r.float("rotary_emb_base")
         r.warnings.append("rotary_emb_base: legacy spelling of rope_theta")
 
-    if base in _GEMMA3_LIKE:
+    if fam.rope_nesting == "gemma3":
         # configuration_gemma3.convert_rope_params_to_dict
         nested = (
             {k: dict(v) if isinstance(v, Mapping) else None for k, v in params.items()}
@@ -937,7 +720,7 @@ def _rope_dicts(
             # every value a dict: rope kinds of their own (DeepSeek-V4's main / compress, which
             # its rotary module builds from rope_parameters' keys, not from layer_types)
             nested_keys = list(raw)
-        if base == "gemma4" and params is None and scaling is None:
+        if fam.rope_nesting == "gemma4" and params is None and scaling is None:
             raw = {
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
                 "full_attention": {
@@ -986,6 +769,7 @@ def _rope_layer(
 ) -> tuple[RopeLayerType, dict[str, Any]]:
     """One layer type's RoPE; returns it and the mrope keys found in its dict."""
     c = r.config
+    fam = family(base)
     where = d.pop("_where")
     rope_type = d.pop("rope_type")
     if not isinstance(rope_type, str) or (
@@ -1021,13 +805,13 @@ def _rope_layer(
         r.warnings.append("rotary_pct: legacy spelling of partial_rotary_factor")
     prf_default = prf is None
     if prf is None:
-        prf = DEFAULT_PARTIAL_ROTARY.get(base, 1.0)
+        prf = fam.partial_rotary if fam.partial_rotary is not None else 1.0
     if isinstance(prf, bool) or not isinstance(prf, int | float) or not 0 < prf <= 1:
         raise InvalidArgument(
             f"{where}.partial_rotary_factor must be a number in (0, 1], got {prf!r}",
             field=f"{where}.partial_rotary_factor",
         )
-    if base in ("gptj", "codegen") and c.get("rotary_dim") is not None:
+    if fam.given_rotary_dim and c.get("rotary_dim") is not None:
         rotary_dim = r.int("rotary_dim")
     elif rope_type == "proportional":
         rotary_dim = head_dim
@@ -1038,7 +822,7 @@ def _rope_layer(
             f"the rotary dimension {rotary_dim} must be <= the head dimension {head_dim}, and "
             f"that <= {MAX_HEAD_DIM}",
             field=f"{where}.partial_rotary_factor"
-            if base not in ("gptj", "codegen")
+            if not fam.given_rotary_dim
             else r.field("rotary_dim"),
         )
     exponent_dim = rotary_dim
@@ -1046,7 +830,7 @@ def _rope_layer(
         rotary_dim is not None
         and rotary_dim % 2
         and 3 <= rotary_dim < head_dim
-        and base not in ("gptj", "codegen")  # their rotary_dim is given, not a fraction
+        and not fam.given_rotary_dim  # their rotary_dim is given, not a fraction
     ):
         # an odd rotated width from partial_rotary_factor (GLM-4-MoE: int(42 x 0.5) = 21):
         # transformers builds arange(0, 21, 2) / 21, 11 frequencies, and rotates a 22-wide
@@ -1102,8 +886,8 @@ def _rope_layer(
     if rope_type in ("llama3", "yarn", "longrope"):
         if not nested and c.get("original_max_position_embeddings") is not None:
             params["original_max_position_embeddings"] = r.int("original_max_position_embeddings")
-        elif not nested and base == "phi3":
-            params["original_max_position_embeddings"] = 4096  # Phi3Config's default
+        elif not nested and fam.original_max_default is not None:
+            params["original_max_position_embeddings"] = fam.original_max_default  # Phi3Config
         elif "original_max_position_embeddings" not in params:
             if max_pos is None:
                 raise InvalidArgument(
@@ -1231,7 +1015,7 @@ def _vllm_only(
                     f"row), got {section!r}",
                     field=f"{where}.xdrope_section",
                 )
-        if base in _NTK_ALPHA_MODEL_TYPES:
+        if family(base).ntk_alpha:
             # transformers' Hunyuan rotary modules: a fixed base (dim = config.head_dim)
             new_theta = theta * float(alpha) ** (head_dim / (head_dim - 2))
             r.warnings.append(
@@ -1282,22 +1066,21 @@ def _vllm_only(
 def _is_mla(base: str, r: _Reader) -> bool:
     """Multi-head latent attention (DeepSeek V2/V3 and the models built like them): RoPE on
     ``qk_rope_head_dim`` channels, scores over ``qk_nope_head_dim + qk_rope_head_dim``."""
-    return base in ("deepseek_v2", "deepseek_v3") or (
-        r.has("qk_rope_head_dim") and r.has("qk_nope_head_dim")
-    )
+    return family(base).mla or (r.has("qk_rope_head_dim") and r.has("qk_nope_head_dim"))
 
 
 def _softmax_scale(
     base: str, r: _Reader, head_dim: int | None, rope: RopeLayerType | None
 ) -> float | None:
     c = r.config
-    if base.startswith(("gemma4", "gemma3n")):
+    fam = family(base)
+    if base.startswith(tuple(sorted(_UNIT_SCALE_TYPES))):
         return 1.0  # their q/k norms stand in for the scale
-    if base in ("gemma2", *_GEMMA3_LIKE) or r.has("query_pre_attn_scalar"):
+    if fam.softmax_rule == "query_pre_attn_scalar" or r.has("query_pre_attn_scalar"):
         scalar = r.float("query_pre_attn_scalar", 256.0) or 256.0  # the default: never None
         inv_sqrt: float = scalar**-0.5
         return inv_sqrt
-    if base in _RELATIVE_MODEL_TYPES:
+    if fam.scheme == "relative":
         return 1.0  # T5 folds the scale into its initialisation
     if r.has("attention_multiplier"):
         return r.float("attention_multiplier")
@@ -1311,11 +1094,11 @@ def _softmax_scale(
                 m = 0.1 * mad * math.log(factor) + 1.0
                 scale = scale * m * m
         return scale
-    if base == "mpt":
+    if fam.alibi_flag == "attn_config":
         attn = c.get("attn_config") or {}
         if isinstance(attn, Mapping) and attn.get("softmax_scale") is not None:
             return float(attn["softmax_scale"])
-    if base == "gpt2" and c.get("scale_attn_weights") is False:
+    if fam.softmax_rule == "scale_attn_weights" and c.get("scale_attn_weights") is False:
         return 1.0
     return None if head_dim is None else head_dim**-0.5
 
@@ -1345,7 +1128,7 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
             field="config",
         )
     top_type = config.get("model_type")
-    if isinstance(top_type, str) and top_type in PARAKEET_MODEL_TYPES:
+    if isinstance(top_type, str) and family(top_type).scheme == "relative_sinusoidal":
         return _parakeet(top_type, config)
     part, root = _language_part(config)
     c, prefix = _text_config(part, root)
@@ -1359,22 +1142,23 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
             f"config.model_type must be a string, got {model_type!r}", field="config.model_type"
         )
     model_type = model_type or ""
-    base = _base_type(model_type)
-    if base == "llama4":
-        model_type = "llama4_text"
-    for key, value in _HEAD_DEFAULTS.get(base, {}).items():
+    base = base_type(model_type)
+    fam = family(base)
+    if fam.text_model_type is not None:
+        model_type = fam.text_model_type
+    for key, value in (fam.head_defaults or {}).items():
         c.setdefault(key, value)
     r = _Reader(c, prefix)
     kind = _kind(model_type, c)
     shown_type = top_type if isinstance(top_type, str) else model_type
-    if base in _SWIN_MODEL_TYPES:  # num_heads is a list per stage
+    if fam.scheme == "swin":  # num_heads is a list per stage
         return _swin(shown_type, base, r)
     heads = _num_heads(r)
     max_pos = r.int("max_position_embeddings") or r.int("n_positions")
     n_layers = _layer_count(r)
     if kind == "alibi":
         return _alibi(shown_type, base, r, heads, max_pos, n_layers)
-    if kind == "relative" and base in _DEBERTA_MODEL_TYPES:
+    if kind == "relative" and fam.scheme == "deberta":
         return _deberta(shown_type, r, heads, max_pos, n_layers)
     if kind == "relative":
         return _relative(shown_type, r, heads, n_layers)
@@ -1415,9 +1199,8 @@ def _rope(
     n_layers: int | None,
 ) -> ModelPositions:
     c = r.config
-    if r.has("qk_rope_head_dim") and (
-        base in ("deepseek_v2", "deepseek_v3") or (_is_mla(base, r) and not r.has("head_dim"))
-    ):
+    fam = family(base)
+    if r.has("qk_rope_head_dim") and (fam.mla or (_is_mla(base, r) and not r.has("head_dim"))):
         head_dim = r.int("qk_rope_head_dim")
     else:
         head_dim = _head_dim(r)
@@ -1433,8 +1216,10 @@ def _rope(
     mrope: dict[str, Any] = {}
     for name, d in dicts.items():
         hd = head_dim
-        if name == "full_attention" and (base == "gemma4" or r.has("global_head_dim")):
-            hd = r.int("global_head_dim", 512) or head_dim
+        if name == "full_attention" and (
+            fam.global_head_dim is not None or r.has("global_head_dim")
+        ):
+            hd = r.int("global_head_dim", fam.global_head_dim) or head_dim
         hd = _per_layer_head_dim(r, layer_types, name) or hd
         layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
         rope[name] = layer
@@ -1445,12 +1230,8 @@ def _rope(
         names = [t for t in dict.fromkeys(layer_types or ["full_attention"]) if t != "no_rope"]
         for t in names or ["full_attention"]:
             rope[t] = single
-    layout = (
-        "interleaved"
-        if (base in INTERLEAVED_MODEL_TYPES or model_type in INTERLEAVED_MODEL_TYPES)
-        else "half"
-    )
-    if base in _ALWAYS_INTERLEAVED:
+    layout = "interleaved" if "interleaved" in (fam.layout, family(model_type).layout) else "half"
+    if fam.always_interleaved:
         if c.get("rope_interleave") is False:
             r.warnings.append(
                 f"rope_interleave: ignored, {base} always rotates adjacent pairs "
@@ -1462,8 +1243,8 @@ def _rope(
         layout = "interleaved"
 
     section = mrope.get("mrope_section")
-    if section is None and base in DEFAULT_MROPE_SECTION:
-        section = list(DEFAULT_MROPE_SECTION[base])
+    if section is None and fam.mrope_section is not None:
+        section = list(fam.mrope_section)
         r.warnings.append(
             f"rope_parameters.mrope_section: not given; {base}'s rotary module uses {section}"
         )
@@ -1479,10 +1260,10 @@ def _rope(
     interleaved = mrope.get("mrope_interleaved")
     if interleaved is None:
         # the models whose rotary module interleaves the sections with no flag in the config
-        interleaved = base in _INTERLEAVED_SECTIONS
+        interleaved = fam.mrope_interleaved
     first = next(iter(rope.values()))
     temperature = None
-    if base == "llama4" and _temperature_tuning(r):
+    if fam.temperature_tuning and _temperature_tuning(r):
         temperature = MappingProxyType(
             {
                 "floor_scale": float(r.float("floor_scale", 8192.0)),  # type: ignore[arg-type]
@@ -1490,7 +1271,7 @@ def _rope(
             }
         )
     sliding = r.int("sliding_window", minimum=0) or None
-    if base in _QWEN_SLIDING and not c.get("use_sliding_window"):
+    if fam.layer_rule == "qwen_sliding" and not c.get("use_sliding_window"):
         sliding = None
     attn_head_dim = head_dim if _is_mla(base, r) else _head_dim(r)
     return ModelPositions(
@@ -1525,7 +1306,7 @@ def _alibi(
     n_layers: int | None,
 ) -> ModelPositions:
     max_bias = 8.0
-    if base == "mpt":
+    if family(base).alibi_flag == "attn_config":
         attn = r.config.get("attn_config") or {}
         if not isinstance(attn, Mapping):
             raise InvalidArgument(
@@ -1558,11 +1339,12 @@ def _learned(base: str, r: _Reader, max_pos: int | None, d_model: int | None) ->
     (ELECTRA's and ALBERT's ``embedding_size``, as their ``position_embeddings``); RoBERTa's
     family counts positions from ``padding_idx + 1`` (``create_position_ids_from_input_ids``),
     so ``usable_positions`` of the rows are reachable."""
-    if base in _EMBEDDING_SIZE_TYPES and r.has("embedding_size"):
-        d_model = r.int("embedding_size")
-    if base == "whisper":  # the decoder's (text) positions; the encoder's are the audio frames
-        max_pos = r.int("max_target_positions", max_pos)
-    offset = 2 if base in _OFFSET_TWO_TYPES and max_pos is not None else 0
+    fam = family(base)
+    if fam.learned_width_key is not None and r.has(fam.learned_width_key):
+        d_model = r.int(fam.learned_width_key)
+    if fam.learned_rows_key is not None:  # Whisper: the decoder's (text) positions
+        max_pos = r.int(fam.learned_rows_key, max_pos)
+    offset = fam.learned_offset if fam.learned_offset and max_pos is not None else 0
     size = max_pos + offset if max_pos is not None else None
     out: dict[str, Any] = {
         "seq_len": size,
@@ -1573,7 +1355,7 @@ def _learned(base: str, r: _Reader, max_pos: int | None, d_model: int | None) ->
     if offset:  # BART's LearnedPositionalEmbedding: position p is row p + 2
         out["first_position"] = offset
         out["usable_positions"] = max_pos
-    if base in _PADDING_OFFSET_TYPES:
+    if fam.padding_offset:
         pad = r.int("pad_token_id", 1, minimum=0)
         if max_pos is not None and pad is not None:
             out["first_position"] = pad + 1
@@ -1669,7 +1451,7 @@ def _swin(shown_type: str, base: str, r: _Reader) -> ModelPositions:
     first = stage_heads[0] if isinstance(stage_heads, list) and stage_heads else None
     if isinstance(first, int) and not isinstance(first, bool) and first > 0 and embed_dim:
         head_dim = embed_dim // first
-    scale = None if base == "swinv2" or head_dim is None else head_dim**-0.5
+    scale = None if family(base).cosine_attention or head_dim is None else head_dim**-0.5
     return ModelPositions(
         model_type=shown_type,
         kind="relative",

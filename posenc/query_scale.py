@@ -33,12 +33,13 @@ import torch
 from posenc import kinds
 from posenc._validate import check_int, check_seq_len_or_positions, device_or_cpu
 from posenc.errors import InvalidArgument, UnknownName
+from posenc.hf.families import family, types_where
 from posenc.hf_config import read_positions
 from posenc.limits import check_elements
 from posenc.model_configs import MODEL_CONFIGS
 
 #: The model types whose transformers attention applies ``llama_4_scaling_beta``.
-BETA_MODEL_TYPES: frozenset[str] = frozenset({"ministral3", "mistral4"})
+BETA_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.query_scale == "llama4_beta")
 
 
 def query_scale(
@@ -135,7 +136,7 @@ def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
     text, prefix = _text(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     base = model_type.removesuffix("_text")
-    if base == "llama4":
+    if family(base).temperature_tuning:
         positions = read_positions(config)
         temperature = positions.attention_temperature
         if temperature is None:
@@ -155,7 +156,7 @@ def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
             layers=layers,
             num_layers=len(positions.layer_types) or None,
         )
-    if base in BETA_MODEL_TYPES:
+    if family(base).query_scale == "llama4_beta":
         rope = text.get("rope_scaling") or text.get("rope_parameters")
         where = f"{prefix}rope_parameters"
         if not isinstance(rope, Mapping) or rope.get("llama_4_scaling_beta") is None:

@@ -27,12 +27,11 @@ from posenc import kinds
 from posenc._validate import check_int, check_int_at_least, device_or_cpu
 from posenc.blocks import TableBlocks
 from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
 from posenc.limits import check_elements
 
 #: The model types whose encoder uses these positions (``encoder_config`` for the whole models).
-PARAKEET_MODEL_TYPES: frozenset[str] = frozenset(
-    {"parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"}
-)
+PARAKEET_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.scheme == "relative_sinusoidal")
 
 
 def relative_sinusoidal_positions(

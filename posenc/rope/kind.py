@@ -13,6 +13,7 @@ from posenc import kinds
 from posenc._validate import check_seq_len_or_positions
 from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
+from posenc.hf.families import family
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,
@@ -24,7 +25,6 @@ from posenc.rope.scaling import (
 from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_cos_sin
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
 from posenc.rope.vllm import (
-    DEEPSEEK_MODEL_TYPES,
     DUAL_CHUNK_CACHES,
     VllmRope,
     vllm_complete,
@@ -290,7 +290,7 @@ def _rope_from_config(
     layer = positions.rope_for(layer_type)
     info = {"rope_type": layer.rope_type}
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
-        deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
+        deepseek = family(positions.model_type.removesuffix("_text")).vllm_deepseek_yarn
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
         info.update(config_deepseek=deepseek)
         if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
 from posenc.rope.sections import check_section_rows
 
 Engine = Literal["transformers", "vllm"]
@@ -59,9 +60,7 @@ ENGINES: tuple[str, ...] = ("transformers", "vllm")
 
 #: Model types whose vLLM model code builds DeepSeek's YaRN (``deepseek_v2.py`` and the
 #: models that reuse its attention) for any non-default RoPE type.
-DEEPSEEK_MODEL_TYPES: frozenset[str] = frozenset(
-    {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "mistral_large_3"}
-)
+DEEPSEEK_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.vllm_deepseek_yarn)
 
 
 def _mscale(scale: float, mscale: float = 1.0) -> float:
