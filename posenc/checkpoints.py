@@ -48,6 +48,7 @@ from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.hf import families
+from posenc.hf.reader import merged_text
 from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
 
@@ -264,15 +265,6 @@ def read_config(folder: str) -> tuple[dict[str, Any] | None, str | None]:
     return config, path
 
 
-def _text_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The language model's settings: ``text_config`` over the top level where it exists."""
-    merged = dict(config)
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        merged.update(text)
-    return merged
-
-
 def _rope_positions(config: Mapping[str, Any], where: str) -> ModelPositions:
     """:func:`posenc.hf_config.read_positions` of a RoPE model's config, messages led by ``where``.
 
@@ -390,7 +382,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         )
     family, token_name, position_name, skip = found
     has_table = position_name is not None and position_name in present
-    cfg = _text_settings(config) if config is not None else None
+    cfg = merged_text(config) if config is not None else None
     scheme = _scheme(cfg, family, has_table)
     if family in _LEARNED_FAMILIES and cfg is None and not has_table:
         raise InvalidArgument(

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family, types_where
+from posenc.hf.reader import text_part
 from posenc.hf_config import VLLM_ONLY_ROPE_TYPES, read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import resolve_fields
@@ -41,8 +42,7 @@ _DIFF_TOL = 1e-6
 
 def _text_rope_parameters(config: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     """The text model's ``model_type`` and raw ``rope_parameters`` (or ``rope_scaling``)."""
-    text = config.get("text_config")
-    c = text if isinstance(text, Mapping) else config
+    c, _ = text_part(config)
     model_type = c.get("model_type") or config.get("model_type") or ""
     params = c.get("rope_parameters") or c.get("rope_scaling") or {}
     return str(model_type), params if isinstance(params, Mapping) else {}

@@ -49,6 +49,7 @@ from posenc.blocks import TableBlocks, write_pair
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
+from posenc.hf.reader import vision_part
 
 __all__ = [
     "VISION_ALIASES",
@@ -283,32 +284,16 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
             field="config",
         )
     top = config.get("model_type")
-    for path in (
-        "vision_config",
-        "thinker_config.vision_config",
-        "vlm_config.vision_config",
-        "backbone_config",  # a DINOv3 backbone (CHMv2)
-    ):
-        holder: Any = config
-        for key in path.split("."):
-            holder = holder.get(key) if isinstance(holder, Mapping) else None
-        if holder is None:
-            continue
-        if not isinstance(holder, Mapping):
-            raise InvalidArgument(
-                f"config.{path} must be an object, got {type(holder).__name__}",
-                field=f"config.{path}",
-            )
+    found = vision_part(config)
+    if found is not None:
+        holder, where, outer = found
         own = holder.get("model_type")
-        outer = top
-        if path != "vision_config":
-            outer = config.get(path.split(".")[0], {}).get("model_type", top)
         own = VISION_ALIASES.get(str(own), own)
         if own is None or (own in (outer, top) and own not in VISION_RULES):
             # no model_type, or the top-level one (Qwen2-VL's files): the type transformers
             # gives the vision config of this model
             own = TOP_LEVEL_VISION.get(str(outer), TOP_LEVEL_VISION.get(str(top), own))
-        return holder, str(own), f"config.{path}"
+        return holder, str(own), where
     if top in TOP_LEVEL_VISION and top not in VISION_RULES:
         # a whole config without vision_config: transformers builds the default one
         return {}, TOP_LEVEL_VISION[str(top)], "config.vision_config"

@@ -96,6 +96,8 @@ class Family:
             before reading its config.
         embed_scale: ``sqrt_hidden``: token embeddings times ``sqrt(hidden_size)`` in the
             model's dtype (Gemma).
+        encoder_config: a whole model whose encoder's keys are in ``encoder_config`` (Parakeet's
+            CTC, RNN-T and TDT models; ``parakeet_encoder`` is the encoder itself).
     """
 
     model_type: str
@@ -137,6 +139,7 @@ class Family:
     vision_tower: str | None = None
     checkpoint_scheme: Literal["rope", "alibi", "relative", "learned"] | None = None
     embed_scale: Literal["sqrt_hidden"] | None = None
+    encoder_config: bool = False
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -382,10 +385,10 @@ _RECORDS = (
     _f("openai_privacy_filter", scheme="rope", layout="interleaved"),
     _f("opt", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
     _f("paddleocr_vl", mrope_section=(16, 24, 24), vision_tower="paddleocr_vl_vision"),
-    _f("parakeet_ctc", scheme="relative_sinusoidal"),
+    _f("parakeet_ctc", scheme="relative_sinusoidal", encoder_config=True),
     _f("parakeet_encoder", scheme="relative_sinusoidal"),
-    _f("parakeet_rnnt", scheme="relative_sinusoidal"),
-    _f("parakeet_tdt", scheme="relative_sinusoidal"),
+    _f("parakeet_rnnt", scheme="relative_sinusoidal", encoder_config=True),
+    _f("parakeet_tdt", scheme="relative_sinusoidal", encoder_config=True),
     _f("pegasus", scheme="sinusoidal"),
     _f("persimmon", scheme="rope", partial_rotary=0.5),
     _f("phi", scheme="rope", partial_rotary=0.5),

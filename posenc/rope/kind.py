@@ -26,15 +26,12 @@ from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
 from posenc.rope.vllm import (
     DUAL_CHUNK_CACHES,
+    VLLM_ONLY_ROPE_TYPES,
     VllmRope,
     vllm_complete,
     vllm_for_fields,
     xdrope_cos_sin,
 )
-
-#: RoPE types only vLLM builds (as :data:`posenc.hf_config.VLLM_ONLY_ROPE_TYPES`, which this
-#: module may not import: the config reader sits above it).
-_VLLM_ONLY = frozenset({"ntk", "xdrope"})
 
 
 def _xd_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
@@ -299,7 +296,7 @@ def _rope_from_config(
     # engine transformers: HunYuanVL's own reading (default with the alpha base) takes it too
     if xd is not None and (given.get("engine") == "vllm" or layer.rope_type == "default"):
         info["config_xdrope_section"] = list(xd)
-    if given.get("engine") != "vllm" and layer.rope_type in _VLLM_ONLY:
+    if given.get("engine") != "vllm" and layer.rope_type in VLLM_ONLY_ROPE_TYPES:
         raise InvalidArgument(
             f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
             "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "

@@ -63,6 +63,11 @@ ENGINES: tuple[str, ...] = ("transformers", "vllm")
 DEEPSEEK_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.vllm_deepseek_yarn)
 
 
+#: RoPE types only vLLM builds (``NTKScalingRotaryEmbedding``, ``XDRotaryEmbedding``):
+#: transformers 5.24's ``ROPE_INIT_FUNCTIONS`` has no rule for them.
+VLLM_ONLY_ROPE_TYPES: frozenset[str] = frozenset({"ntk", "xdrope"})
+
+
 def _mscale(scale: float, mscale: float = 1.0) -> float:
     """vLLM's ``yarn_get_mscale``: ``0.1·mscale·ln(scale) + 1`` (1 for ``scale ≤ 1``)."""
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
@@ -511,6 +516,7 @@ __all__ = [
     "DUAL_CHUNK_CACHES",
     "ENGINES",
     "UNBOUNDED",
+    "VLLM_ONLY_ROPE_TYPES",
     "Engine",
     "VllmRope",
     "angles_table",
