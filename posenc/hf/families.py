@@ -24,10 +24,17 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Literal
 
-#: What a model type means by itself (``None``: its file's keys decide). ``deberta``, ``swin``
-#: and ``relative_sinusoidal`` are relative positions read their own way.
+#: What a model type means by itself (``None``: its file's keys decide). ``deberta``,
+#: ``windows`` (Swin) and ``relative_sinusoidal`` are relative positions read their own way.
 Scheme = Literal[
-    "rope", "alibi", "relative", "learned", "sinusoidal", "deberta", "swin", "relative_sinusoidal"
+    "rope",
+    "alibi",
+    "relative",
+    "learned",
+    "sinusoidal",
+    "deberta",
+    "windows",
+    "relative_sinusoidal",
 ]
 
 
@@ -55,9 +62,10 @@ class Family:
             none (``rope_parameters.get("mrope_section", [...])``).
         mrope_interleaved: the rotary module interleaves the sections (``length =
             self.mrope_section[dim] * 3``), with no flag in the config.
-        rope_nesting: how RoPE parameters are nested by layer type: ``gemma3``
-            (``convert_rope_params_to_dict``, ``rope_local_base_freq``) or ``gemma4`` (sliding
-            default, full proportional when the config gives none).
+        rope_nesting: how RoPE parameters are nested by layer type: ``local_global`` (Gemma 3's
+            ``convert_rope_params_to_dict``, ``rope_local_base_freq``) or
+            ``proportional_global`` (Gemma 4: sliding default, full proportional when the config
+            gives none).
         global_head_dim: the full-attention layers' ``global_head_dim`` default (Gemma 4).
         ntk_alpha: the transformers rotary module reads ``dynamic`` with ``alpha`` as a fixed
             NTK-alpha base (Hunyuan).
@@ -69,7 +77,7 @@ class Family:
         mla: multi-head latent attention whatever the keys (DeepSeek V2/V3).
         layer_rule: the layer types when the config lists none: ``alternating`` (Gemma 2),
             ``every_nth`` (full every ``sliding_window_pattern``-th), ``qwen_sliding`` (sliding
-            above ``max_window_layers``), ``llama4`` (``no_rope_layers``).
+            above ``max_window_layers``), ``no_rope_layers`` (Llama 4's flags).
         sliding_pattern: ``every_nth``'s default period.
         nope_interval: every ``no_rope_layer_interval``-th layer applies no RoPE (SmolLM3).
         last_layer_full: the last layer is full attention whatever the list says (Gemma 4).
@@ -96,6 +104,8 @@ class Family:
             before reading its config.
         embed_scale: ``sqrt_hidden``: token embeddings times ``sqrt(hidden_size)`` in the
             model's dtype (Gemma).
+        mrope_ids_rule: the ``get_rope_index`` rule its transformers class uses for M-RoPE
+            position ids (:mod:`posenc.rope.mrope_ids`).
         encoder_config: a whole model whose encoder's keys are in ``encoder_config`` (Parakeet's
             CTC, RNN-T and TDT models; ``parakeet_encoder`` is the encoder itself).
     """
@@ -113,7 +123,7 @@ class Family:
     original_max_default: int | None = None
     mrope_section: tuple[int, int, int] | None = None
     mrope_interleaved: bool = False
-    rope_nesting: Literal["gemma3", "gemma4"] | None = None
+    rope_nesting: Literal["local_global", "proportional_global"] | None = None
     global_head_dim: int | None = None
     ntk_alpha: bool = False
     rotation: Literal["positive", "negative"] = "positive"
@@ -121,7 +131,7 @@ class Family:
     head_defaults: Mapping[str, int] | None = None
     head_dim_key: str | None = None
     mla: bool = False
-    layer_rule: Literal["alternating", "every_nth", "qwen_sliding", "llama4"] | None = None
+    layer_rule: Literal["alternating", "every_nth", "qwen_sliding", "no_rope_layers"] | None = None
     sliding_pattern: int | None = None
     nope_interval: bool = False
     last_layer_full: bool = False
@@ -140,6 +150,7 @@ class Family:
     checkpoint_scheme: Literal["rope", "alibi", "relative", "learned"] | None = None
     embed_scale: Literal["sqrt_hidden"] | None = None
     encoder_config: bool = False
+    mrope_ids_rule: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] | None = None
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -242,7 +253,7 @@ _RECORDS = (
     _f(
         "gemma3",
         scheme="rope",
-        rope_nesting="gemma3",
+        rope_nesting="local_global",
         head_defaults={"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
         layer_rule="every_nth",
         sliding_pattern=6,
@@ -252,7 +263,7 @@ _RECORDS = (
     _f(
         "gemma3_text",
         scheme="rope",
-        rope_nesting="gemma3",
+        rope_nesting="local_global",
         layer_rule="every_nth",
         sliding_pattern=6,
         softmax_rule="query_pre_attn_scalar",
@@ -261,7 +272,7 @@ _RECORDS = (
     _f(
         "gemma3n",
         scheme="rope",
-        rope_nesting="gemma3",
+        rope_nesting="local_global",
         layer_rule="every_nth",
         sliding_pattern=6,
         softmax_rule="unit",
@@ -270,7 +281,7 @@ _RECORDS = (
     _f(
         "gemma3n_text",
         scheme="rope",
-        rope_nesting="gemma3",
+        rope_nesting="local_global",
         layer_rule="every_nth",
         sliding_pattern=6,
         softmax_rule="query_pre_attn_scalar",
@@ -279,7 +290,7 @@ _RECORDS = (
     _f(
         "gemma4",
         scheme="rope",
-        rope_nesting="gemma4",
+        rope_nesting="proportional_global",
         global_head_dim=512,
         layer_rule="every_nth",
         sliding_pattern=6,
@@ -347,7 +358,7 @@ _RECORDS = (
         scheme="rope",
         default_theta=500000.0,
         layout="interleaved",
-        layer_rule="llama4",
+        layer_rule="no_rope_layers",
         text_model_type="llama4_text",
         temperature_tuning=True,
         vision_tower="llama4_vision_model",
@@ -405,6 +416,7 @@ _RECORDS = (
     _f("qwen2_5_omni_thinker", vision_tower="qwen2_5_omni_vision_encoder"),
     _f(
         "qwen2_5_vl",
+        mrope_ids_rule="qwen2_5_vl",
         scheme="rope",
         default_theta=1000000.0,
         mrope_section=(16, 24, 24),
@@ -414,6 +426,7 @@ _RECORDS = (
     _f("qwen2_moe", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen2_vl",
+        mrope_ids_rule="qwen2_vl",
         scheme="rope",
         default_theta=1000000.0,
         mrope_section=(16, 24, 24),
@@ -440,6 +453,7 @@ _RECORDS = (
     _f("qwen3_omni_moe_thinker", vision_tower="qwen3_omni_moe_vision_encoder"),
     _f(
         "qwen3_vl",
+        mrope_ids_rule="qwen3_vl",
         scheme="rope",
         default_theta=500000.0,
         mrope_section=(24, 20, 20),
@@ -448,6 +462,7 @@ _RECORDS = (
     ),
     _f(
         "qwen3_vl_moe",
+        mrope_ids_rule="qwen3_vl",
         scheme="rope",
         default_theta=500000.0,
         mrope_section=(24, 20, 20),
@@ -468,8 +483,8 @@ _RECORDS = (
     _f("stablelm", scheme="rope", partial_rotary=0.25),
     _f("starcoder2", scheme="rope"),
     _f("step3p7", vision_tower="step3p5_vision"),
-    _f("swin", scheme="swin"),
-    _f("swinv2", scheme="swin", cosine_attention=True),
+    _f("swin", scheme="windows"),
+    _f("swinv2", scheme="windows", cosine_attention=True),
     _f("switch_transformers", scheme="relative", checkpoint_scheme="relative"),
     _f("t5", scheme="relative", checkpoint_scheme="relative"),
     _f("umt5", scheme="relative", checkpoint_scheme="relative"),

@@ -100,7 +100,7 @@ def _kind(model_type: str, c: Mapping[str, Any]) -> PositionKind:
         return "alibi" if isinstance(attn, Mapping) and attn.get("alibi", True) else "learned"
     if fam.scheme == "alibi":
         return "alibi"
-    if fam.scheme in ("relative", "swin"):
+    if fam.scheme in ("relative", "windows"):
         return "relative"
     if fam.scheme == "deberta":  # DebertaV2Config: relative_attention False by default
         if c.get("relative_attention") is True:
@@ -173,7 +173,7 @@ def read_positions(config: Mapping[str, Any]) -> ModelPositions:
     r = ConfigReader(c, prefix)
     kind = _kind(model_type, c)
     shown_type = top_type if isinstance(top_type, str) else model_type
-    if fam.scheme == "swin":  # num_heads is a list per stage
+    if fam.scheme == "windows":  # num_heads is a list per stage
         return swin_positions(shown_type, base, r)
     heads = num_heads(r)
     max_pos = r.int("max_position_embeddings") or r.int("n_positions")

@@ -68,7 +68,7 @@ def _layer_types(base: str, r: ConfigReader, n_layers: int | None) -> list[str] 
             "sliding_attention" if i >= mwl else "full_attention"  # type: ignore[operator]
             for i in range(n_layers)
         ]
-    elif fam.layer_rule == "llama4":
+    elif fam.layer_rule == "no_rope_layers":
         interval = r.int("no_rope_layer_interval", 4) or 4
         no_rope = c.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(n_layers)]
         if not isinstance(no_rope, list):
@@ -161,7 +161,7 @@ def _rope_dicts(
         top_theta = r.float("rotary_emb_base")
         r.warnings.append("rotary_emb_base: legacy spelling of rope_theta")
 
-    if fam.rope_nesting == "gemma3":
+    if fam.rope_nesting == "local_global":
         # configuration_gemma3.convert_rope_params_to_dict
         nested = (
             {k: dict(v) if isinstance(v, Mapping) else None for k, v in params.items()}
@@ -191,7 +191,7 @@ def _rope_dicts(
             # every value a dict: rope kinds of their own (DeepSeek-V4's main / compress, which
             # its rotary module builds from rope_parameters' keys, not from layer_types)
             nested_keys = list(raw)
-        if fam.rope_nesting == "gemma4" and params is None and scaling is None:
+        if fam.rope_nesting == "proportional_global" and params is None and scaling is None:
             raw = {
                 "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
                 "full_attention": {
