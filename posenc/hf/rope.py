@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 
 from posenc._validate import is_number
 from posenc.errors import InvalidArgument
-from posenc.hf.families import family, types_where
+from posenc.hf.families import Family, family, types_where
 from posenc.hf.heads import (
     MAX_HEAD_DIM,
     head_dim_cause,
@@ -162,26 +162,7 @@ def _rope_dicts(
         r.warnings.append("rotary_emb_base: legacy spelling of rope_theta")
 
     if fam.rope_nesting == "local_global":
-        # configuration_gemma3.convert_rope_params_to_dict
-        nested = (
-            {k: dict(v) if isinstance(v, Mapping) else None for k, v in params.items()}
-            if params is not None
-            else {}
-        )
-        nested = {k: v for k, v in nested.items() if k in ("full_attention", "sliding_attention")}
-        full = nested.get("full_attention") or {"rope_type": "default"}
-        if scaling is not None:
-            full.update(scaling)
-        full.setdefault("rope_theta", top_theta if top_theta is not None else 1_000_000.0)
-        sliding = nested.get("sliding_attention") or {"rope_type": "default"}
-        local = r.float("rope_local_base_freq")
-        if local is not None:
-            r.warnings.append(
-                "rope_local_base_freq: legacy spelling of "
-                "rope_parameters.sliding_attention.rope_theta"
-            )
-        sliding.setdefault("rope_theta", local if local is not None else 10_000.0)
-        dicts = {"sliding_attention": sliding, "full_attention": full}
+        dicts = _local_global_dicts(r, params, scaling, top_theta)
         nested_flag = True
     else:
         raw = dict(scaling if scaling is not None else (params or {}))
@@ -209,9 +190,47 @@ def _rope_dicts(
             nested_flag = False
         for d in dicts.values():
             d.setdefault("rope_theta", top_theta if top_theta is not None else default_theta)
+    _name_rope_types(r, dicts, nested_flag, scaling is not None)
+    return dicts, nested_flag
+
+
+def _local_global_dicts(
+    r: ConfigReader,
+    params: Mapping[str, Any] | None,
+    scaling: Mapping[str, Any] | None,
+    top_theta: float | None,
+) -> dict[str, dict[str, Any]]:
+    """Gemma 3's sliding and full layer types' dicts, as its config class reads them
+    (``rope_scaling`` for the full layers only; ``rope_local_base_freq`` the sliding theta)."""
+    # configuration_gemma3.convert_rope_params_to_dict
+    nested = (
+        {k: dict(v) if isinstance(v, Mapping) else None for k, v in params.items()}
+        if params is not None
+        else {}
+    )
+    nested = {k: v for k, v in nested.items() if k in ("full_attention", "sliding_attention")}
+    full = nested.get("full_attention") or {"rope_type": "default"}
+    if scaling is not None:
+        full.update(scaling)
+    full.setdefault("rope_theta", top_theta if top_theta is not None else 1_000_000.0)
+    sliding = nested.get("sliding_attention") or {"rope_type": "default"}
+    local = r.float("rope_local_base_freq")
+    if local is not None:
+        r.warnings.append(
+            "rope_local_base_freq: legacy spelling of rope_parameters.sliding_attention.rope_theta"
+        )
+    sliding.setdefault("rope_theta", local if local is not None else 10_000.0)
+    return {"sliding_attention": sliding, "full_attention": full}
+
+
+def _name_rope_types(
+    r: ConfigReader, dicts: dict[str, dict[str, Any]], nested: bool, legacy: bool
+) -> None:
+    """Each dict's ``rope_type`` (``type`` read as its legacy spelling, ``mrope`` as
+    ``default``) and ``_where``, the field its errors name."""
     for name, d in dicts.items():
-        where = r.field("rope_scaling" if scaling is not None else "rope_parameters")
-        if nested_flag:
+        where = r.field("rope_scaling" if legacy else "rope_parameters")
+        if nested:
             where = f"{where}.{name}"
         if "type" in d:
             if "rope_type" in d and d["rope_type"] != d["type"]:
@@ -226,7 +245,6 @@ def _rope_dicts(
         if d["rope_type"] == "mrope":  # Qwen2-VL: plain RoPE over three position sections
             d["rope_type"] = "default"
         d["_where"] = where
-    return dicts, nested_flag
 
 
 def _rope_layer(
@@ -239,9 +257,54 @@ def _rope_layer(
     nested: bool,
 ) -> tuple[RopeLayerType, dict[str, Any]]:
     """One layer type's RoPE; returns it and the mrope keys found in its dict."""
-    c = r.config
     fam = family(base)
     where = d.pop("_where")
+    rope_type, theta = _type_and_theta(d, where)
+    vllm, rope_type, theta = _vllm_only(d, r, base, where, rope_type, theta, head_dim)
+    prf, rotary_dim, exponent_dim = _rotated_width(d, r, fam, where, rope_type, head_dim)
+    mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
+    layer = partial(
+        RopeLayerType,
+        rope_type=rope_type,
+        rope_theta=theta,
+        head_dim=head_dim,
+        rotary_dim=rotary_dim,
+        partial_rotary_factor=float(prf),
+        vllm=vllm,
+    )
+    if rope_type in VLLM_ONLY_ROPE_TYPES:  # transformers has no rule: nothing more to check
+        for key in d:
+            if key not in _VLLM_KEYS and d[key] is not None:
+                r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r} (vLLM)")
+        kept = {k: d[k] for k in ("factor", "mixed_b", "alpha") if d.get(k) is not None}
+        return layer(parameters=MappingProxyType(kept), attention_scaling=1.0), mrope
+    params = _scaling_parameters(d, r, fam, where, rope_type, prf, max_pos, nested)
+    try:
+        scaling = (
+            RopeScaling.from_dict({"type": rope_type, **params})
+            if params or (rope_type != "default")
+            else None
+        )
+        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling, exponent_dim=exponent_dim)
+    except InvalidArgument as exc:
+        sub = (exc.field or "").removeprefix("scaling.")
+        raise InvalidArgument(
+            f"{where}: {exc.message}", field=f"{where}.{sub}" if sub else where
+        ) from None
+    frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
+    return (
+        layer(
+            parameters=MappingProxyType(frozen),
+            attention_scaling=float(attention_scaling),
+            exponent_dim=exponent_dim if exponent_dim != rotary_dim else None,
+        ),
+        mrope,
+    )
+
+
+def _type_and_theta(d: dict[str, Any], where: str) -> tuple[str, float]:
+    """The layer type's ``rope_type`` (one posenc reads) and ``rope_theta`` (> 1), taken out of
+    ``d``."""
     rope_type = d.pop("rope_type")
     if not isinstance(rope_type, str) or (
         rope_type != "default"
@@ -265,9 +328,16 @@ def _rope_layer(
             field=f"{where}.rope_theta",
         )
     theta = float(theta_value)
-    vllm, rope_type, theta = _vllm_only(d, r, base, where, rope_type, theta, head_dim)
+    return rope_type, theta
 
-    # the rotated fraction
+
+def _rotated_width(
+    d: dict[str, Any], r: ConfigReader, fam: Family, where: str, rope_type: str, head_dim: int
+) -> tuple[float, int, int]:
+    """``(partial_rotary_factor, rotary_dim, exponent_dim)`` of a layer type: the rotated
+    fraction as read (or the record's default), the width of the table, and the exponents'
+    denominator (the odd width where ``int(head_dim · partial_rotary_factor)`` is odd)."""
+    c = r.config
     prf = d.pop("partial_rotary_factor", None)
     if prf is None:
         prf = c.get("partial_rotary_factor")
@@ -327,23 +397,23 @@ def _rope_layer(
             f"{rotary_dim} must be even and >= 2",
             field=field,
         )
+    return prf, rotary_dim, exponent_dim if exponent_dim is not None else rotary_dim
 
-    mrope = {k: d.pop(k) for k in list(d) if k in _MROPE_KEYS}
-    layer = partial(
-        RopeLayerType,
-        rope_type=rope_type,
-        rope_theta=theta,
-        head_dim=head_dim,
-        rotary_dim=rotary_dim,
-        partial_rotary_factor=float(prf),
-        vllm=vllm,
-    )
-    if rope_type in VLLM_ONLY_ROPE_TYPES:  # transformers has no rule: nothing more to check
-        for key in d:
-            if key not in _VLLM_KEYS and d[key] is not None:
-                r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r} (vLLM)")
-        kept = {k: d[k] for k in ("factor", "mixed_b", "alpha") if d.get(k) is not None}
-        return layer(parameters=MappingProxyType(kept), attention_scaling=1.0), mrope
+
+def _scaling_parameters(
+    d: dict[str, Any],
+    r: ConfigReader,
+    fam: Family,
+    where: str,
+    rope_type: str,
+    prf: float,
+    max_pos: int | None,
+    nested: bool,
+) -> dict[str, Any]:
+    """The scaling parameters in effect for ``rope_type`` (transformers' names): those of its
+    type from ``d`` (the others warned of as ignored), with ``original_max_position_embeddings``
+    and ``factor`` filled in as transformers fills them; the required ones checked."""
+    c = r.config
     required, optional = ((), ()) if rope_type == "default" else ROPE_PARAMETER_KEYS[rope_type]
     known = set(required) | set(optional) | {"original_max_position_embeddings"}
     params: dict[str, Any] = {}
@@ -396,27 +466,7 @@ def _rope_layer(
                 f"{list(required)}, optional: {list(optional)})",
                 field=f"{where}.{key}",
             )
-    try:
-        scaling = (
-            RopeScaling.from_dict({"type": rope_type, **params})
-            if params or (rope_type != "default")
-            else None
-        )
-        _, attention_scaling = rope_inv_freq(rotary_dim, theta, scaling, exponent_dim=exponent_dim)
-    except InvalidArgument as exc:
-        sub = (exc.field or "").removeprefix("scaling.")
-        raise InvalidArgument(
-            f"{where}: {exc.message}", field=f"{where}.{sub}" if sub else where
-        ) from None
-    frozen = {k: tuple(v) if isinstance(v, list) else v for k, v in params.items()}
-    return (
-        layer(
-            parameters=MappingProxyType(frozen),
-            attention_scaling=float(attention_scaling),
-            exponent_dim=exponent_dim if exponent_dim != rotary_dim else None,
-        ),
-        mrope,
-    )
+    return params
 
 
 def _positive_int(value: Any) -> bool:
@@ -425,6 +475,31 @@ def _positive_int(value: Any) -> bool:
 
 def _positive_number(value: Any) -> TypeGuard[int | float]:
     return is_number(value) and value > 0
+
+
+def _dual_chunk(r: ConfigReader, dca: Any) -> dict[str, int]:
+    """Qwen2.5-1M's ``dual_chunk_attention_config`` as vLLM reads it: ``{"chunk_size",
+    "local_size"}`` (integers, local below chunk)."""
+    field = r.field("dual_chunk_attention_config")
+    if not isinstance(dca, Mapping) or not all(
+        _positive_int(dca.get(k)) for k in ("chunk_size", "local_size")
+    ):
+        raise InvalidArgument(
+            f"{field} must be an object with integers chunk_size and local_size >= 1, got {dca!r}",
+            field=field,
+        )
+    if dca["local_size"] >= dca["chunk_size"]:
+        raise InvalidArgument(
+            f"{field}.local_size ({dca['local_size']}) must be below chunk_size "
+            f"({dca['chunk_size']})",
+            field=f"{field}.local_size",
+        )
+    r.warnings.append(
+        f"{field}: read by vLLM only (DualChunkRotaryEmbedding, before any rope type: plain "
+        "angles at remapped positions in five caches; engine vllm, dual_chunk_cache); "
+        "transformers applies plain RoPE at every position"
+    )
+    return {"chunk_size": dca["chunk_size"], "local_size": dca["local_size"]}
 
 
 def _vllm_only(
@@ -449,30 +524,7 @@ def _vllm_only(
     vllm: dict[str, Any] = {"rope_type": rope_type, "rope_theta": theta}
     vllm.update({k: plain(d[k]) for k in _VLLM_KEYS if d.get(k) is not None})
     if dca is not None:
-        field = r.field("dual_chunk_attention_config")
-        if not isinstance(dca, Mapping) or not all(
-            _positive_int(dca.get(k)) for k in ("chunk_size", "local_size")
-        ):
-            raise InvalidArgument(
-                f"{field} must be an object with integers chunk_size and local_size >= 1, got "
-                f"{dca!r}",
-                field=field,
-            )
-        if dca["local_size"] >= dca["chunk_size"]:
-            raise InvalidArgument(
-                f"{field}.local_size ({dca['local_size']}) must be below chunk_size "
-                f"({dca['chunk_size']})",
-                field=f"{field}.local_size",
-            )
-        vllm["dual_chunk_attention_config"] = {
-            "chunk_size": dca["chunk_size"],
-            "local_size": dca["local_size"],
-        }
-        r.warnings.append(
-            f"{field}: read by vLLM only (DualChunkRotaryEmbedding, before any rope type: plain "
-            "angles at remapped positions in five caches; engine vllm, dual_chunk_cache); "
-            "transformers applies plain RoPE at every position"
-        )
+        vllm["dual_chunk_attention_config"] = _dual_chunk(r, dca)
     if vllm_reads_alpha:
         if not _positive_number(alpha):
             raise InvalidArgument(
@@ -534,6 +586,83 @@ def _vllm_only(
     return MappingProxyType(vllm), rope_type, theta
 
 
+def _rope_by_layer_type(
+    r: ConfigReader,
+    fam: Family,
+    base: str,
+    head_dim: int,
+    max_pos: int | None,
+    layer_types: list[str] | None,
+    dicts: dict[str, dict[str, Any]],
+    nested: bool,
+) -> tuple[dict[str, RopeLayerType], dict[str, Any]]:
+    """Each layer type's RoPE (one set named by every layer type that uses it where the config
+    gives one), and the M-RoPE keys found in the dicts."""
+    rope: dict[str, RopeLayerType] = {}
+    mrope: dict[str, Any] = {}
+    for name, d in dicts.items():
+        hd = head_dim
+        if name == "full_attention" and (
+            fam.global_head_dim is not None or r.has("global_head_dim")
+        ):
+            hd = r.int("global_head_dim", fam.global_head_dim) or head_dim
+        hd = _per_layer_head_dim(r, layer_types, name) or hd
+        layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
+        rope[name] = layer
+        mrope.update(found)
+    if not nested:
+        # one set for every layer: name it by the layer types that use it
+        single = rope.pop("default")
+        names = [t for t in dict.fromkeys(layer_types or ["full_attention"]) if t != "no_rope"]
+        for t in names or ["full_attention"]:
+            rope[t] = single
+    return rope, mrope
+
+
+def _layout(r: ConfigReader, fam: Family, base: str, model_type: str) -> str:
+    """``interleaved`` or ``half``: the record's, unless ``rope_interleave`` says otherwise
+    (where the model reads it)."""
+    c = r.config
+    layout = "interleaved" if "interleaved" in (fam.layout, family(model_type).layout) else "half"
+    if fam.always_interleaved:
+        if c.get("rope_interleave") is False:
+            r.warnings.append(
+                f"rope_interleave: ignored, {base} always rotates adjacent pairs "
+                "(apply_rotary_pos_emb_interleave)"
+            )
+    elif c.get("rope_interleave") is False:
+        layout = "half"
+    elif c.get("rope_interleave") is True:
+        layout = "interleaved"
+    return layout
+
+
+def _mrope_section(
+    r: ConfigReader, fam: Family, base: str, mrope: Mapping[str, Any]
+) -> tuple[list[int] | None, bool]:
+    """The M-RoPE sections (the config's, else the record's) and whether they interleave."""
+    section = mrope.get("mrope_section")
+    if section is None and fam.mrope_section is not None:
+        section = list(fam.mrope_section)
+        r.warnings.append(
+            f"rope_parameters.mrope_section: not given; {base}'s rotary module uses {section}"
+        )
+    if section is not None and (
+        not isinstance(section, list)
+        or len(section) != 3
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section)
+    ):
+        raise InvalidArgument(
+            f"mrope_section must be three ints >= 0 (temporal, height, width), got {section!r}",
+            field=r.field("rope_parameters.mrope_section"),
+        )
+    interleaved = mrope.get("mrope_interleaved")
+    if interleaved is None:
+        # the models whose rotary module interleaves the sections with no flag in the config
+        interleaved = fam.mrope_interleaved
+    return section, bool(interleaved)
+
+
 def read_rope(
     shown_type: str,
     model_type: str,
@@ -556,55 +685,9 @@ def read_rope(
         )
     layer_types = _layer_types(base, r, n_layers)
     dicts, nested = _rope_dicts(base, model_type, r, layer_types)
-    rope: dict[str, RopeLayerType] = {}
-    mrope: dict[str, Any] = {}
-    for name, d in dicts.items():
-        hd = head_dim
-        if name == "full_attention" and (
-            fam.global_head_dim is not None or r.has("global_head_dim")
-        ):
-            hd = r.int("global_head_dim", fam.global_head_dim) or head_dim
-        hd = _per_layer_head_dim(r, layer_types, name) or hd
-        layer, found = _rope_layer(d, r=r, base=base, head_dim=hd, max_pos=max_pos, nested=nested)
-        rope[name] = layer
-        mrope.update(found)
-    if not nested:
-        # one set for every layer: name it by the layer types that use it
-        single = rope.pop("default")
-        names = [t for t in dict.fromkeys(layer_types or ["full_attention"]) if t != "no_rope"]
-        for t in names or ["full_attention"]:
-            rope[t] = single
-    layout = "interleaved" if "interleaved" in (fam.layout, family(model_type).layout) else "half"
-    if fam.always_interleaved:
-        if c.get("rope_interleave") is False:
-            r.warnings.append(
-                f"rope_interleave: ignored, {base} always rotates adjacent pairs "
-                "(apply_rotary_pos_emb_interleave)"
-            )
-    elif c.get("rope_interleave") is False:
-        layout = "half"
-    elif c.get("rope_interleave") is True:
-        layout = "interleaved"
-
-    section = mrope.get("mrope_section")
-    if section is None and fam.mrope_section is not None:
-        section = list(fam.mrope_section)
-        r.warnings.append(
-            f"rope_parameters.mrope_section: not given; {base}'s rotary module uses {section}"
-        )
-    if section is not None and (
-        not isinstance(section, list)
-        or len(section) != 3
-        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in section)
-    ):
-        raise InvalidArgument(
-            f"mrope_section must be three ints >= 0 (temporal, height, width), got {section!r}",
-            field=r.field("rope_parameters.mrope_section"),
-        )
-    interleaved = mrope.get("mrope_interleaved")
-    if interleaved is None:
-        # the models whose rotary module interleaves the sections with no flag in the config
-        interleaved = fam.mrope_interleaved
+    rope, mrope = _rope_by_layer_type(r, fam, base, head_dim, max_pos, layer_types, dicts, nested)
+    layout = _layout(r, fam, base, model_type)
+    section, interleaved = _mrope_section(r, fam, base, mrope)
     first = next(iter(rope.values()))
     temperature = None
     if fam.temperature_tuning and _temperature_tuning(r):

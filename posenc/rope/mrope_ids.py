@@ -247,7 +247,7 @@ def _grid_tensor(grid: Sequence[Sequence[int]] | Tensor | None, field: str) -> T
     return g
 
 
-def mrope_position_ids(
+def mrope_position_ids(  # noqa: C901, PLR0915 (allowed: pyproject.toml)
     input_ids: Tensor,
     *,
     attention_mask: Tensor | None = None,
