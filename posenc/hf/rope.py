@@ -24,6 +24,7 @@ from posenc.hf.heads import (
 from posenc.hf.reader import ConfigReader
 from posenc.hf.results import ModelPositions, RopeLayerType, plain
 from posenc.rope import ROPE_PARAMETER_KEYS, RopeScaling, rope_inv_freq
+from posenc.rope.scaling import ROPE_TYPES
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 _MROPE_KEYS = frozenset({"mrope_section", "mrope_interleaved"})
@@ -422,9 +423,11 @@ def _scaling_parameters(
             params[key] = value
         elif value is not None:
             r.warnings.append(f"{where}.{key}: ignored by rope_type {rope_type!r}")
-    if rope_type == "proportional":
+    module = ROPE_TYPES.get(rope_type)
+    original_from = getattr(module, "ORIGINAL_MAX_FROM_CONFIG", None)
+    if "partial_rotary_factor" in optional:  # proportional: the fraction is its parameter
         params["partial_rotary_factor"] = float(prf)
-    if rope_type in ("llama3", "yarn", "longrope"):
+    if original_from == "original":
         if not nested and c.get("original_max_position_embeddings") is not None:
             params["original_max_position_embeddings"] = r.int("original_max_position_embeddings")
         elif not nested and fam.original_max_default is not None:
@@ -437,25 +440,26 @@ def _scaling_parameters(
                     field=f"{where}.original_max_position_embeddings",
                 )
             params["original_max_position_embeddings"] = max_pos
-    if rope_type in ("yarn", "longrope") and params.get("factor") is None and max_pos is not None:
+    if (
+        getattr(module, "FACTOR_FROM_LENGTHS", False)
+        and params.get("factor") is None
+        and max_pos is not None
+    ):
         params["factor"] = max_pos / params["original_max_position_embeddings"]
-    if rope_type == "dynamic":
+    if original_from == "max_position":
         if max_pos is None:
             raise InvalidArgument(
-                "dynamic RoPE needs config.max_position_embeddings (the length above which it "
-                "rescales the base)",
+                f"{rope_type} RoPE needs config.max_position_embeddings (the length above "
+                "which it rescales the base)",
                 field=r.field("max_position_embeddings"),
             )
         if "original_max_position_embeddings" in params:
             r.warnings.append(
-                f"{where}.original_max_position_embeddings: ignored by dynamic, which uses "
+                f"{where}.original_max_position_embeddings: ignored by {rope_type}, which uses "
                 "max_position_embeddings"
             )
         params["original_max_position_embeddings"] = max_pos
-    if (
-        rope_type not in ("llama3", "yarn", "longrope", "dynamic")
-        and params.pop("original_max_position_embeddings", None) is not None
-    ):
+    if original_from is None and params.pop("original_max_position_embeddings", None) is not None:
         r.warnings.append(
             f"{where}.original_max_position_embeddings: ignored by rope_type {rope_type!r}"
         )

@@ -17,6 +17,10 @@ from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
 
 NAME = "llama3"
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "original"
 LABEL = "Llama 3"
 
 

@@ -19,6 +19,12 @@ from posenc.rope.parameters import parameter
 NAME = "longrope"
 #: Its ramp / factor lists are ``E // 2`` long: an odd exponent width cannot be built.
 NEEDS_EVEN_WIDTH = True
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "original"
+#: Without ``factor``, transformers takes ``max_position_embeddings / original``.
+FACTOR_FROM_LENGTHS = True
 LABEL = "LongRoPE"
 
 
