@@ -47,6 +47,8 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf import families
+from posenc.hf.reader import merged_text
 from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
 from posenc.weights_file import read_index, read_tensor
@@ -92,16 +94,6 @@ TOKEN_LAYOUTS: tuple[tuple[str, str, str | None, int], ...] = (
 # Families whose files name a learned table: without a config, that table is required.
 _LEARNED_FAMILIES = {"GPT-2", "BERT", "RoBERTa", "OPT"}
 
-_ALIBI_TYPES = {"bloom", "mpt"}
-_RELATIVE_TYPES = {"t5", "mt5", "umt5", "longt5", "switch_transformers"}
-_LEARNED_TYPES = {
-    "gpt2", "bert", "roberta", "xlm-roberta", "opt", "gpt_bigcode", "distilbert", "electra",
-    "bart", "mbart", "whisper", "biogpt", "xglm",
-}  # fmt: skip
-# model types that mean RoPE even without a RoPE key (the scheme only: the reader gives the rest)
-_INTERLEAVED_TYPES = {"gptj", "codegen", "chatglm", "glm", "glm4"}
-# Gemma family: token embeddings x sqrt(hidden_size), rounded to the model dtype.
-_GEMMA_TYPES = {"gemma", "gemma2", "gemma3", "gemma3_text", "gemma3n", "gemma3n_text"}
 _ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rotary_emb_base", "rotary_pct")
 
 _NAMES_SHOWN = 20
@@ -260,15 +252,6 @@ def read_config(folder: str) -> tuple[dict[str, Any] | None, str | None]:
     return config, path
 
 
-def _text_settings(config: Mapping[str, Any]) -> dict[str, Any]:
-    """The language model's settings: ``text_config`` over the top level where it exists."""
-    merged = dict(config)
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        merged.update(text)
-    return merged
-
-
 def _rope_positions(config: Mapping[str, Any], where: str) -> tuple[ModelPositions, bool]:
     """:func:`posenc.hf_config.read_positions` of a RoPE model's config, messages led by ``where``.
 
@@ -335,18 +318,20 @@ def _scheme(cfg: Mapping[str, Any] | None, family: str, has_table: bool) -> Posi
     if cfg is None:
         return "learned" if has_table else "none"
     model_type = str(cfg.get("model_type", ""))
+    # what the model type means before the keys: posenc.hf.families' checkpoint_scheme
+    assumed = families.family(model_type).checkpoint_scheme
     attn = cfg.get("attn_config")
     if (
-        model_type in _ALIBI_TYPES
+        assumed == "alibi"
         or cfg.get("alibi") is True
         or (isinstance(attn, Mapping) and attn.get("alibi") is True)
     ):
         return "alibi"
-    if model_type in _RELATIVE_TYPES:
+    if assumed == "relative":
         return "relative"
-    if has_table or model_type in _LEARNED_TYPES:
+    if has_table or assumed == "learned":
         return "learned"
-    if model_type in ("falcon", *_INTERLEAVED_TYPES) or any(key in cfg for key in _ROPE_KEYS):
+    if assumed == "rope" or any(key in cfg for key in _ROPE_KEYS):
         return "rope"
     if family not in _LEARNED_FAMILIES and model_type:
         return "rope"  # Llama-style decoders without rope keys take the default theta
@@ -387,7 +372,7 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         )
     family, token_name, position_name, skip = found
     has_table = position_name is not None and position_name in present
-    cfg = _text_settings(config) if config is not None else None
+    cfg = merged_text(config) if config is not None else None
     scheme = _scheme(cfg, family, has_table)
     if family in _LEARNED_FAMILIES and cfg is None and not has_table:
         raise InvalidArgument(
@@ -435,7 +420,9 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
     d_model = int(token_table.shape[1])
     embed_scale = None
     model_type = None if cfg is None else str(cfg.get("model_type", "")) or None
-    if model_type in _GEMMA_TYPES:
+    if (
+        families.family(model_type).embed_scale == "sqrt_hidden"
+    ):  # Gemma, rounded to the model dtype
         embed_scale = _scale_value(int(cfg.get("hidden_size", d_model)), token_table.dtype)  # type: ignore[union-attr]
     elif cfg is not None and cfg.get("scale_embedding") is True:
         embed_scale = math.sqrt(d_model)

@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf.families import family, types_where
+from posenc.hf.reader import text_part
 from posenc.hf_config import VLLM_ONLY_ROPE_TYPES, read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import resolve_fields
@@ -33,15 +35,14 @@ from posenc.rope.vllm import (
 #: Text model types whose transformers attention multiplies queries by Llama 4's
 #: ``1 + β·ln(1 + ⌊p/L0⌋)`` with ``rope_parameters.llama_4_scaling_beta`` (vLLM: only from a
 #: Mistral-format ``llama_4_scaling`` block).
-LLAMA4_QUERY_SCALE_TYPES: frozenset[str] = frozenset({"ministral3", "mistral4"})
+LLAMA4_QUERY_SCALE_TYPES: frozenset[str] = types_where(lambda f: f.query_scale == "llama4_beta")
 
 _DIFF_TOL = 1e-6
 
 
 def _text_rope_parameters(config: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     """The text model's ``model_type`` and raw ``rope_parameters`` (or ``rope_scaling``)."""
-    text = config.get("text_config")
-    c = text if isinstance(text, Mapping) else config
+    c, _ = text_part(config)
     model_type = c.get("model_type") or config.get("model_type") or ""
     params = c.get("rope_parameters") or c.get("rope_scaling") or {}
     return str(model_type), params if isinstance(params, Mapping) else {}
@@ -53,7 +54,7 @@ def query_scale_beta(config: Mapping[str, Any]) -> tuple[float, int] | None:
     model_type, params = _text_rope_parameters(config)
     beta = params.get("llama_4_scaling_beta")
     omax = params.get("original_max_position_embeddings")
-    if model_type.removesuffix("_text") not in LLAMA4_QUERY_SCALE_TYPES or beta is None:
+    if family(model_type.removesuffix("_text")).query_scale != "llama4_beta" or beta is None:
         return None
     if isinstance(beta, bool) or not isinstance(beta, int | float) or not isinstance(omax, int):
         return None

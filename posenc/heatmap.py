@@ -154,7 +154,9 @@ def _text_width(draw: ImageDraw.ImageDraw, text: str, font: Any) -> int:
     return int(right - left)
 
 
-def heatmap_png(name: str, tensor: torch.Tensor, meta: dict[str, Any], index: int | None) -> bytes:
+def heatmap_png(  # noqa: C901, PLR0915 (allowed: pyproject.toml)
+    name: str, tensor: torch.Tensor, meta: dict[str, Any], index: int | None
+) -> bytes:
     """Draw ``tensor`` as a heatmap PNG.
 
     Shapes: () and (N,) are one row; (R, C) one panel; (P, R, C) a grid of P panels (at most

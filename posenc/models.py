@@ -24,7 +24,8 @@ from torch import Tensor
 from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
-from posenc.hf_config import is_known_model_type, unknown_model_type_warning
+from posenc.hf.families import is_known_model_type, unknown_model_type_warning
+from posenc.hf.reader import merged_text
 from posenc.learned import seeded_normal
 from posenc.tokenizer import builtin_tokenizer, load_tokenizer
 
@@ -279,8 +280,7 @@ def _config_max_positions(config: dict[str, Any] | None) -> int:
     """``max_position_embeddings`` (or ``n_positions``) of the config, else 0 (no limit known)."""
     if config is None:
         return 0
-    text = config.get("text_config")
-    merged = {**config, **(text if isinstance(text, dict) else {})}
+    merged = merged_text(config)
     for key in ("max_position_embeddings", "n_positions"):
         value = merged.get(key)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:

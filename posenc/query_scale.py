@@ -33,12 +33,14 @@ import torch
 from posenc import kinds
 from posenc._validate import check_int, check_seq_len_or_positions, device_or_cpu
 from posenc.errors import InvalidArgument, UnknownName
+from posenc.hf.families import family, types_where
+from posenc.hf.reader import text_part
 from posenc.hf_config import read_positions
 from posenc.limits import check_elements
 from posenc.model_configs import MODEL_CONFIGS
 
 #: The model types whose transformers attention applies ``llama_4_scaling_beta``.
-BETA_MODEL_TYPES: frozenset[str] = frozenset({"ministral3", "mistral4"})
+BETA_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.query_scale == "llama4_beta")
 
 
 def query_scale(
@@ -113,13 +115,6 @@ class QueryScaleRule:
     num_layers: int | None
 
 
-def _text(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    text = config.get("text_config")
-    if isinstance(text, Mapping):
-        return text, "config.text_config."
-    return config, "config."
-
-
 def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
     """The query scale a model's ``config.json`` applies, as transformers 5 reads it, or None
     when its attention multiplies queries by no position-dependent factor.
@@ -132,10 +127,10 @@ def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
             f"config must be an object (a model's config.json), got {type(config).__name__}",
             field="config",
         )
-    text, prefix = _text(config)
+    text, prefix = text_part(config)
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     base = model_type.removesuffix("_text")
-    if base == "llama4":
+    if family(base).temperature_tuning:
         positions = read_positions(config)
         temperature = positions.attention_temperature
         if temperature is None:
@@ -155,7 +150,7 @@ def query_scale_from_config(config: Mapping[str, Any]) -> QueryScaleRule | None:
             layers=layers,
             num_layers=len(positions.layer_types) or None,
         )
-    if base in BETA_MODEL_TYPES:
+    if family(base).query_scale == "llama4_beta":
         rope = text.get("rope_scaling") or text.get("rope_parameters")
         where = f"{prefix}rope_parameters"
         if not isinstance(rope, Mapping) or rope.get("llama_4_scaling_beta") is None:
@@ -230,7 +225,7 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
     if config is not None:
         rule = query_scale_from_config(config)
         if rule is None:
-            text, _ = _text(config)
+            text, _ = text_part(config)
             model_type = text.get("model_type") or config.get("model_type")
             raise InvalidArgument(
                 f"config of model_type {model_type!r} applies no position-dependent query scale "
@@ -243,7 +238,7 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
                 out[name] = getattr(rule, name)
     out["config_model_type"] = None
     if config is not None:
-        text, _ = _text(config)
+        text, _ = text_part(config)
         out["config_model_type"] = config.get("model_type") or text.get("model_type")
     if out.get("offset") is None:
         out["offset"] = 0

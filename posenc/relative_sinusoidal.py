@@ -27,12 +27,12 @@ from posenc import kinds
 from posenc._validate import check_int, check_int_at_least, device_or_cpu
 from posenc.blocks import TableBlocks
 from posenc.errors import InvalidArgument
+from posenc.hf.families import family, types_where
+from posenc.hf.reader import encoder_part
 from posenc.limits import check_elements
 
 #: The model types whose encoder uses these positions (``encoder_config`` for the whole models).
-PARAKEET_MODEL_TYPES: frozenset[str] = frozenset(
-    {"parakeet_encoder", "parakeet_ctc", "parakeet_rnnt", "parakeet_tdt"}
-)
+PARAKEET_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.scheme == "relative_sinusoidal")
 
 
 def relative_sinusoidal_positions(
@@ -119,16 +119,9 @@ def _encoder_part(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
             f"positions; model types: {sorted(PARAKEET_MODEL_TYPES)}",
             field="config.model_type",
         )
-    if model_type == "parakeet_encoder":
+    if not family(model_type).encoder_config:  # the encoder's own file
         return config, "config."
-    encoder = config.get("encoder_config")
-    if encoder is None:
-        return {}, "config.encoder_config."  # the whole model's default ParakeetEncoderConfig
-    if not isinstance(encoder, Mapping):
-        raise InvalidArgument(
-            "config.encoder_config must be an object", field="config.encoder_config"
-        )
-    return encoder, "config.encoder_config."
+    return encoder_part(config)
 
 
 def _positive_int(encoder: Mapping[str, Any], prefix: str, key: str, default: int) -> int:

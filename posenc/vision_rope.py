@@ -48,6 +48,8 @@ from posenc import kinds
 from posenc.blocks import TableBlocks, write_pair
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
+from posenc.hf.families import FAMILIES
+from posenc.hf.reader import vision_part
 
 __all__ = [
     "VISION_ALIASES",
@@ -210,41 +212,10 @@ VISION_RULES["sapiens2"] = dataclasses.replace(
 )
 
 # Top-level model_type -> the model_type of its vision config (where the vision config of a
-# published file names none, or names the top-level type as Qwen2-VL's once did).
+# published file names none, or names the top-level type as Qwen2-VL's once did): each record's
+# vision_tower in posenc.hf.families.
 TOP_LEVEL_VISION: dict[str, str] = {
-    "qwen2_vl": "qwen2_vl_vision",
-    "colqwen2": "qwen2_vl_vision",
-    "qwen2_5_vl": "qwen2_5_vl_vision",
-    "hyperclovax_vision_v2": "qwen2_5_vl_vision",
-    "qwen2_5_omni": "qwen2_5_omni_vision_encoder",
-    "qwen2_5_omni_thinker": "qwen2_5_omni_vision_encoder",
-    "qwen3_vl": "qwen3_vl_vision",
-    "cosmos3_omni": "qwen3_vl_vision",
-    "qwen3_vl_moe": "qwen3_vl_moe_vision",
-    "qwen3_omni_moe": "qwen3_omni_moe_vision_encoder",
-    "qwen3_omni_moe_thinker": "qwen3_omni_moe_vision_encoder",
-    "qwen3_5": "qwen3_5_vision",
-    "qwen3_5_moe": "qwen3_5_moe_vision",
-    "qwen4_exp": "qwen4_exp_vision",
-    "glm4v": "glm4v_vision",
-    "glm46v": "glm4v_vision",
-    "glmga": "glm4v_vision",
-    "glm4v_moe": "glm4v_moe_vision",
-    "glm_ocr": "glm_ocr_vision",
-    "glm5_next": "glm5_next_vision",
-    "ernie4_5_vl_moe": "ernie4_5_vl_moe_vision",
-    "exaone4_5": "exaone4_5_vision",
-    "cohere_compass": "cohere_compass_vision",
-    "dots3_note": "dots3_note_vision_encoder",
-    "lfm3_vl": "lfm3_vl_vision",
-    "paddleocr_vl": "paddleocr_vl_vision",
-    "kimi_k25": "kimi_k25_vision",
-    "step3p7": "step3p5_vision",
-    "mistral3": "pixtral",
-    "lighton_ocr": "pixtral",
-    "mistral_large4": "pixtral",
-    "llava": "pixtral",
-    "llama4": "llama4_vision_model",
+    t: f.vision_tower for t, f in FAMILIES.items() if f.vision_tower is not None
 }
 
 # Other model_type spellings transformers maps to the same vision config class (the hub files
@@ -313,32 +284,16 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
             field="config",
         )
     top = config.get("model_type")
-    for path in (
-        "vision_config",
-        "thinker_config.vision_config",
-        "vlm_config.vision_config",
-        "backbone_config",  # a DINOv3 backbone (CHMv2)
-    ):
-        holder: Any = config
-        for key in path.split("."):
-            holder = holder.get(key) if isinstance(holder, Mapping) else None
-        if holder is None:
-            continue
-        if not isinstance(holder, Mapping):
-            raise InvalidArgument(
-                f"config.{path} must be an object, got {type(holder).__name__}",
-                field=f"config.{path}",
-            )
+    found = vision_part(config)
+    if found is not None:
+        holder, where, outer = found
         own = holder.get("model_type")
-        outer = top
-        if path != "vision_config":
-            outer = config.get(path.split(".")[0], {}).get("model_type", top)
         own = VISION_ALIASES.get(str(own), own)
         if own is None or (own in (outer, top) and own not in VISION_RULES):
             # no model_type, or the top-level one (Qwen2-VL's files): the type transformers
             # gives the vision config of this model
             own = TOP_LEVEL_VISION.get(str(outer), TOP_LEVEL_VISION.get(str(top), own))
-        return holder, str(own), f"config.{path}"
+        return holder, str(own), where
     if top in TOP_LEVEL_VISION and top not in VISION_RULES:
         # a whole config without vision_config: transformers builds the default one
         return {}, TOP_LEVEL_VISION[str(top)], "config.vision_config"

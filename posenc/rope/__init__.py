@@ -33,7 +33,10 @@ per scaling type (:mod:`~posenc.rope.linear`, :mod:`~posenc.rope.dynamic`,
 in :data:`posenc.rope.scaling.ROPE_TYPES`), M-RoPE's tables and ids beside them
 (:mod:`~posenc.rope.sections`, :mod:`~posenc.rope.mrope_ids`), vLLM's rules
 (:mod:`~posenc.rope.vllm`) and the endpoint kind (:mod:`~posenc.rope.kind`). A new type is one
-module and one entry in ``ROPE_TYPES``.
+module (its ``NAME``, ``Params`` with each parameter declared by
+:func:`~posenc.rope.parameters.parameter`, ``validate``, ``inv_freq``) and its place in
+:mod:`posenc.rope.scaling`'s list of built-in modules; ``tests/service/
+test_scaling_one_module.py`` adds one from a test file and sees it served.
 
 Where transformers reads a value from the model config rather than from ``rope_parameters``,
 posenc takes it from :class:`RopeScaling` instead (the library has no model config):

@@ -13,14 +13,28 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.parameters import parameter
+
+NAME = "dynamic"
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "max_position"
+LABEL = "dynamic"
 
 
 @dataclass(frozen=True)
 class DynamicParams:
     """Dynamic NTK: the base grows with the length above ``original_max_position_embeddings``."""
 
-    factor: float
-    original_max_position_embeddings: int
+    factor: float = parameter("context extension factor", required=True, exclusive_minimum=0)
+    original_max_position_embeddings: int = parameter(
+        "the pretraining context length", type="int", required=True, minimum=1
+    )
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = DynamicParams
 
 
 def validate(p: DynamicParams) -> None:

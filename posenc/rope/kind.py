@@ -3,6 +3,7 @@ and the vLLM engine (:mod:`posenc.rope.vllm`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,28 +14,26 @@ from posenc import kinds
 from posenc._validate import check_seq_len_or_positions
 from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
+from posenc.hf.families import family
+from posenc.rope import scaling as scaling_registry
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,
-    SCALING_TYPES,
     RopeScaling,
     check_exponent_dim,
     rope_inv_freq,
+    scaling_parameters,
 )
 from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_cos_sin
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
 from posenc.rope.vllm import (
-    DEEPSEEK_MODEL_TYPES,
     DUAL_CHUNK_CACHES,
+    VLLM_ONLY_ROPE_TYPES,
     VllmRope,
     vllm_complete,
     vllm_for_fields,
     xdrope_cos_sin,
 )
-
-#: RoPE types only vLLM builds (as :data:`posenc.hf_config.VLLM_ONLY_ROPE_TYPES`, which this
-#: module may not import: the config reader sits above it).
-_VLLM_ONLY = frozenset({"ntk", "xdrope"})
 
 
 def _xd_rows(p: Mapping[str, Any]) -> list[list[int]] | None:
@@ -290,7 +289,7 @@ def _rope_from_config(
     layer = positions.rope_for(layer_type)
     info = {"rope_type": layer.rope_type}
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
-        deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
+        deepseek = family(positions.model_type.removesuffix("_text")).vllm_deepseek_yarn
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
         info.update(config_deepseek=deepseek)
         if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
@@ -299,7 +298,7 @@ def _rope_from_config(
     # engine transformers: HunYuanVL's own reading (default with the alpha base) takes it too
     if xd is not None and (given.get("engine") == "vllm" or layer.rope_type == "default"):
         info["config_xdrope_section"] = list(xd)
-    if given.get("engine") != "vllm" and layer.rope_type in _VLLM_ONLY:
+    if given.get("engine") != "vllm" and layer.rope_type in VLLM_ONLY_ROPE_TYPES:
         raise InvalidArgument(
             f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
             "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "
@@ -328,65 +327,59 @@ def _rope_follow(given: Mapping[str, Any], defaults: dict[str, Any]) -> dict[str
     return defaults
 
 
-def _scaling_member(name: str, type_: Any, description: str, **bounds: Any) -> Any:
-    return kinds.FieldSpec(name, type_, description, default=None, **bounds)
-
-
-_SCALING_FIELD = kinds.FieldSpec(
-    "scaling",
-    "struct",
-    "null or a scaling object, with the names of transformers' rope_parameters",
-    default=None,
-    sourced=True,
-    schema_name="RopeScalingRequest",
-    aliases=(("rope_type", "type"),),
-    example={
-        "type": "llama3",
-        "factor": 8.0,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
-    },
-    members=(
+def scaling_field() -> kinds.FieldSpec:
+    """The ``scaling`` field of the rope kind, read off the registered scaling types
+    (:func:`posenc.rope.scaling.scaling_parameters`): one member per parameter, with the
+    description and bounds its type's module declares."""
+    types = scaling_registry.SCALING_TYPES
+    members = [
         kinds.FieldSpec(
             "type",
             "str",
-            "linear, dynamic, yarn, longrope, llama3 or proportional (Gemma 4); rope_type is "
-            "accepted as an alias",
-            choices=SCALING_TYPES,
-        ),
-        _scaling_member("factor", "float", "context extension factor", exclusive_minimum=0),
-        _scaling_member(
-            "original_max_position_embeddings",
-            "int",
-            "the pretraining context length",
-            minimum=1,
-        ),
-        _scaling_member("beta_fast", "float", "YaRN: rotations where extrapolation ends"),
-        _scaling_member("beta_slow", "float", "YaRN: rotations where interpolation begins"),
-        _scaling_member("mscale", "float", "YaRN (DeepSeek): numerator mscale"),
-        _scaling_member("mscale_all_dim", "float", "YaRN (DeepSeek): denominator mscale"),
-        _scaling_member(
-            "attention_factor", "float", "YaRN, LongRoPE: attention scaling", exclusive_minimum=0
-        ),
-        _scaling_member(
-            "low_freq_factor", "float", "Llama 3: low-frequency factor", exclusive_minimum=0
-        ),
-        _scaling_member(
-            "high_freq_factor", "float", "Llama 3: high-frequency factor", exclusive_minimum=0
-        ),
-        _scaling_member("short_factor", "floats", "LongRoPE: R/2 divisors up to the original"),
-        _scaling_member("long_factor", "floats", "LongRoPE: R/2 divisors beyond the original"),
-        _scaling_member("truncate", "bool", "YaRN: round the correction range (default true)"),
-        _scaling_member(
-            "partial_rotary_factor",
-            "float",
-            "proportional only: the fraction of the head's frequencies that rotate",
-            exclusive_minimum=0,
-            maximum=1,
-        ),
-    ),
-)
+            f"{', '.join(types[:-1])} or {types[-1]}; rope_type is accepted as an alias",
+            choices=types,
+        )
+    ]
+    members += [
+        kinds.FieldSpec(
+            p.name,
+            p.type,
+            p.description,
+            default=None,
+            minimum=p.bounds.get("minimum"),
+            maximum=p.bounds.get("maximum"),
+            # a list's bound is of each element, which the library checks
+            exclusive_minimum=p.bounds.get("exclusive_minimum") if p.type != "floats" else None,
+        )
+        for p in scaling_parameters()
+    ]
+    return kinds.FieldSpec(
+        "scaling",
+        "struct",
+        "null or a scaling object, with the names of transformers' rope_parameters",
+        default=None,
+        sourced=True,
+        schema_name="RopeScalingRequest",
+        aliases=(("rope_type", "type"),),
+        example={
+            "type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 8192,
+        },
+        members=tuple(members),
+    )
+
+
+def rope_kind() -> kinds.Kind:
+    """The rope kind with its ``scaling`` field read off the scaling types registered now (a
+    type registered after import is served once this kind replaces :data:`ROPE` in the
+    registry)."""
+    return dataclasses.replace(
+        ROPE, fields=tuple(scaling_field() if f.name == "scaling" else f for f in ROPE.fields)
+    )
+
 
 ROPE: kinds.Kind = kinds.Kind(
     name="rope",
@@ -446,7 +439,7 @@ ROPE: kinds.Kind = kinds.Kind(
             choices=ROPE_LAYOUTS,
             sourced=True,
         ),
-        _SCALING_FIELD,
+        scaling_field(),
         kinds.FieldSpec(
             "exponent_dim",
             "int",

@@ -11,12 +11,21 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
+from posenc.rope.parameters import parameter
+
+NAME = "linear"
+LABEL = "linear"
+
 
 @dataclass(frozen=True)
 class LinearParams:
     """Position interpolation: every frequency divided by ``factor``."""
 
-    factor: float
+    factor: float = parameter("context extension factor", required=True, exclusive_minimum=0)
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = LinearParams
 
 
 def validate(p: LinearParams) -> None:

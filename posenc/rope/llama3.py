@@ -14,16 +14,30 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.parameters import parameter
+
+NAME = "llama3"
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "original"
+LABEL = "Llama 3"
 
 
 @dataclass(frozen=True)
 class Llama3Params:
     """Llama 3.1's frequency bands."""
 
-    factor: float
-    original_max_position_embeddings: int
-    low_freq_factor: float
-    high_freq_factor: float
+    factor: float = parameter("context extension factor", required=True, exclusive_minimum=0)
+    original_max_position_embeddings: int = parameter(
+        "the pretraining context length", type="int", required=True, minimum=1
+    )
+    low_freq_factor: float = parameter("low-frequency factor", required=True, exclusive_minimum=0)
+    high_freq_factor: float = parameter("high-frequency factor", required=True, exclusive_minimum=0)
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = Llama3Params
 
 
 def validate(p: Llama3Params) -> None:

@@ -14,17 +14,39 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.parameters import parameter
+
+NAME = "longrope"
+#: Its ramp / factor lists are ``E // 2`` long: an odd exponent width cannot be built.
+NEEDS_EVEN_WIDTH = True
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "original"
+#: Without ``factor``, transformers takes ``max_position_embeddings / original``.
+FACTOR_FROM_LENGTHS = True
+LABEL = "LongRoPE"
 
 
 @dataclass(frozen=True)
 class LongRopeParams:
     """LongRoPE (Ding et al., 2024): per-frequency divisors, short up to the original length."""
 
-    short_factor: tuple[float, ...]
-    long_factor: tuple[float, ...]
-    original_max_position_embeddings: int
-    factor: float | None = None
-    attention_factor: float | None = None
+    short_factor: tuple[float, ...] = parameter(
+        "R/2 divisors up to the original", type="floats", required=True, exclusive_minimum=0
+    )
+    long_factor: tuple[float, ...] = parameter(
+        "R/2 divisors beyond the original", type="floats", required=True, exclusive_minimum=0
+    )
+    original_max_position_embeddings: int = parameter(
+        "the pretraining context length", type="int", required=True, minimum=1
+    )
+    factor: float | None = parameter("context extension factor", exclusive_minimum=0)
+    attention_factor: float | None = parameter("attention scaling", exclusive_minimum=0)
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = LongRopeParams
 
 
 def validate(p: LongRopeParams) -> None:

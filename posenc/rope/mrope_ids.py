@@ -39,6 +39,7 @@ from torch import Tensor
 from posenc import kinds
 from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
 from posenc.errors import InvalidArgument
+from posenc.hf.families import FAMILIES
 from posenc.position_ids import (
     ATTENTION_MASK_FIELD,
     INPUT_IDS_FIELD,
@@ -50,12 +51,10 @@ MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 
 MROPE_RULES: tuple[str, ...] = get_args(MRopeRule)
 
-# model_type (as in a config.json) -> the get_rope_index rule its transformers class uses.
+# model_type (as in a config.json) -> the get_rope_index rule its transformers class uses: each
+# record's mrope_ids_rule in posenc.hf.families.
 MODEL_TYPE_RULES: dict[str, MRopeRule] = {
-    "qwen2_vl": "qwen2_vl",
-    "qwen2_5_vl": "qwen2_5_vl",
-    "qwen3_vl": "qwen3_vl",
-    "qwen3_vl_moe": "qwen3_vl",
+    t: f.mrope_ids_rule for t, f in FAMILIES.items() if f.mrope_ids_rule is not None
 }
 
 # transformers 5 config-class defaults, used where a published config.json omits the key
@@ -248,7 +247,7 @@ def _grid_tensor(grid: Sequence[Sequence[int]] | Tensor | None, field: str) -> T
     return g
 
 
-def mrope_position_ids(
+def mrope_position_ids(  # noqa: C901, PLR0915 (allowed: pyproject.toml)
     input_ids: Tensor,
     *,
     attention_mask: Tensor | None = None,

@@ -14,14 +14,24 @@ from torch import Tensor
 
 from posenc._validate import check_finite
 from posenc.errors import InvalidArgument
+from posenc.rope.parameters import parameter
+
+NAME = "proportional"
+LABEL = "proportional (Gemma 4)"
 
 
 @dataclass(frozen=True)
 class ProportionalParams:
     """Gemma 4's proportional RoPE: the first ``partial_rotary_factor`` of the frequencies."""
 
-    factor: float | None = None
-    partial_rotary_factor: float | None = None
+    factor: float | None = parameter("context extension factor", exclusive_minimum=0)
+    partial_rotary_factor: float | None = parameter(
+        "the fraction of the head's frequencies that rotate", exclusive_minimum=0, maximum=1
+    )
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = ProportionalParams
 
 
 def validate(p: ProportionalParams) -> None:

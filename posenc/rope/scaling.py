@@ -1,11 +1,15 @@
 """RoPE scaling: :class:`RopeScaling` (transformers' ``rope_parameters`` names), the table of
 scaling types and :func:`rope_inv_freq`.
 
-Each type is one module of this package, as vLLM keeps one file per rotary type: its frozen
-parameter class (transformers' ``_validate_<type>_rope_parameters`` shape: a field without a
-default is required), its ``validate`` and its ``inv_freq``, so a new parameter or rule is
-written once, in its type's module. :data:`ROPE_TYPES` lists them; :data:`ROPE_INIT_FUNCTIONS`
-and :data:`ROPE_PARAMETER_KEYS` are read off it.
+Each type is one module of this package, as vLLM keeps one file per rotary type: its ``NAME``
+and ``LABEL``, its frozen parameter class ``Params`` (transformers'
+``_validate_<type>_rope_parameters`` shape: a field without a default is required), each field
+declared with its description and bounds (:func:`posenc.rope.parameters.parameter`), its
+``validate`` and its ``inv_freq``, so a new parameter or rule is written once, in its type's
+module. :data:`ROPE_TYPES` lists them (:func:`register_scaling_type` adds one); the scaling
+types, :data:`ROPE_PARAMETER_CLASSES`, :data:`ROPE_INIT_FUNCTIONS`, :data:`ROPE_PARAMETER_KEYS`,
+the checks every type's parameters get and the rope kind's HTTP ``scaling`` schema
+(:func:`scaling_parameters`) are read off them.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from posenc._validate import check_choice, check_finite, check_int, check_int_at
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 from posenc.rope import dynamic, linear, llama3, longrope, proportional, yarn
+from posenc.rope.parameters import ScalingParameter, parameters_of
 
 RopeLayout = Literal["half", "interleaved"]
 #: ``positive``: ``x·cos θ + rotate(x)·sin θ`` (RoFormer and nearly every model); ``negative``:
 #: the model rotates by ``−θ`` (nanochat's ``rotate_half`` is ``cat(x2, −x1)``), so its tables
 #: carry ``−sin θ``.
 RopeRotation = Literal["positive", "negative"]
+#: The built-in scaling types (a test checks it equals the registered modules' names).
 ScalingType = Literal["linear", "dynamic", "yarn", "longrope", "llama3", "proportional"]
 
 ROPE_LAYOUTS: tuple[str, ...] = get_args(RopeLayout)
@@ -37,43 +43,21 @@ ROPE_ROTATIONS: tuple[str, ...] = get_args(RopeRotation)
 #: or the ``trailing`` ones (DeepSeek-V4 lays each head out as ``[nope | rope]``).
 RopeChannels = Literal["leading", "trailing"]
 ROPE_CHANNELS: tuple[str, ...] = get_args(RopeChannels)
+#: The registered scaling types (rebound by :func:`register_scaling_type`).
 SCALING_TYPES: tuple[str, ...] = get_args(ScalingType)
 
 
-def _param_keys(cls: type) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    fields = dataclasses.fields(cls)
-    required = tuple(f.name for f in fields if f.default is dataclasses.MISSING)
-    optional = tuple(f.name for f in fields if f.default is not dataclasses.MISSING)
-    return required, optional
-
-
-#: Scaling type -> its module (``Params``-class, ``validate``, ``inv_freq``).
-ROPE_TYPES: dict[str, ModuleType] = {
-    "linear": linear,
-    "dynamic": dynamic,
-    "yarn": yarn,
-    "longrope": longrope,
-    "llama3": llama3,
-    "proportional": proportional,
-}
-
+#: Scaling type -> its module (``NAME``, ``LABEL``, ``Params``, ``validate``, ``inv_freq``).
+#: Read-only views below follow it; :func:`register_scaling_type` is the one way to add a type.
+ROPE_TYPES: dict[str, ModuleType] = {}
 #: Scaling type -> its frozen parameter class.
-ROPE_PARAMETER_CLASSES: dict[str, type] = {
-    "linear": linear.LinearParams,
-    "dynamic": dynamic.DynamicParams,
-    "yarn": yarn.YarnParams,
-    "longrope": longrope.LongRopeParams,
-    "llama3": llama3.Llama3Params,
-    "proportional": proportional.ProportionalParams,
-}
-
+ROPE_PARAMETER_CLASSES: dict[str, type] = {}
+#: Scaling type -> its declared parameters (:class:`~posenc.rope.parameters.ScalingParameter`).
+ROPE_PARAMETERS: dict[str, tuple[ScalingParameter, ...]] = {}
 #: ``{type: (required, optional)}`` parameter names, from the classes (yarn's and llama3's
 #: ``original_max_position_embeddings`` and dynamic's are required here: transformers would
-#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf_config`).
-ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    t: _param_keys(c) for t, c in ROPE_PARAMETER_CLASSES.items()
-}
-_REQUIRED: dict[str, tuple[str, ...]] = {t: k[0] for t, k in ROPE_PARAMETER_KEYS.items()}
+#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf`).
+ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
 @dataclass(frozen=True)
@@ -123,6 +107,9 @@ class RopeScaling:
 
     def __post_init__(self) -> None:
         _validate_scaling(self)
+
+    # the fields are the union of every type's parameters (tests/lib/test_scaling_modules.py
+    # checks it); a type with a parameter of a new name adds its field here
 
     def params(self) -> Any:
         """The frozen parameter class of this type (:data:`ROPE_PARAMETER_CLASSES`), holding
@@ -194,49 +181,46 @@ class RopeTables:
 
 
 def _validate_scaling(s: RopeScaling) -> None:
-    """Check the parameters of ``s``: those every type shares here, then its type's own rules
-    (the ``validate`` of its module); raise InvalidArgument naming the field."""
+    """Check the parameters of ``s``: the type, its required parameters, finiteness and the
+    lower bound of every parameter given (as declared by the types that take it), then its
+    type's own rules (the ``validate`` of its module); raise InvalidArgument naming the field."""
     check_choice("scaling.type", s.type, SCALING_TYPES)
-    for name in _REQUIRED[s.type]:
+    for name in ROPE_PARAMETER_KEYS[s.type][0]:
         if getattr(s, name) is None:
             raise InvalidArgument(
                 f"scaling.{name} is required for {s.type} scaling", field=f"scaling.{name}"
             )
-    for name in (
-        "factor",
-        "beta_fast",
-        "beta_slow",
-        "attention_factor",
-        "low_freq_factor",
-        "high_freq_factor",
-    ):
+    declared = {p.name: p for p in scaling_parameters()}
+    for name in _FIELD_NAMES:
         value = getattr(s, name)
-        if value is not None:
-            check_finite(f"scaling.{name}", value, greater_than=0)
-    for name in ("mscale", "mscale_all_dim"):
-        value = getattr(s, name)
-        if value is not None:
-            check_finite(f"scaling.{name}", value)
-    if s.partial_rotary_factor is not None and s.type != "proportional":
+        if value is not None and name != "partial_rotary_factor" and name in declared:
+            _check_parameter(declared[name], value)
+    if s.partial_rotary_factor is not None and "partial_rotary_factor" not in {
+        p.name for p in ROPE_PARAMETERS[s.type]
+    }:
         raise InvalidArgument(
             f"scaling.partial_rotary_factor is a parameter of proportional scaling only, "
             f"got it with {s.type}; give the rotated fraction as rotary_dim",
             field="scaling.partial_rotary_factor",
         )
-    omax = s.original_max_position_embeddings
-    if omax is not None:
-        check_int_at_least("scaling.original_max_position_embeddings", omax, 1, noun="an integer")
-    if s.truncate is not None and not isinstance(s.truncate, bool):
-        raise InvalidArgument(
-            f"scaling.truncate must be true or false, got {s.truncate!r}", field="scaling.truncate"
-        )
-    for name in ("short_factor", "long_factor"):
-        values = getattr(s, name)
-        if values is None:
-            continue
-        for i, v in enumerate(values):
-            check_finite(f"scaling.{name}[{i}]", v, greater_than=0, field=f"scaling.{name}")
     ROPE_TYPES[s.type].validate(s.params())  # the type's own rules (its module's validate)
+
+
+def _check_parameter(p: ScalingParameter, value: Any) -> None:
+    """One given parameter against its declaration: a finite number above its lower bound, an
+    integer at least its minimum, true or false, or a list of such numbers."""
+    name = f"scaling.{p.name}"
+    low = p.bounds.get("exclusive_minimum")
+    if p.type == "float":
+        check_finite(name, value, greater_than=low)
+    elif p.type == "int":
+        check_int_at_least(name, value, int(p.bounds.get("minimum", 1)), noun="an integer")
+    elif p.type == "bool":
+        if not isinstance(value, bool):
+            raise InvalidArgument(f"{name} must be true or false, got {value!r}", field=name)
+    else:
+        for i, v in enumerate(value):
+            check_finite(f"{name}[{i}]", v, greater_than=low, field=name)
 
 
 def check_rotary_dim(rotary_dim: Any, field: str = "rotary_dim") -> None:
@@ -268,7 +252,74 @@ RopeInitFn = Callable[[Tensor, int, float, Any, "int | None"], tuple[Tensor, flo
 
 #: Scaling type -> function computing ``(inv_freq, attention_scaling)`` in float64, as
 #: transformers' ``ROPE_INIT_FUNCTIONS``.
-ROPE_INIT_FUNCTIONS: dict[str, RopeInitFn] = {t: m.inv_freq for t, m in ROPE_TYPES.items()}
+ROPE_INIT_FUNCTIONS: dict[str, RopeInitFn] = {}
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(RopeScaling) if f.name != "type")
+
+
+def register_scaling_type(module: ModuleType) -> None:
+    """Add the scaling type of ``module``: its ``NAME``, ``LABEL``, ``Params`` (fields declared
+    with :func:`~posenc.rope.parameters.parameter`), ``validate(params)`` and
+    ``inv_freq(base_inv_freq, E, base, params, seq_len) -> (inv_freq, attention_scaling)``.
+    Every table derived from the types follows (the rope kind's schema is built from them when
+    the kind is, :func:`posenc.rope.kind.rope_kind`).
+
+    Raises:
+        ValueError: a name already registered; a parameter :class:`RopeScaling` has no field
+            for, or one declared with another type or other bounds than another type's.
+    """
+    global SCALING_TYPES
+    name = module.NAME
+    if name in ROPE_TYPES:
+        raise ValueError(f"scaling type {name!r} is already registered")
+    params = parameters_of(module.Params)
+    declared = {p.name: p for t in ROPE_TYPES for p in ROPE_PARAMETERS[t]}
+    for p in params:
+        if p.name not in _FIELD_NAMES:
+            raise ValueError(f"{name}: RopeScaling has no field {p.name!r}; add it there")
+        other = declared.get(p.name)
+        if other is not None and (other.type, dict(other.bounds)) != (p.type, dict(p.bounds)):
+            raise ValueError(f"{name}: {p.name} is declared otherwise by another type")
+    ROPE_TYPES[name] = module
+    ROPE_PARAMETER_CLASSES[name] = module.Params
+    ROPE_PARAMETERS[name] = params
+    ROPE_PARAMETER_KEYS[name] = (
+        tuple(p.name for p in params if p.required),
+        tuple(p.name for p in params if not p.required),
+    )
+    ROPE_INIT_FUNCTIONS[name] = module.inv_freq
+    SCALING_TYPES = tuple(ROPE_TYPES)
+
+
+def unregister_scaling_type(name: str) -> None:
+    """Remove a scaling type (tests register their own and take them out again)."""
+    global SCALING_TYPES
+    for table in (ROPE_TYPES, ROPE_PARAMETER_CLASSES, ROPE_PARAMETERS, ROPE_PARAMETER_KEYS):
+        table.pop(name, None)
+    ROPE_INIT_FUNCTIONS.pop(name, None)
+    SCALING_TYPES = tuple(ROPE_TYPES)
+
+
+def scaling_parameters() -> tuple[ScalingParameter, ...]:
+    """Every parameter of every type, once, in :class:`RopeScaling`'s field order, for the
+    HTTP ``scaling`` schema: its description led by the types that take it (``YaRN,
+    LongRoPE: attention scaling``) unless every type does, and optional (the types that do not
+    take it ignore it)."""
+    out = []
+    for field_name in _FIELD_NAMES:
+        takers = [t for t in ROPE_TYPES if any(p.name == field_name for p in ROPE_PARAMETERS[t])]
+        if not takers:
+            continue
+        first = next(p for p in ROPE_PARAMETERS[takers[0]] if p.name == field_name)
+        who = ", ".join(ROPE_TYPES[t].LABEL for t in takers)
+        description = (
+            first.description if len(takers) == len(ROPE_TYPES) else f"{who}: {first.description}"
+        )
+        out.append(dataclasses.replace(first, description=description, required=False))
+    return tuple(out)
+
+
+for _module in (linear, dynamic, yarn, longrope, llama3, proportional):
+    register_scaling_type(_module)
 
 
 def rope_inv_freq(
@@ -331,7 +382,7 @@ def rope_inv_freq(
     inv_freq = 1.0 / (base**exponents)
     if scaling is None:
         return inv_freq, 1.0
-    if exponent != rotary_dim and scaling.type in ("yarn", "longrope"):
+    if exponent != rotary_dim and getattr(ROPE_TYPES[scaling.type], "NEEDS_EVEN_WIDTH", False):
         raise InvalidArgument(
             f"{scaling.type} scaling needs an even rotated width: exponent_dim {exponent} gives "
             f"{rotary_dim // 2} frequencies but {scaling.type}'s ramp and factors have "

@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
 from posenc.rope.sections import check_section_rows
 
 Engine = Literal["transformers", "vllm"]
@@ -59,9 +60,12 @@ ENGINES: tuple[str, ...] = ("transformers", "vllm")
 
 #: Model types whose vLLM model code builds DeepSeek's YaRN (``deepseek_v2.py`` and the
 #: models that reuse its attention) for any non-default RoPE type.
-DEEPSEEK_MODEL_TYPES: frozenset[str] = frozenset(
-    {"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "mistral_large_3"}
-)
+DEEPSEEK_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.vllm_deepseek_yarn)
+
+
+#: RoPE types only vLLM builds (``NTKScalingRotaryEmbedding``, ``XDRotaryEmbedding``):
+#: transformers 5.24's ``ROPE_INIT_FUNCTIONS`` has no rule for them.
+VLLM_ONLY_ROPE_TYPES: frozenset[str] = frozenset({"ntk", "xdrope"})
 
 
 def _mscale(scale: float, mscale: float = 1.0) -> float:
@@ -512,6 +516,7 @@ __all__ = [
     "DUAL_CHUNK_CACHES",
     "ENGINES",
     "UNBOUNDED",
+    "VLLM_ONLY_ROPE_TYPES",
     "Engine",
     "VllmRope",
     "angles_table",

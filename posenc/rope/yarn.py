@@ -15,24 +15,43 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.parameters import parameter
 
 # transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
 BETA_FAST = 32.0
 BETA_SLOW = 1.0
 
 
+NAME = "yarn"
+#: Its ramp / factor lists are ``E // 2`` long: an odd exponent width cannot be built.
+NEEDS_EVEN_WIDTH = True
+#: How transformers fills ``original_max_position_embeddings`` from a model config for this
+#: type: ``original`` (the config's own key, else ``max_position_embeddings``) or
+#: ``max_position`` (always ``max_position_embeddings``).
+ORIGINAL_MAX_FROM_CONFIG = "original"
+#: Without ``factor``, transformers takes ``max_position_embeddings / original``.
+FACTOR_FROM_LENGTHS = True
+LABEL = "YaRN"
+
+
 @dataclass(frozen=True)
 class YarnParams:
     """YaRN (Peng et al., 2023): ramp between interpolation and extrapolation, mscale."""
 
-    factor: float
-    original_max_position_embeddings: int
-    beta_fast: float | None = None
-    beta_slow: float | None = None
-    mscale: float | None = None
-    mscale_all_dim: float | None = None
-    attention_factor: float | None = None
-    truncate: bool | None = None
+    factor: float = parameter("context extension factor", required=True, exclusive_minimum=0)
+    original_max_position_embeddings: int = parameter(
+        "the pretraining context length", type="int", required=True, minimum=1
+    )
+    beta_fast: float | None = parameter("rotations where extrapolation ends", exclusive_minimum=0)
+    beta_slow: float | None = parameter("rotations where interpolation begins", exclusive_minimum=0)
+    mscale: float | None = parameter("numerator mscale (DeepSeek)")
+    mscale_all_dim: float | None = parameter("denominator mscale (DeepSeek)")
+    attention_factor: float | None = parameter("attention scaling", exclusive_minimum=0)
+    truncate: bool | None = parameter("round the correction range (default true)", type="bool")
+
+
+#: The parameter class of this type (its fields declared with :func:`parameter`).
+Params = YarnParams
 
 
 def validate(p: YarnParams) -> None:

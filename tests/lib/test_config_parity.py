@@ -669,10 +669,11 @@ def test_learned_table_size_and_width_equal_the_models() -> None:
     from transformers import AutoModel
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from posenc.hf_config import _LEARNED_MODEL_TYPES
+    from posenc.hf.families import types_where
 
+    learned = types_where(lambda f: f.scheme == "learned")
     checked, wrong = 0, []
-    for mt in sorted(t for t in _LEARNED_MODEL_TYPES if t in CONFIG_MAPPING_NAMES):
+    for mt in sorted(t for t in learned if t in CONFIG_MAPPING_NAMES):
         cfg = AutoConfig.for_model(mt)
         with warnings.catch_warnings(), torch.device("meta"):
             warnings.simplefilter("ignore")
