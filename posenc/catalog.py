@@ -13,6 +13,7 @@ from posenc import kinds
 from posenc.alibi import ALIBI
 from posenc.embedding import EMBED
 from posenc.learned import LEARNED
+from posenc.masks import MASKS
 from posenc.position_ids import POSITION_IDS
 from posenc.query_scale import QUERY_SCALE
 from posenc.relative import RELATIVE
@@ -35,6 +36,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     XPOS,
     ALIBI,
     RELATIVE,
+    MASKS,
     POSITION_IDS,
     MROPE_POSITION_IDS,
     EMBED,

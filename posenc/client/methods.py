@@ -19,6 +19,7 @@ T = TypeVar("T")
 TableKind = Literal[
     "alibi",
     "learned",
+    "masks",
     "relative",
     "relative_sinusoidal",
     "rope",
@@ -228,6 +229,96 @@ class KindMethods(Generic[T]):
             preset=preset,
             config=config,
             dtype=dtype,
+        )
+
+    def masks(
+        self,
+        *,
+        seq_len: int | None = None,
+        key_len: int | None = None,
+        kind: Literal["causal", "sliding", "chunked", "bidirectional", "sliding_bidirectional"]
+        | None = None,
+        window: int | None = None,
+        chunk_size: int | None = None,
+        config: Mapping[str, Any] | None = None,
+        layer_type: str | None = None,
+        layer: int | None = None,
+        attention_mask: Sequence[Sequence[int]] | Any | None = None,
+        token_type_ids: Sequence[Sequence[int]] | Any | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        output: Literal["mask", "bias"] | None = None,
+        masked_value: Literal["-inf", "min"] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/masks``: The attention mask a layer applies.
+
+        The mask (B, T, S) of one layer, exactly as transformers' `masking_utils` builds it:
+        causal, sliding (a query sees itself and the window − 1 keys before it: flash-attn's
+        window_size (W − 1, 0)), chunked (Llama 4), bidirectional; Gemma 3's image spans
+        (`token_type_ids`) both ways; padding (`attention_mask`) removes keys; packed documents
+        (`cu_seqlens`) see only their own keys. The queries are the last T of the S positions.
+        `meta` spells the same mask for flash-attn, SDPA and vLLM. A layer without attention
+        (Mamba, linear attention) is a 422 that says what it is.
+
+        Args:
+            seq_len: T, the number of queries.
+            key_len: S ≥ T (default T); the queries are the last T positions.
+            kind: the rule when no config is given (default causal): causal, sliding (with
+                window), chunked (with chunk_size), bidirectional, sliding_bidirectional (|q −
+                k| ≤ window).
+            window: W of kind sliding (transformers' sliding_window: the query and the W − 1
+                keys before it).
+            chunk_size: C of kind chunked (attention_chunk_size).
+            config: a model's config.json: the rule of its layer (layer_type or layer); see POST
+                /v1/configs/positions' layers.
+            layer_type: with config: the layer type (full_attention, sliding_attention,
+                chunked_attention…).
+            layer: with config: the layer's index.
+            attention_mask: B rows of S: 1 for a real token, 0 for padding.
+            token_type_ids: B rows of S (Gemma 3's): 1 marks image tokens, which see their own
+                image both ways (causal and sliding layers).
+            cu_seqlens: packed documents: 0 < … < T, as flash-attn's varlen calls take them (S =
+                T, no padding).
+            output: mask: the tensor `mask` (B, T, S) bool, true where attention is allowed;
+                bias: the tensor `bias`, 0 or −inf, in dtype (default 'mask') (sent as as).
+            masked_value: the bias where attention is masked: -inf, or min
+                (torch.finfo(dtype).min, as transformers' eager attention adds it) (default
+                '-inf').
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``mask`` (B, T, S), ``bias`` (B, T, S).
+        """
+        return self.compute(
+            "masks",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            key_len=key_len,
+            kind=kind,
+            window=window,
+            chunk_size=chunk_size,
+            config=config,
+            layer_type=layer_type,
+            layer=layer,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            cu_seqlens=cu_seqlens,
+            masked_value=masked_value,
+            dtype=dtype,
+            **{"as": output},
         )
 
     def mrope_position_ids(
