@@ -55,6 +55,7 @@ from posenc.blocks import TableBlocks
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
+from posenc.position_ids import check_cu_seqlens, max_seqlen
 
 __all__ = [
     "MASKED_VALUES",
@@ -65,11 +66,11 @@ __all__ = [
     "MaskRule",
     "attention_bias",
     "attention_mask",
-    "check_cu_seqlens",
     "kernel_spellings",
     "mask_blocks",
     "mask_inputs",
     "mask_rule",
+    "packed_documents",
 ]
 
 MaskKind = Literal["causal", "sliding", "chunked", "bidirectional", "sliding_bidirectional"]
@@ -137,7 +138,9 @@ class MaskInputs:
         image_block: ``(B, S)`` int64, the image run of each position (0, 1, … counted per
             row) or −1 for text (Gemma 3's ``block_sequence_ids``); None without image spans.
         document: ``(S,)`` int64, the packed document of each position; None unpacked.
-        document_start: ``(S,)`` int64, the first position of that document.
+        positions: ``(S,)`` int64, each token's position inside its document (what the rule
+            compares when packed: from 0 with ``cu_seqlens``, the ids given with
+            ``position_ids``).
     """
 
     batch: int
@@ -147,7 +150,7 @@ class MaskInputs:
     left_padding: Tensor | None = None
     image_block: Tensor | None = None
     document: Tensor | None = None
-    document_start: Tensor | None = None
+    positions: Tensor | None = None
 
 
 def _rows_tensor(rows: Any, field: str, key_len: int) -> Tensor:
@@ -175,39 +178,6 @@ def _rows_tensor(rows: Any, field: str, key_len: int) -> Tensor:
     return t
 
 
-def check_cu_seqlens(
-    cu_seqlens: Sequence[int], total: int, *, field: str = "cu_seqlens"
-) -> list[int]:
-    """``cu_seqlens`` as flash-attn's varlen calls take them: ``0 = c_0 < c_1 < … < c_n = total``.
-
-    Returns:
-        the boundaries as a list of ints.
-
-    Raises:
-        InvalidArgument: not starting at 0, not ending at ``total``, or not increasing (an
-            empty document), naming the first bad entry.
-    """
-    cu = [int(c) for c in cu_seqlens]
-    if len(cu) < 2 or cu[0] != 0:
-        raise InvalidArgument(
-            f"{field} must start at 0 and hold at least two boundaries, got {cu[:8]}",
-            field=field,
-        )
-    for i in range(1, len(cu)):
-        if cu[i] <= cu[i - 1]:
-            raise InvalidArgument(
-                f"{field} must increase (every document holds a token): {field}[{i}] = "
-                f"{cu[i]} after {cu[i - 1]}",
-                field=f"{field}[{i}]",
-            )
-    if cu[-1] != total:
-        raise InvalidArgument(
-            f"{field} must end at the sequence length {total}, got {cu[-1]}",
-            field=f"{field}[{len(cu) - 1}]",
-        )
-    return cu
-
-
 def _image_blocks(token_type_ids: Tensor) -> Tensor:
     """Gemma 3's ``get_block_sequence_ids_for_mask``: each run of image tokens (type 1) is a
     group numbered from 0 in its row; text (any other type) is −1. ``(B, S)`` int64."""
@@ -219,6 +189,61 @@ def _image_blocks(token_type_ids: Tensor) -> Tensor:
     return torch.where(is_image, groups, torch.full_like(groups, -1))
 
 
+def packed_documents(position_ids: Sequence[int] | Tensor) -> list[int]:
+    """``cu_seqlens`` of a packed row's position ids, as transformers detects packing
+    (``masking_utils.find_packed_sequence_indices``): a document starts at 0 and wherever a
+    position is not the previous one plus 1. ``[0, 1, 2, 0, 1]`` -> ``[0, 3, 5]``."""
+    ids = torch.as_tensor(position_ids, dtype=torch.int64).reshape(-1)
+    if ids.numel() == 0:
+        return [0]
+    starts = torch.nonzero(ids[1:] - ids[:-1] != 1).reshape(-1) + 1
+    return [0, *starts.tolist(), int(ids.numel())]
+
+
+def _packing(
+    seq_len: int,
+    key_len: int,
+    cu_seqlens: Sequence[int] | None,
+    position_ids: Sequence[int] | None,
+    attention_mask: Any,
+    token_type_ids: Any,
+) -> tuple[Tensor, Tensor]:
+    """The document and the in-document position of each of the ``T`` tokens of a packed row."""
+    field = "cu_seqlens" if cu_seqlens is not None else "position_ids"
+    if cu_seqlens is not None and position_ids is not None:
+        raise InvalidArgument("give cu_seqlens or position_ids, not both", field="position_ids")
+    for name, given in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
+        if given is not None:
+            raise InvalidArgument(
+                f"{field} and {name} together: a packed row has no padding and no image spans "
+                "here (transformers detects packing only without a padding mask)",
+                field=field,
+            )
+    if key_len != seq_len:
+        raise InvalidArgument(
+            f"{field} packs the T = {seq_len} queries with their own keys; key_len {key_len} "
+            "must equal seq_len",
+            field="key_len",
+        )
+    if position_ids is not None:
+        ids = torch.as_tensor(list(position_ids), dtype=torch.int64).reshape(-1)
+        if ids.numel() != seq_len:
+            raise InvalidArgument(
+                f"position_ids must hold seq_len = {seq_len} positions (one packed row), got "
+                f"{ids.numel()}",
+                field="position_ids",
+            )
+        cu = packed_documents(ids)
+    else:
+        cu = check_cu_seqlens(cu_seqlens or (), seq_len)
+        ids = None
+    lengths = torch.tensor([b - a for a, b in itertools.pairwise(cu)])
+    document = torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # (S,)
+    if ids is None:
+        ids = torch.arange(seq_len) - torch.tensor(cu[:-1], dtype=torch.int64)[document]
+    return document, ids
+
+
 def mask_inputs(
     rule: MaskRule,
     seq_len: int,
@@ -227,6 +252,7 @@ def mask_inputs(
     attention_mask: Any = None,
     token_type_ids: Any = None,
     cu_seqlens: Sequence[int] | None = None,
+    position_ids: Sequence[int] | None = None,
 ) -> MaskInputs:
     """The checked inputs of a mask.
 
@@ -238,6 +264,10 @@ def mask_inputs(
         token_type_ids: ``B`` rows of ``S`` token types (1 image), Gemma 3's; causal and sliding
             layers only.
         cu_seqlens: packed documents, ``0 < … < T`` (needs ``S = T``, one row, no padding).
+        position_ids: one packed row's ``T`` position ids, packing detected as transformers'
+            ``find_packed_sequence_indices`` does (a new document wherever a position is not
+            the previous one plus 1); the rule compares these positions. Not with
+            ``cu_seqlens``.
 
     Raises:
         InvalidArgument: rows of the wrong length, values outside 0/1, batch sizes that
@@ -245,7 +275,7 @@ def mask_inputs(
     """
     seq_len, key_len = check_lengths(seq_len, key_len)
     batch = 1
-    key_valid = left_padding = image_block = document = document_start = None
+    key_valid = left_padding = image_block = document = positions = None
     if attention_mask is not None:
         m = _rows_tensor(attention_mask, "attention_mask", key_len)
         if bool(((m != 0) & (m != 1)).any()):
@@ -269,26 +299,12 @@ def mask_inputs(
             )
         batch = tt.shape[0]
         image_block = _image_blocks(tt)
-    if cu_seqlens is not None:
-        for name, given in (("attention_mask", attention_mask), ("token_type_ids", token_type_ids)):
-            if given is not None:
-                raise InvalidArgument(
-                    f"cu_seqlens and {name} together: a packed row has no padding and no image "
-                    "spans here (transformers detects packing only without a padding mask)",
-                    field="cu_seqlens",
-                )
-        if key_len != seq_len:
-            raise InvalidArgument(
-                f"cu_seqlens packs the T = {seq_len} queries with their own keys; key_len "
-                f"{key_len} must equal seq_len",
-                field="key_len",
-            )
-        cu = check_cu_seqlens(cu_seqlens, seq_len)
-        lengths = torch.tensor([b - a for a, b in itertools.pairwise(cu)])
-        document = torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # (S,)
-        document_start = torch.tensor(cu[:-1], dtype=torch.int64)[document]  # (S,)
+    if cu_seqlens is not None or position_ids is not None:
+        document, positions = _packing(
+            seq_len, key_len, cu_seqlens, position_ids, attention_mask, token_type_ids
+        )
     return MaskInputs(
-        batch, seq_len, key_len, key_valid, left_padding, image_block, document, document_start
+        batch, seq_len, key_len, key_valid, left_padding, image_block, document, positions
     )
 
 
@@ -327,10 +343,9 @@ def mask_rows(rule: MaskRule, inputs: MaskInputs, rows: Tensor) -> Tensor:
     k_abs = torch.arange(s, device=dev)[None, :]  # (1, S)
     q, k = q_abs[:, None], k_abs
     same_document = None
-    if inputs.document is not None and inputs.document_start is not None:
-        doc, start = inputs.document.to(dev), inputs.document_start.to(dev)
-        q = q - start[q_abs][:, None]  # positions restart at each document
-        k = k - start[None, :]
+    if inputs.document is not None and inputs.positions is not None:
+        doc, pos = inputs.document.to(dev), inputs.positions.to(dev)
+        q, k = pos[q_abs][:, None], pos[None, :]  # positions inside each document
         same_document = doc[q_abs][:, None] == doc[None, :]  # (N, S)
     left = inputs.left_padding.to(dev)[b][:, None] if inputs.left_padding is not None else None
     allowed = _allowed(rule, q, k, left)  # (N, S)
@@ -563,6 +578,7 @@ def _inputs(p: Mapping[str, Any]) -> MaskInputs:
         attention_mask=p["attention_mask"],
         token_type_ids=p["token_type_ids"],
         cu_seqlens=p["cu_seqlens"],
+        position_ids=p["position_ids"],
     )
 
 
@@ -602,9 +618,9 @@ def _masks_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     }
     if p["as"] == "bias":
         meta.update(dtype=p["dtype"], masked_value=p["masked_value"])
-    if p["cu_seqlens"] is not None:
-        cu = list(p["cu_seqlens"])
-        meta.update(cu_seqlens=cu, max_seqlen=max(b - a for a, b in itertools.pairwise(cu)))
+    if inputs.document is not None:
+        cu = p["cu_seqlens"] or packed_documents(p["position_ids"])
+        meta.update(cu_seqlens=cu, max_seqlen=max_seqlen(cu))
     return meta
 
 
@@ -678,6 +694,14 @@ MASKS: kinds.Kind = kinds.Kind(
             "ints",
             "packed documents: 0 < … < T, as flash-attn's varlen calls take them (S = T, no "
             "padding)",
+            None,
+            minimum=0,
+        ),
+        kinds.FieldSpec(
+            "position_ids",
+            "ints",
+            "one packed row's T position ids (in place of cu_seqlens): a document starts "
+            "wherever a position is not the previous plus 1, as transformers detects packing",
             None,
             minimum=0,
         ),

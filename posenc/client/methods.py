@@ -246,6 +246,7 @@ class KindMethods(Generic[T]):
         attention_mask: Sequence[Sequence[int]] | Any | None = None,
         token_type_ids: Sequence[Sequence[int]] | Any | None = None,
         cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        position_ids: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         output: Literal["mask", "bias"] | None = None,
         masked_value: Literal["-inf", "min"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
@@ -285,6 +286,9 @@ class KindMethods(Generic[T]):
                 image both ways (causal and sliding layers).
             cu_seqlens: packed documents: 0 < … < T, as flash-attn's varlen calls take them (S =
                 T, no padding).
+            position_ids: one packed row's T position ids (in place of cu_seqlens): a document
+                starts wherever a position is not the previous plus 1, as transformers detects
+                packing.
             output: mask: the tensor `mask` (B, T, S) bool, true where attention is allowed;
                 bias: the tensor `bias`, 0 or −inf, in dtype (default 'mask') (sent as as).
             masked_value: the bias where attention is masked: -inf, or min
@@ -316,6 +320,7 @@ class KindMethods(Generic[T]):
             attention_mask=attention_mask,
             token_type_ids=token_type_ids,
             cu_seqlens=cu_seqlens,
+            position_ids=position_ids,
             masked_value=masked_value,
             dtype=dtype,
             **{"as": output},
@@ -330,6 +335,7 @@ class KindMethods(Generic[T]):
         image_grid_thw: Sequence[Sequence[int]] | Any | None = None,
         video_grid_thw: Sequence[Sequence[int]] | Any | None = None,
         second_per_grid_ts: Sequence[float] | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         config: Mapping[str, Any] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -356,6 +362,9 @@ class KindMethods(Generic[T]):
                 appear.
             second_per_grid_ts: Qwen2.5-VL: seconds per temporal grid step of each video
                 (default 1); read as float32, as the processor's tensor.
+            cu_seqlens: documents packed in the one row of input_ids: 0 < … < T (flash-attn's
+                varlen cu_seqlens); positions restart at each document, as if each were sent
+                alone (get_rope_index run on each document; rope_deltas one per document).
             config: the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl,
                 qwen3_vl_moe) selects the rule; image_token_id, video_token_id,
                 vision_config.spatial_merge_size, vision_config.tokens_per_second are read.
@@ -378,6 +387,7 @@ class KindMethods(Generic[T]):
             image_grid_thw=image_grid_thw,
             video_grid_thw=video_grid_thw,
             second_per_grid_ts=second_per_grid_ts,
+            cu_seqlens=cu_seqlens,
             config=config,
         )
 
@@ -393,6 +403,7 @@ class KindMethods(Generic[T]):
         padding_side: Literal["right", "left"] | None = None,
         start: int | None = None,
         pad_position: int | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
         device: str | None = None,
@@ -406,7 +417,8 @@ class KindMethods(Generic[T]):
         `pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`;
         else the slots beyond a short row's end. An empty row is a row of padding. `text` in
         place of `input_ids`: the rows are the model's tokenizer's ids, and the response adds
-        them as `input_ids`.
+        them as `input_ids`. `cu_seqlens` packs documents into the one row: positions restart at
+        each, and `meta` gives `cu_seqlens` and `max_seqlen`.
 
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
@@ -421,6 +433,9 @@ class KindMethods(Generic[T]):
             padding_side: where short rows are padded (default 'right').
             start: the first real token's position (default 0).
             pad_position: the position id given to padded slots (default 0).
+            cu_seqlens: documents packed in the one row of input_ids: 0 < … < T (flash-attn's
+                varlen cu_seqlens); positions restart at each document, as if each were sent
+                alone.
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
@@ -444,6 +459,7 @@ class KindMethods(Generic[T]):
             padding_side=padding_side,
             start=start,
             pad_position=pad_position,
+            cu_seqlens=cu_seqlens,
         )
 
     def query_scale(

@@ -28,6 +28,7 @@ from posenc.masks import (
     mask_blocks,
     mask_inputs,
     mask_rule,
+    packed_documents,
 )
 from posenc.model_configs import model_config
 
@@ -519,3 +520,25 @@ def test_layers_are_labelled() -> None:
          "num_hidden_layers": 5, "cross_attention_layers": [3], "rope_theta": 500000.0}}
     )  # fmt: skip
     assert mllama[3].mixer == "cross_attention" and mllama[3].mask is None
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-20b", "llama-4-scout"])
+def test_packing_detected_from_position_ids(name: str) -> None:
+    """position_ids given as transformers detects packing (a break wherever a position is not
+    the previous plus 1), positions not starting at 0 included: the rule compares the given
+    positions, as transformers' remap_positions_for_packed_sequence does."""
+    config = _small(PUBLISHED[name], sliding_window=3, attention_chunk_size=4)
+    text = _hf_config(config)
+    ids = [3, 4, 5, 6, 7, 0, 1, 2, 9, 10, 11, 12, 13]
+    for layer_type, index in _first_of_each_type(config).items():
+        want = _hf_mask(text, layer_type, 13, 13, None, position_ids=torch.tensor([ids]))
+        got = _posenc(config=config, layer=index, seq_len=13, position_ids=ids)
+        assert torch.equal(got, want), layer_type
+    restart = [0, 1, 2, 0, 1, 0, 1, 2, 3]
+    assert packed_documents(restart) == [0, 3, 5, 9]
+    assert torch.equal(
+        _posenc(kind="sliding", window=2, seq_len=9, position_ids=restart),
+        _posenc(kind="sliding", window=2, seq_len=9, cu_seqlens=[0, 3, 5, 9]),
+    )
+    meta = MASKS.make_meta(resolve.resolve_fields(MASKS, {"seq_len": 9, "position_ids": restart}))
+    assert meta["cu_seqlens"] == [0, 3, 5, 9] and meta["max_seqlen"] == 4
