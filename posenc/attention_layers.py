@@ -108,7 +108,8 @@ class AttentionLayer:
             ``chunked_attention``, ``linear_attention``, ``hybrid``, ``conv``, ``mlp``…), or
             ``cross_attention``.
         mixer: ``attention``, ``linear_attention``, ``mamba``, ``attention+mamba`` (Falcon-H1's
-            parallel heads), ``convolution``, ``mlp`` or ``cross_attention``.
+            parallel heads), ``convolution``, ``mlp``, ``cross_attention``, or ``unknown`` (a
+            layer type posenc does not know).
         mask: the kind of ``POST /v1/masks`` (``causal``, ``sliding``, ``chunked``,
             ``bidirectional``, ``sliding_bidirectional``), or None for a layer without one.
         window: ``W`` of a sliding mask.
@@ -294,11 +295,10 @@ def _attention_layer(
     elif layer_type in _CAUSAL_TYPES or layer_type == "hybrid":
         mask, size, window, chunk = ("causal" if causal else "bidirectional"), "", None, None
     else:
-        raise InvalidArgument(
-            f"layer {index} of this {model_type or 'model'} config has layer type "
-            f"{layer_type!r}, which posenc does not know",
-            field="config.layer_types",
-        )
+        return AttentionLayer(
+            index, layer_type, "unknown", None, None, None, None,
+            f"layer of type {layer_type!r}, which posenc does not know",
+        )  # fmt: skip
     if mask != "chunked":
         chunk = None
     if positions == "rope" and layer_type == "no_rope":
@@ -427,6 +427,11 @@ def layer_rule(
     return chosen
 
 
-def layers_summary(config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """:func:`attention_layers` as JSON, for ``/v1/configs/positions``' ``layers``."""
-    return [x.to_dict() for x in attention_layers(config)]
+def layers_summary(config: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """:func:`attention_layers` as JSON, for ``/v1/configs/positions``' ``layers``; None
+    where the layers cannot be read (a sliding layer without its window: the masks endpoint
+    says why)."""
+    try:
+        return [x.to_dict() for x in attention_layers(config)]
+    except InvalidArgument:
+        return None

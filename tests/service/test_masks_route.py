@@ -86,3 +86,24 @@ def test_client_sends_as_by_its_wire_name(live_server: str) -> None:
     with PosencClient(live_server, timeout=60) as client:
         result = client.masks(seq_len=3, output="bias", format="safetensors", as_="torch")
     assert torch.equal(result["bias"], attention_bias(mask_rule("causal"), 3))
+
+
+def test_configs_positions_labels_every_layer(app_client: httpx.Client) -> None:
+    """Each layer's mixer, mask and positions, with the endpoint that serves its mask."""
+    r = app_client.post("/v1/configs/positions", json={"config": model_config("llama-4-scout")})
+    assert r.status_code == 200, r.text
+    layers = r.json()["layers"]
+    assert len(layers) == 48
+    assert layers[0]["mask"] == "chunked" and layers[0]["chunk_size"] == 8192
+    assert layers[3]["mask"] == "causal" and layers[3]["positions"] == "none"
+    assert layers[0]["endpoint"] == "/v1/masks" and "NoPE" in layers[3]["what"]
+    gemma = app_client.post(
+        "/v1/configs/positions", json={"config": model_config("gemma-2-9b")}
+    ).json()["layers"]
+    assert [x["mask"] for x in gemma[:2]] == ["sliding", "causal"]
+    assert gemma[0]["window"] == 4096 and gemma[0]["positions"] == "rope"
+    # a layer's mask from its label is the masks endpoint's answer for that layer
+    mask = app_client.post(
+        "/v1/masks", json={"config": model_config("gemma-2-9b"), "layer": 0, "seq_len": 3}
+    ).json()["meta"]
+    assert mask["mask_kind"] == gemma[0]["mask"] and mask["window"] == gemma[0]["window"]
