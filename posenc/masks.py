@@ -602,6 +602,16 @@ def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> TableBlocks:
     )
 
 
+# Rows filled at once when the whole mask is computed: the (N, S) intermediates (bools, and
+# int64 for chunked padding and image spans) stay a few MiB whatever the mask's size.
+_WHOLE_BLOCK_ELEMENTS = 2**20
+
+
+def _masks_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    blocks = _blocks(p, ctx)
+    return {p["as"]: blocks.whole(_WHOLE_BLOCK_ELEMENTS * blocks.element_size)}
+
+
 def _masks_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     rule, inputs = _rule_of(p), _inputs(p)
     meta: dict[str, Any] = {
@@ -728,7 +738,7 @@ MASKS: kinds.Kind = kinds.Kind(
         kinds.TensorSpec("bias", ("B", "T", "S")),
     ),
     shapes=_masks_shapes,
-    compute=lambda p, ctx: {p["as"]: _blocks(p, ctx).whole()},
+    compute=_masks_compute,
     check=check_bias_lengths,
     meta=_masks_meta,
     blocks=lambda p, ctx: {p["as"]: _blocks(p, ctx)},

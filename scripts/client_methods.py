@@ -138,7 +138,7 @@ def render(registry: Iterable[kinds.Kind] | None = None) -> str:
     )
     out += "class KindMethods(Generic[T]):\n"
     out += '    """One method per kind; each calls :meth:`compute` with the kind\'s name."""\n\n'
-    out += "    def compute(self, kind: str, **fields: Any) -> T:\n"
+    out += "    def compute(self, kind: str, /, **fields: Any) -> T:\n"
     out += '        """Any kind by name (the client\'s transport implements it)."""\n'
     out += "        raise NotImplementedError\n"
     for kind in every:

@@ -33,7 +33,7 @@ TableKind = Literal[
 class KindMethods(Generic[T]):
     """One method per kind; each calls :meth:`compute` with the kind's name."""
 
-    def compute(self, kind: str, **fields: Any) -> T:
+    def compute(self, kind: str, /, **fields: Any) -> T:
         """Any kind by name (the client's transport implements it)."""
         raise NotImplementedError
 
