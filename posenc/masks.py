@@ -546,24 +546,28 @@ def _rule_of(p: Mapping[str, Any]) -> MaskRule:
 
 
 def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
-    """The layer's rule, from ``kind`` or from the config's layer (a 422 before any work)."""
+    """The layer's rule, from ``kind`` or from the config's layer (a 422 before any work).
+
+    As everywhere in posenc, the caller's fields win over the config's: ``kind``, ``window``
+    and ``chunk_size`` given with a config replace the layer's own.
+    """
     layer_info: dict[str, Any] | None = None
+    kind, window, chunk = p["kind"], p["window"], p["chunk_size"]
     if p["config"] is not None:
-        for name in ("kind", "window", "chunk_size"):
-            if p[name] is not None:
-                raise InvalidArgument(
-                    f"give config (with layer_type or layer) or {name}, not both", field=name
-                )
         chosen = layer_rule(p["config"], layer_type=p["layer_type"], layer=p["layer"])
-        rule = mask_rule(chosen.mask or "", window=chosen.window, chunk_size=chosen.chunk_size)
         layer_info = chosen.to_dict()
+        kind = kind or chosen.mask
+        if window is None and kind in ("sliding", "sliding_bidirectional"):
+            window = chosen.window
+        if chunk is None and kind == "chunked":
+            chunk = chosen.chunk_size
     else:
         for name in ("layer_type", "layer"):
             if p[name] is not None:
                 raise InvalidArgument(f"{name} needs config (a model's config.json)", field=name)
-        rule = mask_rule(p["kind"] or "causal", window=p["window"], chunk_size=p["chunk_size"])
-    _inputs({**p, "rule": _rule_dict(rule)})  # every input checked before any work
-    return {**p, "rule": _rule_dict(rule), "layer_info": layer_info}
+    rule = _rule_dict(mask_rule(kind or "causal", window=window, chunk_size=chunk))
+    _inputs({**p, "rule": rule})  # every input checked before any work
+    return {**p, "rule": rule, "layer_info": layer_info}
 
 
 def _rule_dict(rule: MaskRule) -> dict[str, Any]:
@@ -662,8 +666,9 @@ MASKS: kinds.Kind = kinds.Kind(
         kinds.FieldSpec(
             "kind",
             "str",
-            "the rule when no config is given (default causal): causal, sliding (with window), "
-            "chunked (with chunk_size), bidirectional, sliding_bidirectional (|q − k| ≤ window)",
+            "the rule (default: the config's layer's, else causal): causal, sliding (with "
+            "window), chunked (with chunk_size), bidirectional, sliding_bidirectional "
+            "(|q − k| ≤ window)",
             None,
             choices=MASK_KINDS,
         ),
@@ -671,12 +676,16 @@ MASKS: kinds.Kind = kinds.Kind(
             "window",
             "int",
             "W of kind sliding (transformers' sliding_window: the query and the W − 1 keys "
-            "before it)",
+            "before it); with config, replaces the layer's",
             None,
             minimum=1,
         ),
         kinds.FieldSpec(
-            "chunk_size", "int", "C of kind chunked (attention_chunk_size)", None, minimum=1
+            "chunk_size",
+            "int",
+            "C of kind chunked (attention_chunk_size); with config, replaces the layer's",
+            None,
+            minimum=1,
         ),
         kinds.FieldSpec(
             "config",

@@ -270,12 +270,13 @@ class KindMethods(Generic[T]):
         Args:
             seq_len: T, the number of queries.
             key_len: S ≥ T (default T); the queries are the last T positions.
-            kind: the rule when no config is given (default causal): causal, sliding (with
+            kind: the rule (default: the config's layer's, else causal): causal, sliding (with
                 window), chunked (with chunk_size), bidirectional, sliding_bidirectional (|q −
                 k| ≤ window).
             window: W of kind sliding (transformers' sliding_window: the query and the W − 1
-                keys before it).
-            chunk_size: C of kind chunked (attention_chunk_size).
+                keys before it); with config, replaces the layer's.
+            chunk_size: C of kind chunked (attention_chunk_size); with config, replaces the
+                layer's.
             config: a model's config.json: the rule of its layer (layer_type or layer); see POST
                 /v1/configs/positions' layers.
             layer_type: with config: the layer type (full_attention, sliding_attention,

@@ -489,7 +489,7 @@ def test_blocks_equal_the_whole(output: str) -> None:
             "layer_type",
             "not a layer type",
         ),
-        ({"config": PUBLISHED["mistral-7b"], "kind": "causal"}, "kind", "not both"),
+        ({"config": PUBLISHED["mistral-7b"], "chunk_size": 3}, "chunk_size", "not to kind sliding"),
     ],
 )
 def test_bad_requests_name_the_field(fields: dict[str, Any], field: str, match: str) -> None:
@@ -542,3 +542,22 @@ def test_packing_detected_from_position_ids(name: str) -> None:
     )
     meta = MASKS.make_meta(resolve.resolve_fields(MASKS, {"seq_len": 9, "position_ids": restart}))
     assert meta["cu_seqlens"] == [0, 3, 5, 9] and meta["max_seqlen"] == 4
+
+
+def test_fields_win_over_the_config() -> None:
+    """window, chunk_size and kind given with a config replace the layer's own, as every
+    field of posenc wins over a config's value."""
+    config = PUBLISHED["gemma-2-9b"]
+    assert torch.equal(
+        _posenc(config=config, layer=0, seq_len=7, window=3),
+        _posenc(kind="sliding", window=3, seq_len=7),
+    )
+    assert torch.equal(
+        _posenc(config=config, layer=0, seq_len=7, kind="causal"),
+        _posenc(seq_len=7),
+    )
+    llama4 = PUBLISHED["llama-4-scout"]
+    assert torch.equal(
+        _posenc(config=llama4, layer=0, seq_len=9, chunk_size=4),
+        _posenc(kind="chunked", chunk_size=4, seq_len=9),
+    )
