@@ -106,7 +106,7 @@ class AttentionLayer:
         index: the layer's index.
         layer_type: transformers' name (``full_attention``, ``sliding_attention``,
             ``chunked_attention``, ``linear_attention``, ``hybrid``, ``conv``, ``mlp``…), or
-            ``cross_attention``.
+            ``cross_attention``; a NoPE layer is ``full_attention`` with ``positions`` none.
         mixer: ``attention``, ``linear_attention``, ``mamba``, ``attention+mamba`` (Falcon-H1's
             parallel heads), ``convolution``, ``mlp``, ``cross_attention``, or ``unknown`` (a
             layer type posenc does not know).
@@ -301,8 +301,9 @@ def _attention_layer(
         )  # fmt: skip
     if mask != "chunked":
         chunk = None
-    if positions == "rope" and layer_type == "no_rope":
-        positions = "none"
+    if layer_type == "no_rope":  # posenc's mark of a NoPE layer; transformers' full_attention
+        layer_type = "full_attention"
+        positions = "none" if positions == "rope" else positions
     pos = {"rope": "with RoPE", "none": "without positions (NoPE)"}.get(
         positions or "", f"with {positions} positions" if positions else ""
     )
@@ -400,7 +401,12 @@ def layer_rule(
     else:
         known = sorted({x.layer_type for x in layers})
         if layer_type is not None:
-            matching = [x for x in layers if x.layer_type == layer_type]
+            matching = [
+                x
+                for x in layers
+                if x.layer_type == layer_type
+                or (layer_type == "no_rope" and x.mask is not None and x.positions == "none")
+            ]
             if not matching:
                 raise InvalidArgument(
                     f"layer_type {layer_type!r} is not a layer type of this config; one of {known}",

@@ -275,6 +275,7 @@ def test_default_configs_layer_by_layer(model_type: str) -> None:
     }
     for layer, hf_type in zip(ours, hf_types, strict=True):
         assert layer.mask == expect[hf_type], (layer.index, layer.layer_type, hf_type)
+        assert layer.layer_type == hf_type
         if layer.mask == "sliding":
             assert layer.window == text.sliding_window
         if layer.mask == "chunked":
@@ -503,6 +504,8 @@ def test_layers_are_labelled() -> None:
     """Llama 4's NoPE layers, Granite 4.0-H's Mamba and attention without positions,
     Qwen3-Next's linear attention, Gemma 3's sliding and full layers with RoPE."""
     llama4 = attention_layers(PUBLISHED["llama-4-scout"])
+    hf_types = _hf_layer_types(_hf_config(PUBLISHED["llama-4-scout"]))
+    assert [x.layer_type for x in llama4] == hf_types  # NoPE layers are full_attention
     assert [x.positions for x in llama4[:4]] == ["rope", "rope", "rope", "none"]
     assert [x.mask for x in llama4[:4]] == ["chunked", "chunked", "chunked", "causal"]
     assert llama4[0].chunk_size == 8192 and "chunk 8192" in llama4[0].what
@@ -542,6 +545,22 @@ def test_packing_detected_from_position_ids(name: str) -> None:
     )
     meta = MASKS.make_meta(resolve.resolve_fields(MASKS, {"seq_len": 9, "position_ids": restart}))
     assert meta["cu_seqlens"] == [0, 3, 5, 9] and meta["max_seqlen"] == 4
+
+
+@pytest.mark.parametrize("name", ["llama-4-scout", "gemma-3-1b", "qwen3-next", "granite-4.0-h"])
+def test_layer_types_are_transformers_names(name: str) -> None:
+    """Every layer's layer_type is the one transformers' config gives it (what a caller
+    sends as layer_type), and asking by that name gives that layer's mask."""
+    config = PUBLISHED[name]
+    hf_types = _hf_layer_types(_hf_config(config))
+    assert [x.layer_type for x in attention_layers(config)] == hf_types
+    for layer_type, index in _first_of_each_type(config).items():
+        if layer_type == "linear_attention":
+            continue
+        assert torch.equal(
+            _posenc(config=config, layer_type=layer_type, seq_len=5),
+            _posenc(config=config, layer=index, seq_len=5),
+        )
 
 
 def test_fields_win_over_the_config() -> None:
