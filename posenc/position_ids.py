@@ -358,6 +358,17 @@ def packed_row(p: Mapping[str, Any], length: int) -> list[int]:
     return check_cu_seqlens(p["cu_seqlens"], length)
 
 
+CU_SEQLENS_TENSOR = kinds.TensorSpec("cu_seqlens", ("D+1",), integer=True)
+"""The documents' boundaries, answered beside packed ids (``D`` documents)."""
+
+
+def with_cu_seqlens(p: Mapping[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """``shapes`` plus the ``(D + 1,)`` ``cu_seqlens`` of a packed request."""
+    if p.get("cu_seqlens") is not None:
+        shapes["cu_seqlens"] = (len(p["cu_seqlens"]),)
+    return shapes
+
+
 CU_SEQLENS_FIELD = kinds.FieldSpec(
     "cu_seqlens",
     "ints",
@@ -489,6 +500,7 @@ def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str,
     if p["cu_seqlens"] is not None:
         cu = packed_row(p, batch.input_ids.shape[1])
         out["position_ids"] = packed_position_ids(cu, start=p["start"], device=ctx.device)[None]
+        out["cu_seqlens"] = torch.tensor(cu, dtype=torch.int64, device=ctx.device)
     if p.get("text") is not None:
         out["input_ids"] = text_ids(p, ctx.device)
     return out
@@ -528,9 +540,14 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
         kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
         kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
         kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
+        CU_SEQLENS_TENSOR,
     ),
-    shapes=lambda p: _with_text_ids(
-        p, dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"]))
+    shapes=lambda p: with_cu_seqlens(
+        p,
+        _with_text_ids(
+            p,
+            dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])),
+        ),
     ),
     compute=_position_ids_compute,
     check=check_ids_or_text,

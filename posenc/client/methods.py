@@ -372,7 +372,8 @@ class KindMethods(Generic[T]):
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
-            A TensorResult with ``position_ids`` (3, B, T), ``rope_deltas`` (B, 1).
+            A TensorResult with ``position_ids`` (3, B, T), ``rope_deltas`` (B, 1),
+            ``cu_seqlens`` (D+1).
         """
         return self.compute(
             "mrope_position_ids",
@@ -441,7 +442,7 @@ class KindMethods(Generic[T]):
 
         Returns:
             A TensorResult with ``position_ids`` (B, T), ``attention_mask`` (B, T),
-            ``input_ids`` (B, T).
+            ``input_ids`` (B, T), ``cu_seqlens`` (D+1).
         """
         return self.compute(
             "position_ids",

@@ -42,11 +42,13 @@ from posenc.errors import InvalidArgument
 from posenc.position_ids import (
     ATTENTION_MASK_FIELD,
     CU_SEQLENS_FIELD,
+    CU_SEQLENS_TENSOR,
     INPUT_IDS_FIELD,
     PADDING_SIDE_FIELD,
     build_batch,
     packed_meta,
     packed_row,
+    with_cu_seqlens,
 )
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
@@ -600,6 +602,7 @@ def _mrope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor
         return {
             "position_ids": position_ids.to(ctx.device),
             "rope_deltas": rope_deltas.to(ctx.device),
+            "cu_seqlens": torch.tensor(p["cu_seqlens"], dtype=torch.int64, device=ctx.device),
         }
     batch = build_batch(
         p["input_ids"], attention_mask=p["attention_mask"], padding_side=p["padding_side"]
@@ -641,7 +644,7 @@ def _mrope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
 def _mrope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     b, t = kinds.batch_shape(p["input_ids"])
     documents = len(p["cu_seqlens"]) - 1 if p["cu_seqlens"] is not None else b
-    return {"position_ids": (3, b, t), "rope_deltas": (documents, 1)}
+    return with_cu_seqlens(p, {"position_ids": (3, b, t), "rope_deltas": (documents, 1)})
 
 
 MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
@@ -687,6 +690,7 @@ MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
     tensors=(
         kinds.TensorSpec("position_ids", ("3", "B", "T"), integer=True),
         kinds.TensorSpec("rope_deltas", ("B", "1"), integer=True),
+        CU_SEQLENS_TENSOR,
     ),
     shapes=_mrope_shapes,
     compute=_mrope_compute,

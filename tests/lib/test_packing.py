@@ -48,6 +48,7 @@ def test_packed_position_ids_equal_documents_one_by_one(start: int) -> None:
         assert torch.equal(out["position_ids"][0], want)
         assert out["attention_mask"].all()
         assert meta["cu_seqlens"] == cu and meta["max_seqlen"] == max(map(len, docs))
+        assert out["cu_seqlens"].tolist() == cu
         ids = out["position_ids"]
         # transformers finds the same documents, in its masks and in its flash-attn kwargs
         found = masking_utils.find_packed_sequence_indices(ids)
@@ -133,6 +134,7 @@ def test_packed_mrope_equals_get_rope_index_document_by_document(rule: str) -> N
         )
         assert torch.equal(out["position_ids"][:, 0], torch.cat(want_ids, dim=1))
         assert torch.equal(out["rope_deltas"], torch.cat(want_deltas))
+        assert out["cu_seqlens"].tolist() == cu
         assert meta["cu_seqlens"] == cu and meta["max_seqlen"] == max(
             b - a for a, b in itertools.pairwise(cu)
         )
