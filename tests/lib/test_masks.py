@@ -580,3 +580,50 @@ def test_fields_win_over_the_config() -> None:
         _posenc(config=llama4, layer=0, seq_len=9, chunk_size=4),
         _posenc(kind="chunked", chunk_size=4, seq_len=9),
     )
+
+
+@settings(max_examples=80, derandomize=True, deadline=None)
+@given(
+    kind=st.sampled_from(
+        ["causal", "sliding", "chunked", "bidirectional", "sliding_bidirectional"]
+    ),
+    seq_len=st.integers(1, 9),
+    extra=st.integers(0, 7),
+    size=st.integers(1, 6),
+    pads=st.lists(st.tuples(st.integers(0, 5), st.integers(0, 3)), min_size=1, max_size=3),
+)
+def test_random_masks_equal_sdpa_mask(
+    kind: str, seq_len: int, extra: int, size: int, pads: list[tuple[int, int]]
+) -> None:
+    """transformers' sdpa_mask with its own mask functions, the queries offset by S − T and
+    random left and right padding, equals posenc's mask for every kind."""
+    key_len = seq_len + extra
+    padding = torch.ones(len(pads), key_len, dtype=torch.bool)
+    for row, (left, right) in enumerate(pads):
+        padding[row, : min(left, key_len)] = False
+        if right:
+            padding[row, -min(right, key_len) :] = False
+    left_padding = (padding.long().cumsum(-1) == 0).sum(-1)
+    functions = {
+        "causal": masking_utils.causal_mask_function,
+        "sliding": masking_utils.sliding_window_causal_mask_function(size),
+        "chunked": masking_utils.chunked_causal_mask_function(size, left_padding),
+        "bidirectional": masking_utils.bidirectional_mask_function,
+        "sliding_bidirectional": masking_utils.sliding_window_bidirectional_mask_function(size),
+    }
+    want = masking_utils.sdpa_mask(
+        batch_size=len(pads),
+        q_length=seq_len,
+        kv_length=key_len,
+        q_offset=key_len - seq_len,
+        mask_function=functions[kind],
+        attention_mask=padding,
+        allow_is_causal_skip=False,
+    )[:, 0]
+    rule = mask_rule(
+        kind,
+        window=size if "sliding" in kind else None,
+        chunk_size=size if kind == "chunked" else None,
+    )
+    got = attention_mask(rule, seq_len, key_len, attention_mask=padding.long().tolist())
+    assert torch.equal(got, want)
