@@ -29,7 +29,8 @@ Padding (``attention_mask`` 0) removes keys, never queries: a padded query's row
 rule allows among the real keys (all false for a left-padded causal row), as transformers does.
 Gemma 3's image spans (``token_type_ids`` 1) see each other both ways inside one run of image
 tokens: ``causal OR same image``, and on sliding layers ``(causal OR same image) AND k > q − W``.
-Packed documents (``cu_seqlens``) see only keys of their own document.
+Packed documents (``cu_seqlens``, or a packed row's ``position_ids``) see only keys of their
+own document.
 """
 
 from __future__ import annotations
@@ -234,6 +235,8 @@ def _packing(
                 field="position_ids",
             )
         cu = packed_documents(ids)
+        if len(cu) == 2:  # one document: transformers sees no packing and uses the indices
+            ids = None
     else:
         cu = check_cu_seqlens(cu_seqlens or (), seq_len)
         ids = None
@@ -266,8 +269,8 @@ def mask_inputs(
         cu_seqlens: packed documents, ``0 < … < T`` (needs ``S = T``, one row, no padding).
         position_ids: one packed row's ``T`` position ids, packing detected as transformers'
             ``find_packed_sequence_indices`` does (a new document wherever a position is not
-            the previous one plus 1); the rule compares these positions. Not with
-            ``cu_seqlens``.
+            the previous one plus 1); the rule then compares these positions (a row of one
+            document is not packed, as transformers decides). Not with ``cu_seqlens``.
 
     Raises:
         InvalidArgument: rows of the wrong length, values outside 0/1, batch sizes that

@@ -537,6 +537,14 @@ def test_packing_detected_from_position_ids(name: str) -> None:
         want = _hf_mask(text, layer_type, 13, 13, None, position_ids=torch.tensor([ids]))
         got = _posenc(config=config, layer=index, seq_len=13, position_ids=ids)
         assert torch.equal(got, want), layer_type
+    # one document that does not start at 0: transformers finds no packing (indices, not
+    # positions); a chunk of 4 from position 3 would otherwise cut after the first token
+    chunked = _small(PUBLISHED["llama-4-scout"], attention_chunk_size=4)
+    one = [3, 4, 5, 6, 7, 8]
+    want = _hf_mask(
+        _hf_config(chunked), "chunked_attention", 6, 6, None, position_ids=torch.tensor([one])
+    )
+    assert torch.equal(_posenc(config=chunked, layer=0, seq_len=6, position_ids=one), want)
     restart = [0, 1, 2, 0, 1, 0, 1, 2, 3]
     assert packed_documents(restart) == [0, 3, 5, 9]
     assert torch.equal(
