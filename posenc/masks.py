@@ -226,6 +226,7 @@ def _packing(
             "must equal seq_len",
             field="key_len",
         )
+    ids: Tensor | None = None
     if position_ids is not None:
         ids = torch.as_tensor(list(position_ids), dtype=torch.int64).reshape(-1)
         if ids.numel() != seq_len:
@@ -239,7 +240,6 @@ def _packing(
             ids = None
     else:
         cu = check_cu_seqlens(cu_seqlens or (), seq_len)
-        ids = None
     lengths = torch.tensor([b - a for a, b in itertools.pairwise(cu)])
     document = torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # (S,)
     if ids is None:
