@@ -208,8 +208,11 @@ def _packing(
     position_ids: Sequence[int] | None,
     attention_mask: Any,
     token_type_ids: Any,
-) -> tuple[Tensor, Tensor]:
-    """The document and the in-document position of each of the ``T`` tokens of a packed row."""
+    *,
+    allocate: bool = True,
+) -> tuple[Tensor, Tensor] | None:
+    """The document and the in-document position of each of the ``T`` tokens of a packed row
+    (``allocate=False``: the checks alone, None)."""
     field = "cu_seqlens" if cu_seqlens is not None else "position_ids"
     if cu_seqlens is not None and position_ids is not None:
         raise InvalidArgument("give cu_seqlens or position_ids, not both", field="position_ids")
@@ -240,6 +243,8 @@ def _packing(
             ids = None
     else:
         cu = check_cu_seqlens(cu_seqlens or (), seq_len)
+    if not allocate:
+        return None
     lengths = torch.tensor([b - a for a, b in itertools.pairwise(cu)])
     document = torch.repeat_interleave(torch.arange(len(lengths)), lengths)  # (S,)
     if ids is None:
@@ -303,9 +308,10 @@ def mask_inputs(
         batch = tt.shape[0]
         image_block = _image_blocks(tt)
     if cu_seqlens is not None or position_ids is not None:
-        document, positions = _packing(
+        packed = _packing(
             seq_len, key_len, cu_seqlens, position_ids, attention_mask, token_type_ids
         )
+        document, positions = packed if packed is not None else (None, None)
     return MaskInputs(
         batch, seq_len, key_len, key_valid, left_padding, image_block, document, positions
     )
@@ -569,7 +575,15 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             if p[name] is not None:
                 raise InvalidArgument(f"{name} needs config (a model's config.json)", field=name)
     rule = _rule_dict(mask_rule(kind or "causal", window=window, chunk_size=chunk))
-    _inputs({**p, "rule": rule})  # every input checked before any work
+    if p["cu_seqlens"] is not None and all(
+        p[name] is None for name in ("position_ids", "attention_mask", "token_type_ids")
+    ):
+        # boundaries alone are checked as numbers: the (T,) arrays of a packed row wait for the
+        # size check (a last boundary of 2**40 is a 413, not an allocation)
+        t, s = check_lengths(p["seq_len"], p["key_len"])
+        _packing(t, s, p["cu_seqlens"], None, None, None, allocate=False)
+    else:
+        _inputs({**p, "rule": rule})  # every input checked before any work
     return {**p, "rule": rule, "layer_info": layer_info}
 
 

@@ -107,3 +107,11 @@ def test_configs_positions_labels_every_layer(app_client: httpx.Client) -> None:
         "/v1/masks", json={"config": model_config("gemma-2-9b"), "layer": 0, "seq_len": 3}
     ).json()["meta"]
     assert mask["mask_kind"] == gemma[0]["mask"] and mask["window"] == gemma[0]["window"]
+
+
+def test_a_huge_packed_row_is_413_before_anything_is_made(app_client: httpx.Client) -> None:
+    """A last boundary of 2**40 is checked as a number; the mask is refused for its size."""
+    r = app_client.post("/v1/masks", json={"seq_len": 2**40, "cu_seqlens": [0, 5, 2**40]})
+    assert r.status_code == 413, r.text
+    bad = app_client.post("/v1/masks", json={"seq_len": 2**40, "cu_seqlens": [0, 5, 2**39]})
+    assert bad.status_code == 422 and "cu_seqlens[2]" in bad.text
