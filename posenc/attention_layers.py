@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from posenc.errors import InvalidArgument
-from posenc.hf_config import ModelPositions, read_positions
+from posenc.hf_config import MAX_LAYERS, ModelPositions, read_positions
 
 __all__ = [
     "MASK_ENDPOINT",
@@ -215,6 +215,11 @@ def _layer_types(
 ) -> tuple[list[str], int | None]:
     """Each layer's transformers type (``no_rope`` kept for NoPE layers), and the window."""
     n = _int_key(c, "num_hidden_layers") or _int_key(c, "num_layers") or _int_key(c, "n_layer")
+    if n is not None and n > MAX_LAYERS:
+        raise InvalidArgument(
+            f"config.num_hidden_layers {n} is over posenc's limit of {MAX_LAYERS} layers",
+            field="config.num_hidden_layers",
+        )
     window = mp.sliding_window if mp is not None else _int_key(c, "sliding_window")
     if mp is None and c.get("use_sliding_window") is False:
         window = None  # Qwen2's family reads sliding_window only with use_sliding_window

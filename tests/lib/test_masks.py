@@ -491,6 +491,11 @@ def test_blocks_equal_the_whole(output: str) -> None:
             "not a layer type",
         ),
         ({"config": PUBLISHED["mistral-7b"], "chunk_size": 3}, "chunk_size", "not to kind sliding"),
+        (
+            {"config": {"model_type": "qwen3_next", "num_hidden_layers": 10**12}, "layer": 0},
+            "config.num_hidden_layers",
+            "over posenc's limit",
+        ),
     ],
 )
 def test_bad_requests_name_the_field(fields: dict[str, Any], field: str, match: str) -> None:
