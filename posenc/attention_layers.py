@@ -8,7 +8,9 @@ that instead), else the model's own pattern (:func:`posenc.hf_config.read_positi
 and 3, Cohere 2, Qwen2's ``max_window_layers``, Llama 4's chunked and NoPE layers, gpt-oss'
 alternation), else every layer sliding when the config has ``sliding_window``, chunked when it has
 ``attention_chunk_size``, and causal otherwise. ``is_causal: false`` makes the attention layers
-bidirectional (transformers' "power feature" for decoders used as encoders).
+bidirectional (transformers' "power feature" for decoders used as encoders), and so does Gemma
+3's ``use_bidirectional_attention`` (EmbeddingGemma), whose sliding layers see ``W // 2`` keys
+each way.
 
 Each layer is labelled by what it is: attention with RoPE, attention without it (NoPE), sliding
 or chunked with its size, linear attention, a Mamba (state-space) mixer, a short convolution, a
@@ -337,6 +339,10 @@ def attention_layers(config: Mapping[str, Any]) -> tuple[AttentionLayer, ...]:
     types, window = _layer_types(c, model_type, mp)
     chunk = _int_key(c, "attention_chunk_size")
     causal = c.get("is_causal", True) is not False
+    if model_type == "gemma3" and c.get("use_bidirectional_attention") is True and window:
+        # EmbeddingGemma: its config class turns W into W // 2 + 1 and its model opens the
+        # window both ways with |q − k| < that, i.e. |q − k| <= W // 2; full layers see all
+        causal, window = False, window // 2
     cross = c.get("cross_attention_layers") or []
     positions: str | None = None
     if mp is not None:

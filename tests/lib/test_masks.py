@@ -640,3 +640,43 @@ def test_random_masks_equal_sdpa_mask(
     )
     got = attention_mask(rule, seq_len, key_len, attention_mask=padding.long().tolist())
     assert torch.equal(got, want)
+
+
+@pytest.mark.parametrize("window", [4, 5, 8])
+@pytest.mark.parametrize("padded", [False, True])
+def test_embedding_gemma_bidirectional_layers(window: int, padded: bool) -> None:
+    """EmbeddingGemma (gemma3_text with use_bidirectional_attention): its model's own mask
+    calls (Gemma3TextModel.forward), full layers every key, sliding ones |q − k| <= W // 2."""
+    from transformers.models.gemma3 import modeling_gemma3
+
+    config = {
+        "model_type": "gemma3_text",
+        "num_hidden_layers": 6,
+        "sliding_window": window,
+        "use_bidirectional_attention": True,
+        "head_dim": 64,
+    }
+    text = _hf_config(config)
+    padding = _padding(2, 11) if padded else None
+    kwargs = {
+        "config": text,
+        "inputs_embeds": torch.zeros(2 if padded else 1, 11, 1),
+        "attention_mask": padding,
+        "cache": None,
+        "position_ids": torch.arange(11)[None],
+    }
+    full = masking_utils.create_causal_mask(
+        **kwargs, or_mask_function=lambda *args: torch.tensor(True, dtype=torch.bool)
+    )
+    sliding = masking_utils.create_sliding_window_causal_mask(
+        **kwargs,
+        or_mask_function=modeling_gemma3._bidirectional_window_overlay(text.sliding_window),
+    )
+    for layer_type, want in (("full_attention", full), ("sliding_attention", sliding)):
+        got = _posenc(
+            config=config,
+            layer_type=layer_type,
+            seq_len=11,
+            attention_mask=padding.tolist() if padding is not None else None,
+        )
+        assert torch.equal(got, want[:, 0]), layer_type
