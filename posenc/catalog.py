@@ -14,6 +14,7 @@ from posenc.alibi import ALIBI
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D
 from posenc.embedding import EMBED
 from posenc.learned import LEARNED
+from posenc.masks import MASKS
 from posenc.position_ids import POSITION_IDS
 from posenc.query_scale import QUERY_SCALE
 from posenc.relative import RELATIVE
@@ -38,6 +39,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     XPOS,
     ALIBI,
     RELATIVE,
+    MASKS,
     POSITION_IDS,
     MROPE_POSITION_IDS,
     EMBED,

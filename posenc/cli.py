@@ -352,7 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     names = sorted(kinds.REGISTRY)
     sub_kinds = table.add_subparsers(
-        dest="kind", required=True, metavar="{" + ",".join(names) + "}"
+        dest="table_kind", required=True, metavar="{" + ",".join(names) + "}"
     )
     for name in names:
         spec = kinds.REGISTRY[name]
@@ -452,12 +452,12 @@ def _table(args: argparse.Namespace) -> int:
             f"argument -o/--output: the extension must be one of {sorted(EXTENSIONS)}, "
             f"got {args.output.name!r}"
         )
-    fields = {name: getattr(args, name) for name in kinds.REGISTRY[args.kind].field_names}
+    fields = {name: getattr(args, name) for name in kinds.REGISTRY[args.table_kind].field_names}
     fields = {k: v for k, v in fields.items() if v is not None}
     if args.output.parent and not args.output.parent.exists():
         parser.error(f"argument -o/--output: the folder {str(args.output.parent)!r} does not exist")
     if fmt == "npy" and fields.get("dtype") == "bfloat16":
-        primary = kinds.REGISTRY[args.kind].tensors[0].name
+        primary = kinds.REGISTRY[args.table_kind].tensors[0].name
         parser.error(
             f"argument --dtype: {codec.no_bfloat16_npy(primary)}: use --dtype float32, float16 "
             "or float64 with .npy, or write .safetensors"
@@ -465,16 +465,16 @@ def _table(args: argparse.Namespace) -> int:
     if args.url:
         args.api_key = args.api_key or os.environ.get("POSENC_API_KEY") or None
         if fmt in ("npy", "safetensors", "raw"):
-            _download(args, args.kind, fields, fmt)
+            _download(args, args.table_kind, fields, fmt)
         else:
-            args.output.write_bytes(_fetch(args, args.kind, fields, fmt))
+            args.output.write_bytes(_fetch(args, args.table_kind, fields, fmt))
         _report(args, f"{args.output.stat().st_size} bytes from {args.url}")
         return 0
     if args.api_key:
         parser.error("argument --api-key: only meaningful with --url")
     try:
         tensors, meta = compute_table(
-            args.kind,
+            args.table_kind,
             fields,
             progress=None if args.quiet else sys.stderr,
             max_elements=args.max_elements,
@@ -490,12 +490,12 @@ def _table(args: argparse.Namespace) -> int:
         )
     except PosencError as exc:
         flag = (exc.field or "").split("[")[0].split(".")[0]
-        if flag in kinds.REGISTRY[args.kind].field_names:
+        if flag in kinds.REGISTRY[args.table_kind].field_names:
             parser.error(f"argument --{flag.replace('_', '-')}: {exc}")
         parser.error(str(exc))
     except (MemoryError, RuntimeError) as exc:  # torch reports a failed allocation as either
         raise CliError(
-            f"could not compute the {args.kind} table on this machine ({exc}); ask for fewer "
+            f"could not compute the {args.table_kind} table on this machine ({exc}); ask for fewer "
             "positions or heads, or use --url with a bigger server"
         ) from exc
     _write_local(args.output, fmt, tensors, meta, args.index)

@@ -41,6 +41,7 @@ rotary dimension.
 from __future__ import annotations
 
 import dataclasses
+import keyword
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -128,6 +129,8 @@ class FieldSpec:
         aliases: ``struct`` only: ``(other name, member)`` pairs, e.g. ``rope_type`` for
             ``type``.
         schema_name: ``struct`` only: its name in the OpenAPI document.
+        python_name: the keyword argument's name in Python (the client's methods) where the
+            field's own name is a Python keyword (``as``); None: the field's name.
     """
 
     name: str
@@ -147,6 +150,12 @@ class FieldSpec:
     members: tuple[FieldSpec, ...] = ()
     aliases: tuple[tuple[str, str], ...] = ()
     schema_name: str | None = None
+    python_name: str | None = None
+
+    @property
+    def arg_name(self) -> str:
+        """Its keyword argument's name in Python: ``python_name``, else its name."""
+        return self.python_name or self.name
 
     @property
     def required(self) -> bool:
@@ -351,6 +360,12 @@ class Kind:
             raise ValueError(f"kind {self.name!r} names a field twice: {names_in_order}")
         if not self.tensors:
             raise ValueError(f"kind {self.name!r} has no tensors")
+        for f in fields:
+            if not f.arg_name.isidentifier() or keyword.iskeyword(f.arg_name):
+                raise ValueError(
+                    f"kind {self.name!r}: field {f.name!r} needs a python_name (a Python "
+                    "identifier for its keyword argument)"
+                )
         if (self.blocks is None) != (self.row_elements is None):
             raise ValueError(f"kind {self.name!r}: give blocks and row_elements together")
         for name in self.binary_fields:

@@ -289,6 +289,98 @@ def build_batch(
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
+
+def check_cu_seqlens(
+    cu_seqlens: Sequence[int], total: int, *, field: str = "cu_seqlens"
+) -> list[int]:
+    """``cu_seqlens`` as flash-attn's varlen calls take them: ``0 = c_0 < c_1 < … < c_n = total``.
+
+    Returns:
+        the boundaries as a list of ints.
+
+    Raises:
+        InvalidArgument: not starting at 0, not ending at ``total``, or not increasing (an
+            empty document), naming the first bad entry.
+    """
+    cu = [int(c) for c in cu_seqlens]
+    if len(cu) < 2 or cu[0] != 0:
+        raise InvalidArgument(
+            f"{field} must start at 0 and hold at least two boundaries, got {cu[:8]}",
+            field=field,
+        )
+    for i in range(1, len(cu)):
+        if cu[i] <= cu[i - 1]:
+            raise InvalidArgument(
+                f"{field} must increase (every document holds a token): {field}[{i}] = "
+                f"{cu[i]} after {cu[i - 1]}",
+                field=f"{field}[{i}]",
+            )
+    if cu[-1] != total:
+        raise InvalidArgument(
+            f"{field} must end at the sequence length {total}, got {cu[-1]}",
+            field=f"{field}[{len(cu) - 1}]",
+        )
+    return cu
+
+
+def max_seqlen(cu_seqlens: Sequence[int]) -> int:
+    """The longest document of ``cu_seqlens`` (flash-attn's ``max_seqlen``)."""
+    return max(b - a for a, b in itertools.pairwise(cu_seqlens))
+
+
+def packed_position_ids(
+    cu_seqlens: Sequence[int], *, start: int = 0, device: str | torch.device | None = None
+) -> Tensor:
+    """``(T,)`` int64 position ids of documents packed in one row: each document counts from
+    ``start`` again, so the row equals its documents numbered one by one.
+
+    ``[0, 2, 5]`` -> ``[0, 1, 0, 1, 2]``.
+    """
+    cu = torch.tensor(list(cu_seqlens), dtype=torch.int64)
+    lengths = cu[1:] - cu[:-1]
+    first = torch.repeat_interleave(cu[:-1], lengths)  # (T,) each token's document start
+    return (torch.arange(int(cu[-1])) - first + start).to(device_or_cpu(device))
+
+
+def packed_row(p: Mapping[str, Any], length: int) -> list[int]:
+    """A kind's checked ``cu_seqlens`` for one packed row of ``length`` tokens: one row, no
+    padding (``attention_mask`` or ``pad_token_id`` would say where it is)."""
+    rows = p["input_ids"]
+    batch = kinds.batch_shape(rows)[0]
+    if batch != 1:
+        raise InvalidArgument(
+            f"cu_seqlens packs documents into one row; input_ids has {batch} rows",
+            field="cu_seqlens",
+        )
+    for name in ("attention_mask", "pad_token_id"):
+        if p.get(name) is not None:
+            raise InvalidArgument(
+                f"cu_seqlens and {name} together: a packed row has no padding", field=name
+            )
+    return check_cu_seqlens(p["cu_seqlens"], length)
+
+
+CU_SEQLENS_TENSOR = kinds.TensorSpec("cu_seqlens", ("D+1",), integer=True)
+"""The documents' boundaries, answered beside packed ids (``D`` documents)."""
+
+
+def with_cu_seqlens(p: Mapping[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """``shapes`` plus the ``(D + 1,)`` ``cu_seqlens`` of a packed request."""
+    if p.get("cu_seqlens") is not None:
+        shapes["cu_seqlens"] = (len(p["cu_seqlens"]),)
+    return shapes
+
+
+CU_SEQLENS_FIELD = kinds.FieldSpec(
+    "cu_seqlens",
+    "ints",
+    "documents packed in the one row of input_ids: 0 < … < T (flash-attn's varlen "
+    "cu_seqlens); positions restart at each document, as if each were sent alone",
+    None,
+    minimum=0,
+)
+
+
 INPUT_IDS_FIELD = kinds.FieldSpec(
     "input_ids",
     "int_rows",
@@ -372,6 +464,14 @@ def text_ids(p: Mapping[str, Any], device: torch.device) -> Tensor:
     return ids.to(device)
 
 
+def packed_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """``cu_seqlens`` and ``max_seqlen`` of a packed request for its meta (nothing unpacked)."""
+    if p.get("cu_seqlens") is None:
+        return {}
+    cu = list(p["cu_seqlens"])
+    return {"cu_seqlens": cu, "max_seqlen": max_seqlen(cu)}
+
+
 def _with_text_ids(p: Mapping[str, Any], shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
     """``shapes`` plus the (B, T) ``input_ids`` of a text request."""
     if p.get("text") is not None:
@@ -400,6 +500,10 @@ def _position_ids_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str,
         device=ctx.device,
     )
     out = {"position_ids": batch.position_ids, "attention_mask": batch.attention_mask}
+    if p["cu_seqlens"] is not None:
+        cu = packed_row(p, batch.input_ids.shape[1])
+        out["position_ids"] = packed_position_ids(cu, start=p["start"], device=ctx.device)[None]
+        out["cu_seqlens"] = torch.tensor(cu, dtype=torch.int64, device=ctx.device)
     if p.get("text") is not None:
         out["input_ids"] = text_ids(p, ctx.device)
     return out
@@ -414,7 +518,8 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
     "padded slots get `pad_position`. Padding: `attention_mask` wins; else tokens equal to "
     "`pad_token_id`; else the slots beyond a short row's end. An empty row is a row of "
     "padding. `text` in place of `input_ids`: the rows are the model's tokenizer's ids, and "
-    "the response adds them as `input_ids`.",
+    "the response adds them as `input_ids`. `cu_seqlens` packs documents into the one row: "
+    "positions restart at each, and `meta` gives `cu_seqlens` and `max_seqlen`.",
     fields=(
         dataclasses.replace(INPUT_IDS_FIELD, default=None),
         TEXT_FIELD,
@@ -432,14 +537,20 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
             minimum=_INT64_MIN,
             maximum=_INT64_MAX,
         ),
+        CU_SEQLENS_FIELD,
     ),
     tensors=(
         kinds.TensorSpec("position_ids", ("B", "T"), integer=True),
         kinds.TensorSpec("attention_mask", ("B", "T"), integer=True),
         kinds.TensorSpec("input_ids", ("B", "T"), integer=True),
+        CU_SEQLENS_TENSOR,
     ),
-    shapes=lambda p: _with_text_ids(
-        p, dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"]))
+    shapes=lambda p: with_cu_seqlens(
+        p,
+        _with_text_ids(
+            p,
+            dict.fromkeys(("position_ids", "attention_mask"), kinds.batch_shape(p["input_ids"])),
+        ),
     ),
     compute=_position_ids_compute,
     check=check_ids_or_text,
@@ -450,6 +561,7 @@ POSITION_IDS: kinds.Kind = kinds.Kind(
         "kind": "position_ids",
         **dict(zip(("batch_size", "seq_len"), kinds.batch_shape(p["input_ids"]), strict=True)),
         **{k: p[k] for k in ("padding_side", "start", "pad_position", "pad_token_id")},
+        **packed_meta(p),
     },
     get=False,
     binary_fields=("input_ids", "attention_mask"),

@@ -87,7 +87,8 @@ def _doc(kind: kinds.Kind) -> str:
         default = (
             "" if f.default is None or f.required or f.sourced else f" (default {f.default!r})"
         )
-        text = f"{f.name}: {f.description.rstrip('.')}{default}."
+        sent = f" (sent as {f.name})" if f.arg_name != f.name else ""
+        text = f"{f.arg_name}: {f.description.rstrip('.')}{default}{sent}."
         lines += textwrap.wrap(text, 88, initial_indent="    ", subsequent_indent="        ")
     lines += ["    format, as_, device, method, query, extra: as for ``compute``.", "", "Returns:"]
     tensors = ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors)
@@ -98,10 +99,13 @@ def _doc(kind: kinds.Kind) -> str:
 
 def _method(kind: kinds.Kind) -> str:
     name = kind.name.replace("-", "_")
-    params = [f"        {f.name}: {_annotation(f)} = None," for f in kind.fields]
+    params = [f"        {f.arg_name}: {_annotation(f)} = None," for f in kind.fields]
     params += [f"        {o}: {a} = {d}," for o, a, d in OPTIONS]
     doc = textwrap.indent(_doc(kind), " " * 8).lstrip()
-    sends = ", ".join(f"{f.name}={f.name}" for f in kind.fields)
+    sends = ", ".join(f"{f.name}={f.name}" for f in kind.fields if f.arg_name == f.name)
+    renamed = ", ".join(f"{f.name!r}: {f.arg_name}" for f in kind.fields if f.arg_name != f.name)
+    if renamed:  # a field named by a Python keyword (``as``) goes in by its wire name
+        sends = ", ".join(part for part in (sends, f"**{{{renamed}}}") if part)
     options = ", ".join(f"{o}={o}" for o, _, _ in OPTIONS)
     return (
         f"    def {name}(\n        self,\n        *,\n" + "\n".join(params) + "\n    ) -> T:\n"
@@ -134,7 +138,7 @@ def render(registry: Iterable[kinds.Kind] | None = None) -> str:
     )
     out += "class KindMethods(Generic[T]):\n"
     out += '    """One method per kind; each calls :meth:`compute` with the kind\'s name."""\n\n'
-    out += "    def compute(self, kind: str, **fields: Any) -> T:\n"
+    out += "    def compute(self, kind: str, /, **fields: Any) -> T:\n"
     out += '        """Any kind by name (the client\'s transport implements it)."""\n'
     out += "        raise NotImplementedError\n"
     for kind in every:

@@ -46,13 +46,15 @@ def kind_method(name: str) -> Any:
     kind = REGISTRY[name]
     options = ("format", "as_", "device", "method", "query", "extra")
 
+    field_of = {f.arg_name: f.name for f in kind.fields}  # ``output`` sends ``as``
+
     def call(self: Any, **kwargs: Any) -> Any:
-        given = {k: v for k, v in kwargs.items() if k not in options}
+        given = {field_of.get(k, k): v for k, v in kwargs.items() if k not in options}
         return self.compute(name, **{k: v for k, v in kwargs.items() if k in options}, **given)
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    parameters += [inspect.Parameter(f.name, keyword, default=None) for f in kind.fields]
+    parameters += [inspect.Parameter(f.arg_name, keyword, default=None) for f in kind.fields]
     parameters += [inspect.Parameter(o, keyword, default="POST" if o == "method" else None)
                    for o in options]  # fmt: skip
     call.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
@@ -63,7 +65,7 @@ def kind_method(name: str) -> Any:
         default = (
             "" if f.default is None or f.required or f.sourced else f" (default {f.default!r})"
         )
-        lines.append(f"    {f.name}: {f.description.rstrip('.')}{default}.")
+        lines.append(f"    {f.arg_name}: {f.description.rstrip('.')}{default}.")
     lines += ["    format, as_, device, method, query, extra: as for :meth:`compute`.", "",
               "Returns:", "    A :class:`TensorResult` with "
               + ", ".join(f"``{t.name}`` ({', '.join(t.axes)})" for t in kind.tensors) + "."]  # fmt: skip
@@ -192,6 +194,7 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
     def compute(
         self,
         kind: str,
+        /,
         *,
         format: Format | None = None,
         as_: ArrayKind | None = None,

@@ -21,6 +21,7 @@ TableKind = Literal[
     "diffusion_rope",
     "embed",
     "learned",
+    "masks",
     "relative",
     "relative_sinusoidal",
     "rope",
@@ -35,7 +36,7 @@ TableKind = Literal[
 class KindMethods(Generic[T]):
     """One method per kind; each calls :meth:`compute` with the kind's name."""
 
-    def compute(self, kind: str, **fields: Any) -> T:
+    def compute(self, kind: str, /, **fields: Any) -> T:
         """Any kind by name (the client's transport implements it)."""
         raise NotImplementedError
 
@@ -337,6 +338,102 @@ class KindMethods(Generic[T]):
             dtype=dtype,
         )
 
+    def masks(
+        self,
+        *,
+        seq_len: int | None = None,
+        key_len: int | None = None,
+        kind: Literal["causal", "sliding", "chunked", "bidirectional", "sliding_bidirectional"]
+        | None = None,
+        window: int | None = None,
+        chunk_size: int | None = None,
+        config: Mapping[str, Any] | None = None,
+        layer_type: str | None = None,
+        layer: int | None = None,
+        attention_mask: Sequence[Sequence[int]] | Any | None = None,
+        token_type_ids: Sequence[Sequence[int]] | Any | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        position_ids: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        output: Literal["mask", "bias"] | None = None,
+        masked_value: Literal["-inf", "min"] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/masks``: The attention mask a layer applies.
+
+        The mask (B, T, S) of one layer, exactly as transformers' `masking_utils` builds it:
+        causal, sliding (a query sees itself and the window − 1 keys before it: flash-attn's
+        window_size (W − 1, 0)), chunked (Llama 4), bidirectional; Gemma 3's image spans
+        (`token_type_ids`) both ways; padding (`attention_mask`) removes keys; packed documents
+        (`cu_seqlens`) see only their own keys. The queries are the last T of the S positions.
+        `meta` spells the same mask for flash-attn, SDPA and vLLM. A layer without attention
+        (Mamba, linear attention) is a 422 that says what it is.
+
+        Args:
+            seq_len: T, the number of queries.
+            key_len: S ≥ T (default T); the queries are the last T positions.
+            kind: the rule (default: the config's layer's, else causal): causal, sliding (with
+                window), chunked (with chunk_size), bidirectional, sliding_bidirectional (|q −
+                k| ≤ window).
+            window: W of kind sliding (transformers' sliding_window: the query and the W − 1
+                keys before it); with config, replaces the layer's.
+            chunk_size: C of kind chunked (attention_chunk_size); with config, replaces the
+                layer's.
+            config: a model's config.json: the rule of its layer (layer_type or layer); see POST
+                /v1/configs/positions' layers.
+            layer_type: with config: the layer type (full_attention, sliding_attention,
+                chunked_attention…).
+            layer: with config: the layer's index.
+            attention_mask: B rows of S: 1 for a real token, 0 for padding.
+            token_type_ids: B rows of S (Gemma 3's): 1 marks image tokens, which see their own
+                image both ways (causal and sliding layers).
+            cu_seqlens: packed documents: 0 < … < T, as flash-attn's varlen calls take them (S =
+                T, no padding).
+            position_ids: one packed row's T position ids (in place of cu_seqlens): a document
+                starts wherever a position is not the previous plus 1, as transformers detects
+                packing.
+            output: mask: the tensor `mask` (B, T, S) bool, true where attention is allowed;
+                bias: the tensor `bias`, 0 or −inf, in dtype (default 'mask') (sent as as).
+            masked_value: the bias where attention is masked: -inf, or min
+                (torch.finfo(dtype).min, as transformers' eager attention adds it) (default
+                '-inf').
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``mask`` (B, T, S), ``bias`` (B, T, S).
+        """
+        return self.compute(
+            "masks",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            key_len=key_len,
+            kind=kind,
+            window=window,
+            chunk_size=chunk_size,
+            config=config,
+            layer_type=layer_type,
+            layer=layer,
+            attention_mask=attention_mask,
+            token_type_ids=token_type_ids,
+            cu_seqlens=cu_seqlens,
+            position_ids=position_ids,
+            masked_value=masked_value,
+            dtype=dtype,
+            **{"as": output},
+        )
+
     def mrope_position_ids(
         self,
         *,
@@ -346,6 +443,7 @@ class KindMethods(Generic[T]):
         image_grid_thw: Sequence[Sequence[int]] | Any | None = None,
         video_grid_thw: Sequence[Sequence[int]] | Any | None = None,
         second_per_grid_ts: Sequence[float] | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         config: Mapping[str, Any] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -372,13 +470,17 @@ class KindMethods(Generic[T]):
                 appear.
             second_per_grid_ts: Qwen2.5-VL: seconds per temporal grid step of each video
                 (default 1); read as float32, as the processor's tensor.
+            cu_seqlens: documents packed in the one row of input_ids: 0 < … < T (flash-attn's
+                varlen cu_seqlens); positions restart at each document, as if each were sent
+                alone (get_rope_index run on each document; rope_deltas one per document).
             config: the model's config.json: model_type (qwen2_vl, qwen2_5_vl, qwen3_vl,
                 qwen3_vl_moe) selects the rule; image_token_id, video_token_id,
                 vision_config.spatial_merge_size, vision_config.tokens_per_second are read.
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
-            A TensorResult with ``position_ids`` (3, B, T), ``rope_deltas`` (B, 1).
+            A TensorResult with ``position_ids`` (3, B, T), ``rope_deltas`` (B, 1),
+            ``cu_seqlens`` (D+1).
         """
         return self.compute(
             "mrope_position_ids",
@@ -394,6 +496,7 @@ class KindMethods(Generic[T]):
             image_grid_thw=image_grid_thw,
             video_grid_thw=video_grid_thw,
             second_per_grid_ts=second_per_grid_ts,
+            cu_seqlens=cu_seqlens,
             config=config,
         )
 
@@ -409,6 +512,7 @@ class KindMethods(Generic[T]):
         padding_side: Literal["right", "left"] | None = None,
         start: int | None = None,
         pad_position: int | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
         device: str | None = None,
@@ -422,7 +526,8 @@ class KindMethods(Generic[T]):
         `pad_position`. Padding: `attention_mask` wins; else tokens equal to `pad_token_id`;
         else the slots beyond a short row's end. An empty row is a row of padding. `text` in
         place of `input_ids`: the rows are the model's tokenizer's ids, and the response adds
-        them as `input_ids`.
+        them as `input_ids`. `cu_seqlens` packs documents into the one row: positions restart at
+        each, and `meta` gives `cu_seqlens` and `max_seqlen`.
 
         Args:
             input_ids: B rows of token ids (ragged allowed; an empty row is a row of padding).
@@ -437,11 +542,14 @@ class KindMethods(Generic[T]):
             padding_side: where short rows are padded (default 'right').
             start: the first real token's position (default 0).
             pad_position: the position id given to padded slots (default 0).
+            cu_seqlens: documents packed in the one row of input_ids: 0 < … < T (flash-attn's
+                varlen cu_seqlens); positions restart at each document, as if each were sent
+                alone.
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
             A TensorResult with ``position_ids`` (B, T), ``attention_mask`` (B, T),
-            ``input_ids`` (B, T).
+            ``input_ids`` (B, T), ``cu_seqlens`` (D+1).
         """
         return self.compute(
             "position_ids",
@@ -460,6 +568,7 @@ class KindMethods(Generic[T]):
             padding_side=padding_side,
             start=start,
             pad_position=pad_position,
+            cu_seqlens=cu_seqlens,
         )
 
     def query_scale(

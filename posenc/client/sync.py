@@ -91,6 +91,7 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
         self,
         kind: TableKind,
         path: str | Any,
+        /,
         *,
         format: Literal["raw", "npy", "safetensors"] = "npy",
         method: Method = "POST",

@@ -109,6 +109,16 @@ class Family:
             position ids (:mod:`posenc.rope.mrope_ids`).
         encoder_config: a whole model whose encoder's keys are in ``encoder_config`` (Parakeet's
             CTC, RNN-T and TDT models; ``parakeet_encoder`` is the encoder itself).
+        mixer: what its ``linear_attention`` layers are: ``state_space`` (Mamba) or
+            ``linear_attention`` proper (:mod:`posenc.attention_layers`).
+        mixer_name: the phrase that names that mixer in labels and 422s (``Mamba-2``).
+        attention_free: no layer attends (Mamba, RWKV): every layer is its mixer.
+        layer_pattern: the layer types its config class builds when the file lists none:
+            ``sliding_then_full`` (gpt-oss), ``full_every_interval`` (Qwen3-Next's
+            ``full_attention_interval``), ``full_then_linear`` (MiniMax), ``attention_period`` (Jamba:
+            ``attn_layer_period`` / ``attn_layer_offset``).
+        bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
+            see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
 
     model_type: str
@@ -152,6 +162,14 @@ class Family:
     embed_scale: Literal["sqrt_hidden"] | None = None
     encoder_config: bool = False
     mrope_ids_rule: Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"] | None = None
+    mixer: Literal["state_space", "linear_attention"] | None = None
+    mixer_name: str | None = None
+    attention_free: bool = False
+    layer_pattern: (
+        Literal["sliding_then_full", "full_every_interval", "full_then_linear", "attention_period"]
+        | None
+    ) = None
+    bidirectional_halves_window: bool = False
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -253,6 +271,7 @@ _RECORDS = (
     ),
     _f(
         "gemma3",
+        bidirectional_halves_window=True,
         scheme="rope",
         rope_nesting="local_global",
         head_defaults={"num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256},
@@ -326,12 +345,17 @@ _RECORDS = (
     _f("gpt_bigcode", checkpoint_scheme="learned"),
     _f("gpt_neo", scheme="learned"),
     _f("gpt_neox", scheme="rope", partial_rotary=0.25),
-    _f("gpt_oss", scheme="rope", default_theta=150000.0),
+    _f("gpt_oss", layer_pattern="sliding_then_full", scheme="rope", default_theta=150000.0),
     _f(
         "gptj", scheme="rope", layout="interleaved", given_rotary_dim=True, checkpoint_scheme="rope"
     ),
     _f("granite", scheme="rope"),
-    _f("granitemoehybrid", rope_switch=("position_embedding_type", "rope")),
+    _f(
+        "granitemoehybrid",
+        mixer="state_space",
+        mixer_name="Mamba-2",
+        rope_switch=("position_embedding_type", "rope"),
+    ),
     _f("helium", scheme="rope", default_theta=100000.0, layout="interleaved"),
     _f("hunyuan_v1_dense", ntk_alpha=True),
     _f("hunyuan_v1_moe", ntk_alpha=True),
@@ -371,7 +395,14 @@ _RECORDS = (
     _f("m2m_100", scheme="sinusoidal"),
     _f("marian", scheme="sinusoidal"),
     _f("mbart", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
-    _f("minimax", scheme="rope", default_theta=1000000.0),
+    _f(
+        "minimax",
+        mixer="linear_attention",
+        mixer_name="lightning linear attention",
+        layer_pattern="full_then_linear",
+        scheme="rope",
+        default_theta=1000000.0,
+    ),
     _f("minimax_m2", scheme="rope", default_theta=5000000.0),
     _f("ministral3", query_scale="llama4_beta"),
     _f("mistral", scheme="rope"),
@@ -436,10 +467,17 @@ _RECORDS = (
     _f("qwen2_vl_text", scheme="rope", default_theta=1000000.0),
     _f("qwen3", scheme="rope", layer_rule="qwen_sliding"),
     _f(
-        "qwen3_5", mrope_section=(11, 11, 10), mrope_interleaved=True, vision_tower="qwen3_5_vision"
+        "qwen3_5",
+        mixer="linear_attention",
+        mixer_name="gated DeltaNet linear attention",
+        mrope_section=(11, 11, 10),
+        mrope_interleaved=True,
+        vision_tower="qwen3_5_vision",
     ),
     _f(
         "qwen3_5_moe",
+        mixer="linear_attention",
+        mixer_name="gated DeltaNet linear attention",
         mrope_section=(11, 11, 10),
         mrope_interleaved=True,
         vision_tower="qwen3_5_moe_vision",
@@ -499,7 +537,24 @@ _RECORDS = (
     _f("xglm", checkpoint_scheme="learned"),
     _f("xlm-roberta", scheme="learned", padding_offset=True, checkpoint_scheme="learned"),
     _f("xlnet_none", scheme="learned"),
-    _f("zamba2", rope_switch=("use_mem_rope", True)),
+    _f("bamba", mixer="state_space", mixer_name="Mamba-2"),
+    _f("falcon_h1", mixer="state_space", mixer_name="Mamba-2"),
+    _f("falcon_mamba", mixer="state_space", mixer_name="Mamba", attention_free=True),
+    _f("jamba", mixer="state_space", mixer_name="Mamba", layer_pattern="attention_period"),
+    _f("kimi_linear", mixer="linear_attention", mixer_name="Kimi delta attention (linear)"),
+    _f("mamba", mixer="state_space", mixer_name="Mamba", attention_free=True),
+    _f("mamba2", mixer="state_space", mixer_name="Mamba-2", attention_free=True),
+    _f("nemotron_h", mixer="state_space", mixer_name="Mamba-2"),
+    _f("plamo2", mixer="state_space", mixer_name="Mamba"),
+    _f(
+        "qwen3_next",
+        mixer="linear_attention",
+        mixer_name="gated DeltaNet linear attention",
+        layer_pattern="full_every_interval",
+    ),
+    _f("rwkv", attention_free=True),
+    _f("zamba", mixer="state_space", mixer_name="Mamba"),
+    _f("zamba2", mixer="state_space", mixer_name="Mamba-2", rope_switch=("use_mem_rope", True)),
 )
 
 #: Every record, by ``model_type``.

@@ -42,9 +42,14 @@ from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
 from posenc.position_ids import (
     ATTENTION_MASK_FIELD,
+    CU_SEQLENS_FIELD,
+    CU_SEQLENS_TENSOR,
     INPUT_IDS_FIELD,
     PADDING_SIDE_FIELD,
     build_batch,
+    packed_meta,
+    packed_row,
+    with_cu_seqlens,
 )
 
 MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
@@ -550,7 +555,54 @@ def _mrope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     return {**p, "settings": mrope_settings(p["config"]).kwargs()}
 
 
+def packed_mrope_position_ids(
+    input_ids: Tensor, cu_seqlens: Sequence[int], **kwargs: Any
+) -> tuple[Tensor, Tensor]:
+    """M-RoPE ids of documents packed in one row, each numbered as if it were sent alone.
+
+    The ``(1, T)`` row is cut at ``cu_seqlens`` into ``n`` documents, laid out as ``n``
+    right-padded rows and run through :func:`mrope_position_ids` (``get_rope_index``) at once:
+    rows are independent, and the grids are taken in order, document by document, as they
+    appear in the row. Each document's ids come back to its place in the row.
+
+    Args:
+        input_ids: ``(1, T)`` token ids, no padding.
+        cu_seqlens: ``0 < … < T`` document boundaries (checked by the caller).
+        **kwargs: the other arguments of :func:`mrope_position_ids`.
+
+    Returns:
+        ``(position_ids, rope_deltas)``: ``(3, 1, T)`` and ``(n, 1)``, one delta per document.
+    """
+    row = input_ids.reshape(-1)
+    cu = torch.tensor(list(cu_seqlens), dtype=torch.int64)
+    lengths = cu[1:] - cu[:-1]  # (n,)
+    n, longest = int(lengths.numel()), int(lengths.max())
+    doc = torch.repeat_interleave(torch.arange(n), lengths)  # (T,)
+    col = torch.arange(row.numel()) - cu[:-1][doc]  # (T,) index inside its document
+    docs = torch.zeros(n, longest, dtype=torch.int64)
+    mask = torch.zeros(n, longest, dtype=torch.int64)
+    docs[doc, col] = row
+    mask[doc, col] = 1
+    position_ids, rope_deltas = mrope_position_ids(docs, attention_mask=mask, **kwargs)
+    return position_ids[:, doc, col][:, None, :], rope_deltas  # (3, 1, T), (n, 1)
+
+
 def _mrope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    if p["cu_seqlens"] is not None:
+        ids = build_batch(p["input_ids"]).input_ids
+        position_ids, rope_deltas = packed_mrope_position_ids(
+            ids,
+            packed_row(p, ids.shape[1]),
+            image_grid_thw=p["image_grid_thw"],
+            video_grid_thw=p["video_grid_thw"],
+            second_per_grid_ts=p["second_per_grid_ts"],
+            **p["settings"],
+        )
+        return {
+            "position_ids": position_ids.to(ctx.device),
+            "rope_deltas": rope_deltas.to(ctx.device),
+            "cu_seqlens": torch.tensor(p["cu_seqlens"], dtype=torch.int64, device=ctx.device),
+        }
     batch = build_batch(
         p["input_ids"], attention_mask=p["attention_mask"], padding_side=p["padding_side"]
     )
@@ -584,12 +636,14 @@ def _mrope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "batch_size": b,
         "seq_len": t,
         "padding_side": p["padding_side"],
+        **packed_meta(p),
     }
 
 
 def _mrope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     b, t = kinds.batch_shape(p["input_ids"])
-    return {"position_ids": (3, b, t), "rope_deltas": (b, 1)}
+    documents = len(p["cu_seqlens"]) - 1 if p["cu_seqlens"] is not None else b
+    return with_cu_seqlens(p, {"position_ids": (3, b, t), "rope_deltas": (documents, 1)})
 
 
 MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
@@ -619,6 +673,11 @@ MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
             None,
             minimum=0,
         ),
+        dataclasses.replace(
+            CU_SEQLENS_FIELD,
+            description=CU_SEQLENS_FIELD.description
+            + " (get_rope_index run on each document; rope_deltas one per document)",
+        ),
         kinds.FieldSpec(
             "config",
             "object",
@@ -630,6 +689,7 @@ MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
     tensors=(
         kinds.TensorSpec("position_ids", ("3", "B", "T"), integer=True),
         kinds.TensorSpec("rope_deltas", ("B", "1"), integer=True),
+        CU_SEQLENS_TENSOR,
     ),
     shapes=_mrope_shapes,
     compute=_mrope_compute,

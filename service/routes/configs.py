@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
+from posenc.attention_layers import layers_summary
 from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
 from posenc.engines import compare_engines, positions_for_engine
@@ -135,6 +136,13 @@ class ConfigPositions(BaseModel):
         "serve it (kind diffusion_rope or sincos_2d) or why none does (reason), the values "
         "read and those that took the class default; null for a Hugging Face config",
     )
+    layers: list[dict[str, Any]] | None = Field(
+        None,
+        description="every layer: index, layer_type, mixer (attention, linear_attention, "
+        "mamba, attention+mamba, convolution, mlp, cross_attention), mask (the kind POST "
+        "/v1/masks serves, null without attention), window, chunk_size, positions (rope, "
+        "none for NoPE, or the model's kind), what (a phrase) and endpoint",
+    )
     warnings: list[str]
     engine: str = Field(..., description="transformers or vllm: whose reading this is")
     meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
@@ -237,6 +245,7 @@ def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
         **positions_for_engine(body.config, body.engine, body.max_model_len),
         "vision": vision_tower(body.config),
         "query_scale": describe_query_scale(body.config),
+        "layers": layers_summary(body.config),
     }
 
 

@@ -34,9 +34,9 @@ def test_every_kind_is_a_typed_method_of_both_clients(name: str) -> None:
     assert getattr(AsyncPosencClient, method.__name__) is method
     hints = get_type_hints(method)
     params = list(inspect.signature(method).parameters)[1:]
-    assert params[: len(kind.fields)] == list(kind.field_names)
+    assert params[: len(kind.fields)] == [f.arg_name for f in kind.fields]
     for f in kind.fields:
-        assert hints[f.name] is not inspect.Parameter.empty, f.name
+        assert hints[f.arg_name] is not inspect.Parameter.empty, f.name
     assert kind.path in (method.__doc__ or "")
 
 
@@ -45,3 +45,15 @@ def test_save_table_takes_every_kind_whose_tables_stream() -> None:
     assert set(TableKind.__args__) == streaming  # type: ignore[attr-defined]
     hints = get_type_hints(PosencClient.save_table)
     assert hints["kind"] == TableKind
+
+
+def test_a_field_named_by_a_keyword_is_sent_by_its_wire_name() -> None:
+    """``as`` (a Python keyword) is the ``output`` argument, sent as ``as``."""
+    sent: dict[str, object] = {}
+
+    class Recorder:
+        def compute(self, name: str, **kwargs: object) -> None:
+            sent.update(name=name, **kwargs)
+
+    KindMethods.masks(Recorder(), seq_len=3, output="bias")  # type: ignore[arg-type]
+    assert sent["as"] == "bias" and "output" not in sent and sent["name"] == "masks"

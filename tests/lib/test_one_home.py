@@ -28,6 +28,7 @@ NOT_A_MODEL_TYPE = {
     ("posenc/rope/mrope_ids.py", "qwen3_vl"): "an M-RoPE ids rule (MRopeRule)",
     ("posenc/model_configs.py", "gpt2"): "a preset's name",
     ("posenc/vision_rope.py", "llama4"): "a vision tower rule's family (VisionRule.family)",
+    ("posenc/attention_layers.py", "mamba"): "transformers' legacy layer-type name",
 }
 
 

@@ -31,6 +31,7 @@ from safetensors.numpy import load as st_load_numpy
 from safetensors.torch import load as st_load
 
 from posenc import alibi_bias, alibi_slopes, learned_table, sinusoidal_table
+from posenc.masks import attention_bias, attention_mask, mask_rule
 from posenc.model_configs import model_config
 from posenc.relative import (
     deberta_relative_positions,
@@ -78,6 +79,9 @@ def client(small_server: str) -> Iterator[httpx.Client]:
 
 def _yarn() -> dict[str, Any]:
     return {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+
+
+_MASK_PADDING = [[0] * 5 + [1] * 55, [1] * 58 + [0] * 2]
 
 
 # (route, body, {tensor name: the whole table from the library}), each over 4096 elements.
@@ -182,6 +186,42 @@ def _cases() -> list[tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]]:
             {"encoding": relative_sinusoidal_table(300, 16, dtype=torch.float16)},
         ),
         (
+            "masks-sliding-padded",
+            "/v1/masks",
+            {
+                "seq_len": 40,
+                "key_len": 60,
+                "kind": "sliding",
+                "window": 7,
+                "attention_mask": _MASK_PADDING,
+            },
+            {
+                "mask": attention_mask(
+                    mask_rule("sliding", window=7), 40, 60, attention_mask=_MASK_PADDING
+                )
+            },
+        ),
+        (
+            "masks-chunked-packed-bias-f16",
+            "/v1/masks",
+            {
+                "seq_len": 70,
+                "kind": "chunked",
+                "chunk_size": 5,
+                "cu_seqlens": [0, 9, 40, 70],
+                "as": "bias",
+                "dtype": "float16",
+            },
+            {
+                "bias": attention_bias(
+                    mask_rule("chunked", chunk_size=5),
+                    70,
+                    cu_seqlens=[0, 9, 40, 70],
+                    dtype=torch.float16,
+                )
+            },
+        ),
+        (
             "xpos",
             "/v1/encodings/xpos",
             {"seq_len": 300, "dim": 16, "scale_base": 64},
@@ -203,7 +243,9 @@ def _decode_raw(r: httpx.Response) -> np.ndarray:
     if dtype == "bfloat16":
         bits = np.frombuffer(r.content, dtype="<u2").astype(np.uint32) << 16
         return bits.view(np.float32).reshape(shape)
-    np_dtype = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int64": "<i8"}[dtype]
+    np_dtype = {"float32": "<f4", "float16": "<f2", "float64": "<f8", "int64": "<i8", "bool": "?"}[
+        dtype
+    ]
     return np.frombuffer(r.content, dtype=np_dtype).reshape(shape)
 
 

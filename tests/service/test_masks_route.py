@@ -1,0 +1,117 @@
+"""POST/GET /v1/masks: the library's mask over HTTP, its meta, its PNG and its 422s."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import httpx
+import numpy as np
+import torch
+from PIL import Image
+
+from posenc.masks import attention_bias, attention_mask, mask_rule
+from posenc.model_configs import model_config
+from tests.lib.test_masks import GRANITE_4H, QWEN3_NEXT
+
+
+def _tensor(body: dict, name: str) -> np.ndarray:
+    t = body["tensors"][name]
+    arr = np.array(t["data"], dtype=object)
+    if t["dtype"] != "bool":
+        arr = np.where(arr == None, -np.inf, arr).astype(np.float64)  # noqa: E711
+    assert list(arr.shape) == t["shape"] and t["dtype"] in ("bool", "float32"), t["dtype"]
+    return arr.astype(bool) if t["dtype"] == "bool" else arr
+
+
+def test_post_get_and_meta(app_client: httpx.Client) -> None:
+    padding = [[0, 0, 1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1, 1, 1]]
+    body = {"seq_len": 5, "key_len": 8, "kind": "sliding", "window": 3, "attention_mask": padding}
+    r = app_client.post("/v1/masks", json=body)
+    assert r.status_code == 200, r.text
+    want = attention_mask(mask_rule("sliding", window=3), 5, 8, attention_mask=padding)
+    np.testing.assert_array_equal(_tensor(r.json(), "mask"), want.numpy())
+    meta = r.json()["meta"]
+    assert meta["flash_attn_window_size"] == [2, 0] and meta["vllm_sliding_window"] == 3
+    assert meta["sdpa_is_causal"] is None and meta["mask_kind"] == "sliding"
+    assert meta["batch_size"] == 2 and meta["key_len"] == 8
+
+    got = app_client.get(
+        "/v1/masks",
+        params={"seq_len": 4, "kind": "chunked", "chunk_size": 2, "as": "bias"},
+    )
+    assert got.status_code == 200, got.text
+    want_bias = attention_bias(mask_rule("chunked", chunk_size=2), 4)
+    np.testing.assert_array_equal(_tensor(got.json(), "bias"), want_bias.double().numpy())
+    assert "mask" not in got.json()["tensors"]
+
+    plain = app_client.post("/v1/masks", json={"seq_len": 3}).json()["meta"]
+    assert plain["sdpa_is_causal"] is True and plain["flash_attn_window_size"] == [-1, 0]
+
+
+def test_config_layer_and_packing(app_client: httpx.Client) -> None:
+    config = {**model_config("gemma-3-1b"), "sliding_window": 2}
+    r = app_client.post(
+        "/v1/masks", json={"config": config, "layer": 0, "seq_len": 6, "cu_seqlens": [0, 4, 6]}
+    )
+    assert r.status_code == 200, r.text
+    want = attention_mask(mask_rule("sliding", window=2), 6, cu_seqlens=[0, 4, 6])
+    np.testing.assert_array_equal(_tensor(r.json(), "mask"), want.numpy())
+    meta = r.json()["meta"]
+    assert meta["cu_seqlens"] == [0, 4, 6] and meta["max_seqlen"] == 4
+    assert meta["layer"]["layer_type"] == "sliding_attention" and meta["layer"]["window"] == 2
+
+
+def test_layers_without_attention_are_422_that_say_what_they_are(
+    app_client: httpx.Client,
+) -> None:
+    for config, words in ((GRANITE_4H, "Mamba-2"), (QWEN3_NEXT, "DeltaNet")):
+        r = app_client.post("/v1/masks", json={"config": config, "layer": 0, "seq_len": 4})
+        assert r.status_code == 422
+        detail = json.dumps(r.json())
+        assert words in detail and "no attention mask" in detail and "layer" in detail
+
+
+def test_png_draws_the_mask(app_client: httpx.Client) -> None:
+    r = app_client.post("/v1/masks", params={"format": "png"}, json={"seq_len": 12})
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    image = Image.open(io.BytesIO(r.content))
+    assert image.size[0] > 12 and image.size[1] > 12
+
+
+def test_client_sends_as_by_its_wire_name(live_server: str) -> None:
+    """Through a real uvicorn: the client's ``output`` argument is the body's ``as``."""
+    from posenc.client import PosencClient
+
+    with PosencClient(live_server, timeout=60) as client:
+        result = client.masks(seq_len=3, output="bias", format="safetensors", as_="torch")
+    assert torch.equal(result["bias"], attention_bias(mask_rule("causal"), 3))
+
+
+def test_configs_positions_labels_every_layer(app_client: httpx.Client) -> None:
+    """Each layer's mixer, mask and positions, with the endpoint that serves its mask."""
+    r = app_client.post("/v1/configs/positions", json={"config": model_config("llama-4-scout")})
+    assert r.status_code == 200, r.text
+    layers = r.json()["layers"]
+    assert len(layers) == 48
+    assert layers[0]["mask"] == "chunked" and layers[0]["chunk_size"] == 8192
+    assert layers[3]["mask"] == "causal" and layers[3]["positions"] == "none"
+    assert layers[0]["endpoint"] == "/v1/masks" and "NoPE" in layers[3]["what"]
+    gemma = app_client.post(
+        "/v1/configs/positions", json={"config": model_config("gemma-2-9b")}
+    ).json()["layers"]
+    assert [x["mask"] for x in gemma[:2]] == ["sliding", "causal"]
+    assert gemma[0]["window"] == 4096 and gemma[0]["positions"] == "rope"
+    # a layer's mask from its label is the masks endpoint's answer for that layer
+    mask = app_client.post(
+        "/v1/masks", json={"config": model_config("gemma-2-9b"), "layer": 0, "seq_len": 3}
+    ).json()["meta"]
+    assert mask["mask_kind"] == gemma[0]["mask"] and mask["window"] == gemma[0]["window"]
+
+
+def test_a_huge_packed_row_is_413_before_anything_is_made(app_client: httpx.Client) -> None:
+    """A last boundary of 2**40 is checked as a number; the mask is refused for its size."""
+    r = app_client.post("/v1/masks", json={"seq_len": 2**40, "cu_seqlens": [0, 5, 2**40]})
+    assert r.status_code == 413, r.text
+    bad = app_client.post("/v1/masks", json={"seq_len": 2**40, "cu_seqlens": [0, 5, 2**39]})
+    assert bad.status_code == 422 and "cu_seqlens[2]" in bad.text
