@@ -100,12 +100,22 @@ TOWERS: Mapping[str, LearnedTower] = {
     "vit_msn": _tower("ViTMSNEmbeddings", 768, 224, 16, parameter=_VIT),
     "ijepa": _tower("IJepaEmbeddings", 768, 224, 16, prefix=0, parameter=_VIT),
     "deit": _tower(
-        "DeiTEmbeddings", 768, 224, 16, prefix=2, parameter=_VIT,
+        "DeiTEmbeddings",
+        768,
+        224,
+        16,
+        prefix=2,
+        parameter=_VIT,
         note="two prefix rows: the class and the distillation token",
     ),  # fmt: skip
     "dinov2": _tower("Dinov2Embeddings", 768, 224, 14, parameter=_VIT),
     "dinov2_with_registers": _tower(
-        "Dinov2WithRegistersEmbeddings", 768, 224, 16, parameter=_VIT, antialias=True,
+        "Dinov2WithRegistersEmbeddings",
+        768,
+        224,
+        16,
+        parameter=_VIT,
+        antialias=True,
         note="the register tokens, inserted after the class token, get no position row",
     ),  # fmt: skip
     "internvl_vision": _tower(

@@ -31,6 +31,7 @@ from torch import Tensor
 from posenc.errors import InvalidArgument
 from posenc.vision_learned import buckets, interpolate, naflex
 from posenc.vision_learned.base import LearnedTower
+from posenc.vision_rope import VISION_ROPE_PATH, vision_tower
 
 __all__ = [
     "LEARNED_TOWERS",
@@ -241,8 +242,7 @@ def _grids(
         t, h, w = row
         if t != 1:
             raise InvalidArgument(
-                f"{where}: t must be 1 (these towers take images; send one row per frame), "
-                f"got {t}",
+                f"{where}: t must be 1 (these towers take images; send one row per frame), got {t}",
                 field=where,
             )
         if not (1 <= h <= _MAX_SIDE and 1 <= w <= _MAX_SIDE):
@@ -289,8 +289,6 @@ def vision_learned_spec(
 
 
 def _not_learned(config: Any) -> InvalidArgument:
-    from posenc.vision_rope import VISION_ROPE_PATH, vision_tower  # a leaf: no cycle
-
     known = ", ".join(sorted(LEARNED_TOWERS))
     try:
         rotary = vision_tower(config) if isinstance(config, Mapping) else None
@@ -367,13 +365,14 @@ def resized_table(spec: VisionLearnedSpec, table: Tensor, precision: Precision =
     """
     check_table(spec, table)
     p, s, d = spec.prefix, spec.side, spec.width
-    engine = precision == "engine" or spec.tower.rule.position_ids is not None  # gathers: exact
+    engine = precision == "engine"
+    gathers = spec.tower.rule.position_ids is not None  # exact in any dtype
     source = table if engine else table.to(torch.float64)
     parts = []
     for h, w in spec.grids:
         parts.append(source[:p])
         patches = source[p:]
-        if engine:
+        if engine or gathers:
             parts.append(spec.tower.rule.engine(spec.tower, patches, s, h, w))
             continue
         wh, ww = _axes(spec, h, w)

@@ -1,0 +1,186 @@
+"""Learned 2-D vision tables (posenc.vision_learned) against each tower's own embeddings forward.
+
+The reference is transformers 5's embeddings module of each model type, built from its default
+config (and from published configs), with every parameter zeroed but the position table, which
+holds the seeded table (``torch.manual_seed``-equal :func:`posenc.learned.seeded_normal`): its
+forward on zero pixels returns the rows it adds (tests/lib/vision_learned_reference.py).
+
+- ``precision="engine"`` equals the forward bit for bit (``torch.equal``);
+- ``precision="exact"`` (float64 weights on the float64 table) is within float32 rounding of
+  it: ``|Δ| ≤ 8e-6 · max|T|`` (float32 bicubic sums 16 products; the largest seen over these
+  cases is 4.3e-6 · max|T|, OWLv2 upsampled from 48 × 48);
+- the resampling matrix is the forward itself on a table that is the identity (a config whose
+  width is the table's rows), within 1e-6.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import CONFIG_MAPPING
+
+from posenc.errors import InvalidArgument
+from posenc.learned import seeded_normal
+from posenc.vision_learned import (
+    LEARNED_TOWERS,
+    position_ids,
+    resample_matrix,
+    resized_table,
+    vision_learned_spec,
+)
+from posenc.vision_learned.buckets import axis_buckets
+from tests.lib.vision_learned_reference import model_rows
+
+# Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
+# both ways, one patch, and the native grid (None).
+GRIDS: list[tuple[int, int] | None] = [(3, 5), (20, 11), (9, 40), (1, 1), None]
+
+
+def _compare(config, grid: tuple[int, int] | None, seed: int = 3) -> None:  # type: ignore[no-untyped-def]
+    spec = vision_learned_spec(config.to_dict(), grid=list(grid) if grid else None)
+    table = seeded_normal(spec.table_rows, spec.width, seed=seed)
+    reference = model_rows(config, spec.grids[0], table)
+    engine = resized_table(spec, table, "engine")
+    assert torch.equal(engine, reference), (config.model_type, grid)
+    exact = resized_table(spec, table, "exact")
+    assert exact.dtype == torch.float64
+    bound = 8e-6 * float(table.abs().max())
+    assert float((exact - reference.double()).abs().max()) <= bound, (config.model_type, grid)
+    matrix = resample_matrix(spec)
+    assert float((matrix @ table.double() - exact).abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("model_type", sorted(LEARNED_TOWERS))
+def test_default_config_equals_the_towers_forward(model_type: str) -> None:
+    config = CONFIG_MAPPING[model_type]()
+    for grid in GRIDS:
+        _compare(config, grid)
+
+
+# Published configs (the vision keys these towers read), each checked against its tower.
+PUBLISHED = {
+    "openai/clip-vit-large-patch14-336": (
+        "clip_vision_model", {"hidden_size": 1024, "num_attention_heads": 16, "image_size": 336, "patch_size": 14}
+    ),
+    "google/siglip-so400m-patch14-384": (
+        "siglip_vision_model", {"hidden_size": 1152, "num_attention_heads": 16, "image_size": 384, "patch_size": 14}
+    ),
+    "facebook/dinov2-small": (
+        "dinov2", {"hidden_size": 384, "num_attention_heads": 6, "image_size": 518, "patch_size": 14}
+    ),
+    "facebook/deit-small-distilled-patch16-224": (
+        "deit", {"hidden_size": 384, "num_attention_heads": 6, "image_size": 224, "patch_size": 16}
+    ),
+    "google/siglip2-base-patch16-naflex": (
+        "siglip2_vision_model", {"hidden_size": 768, "num_patches": 256, "patch_size": 16}
+    ),
+    "HuggingFaceTB/SmolVLM-256M-Instruct": (
+        "smolvlm_vision", {"hidden_size": 768, "image_size": 512, "patch_size": 16}
+    ),
+    "HuggingFaceM4/Idefics3-8B-Llama3": (
+        "idefics3_vision", {"hidden_size": 1152, "num_attention_heads": 16, "image_size": 364, "patch_size": 14}
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_config_equals_the_towers_forward(name: str) -> None:
+    model_type, keys = PUBLISHED[name]
+    config = CONFIG_MAPPING[model_type](**keys)
+    for grid in [(5, 7), (40, 26), None]:
+        _compare(config, grid, seed=11)
+
+
+def test_whole_multimodal_config_reads_its_vision_config() -> None:
+    """A SigLIP 2 / Idefics3 / LLaVA file whole: the vision config is found, as transformers
+    gives it (LLaVA's default tower is CLIP's)."""
+    whole = CONFIG_MAPPING["idefics3"]().to_dict()
+    spec = vision_learned_spec(whole, grid=[4, 6])
+    assert (spec.model_type, spec.side, spec.width) == ("idefics3_vision", 7, 1152)
+    spec = vision_learned_spec({"model_type": "siglip", "vision_config": {}}, grid=[2, 3])
+    assert (spec.model_type, spec.side, spec.prefix) == ("siglip_vision_model", 14, 0)
+    spec = vision_learned_spec({"model_type": "llava"})
+    assert spec.model_type == "clip_vision_model" and spec.native
+
+
+@pytest.mark.parametrize("model_type", ["clip_vision_model", "deit", "siglip2_vision_model",
+                                        "dinov2_with_registers", "idefics3_vision"])  # fmt: skip
+def test_resample_matrix_is_the_towers_resize_of_the_identity(model_type: str) -> None:
+    """A tiny config whose width is the table's rows: the tower's forward on the identity table
+    is its resampling matrix (float32), row for row."""
+    base = CONFIG_MAPPING[model_type]()
+    keys = {"num_patches": 16} if model_type.startswith("siglip2") else {
+        "image_size": 4 * (base.patch_size if isinstance(base.patch_size, int) else 14),
+    }  # fmt: skip
+    prefix = LEARNED_TOWERS[model_type].prefix
+    config = CONFIG_MAPPING[model_type](
+        **keys, hidden_size=16 + prefix, num_attention_heads=1, intermediate_size=4
+    )
+    for grid in [(3, 7), (6, 5), (4, 4), (1, 2)]:
+        spec = vision_learned_spec(config.to_dict(), grid=list(grid))
+        assert spec.table_rows == spec.width == 16 + prefix
+        reference = model_rows(config, grid, torch.eye(spec.table_rows))
+        torch.testing.assert_close(resample_matrix(spec), reference.double(), rtol=0, atol=1e-6)
+
+
+def test_native_grid_is_the_table_unchanged() -> None:
+    for model_type in ("vit", "siglip_vision_model", "siglip2_vision_model", "idefics3_vision"):
+        spec = vision_learned_spec({"model_type": model_type})
+        table = seeded_normal(spec.table_rows, spec.width, seed=5)
+        for precision in ("exact", "engine"):
+            out = resized_table(spec, table, precision)  # type: ignore[arg-type]
+            assert torch.equal(out.float(), table), (model_type, precision)
+        assert torch.equal(resample_matrix(spec), torch.eye(spec.table_rows, dtype=torch.float64))
+
+
+def test_class_rows_first_per_grid_and_weights_sum_to_one() -> None:
+    spec = vision_learned_spec({"model_type": "deit"}, grid_thw=[[1, 3, 4], [1, 20, 2]])
+    matrix = resample_matrix(spec)
+    assert matrix.shape == (2 + 12 + 2 + 40, 2 + 14 * 14)
+    eye2 = torch.eye(2, spec.table_rows, dtype=torch.float64)
+    assert torch.equal(matrix[:2], eye2) and torch.equal(matrix[14:16], eye2)
+    torch.testing.assert_close(matrix.sum(1), torch.ones(56, dtype=torch.float64))
+
+
+def test_navit_buckets_hand_worked() -> None:
+    """s = 2 (boundary 0.5): 3 rows at 0, 1/3, 2/3 -> buckets 0, 0, 1; 2 columns at 0, 1/2 ->
+    0, 1 (0.5 is not below the boundary: right=True); ids b_row·2 + b_col."""
+    assert axis_buckets(2, 3).tolist() == [0, 0, 1]
+    assert axis_buckets(2, 2).tolist() == [0, 1]
+    config = {"model_type": "idefics3_vision", "image_size": 64, "patch_size": 32}
+    spec = vision_learned_spec(config, grid=[3, 2])
+    ids = position_ids(spec)
+    assert ids is not None and ids.tolist() == [0, 1, 0, 1, 2, 3]
+
+
+def test_navit_buckets_follow_the_floor_formula_away_from_ties() -> None:
+    """bucket(k / n) = floor(k·s / n) wherever k·s / n is not within float32 rounding of an
+    integer (the model's float32 boundaries decide the ties)."""
+    for s in (7, 27, 32):
+        for n in (1, 5, 13, 64, 100):
+            got = axis_buckets(s, n).tolist()
+            for k in range(n):
+                x = k * s / n
+                if abs(x - round(x)) > 1e-4:
+                    assert got[k] == int(x), (s, n, k)
+
+
+@pytest.mark.parametrize(
+    ("config", "kwargs", "field", "says"),
+    [
+        ({"model_type": "qwen2_5_vl"}, {}, "config.model_type", "/v1/encodings/vision-rope"),
+        ({"model_type": "llama"}, {}, "config.model_type", "siglip_vision_model"),
+        ({"model_type": "vit"}, {"grid_thw": [[2, 3, 3]]}, "grid_thw[0]", "t must be 1"),
+        ({"model_type": "vit"}, {"grid": [3, 3], "grid_thw": [[1, 3, 3]]}, "grid_thw", "not both"),
+        ({"model_type": "siglip2_vision_model", "num_patches": 250}, {}, "num_patches", "square"),
+        ({"model_type": "vit", "hidden_size": 0}, {}, "hidden_size", "positive"),
+        ({"model_type": "vit", "image_size": "224"}, {}, "image_size", "positive"),
+    ],
+)
+def test_bad_input_is_invalid_argument_naming_the_field(
+    config: dict, kwargs: dict, field: str, says: str
+) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        vision_learned_spec(config, **kwargs)
+    assert err.value.field is not None and err.value.field.endswith(field)
+    assert says in str(err.value)
