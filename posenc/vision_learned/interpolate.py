@@ -107,7 +107,7 @@ TOWERS: Mapping[str, LearnedTower] = {
         prefix=2,
         parameter=_VIT,
         note="two prefix rows: the class and the distillation token",
-    ),  # fmt: skip
+    ),
     "dinov2": _tower("Dinov2Embeddings", 768, 224, 14, parameter=_VIT),
     "dinov2_with_registers": _tower(
         "Dinov2WithRegistersEmbeddings",
@@ -117,7 +117,7 @@ TOWERS: Mapping[str, LearnedTower] = {
         parameter=_VIT,
         antialias=True,
         note="the register tokens, inserted after the class token, get no position row",
-    ),  # fmt: skip
+    ),
     "internvl_vision": _tower(
         "InternVLVisionEmbeddings", 1024, [448, 448], [14, 14], parameter=_VIT
     ),

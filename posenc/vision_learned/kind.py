@@ -94,9 +94,9 @@ def _complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[st
 def _shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     spec = _spec(p)
     out: dict[str, tuple[int, ...]] = {}
-    if p["output"] in ("pos_embed", "both"):
+    if p["include"] in ("pos_embed", "both"):
         out["pos_embed"] = (spec.tokens, spec.width)
-    if p["output"] in ("resample", "both"):
+    if p["include"] in ("resample", "both"):
         out["resample"] = (spec.tokens, spec.table_rows)
     if spec.tower.rule.position_ids is not None:
         out["position_ids"] = (spec.tokens,)
@@ -112,10 +112,10 @@ def _table(p: Mapping[str, Any], spec: VisionLearnedSpec, ctx: kinds.Context) ->
 def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     spec = _spec(p)
     out: dict[str, Tensor] = {}
-    if p["output"] in ("pos_embed", "both"):
+    if p["include"] in ("pos_embed", "both"):
         table = resized_table(spec, _table(p, spec, ctx), p["precision"])
         out["pos_embed"] = table.to(device=ctx.device, dtype=ctx.dtype)
-    if p["output"] in ("resample", "both"):
+    if p["include"] in ("resample", "both"):
         out["resample"] = resample_matrix(spec).to(device=ctx.device, dtype=ctx.dtype)
     ids = position_ids(spec)
     if ids is not None:
@@ -150,7 +150,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "table_rows": spec.table_rows,
         "width": spec.width,
         "tokens": spec.tokens,
-        "output": p["output"],
+        "include": p["include"],
         "precision": "exact" if tower.rule.position_ids is not None else p["precision"],
         "note": tower.note,
         "defaulted": list(spec.defaulted),
@@ -177,7 +177,7 @@ VISION_LEARNED: kinds.Kind = kinds.Kind(
     "NaFlex's per-image bilinear antialiased resize, or NaViT's bucketed position ids "
     "(Idefics2/3, SmolVLM, Phi-4-multimodal; `position_ids` gives the rows read). The table is "
     "`model`'s checkpoint table, or the seeded one of `config` "
-    "(`torch.manual_seed(seed)` over the model's parameter shape). `output` `resample` gives "
+    "(`torch.manual_seed(seed)` over the model's parameter shape). `include` `resample` gives "
     "the resampling matrix (N, P), which needs no weights: `resample @ table` is the resized "
     "table of any table a caller holds.",
     fields=(
@@ -221,7 +221,7 @@ VISION_LEARNED: kinds.Kind = kinds.Kind(
             maximum=SEED_MAX,
         ),
         kinds.FieldSpec(
-            "output",
+            "include",
             "str",
             "pos_embed: the resized table (N, D); resample: the resampling matrix (N, P), no "
             "weights needed; both",

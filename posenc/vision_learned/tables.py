@@ -321,7 +321,7 @@ def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
 
 def resample_matrix(spec: VisionLearnedSpec) -> Tensor:
     """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc)."""
-    p, s = spec.prefix, spec.side
+    p = spec.prefix
     out = torch.zeros(spec.tokens, spec.table_rows, dtype=torch.float64)
     start = 0
     for h, w in spec.grids:
