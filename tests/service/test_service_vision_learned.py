@@ -187,3 +187,49 @@ def test_streams_over_the_element_limit(
     assert streamed.content == whole.content
     too_big_for_json = small_client.post(ROUTE, json=body)
     assert too_big_for_json.status_code == 413
+
+
+def test_configs_positions_names_the_rule_and_the_endpoint(api: httpx.Client) -> None:
+    """A ViT config alone and CLIP's whole file: the learned tower, its rule and endpoint."""
+    r = api.post("/v1/configs/positions", json={"config": {"model_type": "vit"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["kind"] == "none"
+    vision = body["vision"]
+    assert (vision["learned"], vision["rotary"], vision["endpoint"]) == (True, False, ROUTE)
+    assert (vision["native_grid"], vision["table_rows"], vision["class_token"]) == (
+        [14, 14],
+        197,
+        True,
+    )
+    assert vision["resize"] == {
+        "rule": "interpolate_pos_encoding",
+        "mode": "bicubic",
+        "align_corners": False,
+        "antialias": False,
+    }
+    llava = {  # LLaVA-1.5's file: CLIP ViT-L/14-336 and a Llama text model
+        "model_type": "llava",
+        "vision_config": {
+            "model_type": "clip_vision_model",
+            "hidden_size": 1024,
+            "image_size": 336,
+            "patch_size": 14,
+        },
+        "text_config": {
+            "model_type": "llama",
+            "hidden_size": 4096,
+            "num_attention_heads": 32,
+            "num_hidden_layers": 32,
+            "max_position_embeddings": 4096,
+            "rope_theta": 10000.0,
+        },
+    }
+    r = api.post("/v1/configs/positions", json={"config": llava})
+    assert r.status_code == 200, r.text
+    vision = r.json()["vision"]
+    assert (vision["model_type"], vision["table_rows"], vision["width"]) == (
+        "clip_vision_model",
+        577,
+        1024,
+    )
