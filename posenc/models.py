@@ -25,6 +25,7 @@ from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
 from posenc.tokenizer import builtin_tokenizer, load_tokenizer
+from posenc.vision_learned.checkpoint import VisionCheckpoint, read_vision_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,8 @@ class EmbeddingModel:
         model_type: the config's ``model_type``, or None.
         tokenizer: its :class:`~posenc.tokenizer.TextTokenizer` (the ``tokenizer.json`` beside
             its weights; the built-in model's own byte-level one), or None: no text.
+        vision: a vision model folder's position table (ViT, DINOv2, CLIP, SigLIP): it has no
+            token table and serves ``/v1/encodings/vision-learned`` only; else None.
     """
 
     name: str
@@ -80,6 +83,7 @@ class EmbeddingModel:
     family: str = "built-in"
     model_type: str | None = None
     tokenizer: Any = None  # posenc.tokenizer.TextTokenizer (tokenizers is imported lazily)
+    vision: VisionCheckpoint | None = None
 
     def __post_init__(self) -> None:
         if self.position_scheme is None:
@@ -182,6 +186,9 @@ def load_safetensors_model(
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"model name must be a non-empty string, got {name!r}", field="name")
     dev = _library_device(device)
+    vision = read_vision_checkpoint(path)
+    if vision is not None:
+        return _vision_model(name, vision)
     ckpt = read_checkpoint(path)
     folder = os.path.dirname(os.path.abspath(ckpt.where))
     tokenizer_path = os.path.join(folder, "tokenizer.json")
@@ -233,6 +240,30 @@ def load_safetensors_model(
         family=ckpt.family,
         model_type=ckpt.model_type,
         tokenizer=tokenizer,
+    )
+
+
+def _vision_model(name: str, vision: VisionCheckpoint) -> EmbeddingModel:
+    """A vision folder as a model: no tokens (``vocab_size`` 0), its position table aside."""
+    width, rows = vision.spec.width, vision.spec.table_rows
+    logger.info("loaded vision model %r from %s: %s (%d, %d)", name, vision.where,
+                vision.tensor_name, rows, width)  # fmt: skip
+    return EmbeddingModel(
+        name=name,
+        vocab_size=0,
+        d_model=width,
+        max_positions=rows,
+        positional="none",
+        scale=False,
+        pad_token_id=None,
+        source=f"safetensors {vision.where} (vision tower, table {vision.tensor_name}); serves "
+        "/v1/encodings/vision-learned only",
+        token_table=torch.empty(0, width, dtype=vision.table.dtype),
+        position_table=None,
+        position_scheme="none",
+        family="vision",
+        model_type=str(vision.config.get("model_type")),
+        vision=vision,
     )
 
 

@@ -49,6 +49,15 @@ class ModelInfo(BaseModel):
     tokenizer: bool = Field(
         False, description="it reads text: /v1/tokenize, /v1/detokenize, text in /v1/embed"
     )
+    serves: list[str] = Field(
+        default_factory=list, description="the endpoints that take this model's name"
+    )
+    vision: dict[str, Any] | None = Field(
+        None,
+        description="a vision model folder (ViT, DINOv2, CLIP, SigLIP...): its position table "
+        "(model_type, tensor, table_rows, width, native_grid, class_token, resize, dtype), "
+        "served by /v1/encodings/vision-learned; it has no token table (/v1/embed is a 422)",
+    )
 
 
 class ModelList(BaseModel):

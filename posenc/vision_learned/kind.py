@@ -62,14 +62,14 @@ def _check(p: Mapping[str, Any]) -> None:
 
 
 def _loaded_table(model: Any) -> Tensor:
-    table: Tensor | None = getattr(model, "vision_position_table", None)
-    if table is None:
+    if model.vision is None:
         raise InvalidArgument(
-            f"model {model.name!r} has no vision tower position table (it is a "
-            f"{getattr(model, 'positional', 'text')!r} model: use /v1/embed or the text "
-            "encodings)",
+            f"model {model.name!r} is not a vision model folder (it is a "
+            f"{model.positional!r} text model: see /v1/embed); vision-learned reads the folders "
+            "of ViT, DINOv2, CLIP, SigLIP and the other towers with a learned 2-D table",
             field="model",
         )
+    table: Tensor = model.vision.table
     return table
 
 
@@ -79,7 +79,7 @@ def _complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[st
     if p["model"] is not None:
         model = models(p["model"])
         table = _loaded_table(model)
-        p = {**p, "config": dict(model.config), "model": model.name}
+        p = {**p, "config": dict(model.vision.config), "model": model.name}
         check_table(_spec(p), table)
     elif p["config"] is None:
         raise InvalidArgument(

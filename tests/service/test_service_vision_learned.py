@@ -233,3 +233,87 @@ def test_configs_positions_names_the_rule_and_the_endpoint(api: httpx.Client) ->
         577,
         1024,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Vision model folders in POSENC_MODELS (a ViT and a CLIP saved by transformers, random weights)
+# ---------------------------------------------------------------------------------------------
+
+VIT_KEYS = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 1,
+            "intermediate_size": 16, "image_size": 64, "patch_size": 16}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def vision_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    from transformers import CLIPConfig, CLIPModel, ViTConfig, ViTModel
+
+    torch.manual_seed(0)
+    vit = tmp_path_factory.mktemp("vit")
+    ViTModel(ViTConfig(**VIT_KEYS)).save_pretrained(vit)
+    clip = tmp_path_factory.mktemp("clip")
+    text = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
+            "intermediate_size": 8, "vocab_size": 50}  # fmt: skip
+    CLIPModel(CLIPConfig(text_config=text, vision_config=VIT_KEYS)).save_pretrained(clip)
+    return {"vit": vit, "clip": clip}
+
+
+@pytest.fixture(scope="module")
+def vision_client(gpt2_file: Path, vision_folders: dict[str, Path]) -> Iterator[httpx.Client]:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+
+    models = f"gpt2={gpt2_file},vit={vision_folders['vit']},clip={vision_folders['clip']}"
+    with TestClient(create_app(make_settings(gpt2_file, models=models))) as client:
+        yield client
+
+
+def _own_interpolation(model: torch.nn.Module, grid: tuple[int, int]) -> np.ndarray:
+    """The loaded model's own interpolate_pos_encoding on its own table."""
+    h, w = grid
+    width = VIT_KEYS["hidden_size"]
+    embeddings = torch.zeros(1, 1 + h * w, width)
+    patch = VIT_KEYS["patch_size"]
+    with torch.no_grad():
+        out = model.interpolate_pos_encoding(embeddings, h * patch, w * patch)
+    return out[0].detach().double().numpy()
+
+
+@pytest.mark.parametrize("name", ["vit", "clip"])
+def test_vision_folder_table_resized_as_the_model_does(
+    vision_client: httpx.Client, vision_folders: dict[str, Path], name: str
+) -> None:
+    from transformers import CLIPModel, ViTModel
+
+    if name == "vit":
+        embeddings = ViTModel.from_pretrained(vision_folders["vit"]).embeddings
+    else:
+        embeddings = CLIPModel.from_pretrained(vision_folders["clip"]).vision_model.embeddings
+    for grid in [(2, 7), (4, 4)]:
+        body = {"model": name, "grid": list(grid), "precision": "engine"}
+        r = vision_client.post(ROUTE, params={"format": "npy"}, json=body)
+        assert r.status_code == 200, r.text
+        want = _own_interpolation(embeddings, grid).astype(np.float32)
+        np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want)
+    meta = vision_client.post(ROUTE, json={"model": name, "grid": [3, 3]}).json()["meta"]
+    assert (meta["table"], meta["model"], meta["class_token"]) == ("checkpoint", name, True)
+
+
+def test_vision_folders_listed_with_what_they_serve(vision_client: httpx.Client) -> None:
+    listed = {m["name"]: m for m in vision_client.get("/v1/models").json()["models"]}
+    vit = listed["vit"]
+    assert vit["serves"] == [ROUTE] and vit["vocab_size"] == 0
+    assert vit["vision"]["tensor"] == "embeddings.position_embeddings"
+    assert (vit["vision"]["table_rows"], vit["vision"]["native_grid"]) == (17, [4, 4])
+    assert listed["clip"]["vision"]["tensor"] == (
+        "vision_model.embeddings.position_embedding.weight"
+    )
+    assert "/v1/embed" in listed["gpt2"]["serves"] and listed["gpt2"]["vision"] is None
+
+
+def test_embed_on_a_vision_folder_is_422_saying_so(vision_client: httpx.Client) -> None:
+    r = vision_client.post("/v1/embed", json={"model": "vit", "input_ids": [[1, 2]]})
+    assert r.status_code == 422, r.text
+    assert "vision model" in r.text and "vision-learned" in r.text
+    r = vision_client.post(ROUTE, json={"model": "gpt2"})
+    assert r.status_code == 422 and "not a vision model folder" in r.text, r.text
