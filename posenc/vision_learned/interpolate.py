@@ -118,6 +118,32 @@ TOWERS: Mapping[str, LearnedTower] = {
         antialias=True,
         note="the register tokens, inserted after the class token, get no position row",
     ),
+    "qianfan_ocr_vision": _tower(
+        "QianfanOCRVisionEmbeddings", 1024, [448, 448], [14, 14], parameter=_VIT
+    ),
+    "flava_image_model": _tower("FlavaImageEmbeddings", 768, 224, 16, parameter=_VIT),
+    "groupvit_vision_model": _tower(
+        "GroupViTVisionEmbeddings", 384, 224, 16, prefix=0, parameter=_VIT
+    ),
+    "tipsv2_vision_model": _tower(
+        "Tipsv2VisionEmbeddings",
+        768,
+        448,
+        14,
+        parameter=_VIT,
+        mode="bilinear",
+        antialias=True,
+        note="the register tokens, inserted after the class token, get no position row",
+    ),
+    "step3p5_vision": _tower(
+        "Step3p7VisionEmbeddings",
+        1536,
+        728,
+        14,
+        prefix=0,
+        mode="bilinear",
+        note="the tower also rotates by a 2-D rotary embedding: see /v1/encodings/vision-rope",
+    ),
     "internvl_vision": _tower(
         "InternVLVisionEmbeddings", 1024, [448, 448], [14, 14], parameter=_VIT
     ),
@@ -142,4 +168,5 @@ TOWERS: Mapping[str, LearnedTower] = {
     ),
     "siglip_vision_model": _tower("SiglipVisionEmbeddings", 768, 224, 16, prefix=0),
     "janus_vision_model": _tower("JanusVisionEmbeddings", 1024, 384, 16, prefix=0),
+    "granite_docling_vision": _tower("GraniteDoclingVisionEmbeddings", 768, 512, 16, prefix=0),
 }

@@ -79,6 +79,11 @@ TOP_LEVEL_LEARNED: Mapping[str, str] = {
     "idefics3": "idefics3_vision",
     "smolvlm": "smolvlm_vision",
     "phi4_multimodal": "phi4_multimodal_vision",
+    "flava": "flava_image_model",
+    "groupvit": "groupvit_vision_model",
+    "qianfan_ocr": "qianfan_ocr_vision",
+    "tipsv2": "tipsv2_vision_model",
+    "granite_docling": "granite_docling_vision",
     "llava": "clip_vision_model",
     "llava_next": "clip_vision_model",
     "llava_next_video": "clip_vision_model",
@@ -88,7 +93,15 @@ TOP_LEVEL_LEARNED: Mapping[str, str] = {
     "gemma3": "siglip_vision_model",
 }
 
-_PLACES = ("vision_config", "thinker_config.vision_config", "vlm_config.vision_config")
+_PLACES = (
+    "vision_config",
+    "image_config",  # FLAVA
+    "thinker_config.vision_config",
+    "vlm_config.vision_config",
+    "encoder.vision_config",  # T5Gemma 2
+    "encoder",  # vision-encoder-decoder
+    "backbone_config",  # Depth Anything, DPT heads on a ViT or DINOv2
+)
 _MAX_SIDE = 2**20
 
 

@@ -15,9 +15,11 @@ forward on zero pixels returns the rows it adds (tests/lib/vision_learned_refere
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
-from transformers import CONFIG_MAPPING
+from transformers import CONFIG_MAPPING, PreTrainedConfig
 
 from posenc.errors import InvalidArgument
 from posenc.learned import seeded_normal
@@ -184,3 +186,171 @@ def test_bad_input_is_invalid_argument_naming_the_field(
         vision_learned_spec(config, **kwargs)
     assert err.value.field is not None and err.value.field.endswith(field)
     assert says in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: every vision tower of transformers that adds a learned 2-D position table
+# ---------------------------------------------------------------------------------------------
+
+TABLE_NAME = re.compile(r"(^|\.)position_embeddings?(\.weight)?$|pos_embed$")
+
+_SAM = "a SAM/ViTDet windowed backbone: a (1, s, s, D) feature-map table, not a token list"
+# Towers with a learned table that vision-learned does not serve, and why.
+NOT_COVERED: dict[str, str] = {
+    "aimv2_vision_model": "the learned table only at the native grid (is_native); other grids "
+    "get a 2-D sin-cos table built per image",
+    "audio-spectrogram-transformer": "audio spectrogram patches, not an image grid",
+    "cosmos3_edge_vision": "SigLIP 2's antialiased resize in spatial-merge block order, "
+    "repeated per frame",
+    "deepseek_ocr2_sam_vision_model": _SAM,
+    "sam_vision_model": _SAM,
+    "sam_hq_vision_model": _SAM,
+    "got_ocr2_vision": _SAM,
+    "slanext_vision": _SAM,
+    "pp_formulanet_vision": _SAM,
+    "unlimited_ocr_sam_vision_model": _SAM,
+    "vitdet": _SAM,
+    "lw_detr_vit": _SAM,
+    "vitpose_backbone": "a ViTPose backbone: its table is resized with the feature map, "
+    "without class token",
+    "sam3_vit_model": "SAM 3's tiled table over windowed grids",
+    "depth_pro": "DINOv2 encoders over patches at several scales of its own tiling (by the "
+    "top-level model type: its sub-configs are DINOv2's)",
+    "dpt": "DPT's own _resize_pos_embed (bilinear) in its ViT-hybrid embeddings",
+    "glm4v_vision": "the table resampled per image by grid_sample at the rotary grid's "
+    "coordinates (bicubic), beside its 2-D rotary",
+    "glm4v_moe_vision": "as GLM-4V: grid_sample per image beside the rotary",
+    "glm_image_vision": "as GLM-4V: grid_sample per image beside the rotary",
+    "hiera": "tokens unrolled into Hiera's mask-unit order",
+    "hunyuan_vl_vision": "interpolate with config.interpolate_mode, the first row dropped",
+    "hy_v4_vl_vision": "interpolate by scale factor (n + 0.1) / s, the first row dropped",
+    "inkling2_vision": "table rows gathered at runtime patch indices",
+    "kimi_k25_vision": "a (64, 64, D) table interpolated per image inside the patch embedder",
+    "layoutlmv3": "a document model's patch table, fixed grid, beside its text layout",
+    "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
+    "ovis2_vision": "the table added as is at the native grid (no resize)",
+    "minicpm_ocr": "nearest-bucket ids of get_vision_nearest_position_ids per target size",
+    "minicpm_ocr_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "minicpmv4_6": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "minicpmv4_6_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "minicpmv4_7": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "minicpmv4_7_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "paddleocr_vl_vision": "its own bilinear resize per image, beside its 2-D rotary",
+    "pixio": "n_cls_tokens class rows set by the config (8 by default)",
+    "radio": "RADIO's cropped and resampled (CPE) table",
+    "rf_detr_dinov2": "windowed: the embeddings forward regroups the patches into windows",
+    "seggpt": "the table resized to the prompt-and-image pair's grid, (1, h, w, D)",
+    "timesformer": "video: a spatial table plus a temporal one per frame",
+    "unlimited_ocr_vision_encoder": "its forward takes a SAM encoder's patch embeddings",
+    "vilt": "ViLT's own per-image bilinear resize and patch sampling to max_image_length",
+    "vit_mae": "a fixed 2-D sin-cos table (not learned), patches shuffled by random masking",
+    "yolos": "detection tokens and its own InterpolateInitialPositionEmbeddings",
+}
+
+
+def _model_classes() -> dict[type, list[type]]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import transformers.models as tm
+    from transformers import PreTrainedModel
+
+    found: dict[type, list[type]] = {}
+    for info in pkgutil.iter_modules(tm.__path__):
+        try:
+            mod = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
+        except Exception:  # optional dependencies (natten, timm...)
+            continue
+        for name, obj in vars(mod).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, PreTrainedModel)
+                and obj.__module__ == mod.__name__
+                and "PreTrained" not in name
+                and not re.search(r"For[A-Z]", name)
+                and getattr(obj, "config_class", None) is not None
+            ):
+                found.setdefault(obj.config_class, []).append(obj)
+    return found
+
+
+def _image_configs(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
+    """The config and its nested sub-configs that describe an image tower (a patch size)."""
+    out: list[tuple[str, PreTrainedConfig]] = []
+
+    def walk(c: PreTrainedConfig, path: str, depth: int) -> None:
+        if hasattr(c, "patch_size") and "text" not in c.model_type:
+            out.append((path, c))
+        if depth > 3:
+            return
+        for key in getattr(c, "sub_configs", {}) or {}:
+            sub = getattr(c, key, None)
+            if isinstance(sub, PreTrainedConfig):
+                walk(sub, f"{path}.{key}" if path else key, depth + 1)
+
+    walk(cfg, "", 0)
+    return out
+
+
+def _has_learned_table(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> bool:
+    """A model class of this config (built on the meta device) holds a 2-D-or-more position
+    table outside its text and decoder parts."""
+    for model_cls in classes.get(type(cfg), []):
+        try:
+            with torch.device("meta"):
+                model = model_cls(cfg)
+        except Exception:  # a class that needs other inputs: try the next
+            continue
+        for name, param in model.named_parameters():
+            table = TABLE_NAME.search(name) and param.dim() >= 2
+            if table and "text" not in name and "decoder" not in name:
+                return True
+    return False
+
+
+@pytest.mark.slow
+def test_sweep_of_learned_vision_towers_in_transformers() -> None:
+    """Every model type of transformers (default config) whose image tower holds a learned
+    position table: the served ones equal the tower's forward (whole config and vision config
+    alone, a non-square grid and the native one); the others are in NOT_COVERED with the
+    reason. Fails on an unexplained one."""
+    classes = _model_classes()
+    covered: list[str] = []
+    explained: list[str] = []
+    failures: list[str] = []
+    cache: dict[tuple[type, str], bool] = {}
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            cfg = CONFIG_MAPPING[model_type]()
+        except Exception:  # configs that need arguments have no default
+            continue
+        for path, vision in _image_configs(cfg):
+            key = (type(vision), vision.to_json_string())
+            if key not in cache:
+                cache[key] = _has_learned_table(vision, classes)
+            if not cache[key]:
+                continue
+            label = f"{model_type}:{path or '.'}"
+            if model_type in NOT_COVERED and vision.model_type in LEARNED_TOWERS:
+                explained.append(f"{label} ({vision.model_type}): {NOT_COVERED[model_type]}")
+            elif vision.model_type in LEARNED_TOWERS:
+                try:
+                    whole = vision_learned_spec(cfg.to_dict())
+                    assert whole.model_type == vision.model_type, (whole.model_type, label)
+                    for grid in [(3, 5), None]:
+                        _compare(vision, grid)
+                    covered.append(label)
+                except (AssertionError, InvalidArgument, RuntimeError) as exc:
+                    failures.append(f"{label}: {str(exc)[:300]}")
+            elif vision.model_type in NOT_COVERED:
+                explained.append(f"{label} ({vision.model_type}): {NOT_COVERED[vision.model_type]}")
+            else:
+                failures.append(f"{label} ({vision.model_type}): not covered, no reason")
+    found = len(covered) + len(explained) + len(failures)
+    types = {c.split(" ")[0] for c in covered}
+    print(f"\nlearned vision sweep: {len(covered)} covered / {found} found ({len(types)} labels)")
+    print("covered:", ", ".join(covered))
+    print("not covered:\n  " + "\n  ".join(explained))
+    assert not failures, "\n".join(failures)
+    assert len(covered) >= 91  # transformers 5.24: 91 of 178 model_type:tower labels

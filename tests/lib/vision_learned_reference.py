@@ -4,7 +4,8 @@ Every parameter of the tower's embeddings module (``ViTEmbeddings``, ``CLIPVisio
 ``Siglip2VisionEmbeddings``, ``Idefics3VisionEmbeddings``...) is zeroed except its position
 table, which is set to the table under test; the forward on zero pixels then returns exactly
 the rows it adds (``0 + x`` is ``x``), in the order it adds them. DINOv2-with-registers' register
-rows (zero) are dropped.
+and TIPSv2's register
+rows (zero, no position row) are dropped.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "Dinov2Embeddings": "dinov2",
     "Dinov2WithRegistersEmbeddings": "dinov2_with_registers",
     "InternVLVisionEmbeddings": "internvl",
+    "QianfanOCRVisionEmbeddings": "qianfan_ocr",
+    "FlavaImageEmbeddings": "flava",
+    "GroupViTVisionEmbeddings": "groupvit",
+    "Tipsv2VisionEmbeddings": "tipsv2",
+    "Step3p7VisionEmbeddings": "step3p7",
     "CLIPVisionEmbeddings": "clip",
     "ChineseCLIPVisionEmbeddings": "chinese_clip",
     "AltCLIPVisionEmbeddings": "altclip",
@@ -43,6 +49,7 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "InstructBlipVideoVisionEmbeddings": "instructblipvideo",
     "SiglipVisionEmbeddings": "siglip",
     "JanusVisionEmbeddings": "janus",
+    "GraniteDoclingVisionEmbeddings": "granite_docling",
     "Siglip2VisionEmbeddings": "siglip2",
     "Idefics2VisionEmbeddings": "idefics2",
     "Idefics3VisionEmbeddings": "idefics3",
@@ -95,6 +102,6 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
             except TypeError:  # DINOv2, InternViT: always interpolate
                 out = module(pixels)
     out = out[0]
-    if config.model_type == "dinov2_with_registers":
+    if config.model_type in ("dinov2_with_registers", "tipsv2_vision_model"):
         out = torch.cat((out[:1], out[1 + config.num_register_tokens :]))
     return out
