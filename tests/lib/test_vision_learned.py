@@ -354,3 +354,17 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
     print("not covered:\n  " + "\n  ".join(explained))
     assert not failures, "\n".join(failures)
     assert len(covered) >= 91  # transformers 5.24: 91 of 178 model_type:tower labels
+
+
+def test_configs_md_lists_every_tower_under_its_rule() -> None:
+    """docs/configs.md's table of rules names each served model type in its rule's row."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configs.md").read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): set(re.findall(r"`([\w-]+)`", line.split("|")[3]))
+        for line in text.splitlines()
+        if line.startswith("| `") and line.count("|") == 4
+    }
+    for model_type, tower in LEARNED_TOWERS.items():
+        assert model_type in rows.get(tower.rule.name, set()), (model_type, tower.rule.name)
