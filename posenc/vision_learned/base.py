@@ -62,6 +62,8 @@ class LearnedTower:
             ``(1, P, D)`` parameter, or ``position_embedding``, an ``nn.Embedding(P, D)``).
         side_key: ``num_patches`` where the config gives the table's size directly (SigLIP 2),
             else None (``image_size // patch_size``).
+        prefix_key: the config key that gives ``prefix`` where the config sets it (Pixio's
+            ``n_cls_tokens``; ``defaults`` holds its default), else None.
         note: what else the tower does around the table (register tokens, padding).
     """
 
@@ -73,6 +75,7 @@ class LearnedTower:
     antialias: bool = False
     parameter: str = "position_embeddings"
     side_key: str | None = None
+    prefix_key: str | None = None
     note: str | None = None
 
     def describe(self) -> dict[str, Any]:

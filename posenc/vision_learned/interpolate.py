@@ -74,16 +74,21 @@ def _tower(
     patch: Any,
     *,
     prefix: int = 1,
+    prefix_key: str | None = None,
     parameter: str = "position_embedding.weight",
     mode: Mode = "bicubic",
     antialias: bool = False,
     note: str | None = None,
 ) -> LearnedTower:
+    defaults = {"hidden_size": hidden, "image_size": image, "patch_size": patch}
+    if prefix_key is not None:
+        defaults[prefix_key] = prefix
     return LearnedTower(
         reference=reference,
         rule=INTERPOLATE,
-        defaults={"hidden_size": hidden, "image_size": image, "patch_size": patch},
+        defaults=defaults,
         prefix=prefix,
+        prefix_key=prefix_key,
         mode=mode,
         antialias=antialias,
         parameter=parameter,
@@ -109,6 +114,16 @@ TOWERS: Mapping[str, LearnedTower] = {
         note="two prefix rows: the class and the distillation token",
     ),
     "dinov2": _tower("Dinov2Embeddings", 768, 224, 14, parameter=_VIT),
+    "pixio": _tower(
+        "PixioEmbeddings",
+        1280,
+        256,
+        16,
+        prefix=8,
+        prefix_key="n_cls_tokens",
+        parameter=_VIT,
+        note="n_cls_tokens class rows (the config's) come first",
+    ),
     "dinov2_with_registers": _tower(
         "Dinov2WithRegistersEmbeddings",
         768,

@@ -117,6 +117,7 @@ class VisionLearnedSpec:
         grids: the ``(h, w)`` patch grids, in order.
         defaulted: the config keys that took transformers' class default.
         where: where the vision config was found (``config.vision_config``...).
+        prefix: rows before the patch rows (the tower's, or its config's ``prefix_key``).
     """
 
     model_type: str
@@ -126,10 +127,7 @@ class VisionLearnedSpec:
     grids: tuple[tuple[int, int], ...]
     defaulted: tuple[str, ...] = ()
     where: str = "config"
-
-    @property
-    def prefix(self) -> int:
-        return self.tower.prefix
+    prefix: int = 1
 
     @property
     def table_rows(self) -> int:
@@ -290,6 +288,9 @@ def vision_learned_spec(
     used: list[str] = []
     width = _positive(vision, "hidden_size", tower, where, used)
     side = _side(vision, tower, where, used)
+    prefix = tower.prefix
+    if tower.prefix_key is not None:
+        prefix = _positive(vision, tower.prefix_key, tower, where, used)
     return VisionLearnedSpec(
         model_type=model_type,
         tower=tower,
@@ -298,6 +299,7 @@ def vision_learned_spec(
         grids=_grids(grid, grid_thw, side),
         defaulted=tuple(used),
         where=where,
+        prefix=prefix,
     )
 
 

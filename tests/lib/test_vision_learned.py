@@ -236,7 +236,6 @@ NOT_COVERED: dict[str, str] = {
     "minicpmv4_7": "nearest-bucket ids of get_vision_nearest_position_ids",
     "minicpmv4_7_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
     "paddleocr_vl_vision": "its own bilinear resize per image, beside its 2-D rotary",
-    "pixio": "n_cls_tokens class rows set by the config (8 by default)",
     "radio": "RADIO's cropped and resampled (CPE) table",
     "rf_detr_dinov2": "windowed: the embeddings forward regroups the patches into windows",
     "seggpt": "the table resized to the prompt-and-image pair's grid, (1, h, w, D)",
@@ -368,3 +367,11 @@ def test_configs_md_lists_every_tower_under_its_rule() -> None:
     }
     for model_type, tower in LEARNED_TOWERS.items():
         assert model_type in rows.get(tower.rule.name, set()), (model_type, tower.rule.name)
+
+
+def test_pixio_class_rows_come_from_the_config() -> None:
+    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)
+    spec = vision_learned_spec(config.to_dict(), grid=[5, 2])
+    assert (spec.prefix, spec.table_rows, spec.tokens) == (3, 3 + 16 * 16, 3 + 10)
+    for grid in [(5, 2), (30, 17), None]:
+        _compare(config, grid)

@@ -25,6 +25,7 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "IJepaEmbeddings": "ijepa",
     "DeiTEmbeddings": "deit",
     "Dinov2Embeddings": "dinov2",
+    "PixioEmbeddings": "pixio",
     "Dinov2WithRegistersEmbeddings": "dinov2_with_registers",
     "InternVLVisionEmbeddings": "internvl",
     "QianfanOCRVisionEmbeddings": "qianfan_ocr",
