@@ -87,7 +87,10 @@ def _complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[st
             "GET /v1/models)",
             field="config",
         )
-    _spec(p)
+    spec = _spec(p)
+    for h, w in spec.grids:  # a fixed tower refuses another grid before any tensor
+        spec.tower.rule.axis_weights(spec.tower, spec.side, h)
+        spec.tower.rule.axis_weights(spec.tower, spec.side, w)
     return p
 
 

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
-from posenc.vision_learned import buckets, interpolate, naflex
+from posenc.vision_learned import buckets, fixed, interpolate, naflex
 from posenc.vision_learned.base import LearnedTower
 from posenc.vision_rope import VISION_ROPE_PATH, vision_tower
 
@@ -50,6 +50,7 @@ LEARNED_TOWERS: Mapping[str, LearnedTower] = {
     **interpolate.TOWERS,
     **naflex.TOWERS,
     **buckets.TOWERS,
+    **fixed.TOWERS,
 }
 """Vision config ``model_type`` -> its tower, over every resizing rule."""
 
@@ -83,6 +84,7 @@ TOP_LEVEL_LEARNED: Mapping[str, str] = {
     "groupvit": "groupvit_vision_model",
     "qianfan_ocr": "qianfan_ocr_vision",
     "tipsv2": "tipsv2_vision_model",
+    "ovis2": "ovis2_vision",
     "granite_docling": "granite_docling_vision",
     "llava": "clip_vision_model",
     "llava_next": "clip_vision_model",

@@ -55,8 +55,15 @@ def _compare(config, grid: tuple[int, int] | None, seed: int = 3) -> None:  # ty
 @pytest.mark.parametrize("model_type", sorted(LEARNED_TOWERS))
 def test_default_config_equals_the_towers_forward(model_type: str) -> None:
     config = CONFIG_MAPPING[model_type]()
-    for grid in GRIDS:
+    fixed = LEARNED_TOWERS[model_type].rule.name == "fixed"
+    for grid in [None] if fixed else GRIDS:
         _compare(config, grid)
+
+
+def test_fixed_tower_refuses_another_grid() -> None:
+    with pytest.raises(InvalidArgument, match="without resizing") as err:
+        resample_matrix(vision_learned_spec({"model_type": "ovis2_vision"}, grid=[16, 15]))
+    assert err.value.field == "grid"
 
 
 # Published configs (the vision keys these towers read), each checked against its tower.
@@ -228,7 +235,6 @@ NOT_COVERED: dict[str, str] = {
     "kimi_k25_vision": "a (64, 64, D) table interpolated per image inside the patch embedder",
     "layoutlmv3": "a document model's patch table, fixed grid, beside its text layout",
     "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
-    "ovis2_vision": "the table added as is at the native grid (no resize)",
     "minicpm_ocr": "nearest-bucket ids of get_vision_nearest_position_ids per target size",
     "minicpm_ocr_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
     "minicpmv4_6": "nearest-bucket ids of get_vision_nearest_position_ids",
@@ -337,7 +343,8 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
                 try:
                     whole = vision_learned_spec(cfg.to_dict())
                     assert whole.model_type == vision.model_type, (whole.model_type, label)
-                    for grid in [(3, 5), None]:
+                    fixed = LEARNED_TOWERS[vision.model_type].rule.name == "fixed"
+                    for grid in [None] if fixed else [(3, 5), None]:
                         _compare(vision, grid)
                     covered.append(label)
                 except (AssertionError, InvalidArgument, RuntimeError) as exc:

@@ -50,6 +50,7 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "InstructBlipVideoVisionEmbeddings": "instructblipvideo",
     "SiglipVisionEmbeddings": "siglip",
     "JanusVisionEmbeddings": "janus",
+    "Ovis2VisionEmbeddings": "ovis2",
     "GraniteDoclingVisionEmbeddings": "granite_docling",
     "Siglip2VisionEmbeddings": "siglip2",
     "Idefics2VisionEmbeddings": "idefics2",
@@ -96,6 +97,8 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             mask = torch.ones(1, h, w, dtype=torch.bool)
             out = module(pixels, patch_attention_mask=mask)
+        elif tower.rule.name == "fixed":
+            out = module(torch.zeros(1, channels, h * ph, w * pw))
         else:
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             try:

@@ -317,3 +317,11 @@ def test_embed_on_a_vision_folder_is_422_saying_so(vision_client: httpx.Client) 
     assert "vision model" in r.text and "vision-learned" in r.text
     r = vision_client.post(ROUTE, json={"model": "gpt2"})
     assert r.status_code == 422 and "not a vision model folder" in r.text, r.text
+
+
+def test_fixed_tower_other_grid_is_422(api: httpx.Client) -> None:
+    config = {"model_type": "ovis2", "vision_config": {"model_type": "ovis2_vision"}}
+    r = api.post(ROUTE, json={"config": config, "grid": [16, 15]})
+    assert r.status_code == 422 and "without resizing" in r.text, r.text
+    r = api.post(ROUTE, json={"config": config})
+    assert r.status_code == 200 and r.json()["meta"]["resize"] == "fixed", r.text
