@@ -30,7 +30,7 @@ from posenc.vision_learned import (
     resized_table,
     vision_learned_spec,
 )
-from posenc.vision_learned.buckets import axis_buckets
+from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
 from tests.lib.vision_learned_reference import model_rows
 
 # Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
@@ -162,6 +162,18 @@ def test_navit_buckets_hand_worked() -> None:
     assert ids is not None and ids.tolist() == [0, 1, 0, 1, 2, 3]
 
 
+def test_minicpm_nearest_buckets_hand_worked() -> None:
+    """s = 2: 3 rows at 0, 1/3, 2/3 -> 0, 0, 1; away from float32 ties, floor(k·s / n)."""
+    assert nearest_axis_buckets(2, 3).tolist() == [0, 0, 1]
+    for s in (14, 27):
+        for n in (5, 13, 100):
+            got = nearest_axis_buckets(s, n).tolist()
+            for k in range(n):
+                x = k * s / n
+                if abs(x - round(x)) > 1e-4:
+                    assert got[k] == int(x), (s, n, k)
+
+
 def test_navit_buckets_follow_the_floor_formula_away_from_ties() -> None:
     """bucket(k / n) = floor(k·s / n) wherever k·s / n is not within float32 rounding of an
     integer (the model's float32 boundaries decide the ties)."""
@@ -235,12 +247,12 @@ NOT_COVERED: dict[str, str] = {
     "kimi_k25_vision": "a (64, 64, D) table interpolated per image inside the patch embedder",
     "layoutlmv3": "a document model's patch table, fixed grid, beside its text layout",
     "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
-    "minicpm_ocr": "nearest-bucket ids of get_vision_nearest_position_ids per target size",
-    "minicpm_ocr_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
-    "minicpmv4_6": "nearest-bucket ids of get_vision_nearest_position_ids",
-    "minicpmv4_6_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
-    "minicpmv4_7": "nearest-bucket ids of get_vision_nearest_position_ids",
-    "minicpmv4_7_vision": "nearest-bucket ids of get_vision_nearest_position_ids",
+    "minicpm_ocr": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpm_ocr_vision",
+    "minicpmv4_6": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpmv4_6_vision",
+    "minicpmv4_7": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpmv4_7_vision",
     "paddleocr_vl_vision": "its own bilinear resize per image, beside its 2-D rotary",
     "radio": "RADIO's cropped and resampled (CPE) table",
     "rf_detr_dinov2": "windowed: the embeddings forward regroups the patches into windows",

@@ -57,6 +57,9 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "Idefics3VisionEmbeddings": "idefics3",
     "SmolVLMVisionEmbeddings": "smolvlm",
     "Phi4MultimodalVisionEmbeddings": "phi4_multimodal",
+    "MiniCPMOcrVisionEmbeddings": "minicpm_ocr",
+    "MiniCPMV4_6VisionEmbeddings": "minicpmv4_6",
+    "MiniCPMV4_7VisionEmbeddings": "minicpmv4_7",
 }
 
 
@@ -97,6 +100,9 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             mask = torch.ones(1, h, w, dtype=torch.bool)
             out = module(pixels, patch_attention_mask=mask)
+        elif tower.rule.name == "nearest_buckets":
+            pixels = torch.zeros(1, channels, h * ph, w * pw)
+            out = module(pixels, target_sizes=torch.tensor([[h, w]]))
         elif tower.rule.name == "fixed":
             out = module(torch.zeros(1, channels, h * ph, w * pw))
         else:
