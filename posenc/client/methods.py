@@ -752,8 +752,9 @@ class KindMethods(Generic[T]):
         A vision tower's learned absolute position table resized to each image's patch grid
         exactly as the model's code resizes it: `interpolate_pos_encoding` (ViT, DeiT, DINOv2,
         CLIP, SigLIP, BLIP...: bicubic or antialiased, class rows kept first), SigLIP 2 NaFlex's
-        per-image bilinear antialiased resize, or NaViT's bucketed position ids (Idefics2/3,
-        SmolVLM, Phi-4-multimodal; `position_ids` gives the rows read). The table is `model`'s
+        per-image bilinear antialiased resize, NaViT's bucketed position ids (Idefics2/3,
+        SmolVLM, Phi-4-multimodal, MiniCPM-V; `position_ids` gives the rows read), or none
+        (Ovis2: the native grid only). `meta.resize` names the rule. The table is `model`'s
         checkpoint table, or the seeded one of `config` (`torch.manual_seed(seed)` over the
         model's parameter shape). `include` `resample` gives the resampling matrix (N, P), which
         needs no weights: `resample @ table` is the resized table of any table a caller holds.
