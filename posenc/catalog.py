@@ -22,6 +22,7 @@ from posenc.relative_sinusoidal import RELATIVE_SINUSOIDAL
 from posenc.rope import ROPE
 from posenc.rope.mrope_ids import MROPE_POSITION_IDS
 from posenc.sinusoidal import SINUSOIDAL
+from posenc.vision_learned.kind import VISION_LEARNED
 from posenc.vision_rope import VISION_ROPE
 from posenc.xpos import XPOS
 
@@ -34,6 +35,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     VISION_ROPE,
     DIFFUSION_ROPE,
     SINCOS_2D,
+    VISION_LEARNED,
     QUERY_SCALE,
     RELATIVE_SINUSOIDAL,
     XPOS,

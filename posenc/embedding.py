@@ -394,6 +394,13 @@ def _embed_complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> d
     """Text tokenized by the model's tokenizer; the model's own positional encoding and scaling
     unless given; what it cannot do refused."""
     model = models(p["model"])
+    if model.vision is not None:
+        raise InvalidArgument(
+            f"model {model.name!r} is a vision model ({model.model_type}): it has no token "
+            "embeddings to embed; its position table is served by POST "
+            "/v1/encodings/vision-learned with model",
+            field="model",
+        )
     if p["text"] is not None:
         p = tokenize_text(p, model, elements_per_token=model.d_model + 3)
         _positions_fit(p)  # explicit positions against the tokenized rows

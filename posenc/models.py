@@ -28,6 +28,7 @@ from posenc.hf.families import is_known_model_type, unknown_model_type_warning
 from posenc.hf.reader import merged_text
 from posenc.learned import seeded_normal
 from posenc.tokenizer import builtin_tokenizer, load_tokenizer
+from posenc.vision_learned.checkpoint import VisionCheckpoint, read_vision_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +71,8 @@ class EmbeddingModel:
         loaded_at: when its tables were read (seconds since the epoch).
         warnings: what was guessed or overruled while reading it (an unknown ``model_type``,
             a ``vocab_size`` that is not the table's rows), each a sentence; also logged.
+        vision: a vision model folder's position table (ViT, DINOv2, CLIP, SigLIP): it has no
+            token table and serves ``/v1/encodings/vision-learned`` only; else None.
     """
 
     name: str
@@ -91,6 +94,7 @@ class EmbeddingModel:
     path: str | None = None
     loaded_at: float = field(default_factory=time.time)
     warnings: tuple[str, ...] = ()
+    vision: VisionCheckpoint | None = None
 
     def __post_init__(self) -> None:
         if self.position_scheme is None:
@@ -193,6 +197,9 @@ def load_safetensors_model(
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"model name must be a non-empty string, got {name!r}", field="name")
     dev = _library_device(device)
+    vision = read_vision_checkpoint(path)
+    if vision is not None:
+        return _vision_model(name, vision, os.fspath(path))
     ckpt = read_checkpoint(path)
     folder = os.path.dirname(os.path.abspath(ckpt.where))
     tokenizer_path = os.path.join(folder, "tokenizer.json")
@@ -274,6 +281,31 @@ def _load_warnings(
             f"the table wins (ids 0..{rows - 1} are embedded)"
         )
     return tuple(warnings)
+
+
+def _vision_model(name: str, vision: VisionCheckpoint, path: str) -> EmbeddingModel:
+    """A vision folder as a model: no tokens (``vocab_size`` 0), its position table aside."""
+    width, rows = vision.spec.width, vision.spec.table_rows
+    logger.info("loaded vision model %r from %s: %s (%d, %d)", name, vision.where,
+                vision.tensor_name, rows, width)  # fmt: skip
+    return EmbeddingModel(
+        name=name,
+        vocab_size=0,
+        d_model=width,
+        max_positions=rows,
+        positional="none",
+        scale=False,
+        pad_token_id=None,
+        source=f"safetensors {vision.where} (vision tower, table {vision.tensor_name}); serves "
+        "/v1/encodings/vision-learned only",
+        token_table=torch.empty(0, width, dtype=vision.table.dtype),
+        position_table=None,
+        position_scheme="none",
+        family="vision",
+        model_type=str(vision.config.get("model_type")),
+        vision=vision,
+        path=path,
+    )
 
 
 def _config_max_positions(config: dict[str, Any] | None) -> int:

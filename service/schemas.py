@@ -59,6 +59,15 @@ class ModelInfo(BaseModel):
         description="what was guessed or overruled reading it (an unknown model_type, a "
         "config vocab_size other than the table's rows); also logged",
     )
+    serves: list[str] = Field(
+        default_factory=list, description="the endpoints that take this model's name"
+    )
+    vision: dict[str, Any] | None = Field(
+        None,
+        description="a vision model folder (ViT, DINOv2, CLIP, SigLIP...): its position table "
+        "(model_type, tensor, table_rows, width, native_grid, class_token, resize, dtype), "
+        "served by /v1/encodings/vision-learned; it has no token table (/v1/embed is a 422)",
+    )
 
 
 class ModelList(BaseModel):

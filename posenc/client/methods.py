@@ -27,6 +27,7 @@ TableKind = Literal[
     "rope",
     "sincos_2d",
     "sinusoidal",
+    "vision_learned",
     "vision_rope",
     "xpos",
 ]
@@ -1020,6 +1021,74 @@ class KindMethods(Generic[T]):
             base=base,
             layout=layout,
             offset=offset,
+            dtype=dtype,
+        )
+
+    def vision_learned(
+        self,
+        *,
+        config: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        grid: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        grid_thw: Sequence[Sequence[int]] | Any | None = None,
+        seed: int | None = None,
+        include: Literal["pos_embed", "resample", "both"] | None = None,
+        precision: Literal["exact", "engine"] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``GET or POST /v1/encodings/vision-learned``: Vision-tower learned 2-D position tables, resized as the model does (ViT, DeiT, DINOv2, CLIP, SigLIP, SigLIP 2 NaFlex, Idefics3...).
+
+        A vision tower's learned absolute position table resized to each image's patch grid
+        exactly as the model's code resizes it: `interpolate_pos_encoding` (ViT, DeiT, DINOv2,
+        CLIP, SigLIP, BLIP...: bicubic or antialiased, class rows kept first), SigLIP 2 NaFlex's
+        per-image bilinear antialiased resize, NaViT's bucketed position ids (Idefics2/3,
+        SmolVLM, Phi-4-multimodal, MiniCPM-V; `position_ids` gives the rows read), or none
+        (Ovis2: the native grid only). `meta.resize` names the rule. The table is `model`'s
+        checkpoint table, or the seeded one of `config` (`torch.manual_seed(seed)` over the
+        model's parameter shape). `include` `resample` gives the resampling matrix (N, P), which
+        needs no weights: `resample @ table` is the resized table of any table a caller holds.
+
+        Args:
+            config: the model's config.json (whole, or its vision config alone): the vision
+                config's model_type picks the rule; hidden_size, image_size and patch_size
+                (SigLIP 2: num_patches) are read. Not together with model.
+            model: name of a vision model folder from GET /v1/models: its checkpoint's table.
+            grid: [h, w]: one image's grid in patches (default: the native grid, image_size /
+                patch_size).
+            grid_thw: [1, h, w] per image, in patches, in order (instead of grid).
+            seed: torch.manual_seed of the table of a config without weights (default 0).
+            include: pos_embed: the resized table (N, D); resample: the resampling matrix (N,
+                P), no weights needed; both (default 'pos_embed').
+            precision: exact: float64 weights applied in float64, cast once; engine: the model's
+                own arithmetic in float32, bit for bit what its forward adds (default 'exact').
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``pos_embed`` (N, D), ``resample`` (N, P), ``position_ids`` (N).
+        """
+        return self.compute(
+            "vision_learned",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            config=config,
+            model=model,
+            grid=grid,
+            grid_thw=grid_thw,
+            seed=seed,
+            include=include,
+            precision=precision,
             dtype=dtype,
         )
 

@@ -117,6 +117,11 @@ class Family:
             ``sliding_then_full`` (gpt-oss), ``full_every_interval`` (Qwen3-Next's
             ``full_attention_interval``), ``full_then_linear`` (MiniMax), ``attention_period`` (Jamba:
             ``attn_layer_period`` / ``attn_layer_offset``).
+        learned_vision_tower: the ``model_type`` transformers gives its vision config by
+            default when that tower adds a learned 2-D table
+            (:mod:`posenc.vision_learned`; CLIP's ``clip_vision_model``).
+        dual_encoder: an image-text dual encoder (CLIP, SigLIP): its folder is a vision model
+            here (:mod:`posenc.vision_learned.checkpoint`).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
@@ -170,6 +175,8 @@ class Family:
         | None
     ) = None
     bidirectional_halves_window: bool = False
+    learned_vision_tower: str | None = None
+    dual_encoder: bool = False
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -271,6 +278,7 @@ _RECORDS = (
     ),
     _f(
         "gemma3",
+        learned_vision_tower="siglip_vision_model",
         bidirectional_halves_window=True,
         scheme="rope",
         rope_nesting="local_global",
@@ -389,7 +397,7 @@ _RECORDS = (
         vision_tower="llama4_vision_model",
     ),
     _f("llama4_text", scheme="rope", default_theta=500000.0, layout="interleaved"),
-    _f("llava", vision_tower="pixtral"),
+    _f("llava", learned_vision_tower="clip_vision_model", vision_tower="pixtral"),
     _f("longcat_flash", scheme="rope", layout="interleaved", always_interleaved=True),
     _f("longt5", scheme="relative", checkpoint_scheme="relative"),
     _f("m2m_100", scheme="sinusoidal"),
@@ -554,6 +562,43 @@ _RECORDS = (
     ),
     _f("rwkv", attention_free=True),
     _f("zamba", mixer="state_space", mixer_name="Mamba"),
+    _f("altclip", dual_encoder=True, learned_vision_tower="altclip_vision_model"),
+    _f("blip", learned_vision_tower="blip_vision_model"),
+    _f("blip-2", learned_vision_tower="blip_2_vision_model"),
+    _f("bridgetower", learned_vision_tower="bridgetower_vision_model"),
+    _f("chinese_clip", dual_encoder=True, learned_vision_tower="chinese_clip_vision_model"),
+    _f("clip", dual_encoder=True, learned_vision_tower="clip_vision_model"),
+    _f("clipseg", dual_encoder=True, learned_vision_tower="clipseg_vision_model"),
+    _f("flava", learned_vision_tower="flava_image_model"),
+    _f("git", learned_vision_tower="git_vision_model"),
+    _f("granite_docling", learned_vision_tower="granite_docling_vision"),
+    _f("groupvit", learned_vision_tower="groupvit_vision_model"),
+    _f("idefics2", learned_vision_tower="idefics2_vision"),
+    _f("idefics3", learned_vision_tower="idefics3_vision"),
+    _f("instructblip", learned_vision_tower="instructblip_vision_model"),
+    _f("instructblipvideo", learned_vision_tower="instructblipvideo_vision_model"),
+    _f("internvl", learned_vision_tower="internvl_vision"),
+    _f("janus", learned_vision_tower="janus_vision_model"),
+    _f("kosmos-2", learned_vision_tower="kosmos_2_vision_model"),
+    _f("llava_next", learned_vision_tower="clip_vision_model"),
+    _f("llava_next_video", learned_vision_tower="clip_vision_model"),
+    _f("llava_onevision", learned_vision_tower="siglip_vision_model"),
+    _f("metaclip_2", dual_encoder=True, learned_vision_tower="metaclip_2_vision_model"),
+    _f("minicpm_ocr", learned_vision_tower="minicpm_ocr_vision"),
+    _f("minicpmv4_6", learned_vision_tower="minicpmv4_6_vision"),
+    _f("minicpmv4_7", learned_vision_tower="minicpmv4_7_vision"),
+    _f("ovis2", learned_vision_tower="ovis2_vision"),
+    _f("owlv2", dual_encoder=True, learned_vision_tower="owlv2_vision_model"),
+    _f("owlvit", dual_encoder=True, learned_vision_tower="owlvit_vision_model"),
+    _f("paligemma", learned_vision_tower="siglip_vision_model"),
+    _f("phi4_multimodal", learned_vision_tower="phi4_multimodal_vision"),
+    _f("qianfan_ocr", learned_vision_tower="qianfan_ocr_vision"),
+    _f("siglip", dual_encoder=True, learned_vision_tower="siglip_vision_model"),
+    _f("siglip2", dual_encoder=True, learned_vision_tower="siglip2_vision_model"),
+    _f("smolvlm", learned_vision_tower="smolvlm_vision"),
+    _f("tipsv2", learned_vision_tower="tipsv2_vision_model"),
+    _f("vipllava", learned_vision_tower="clip_vision_model"),
+    _f("xclip", dual_encoder=True, learned_vision_tower="xclip_vision_model"),
     _f("zamba2", mixer="state_space", mixer_name="Mamba-2", rope_switch=("use_mem_rope", True)),
 )
 

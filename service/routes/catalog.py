@@ -57,7 +57,19 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
             timespec="microseconds"
         ),
         "warnings": list(model.warnings),
+        "serves": _serves(model),
+        "vision": None if model.vision is None else model.vision.describe(),
     }
+
+
+def _serves(model: EmbeddingModel) -> list[str]:
+    """The endpoints that take this model's name."""
+    if model.vision is not None:
+        return ["/v1/encodings/vision-learned"]
+    paths = ["/v1/embed", "/v1/encodings/learned"] if model.position_table is not None else [
+        "/v1/embed"
+    ]  # fmt: skip
+    return paths + (["/v1/tokenize", "/v1/detokenize"] if model.tokenizer is not None else [])
 
 
 def _preset_info(preset: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from posenc.diffusion.configs import is_diffusers_config
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
-from posenc.vision_rope import is_vision_config_alone, vision_tower
+from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
 from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
 
@@ -117,10 +117,12 @@ class ConfigPositions(BaseModel):
     learned: dict[str, Any] | None
     vision: dict[str, Any] | None = Field(
         None,
-        description="the vision tower, null without a vision config: model_type and rotary "
-        "(false: uses says what it has instead); a rotary tower's head_dim, rope_theta, "
-        "layout, merge_size, fixed grid and reference, as POST /v1/encodings/vision-rope reads "
-        "them",
+        description="the vision tower, null without a vision config: model_type, rotary and "
+        "learned (both false: uses says what it has instead); a rotary tower's head_dim, "
+        "rope_theta, layout, merge_size, fixed grid and reference, as POST "
+        "/v1/encodings/vision-rope reads them; a learned table's native_grid, table_rows, "
+        "width, class_token and resize rule, as POST /v1/encodings/vision-learned reads them; "
+        "endpoint: the one that serves the tower's table",
     )
     query_scale: dict[str, Any] | None = Field(
         None,
@@ -239,11 +241,11 @@ class EngineComparison(BaseModel):
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     if is_diffusers_config(body.config):
         return _diffusers(body)
-    if is_vision_config_alone(body.config):
+    if is_vision_tower_alone(body.config):
         return _vision_alone(body)
     return {
         **positions_for_engine(body.config, body.engine, body.max_model_len),
-        "vision": vision_tower(body.config),
+        "vision": vision_positions(body.config),
         "query_scale": describe_query_scale(body.config),
         "layers": layers_summary(body.config),
     }
@@ -253,8 +255,8 @@ def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
     """A vision tower's config sent alone: the tower in ``vision`` and no text positions (the
     whole model's file says those); kind ``vision_rope`` for a rotary tower, whose table
     ``vision.endpoint`` serves, else ``none`` (``vision.uses`` says what it has instead)."""
-    vision = vision_tower(body.config)
-    assert vision is not None  # is_vision_config_alone: a tower posenc knows
+    vision = vision_positions(body.config)
+    assert vision is not None  # is_vision_tower_alone: a tower posenc knows
     rotary = bool(vision["rotary"])
     meta: dict[str, Any] = {"engine": body.engine}
     if body.engine == "vllm":
@@ -263,6 +265,7 @@ def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
         f"its 2-D rotary is served by {vision['endpoint']}"
         if rotary
         else f"it has {vision['uses']}, no rotary table"
+        + (f" (served by {vision['endpoint']})" if vision.get("learned") else "")
     )
     none = ModelPositions(  # no text positions: every other key empty, as read_positions' are
         model_type=vision["model_type"],

@@ -29,6 +29,9 @@ NOT_A_MODEL_TYPE = {
     ("posenc/model_configs.py", "gpt2"): "a preset's name",
     ("posenc/vision_rope.py", "llama4"): "a vision tower rule's family (VisionRule.family)",
     ("posenc/attention_layers.py", "mamba"): "transformers' legacy layer-type name",
+    ("posenc/vision_learned/interpolate.py", "vit"): "a vision tower's key in its resize rule",
+    ("posenc/relative.py", "clip"): "the relative endpoint's bucketing value",
+    ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
 }
 
 

@@ -228,11 +228,14 @@ def test_configs_positions_describes_the_vision_tower(api: httpx.Client) -> None
     }
     r = api.post("/v1/configs/positions", json={"config": siglip})
     assert r.status_code == 200, r.text
-    assert r.json()["vision"] == {
-        "model_type": "siglip_vision_model",
-        "rotary": False,
-        "uses": "learned absolute position embeddings (SigLIP)",
-    }
+    vision = r.json()["vision"]
+    assert (vision["model_type"], vision["rotary"], vision["learned"]) == (
+        "siglip_vision_model",
+        False,
+        True,
+    )
+    assert vision["endpoint"] == "/v1/encodings/vision-learned"
+    assert vision["resize"]["rule"] == "interpolate_pos_encoding"
 
 
 def test_configs_positions_describes_a_vision_config_sent_alone(api: httpx.Client) -> None:
@@ -279,9 +282,21 @@ def test_configs_positions_describes_a_non_rotary_tower_sent_alone(api: httpx.Cl
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["kind"] == "none" and body["rope"] == {} and body["head_dim"] is None
-    assert body["vision"] == {
-        "model_type": "siglip_vision_model",
+    vision = body["vision"]
+    assert (vision["model_type"], vision["rotary"], vision["learned"]) == (
+        "siglip_vision_model",
+        False,
+        True,
+    )
+    assert (vision["native_grid"], vision["table_rows"], vision["width"]) == ([14, 14], 196, 768)
+    assert "learned absolute 2-D position table" in body["warnings"][0]
+    assert "/v1/encodings/vision-learned" in body["warnings"][0]
+    gemma3n = {"model_type": "gemma3n_vision"}  # neither rotary nor learned: what it uses
+    r = api.post("/v1/configs/positions", json={"config": gemma3n})
+    assert r.status_code == 200, r.text
+    assert r.json()["vision"] == {
+        "model_type": "gemma3n_vision",
         "rotary": False,
-        "uses": "learned absolute position embeddings (SigLIP)",
+        "learned": False,
+        "uses": "a MobileNet-v5 convolutional tower (no position embeddings)",
     }
-    assert "learned absolute position embeddings" in body["warnings"][0]

@@ -1,0 +1,88 @@
+"""What every resizing rule of a learned 2-D position table shares: the tower record and the
+rule's interface.
+
+A vision tower that learns an absolute position table holds ``P = prefix + s²`` rows of width
+``D``: ``prefix`` rows for its class (and DeiT's distillation) token, then one row per patch of
+its native ``s × s`` grid, row-major. An image of ``h × w`` patches gets ``h·w`` patch rows made
+from the ``s²`` by the model's own rule. Every rule here is separable and linear: patch row
+``(y, x)`` is ``Σ_ij Wh[y, i] · Ww[x, j] · T[i·s + j]``, with per-axis weights ``Wh (h, s)`` and
+``Ww (w, s)``, so the whole resize is the matrix ``kron(Wh, Ww)`` ``(h·w, s²)``.
+
+Notation used for tensor shapes: ``P`` table rows, ``D`` width, ``s`` native side, ``h``/``w``
+the grid's rows and columns, ``n`` one axis' output length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from torch import Tensor
+
+__all__ = ["LearnedTower", "ResizeRule"]
+
+Mode = Literal["bicubic", "bilinear"]
+
+
+@dataclass(frozen=True)
+class ResizeRule:
+    """One way a tower resizes its patch rows to an image's grid.
+
+    Attributes:
+        name: what ``meta.resize`` says (``interpolate_pos_encoding``, ``naflex``,
+            ``navit_buckets``).
+        axis_weights: ``(tower, s, n) -> (n, s)`` float64: the weights of one axis, as the
+            model's own resize computes them, from the identity.
+        engine: ``(tower, patch rows (s², D), s, h, w) -> (h·w, D)``: the model's own arithmetic
+            in the table's dtype (bit for bit what its forward adds).
+        position_ids: ``(tower, s, h, w) -> (h·w,)`` int64 rows of the table each patch reads,
+            for a rule that gathers rows (NaViT buckets), else None.
+    """
+
+    name: str
+    axis_weights: Callable[[LearnedTower, int, int], Tensor]
+    engine: Callable[[LearnedTower, Tensor, int, int, int], Tensor]
+    position_ids: Callable[[LearnedTower, int, int, int], Tensor] | None = None
+
+
+@dataclass(frozen=True)
+class LearnedTower:
+    """A vision config ``model_type`` whose tower adds a learned 2-D position table.
+
+    Attributes:
+        reference: the transformers embeddings class whose forward adds the table.
+        rule: how it resizes the patch rows (:class:`ResizeRule`).
+        defaults: transformers 5.24's config-class defaults of the keys read
+            (``hidden_size``, ``image_size``, ``patch_size``, or ``num_patches``).
+        prefix: rows before the patch rows, kept as they are (class token 1, DeiT 2, SigLIP 0).
+        mode: the interpolation of ``interpolate_pos_encoding`` (``bicubic``, ``bilinear``).
+        antialias: ``F.interpolate``'s ``antialias``.
+        parameter: the table's name in the embeddings module (``position_embeddings``, a
+            ``(1, P, D)`` parameter, or ``position_embedding``, an ``nn.Embedding(P, D)``).
+        side_key: ``num_patches`` where the config gives the table's size directly (SigLIP 2),
+            else None (``image_size // patch_size``).
+        prefix_key: the config key that gives ``prefix`` where the config sets it (Pixio's
+            ``n_cls_tokens``; ``defaults`` holds its default), else None.
+        note: what else the tower does around the table (register tokens, padding).
+    """
+
+    reference: str
+    rule: ResizeRule
+    defaults: Mapping[str, Any]
+    prefix: int = 1
+    mode: Mode = "bicubic"
+    antialias: bool = False
+    parameter: str = "position_embeddings"
+    side_key: str | None = None
+    prefix_key: str | None = None
+    note: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        """The rule's settings, for ``meta`` and ``/v1/configs/positions``."""
+        out: dict[str, Any] = {"rule": self.rule.name}
+        if self.rule.name == "interpolate_pos_encoding":
+            out.update(mode=self.mode, align_corners=False, antialias=self.antialias)
+        elif self.rule.name == "naflex":
+            out.update(mode="bilinear", align_corners=False, antialias=True)
+        return out

@@ -1,0 +1,187 @@
+"""``interpolate_pos_encoding``: ViT, DeiT, DINOv2, CLIP, SigLIP, BLIP and their copies.
+
+The tower reshapes its patch rows to the native ``s × s`` grid, resizes them with
+``F.interpolate(size=(h, w), align_corners=False)`` (bicubic for most; antialiased where the
+model says so: DINOv2 with registers) and puts the prefix rows back in front (Dosovitskiy et
+al., 2021, "An Image is Worth 16x16 Words", §3.2; Caron et al., 2021, DINO's
+``interpolate_pos_encoding``). The reference is each model's own ``interpolate_pos_encoding`` in
+transformers 5 (``ViTEmbeddings``, ``DeiTEmbeddings`` keeps two prefix rows, ``Dinov2Embeddings``
+upcasts to float32, ``CLIPVisionEmbeddings``, ``SiglipVisionEmbeddings`` has no class row...).
+At the native grid the model adds the table as it is; bicubic and antialiased resizes to the
+same size are the identity, so both paths agree.
+
+The per-axis weights are ``F.interpolate`` of the identity along that axis in float64, the other
+axis kept at its size ``s`` (not squeezed to 1: torch's antialiased kernels weight a one-wide
+axis differently). Their Kronecker product equals the resize of the whole ``s² × s²`` identity
+to float64 rounding.
+
+Notation used for tensor shapes: ``s`` native side, ``n`` output length of one axis, ``D`` width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from posenc.vision_learned.base import LearnedTower, Mode, ResizeRule
+
+__all__ = ["INTERPOLATE", "TOWERS", "interpolate_axis_weights", "interpolate_patch_rows"]
+
+
+def interpolate_axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
+    """``(n, s)`` float64: how ``F.interpolate`` weights the ``s`` rows of one axis for each of
+    its ``n`` outputs, computed by resizing the identity: channel ``c`` is row ``c`` of an
+    ``s × s`` grid, resized to ``n × s`` (the other axis keeps its size; its weights sum to 1)."""
+    eye = torch.eye(side, dtype=torch.float64)[:, :, None].expand(side, side, side)
+    out = F.interpolate(
+        eye.reshape(1, side, side, side).contiguous(),
+        size=(n, side),
+        mode=tower.mode,
+        align_corners=False,
+        antialias=tower.antialias,
+    )  # (1, C=s, n, s)
+    return out[0, :, :, 0].T.contiguous()  # (n, s)
+
+
+def interpolate_patch_rows(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:
+    """``(h·w, D)``: the patch rows ``(s², D)`` resized as the model's ``interpolate_pos_encoding``
+    does it, in their dtype, with the same tensor layout (so the same kernel and the same bits)."""
+    dim = rows.shape[-1]
+    if h == side and w == side:
+        return rows
+    grid = rows.reshape(1, side, side, dim).permute(0, 3, 1, 2)  # (1, D, s, s) channels-last
+    out = F.interpolate(
+        grid, size=(h, w), mode=tower.mode, align_corners=False, antialias=tower.antialias
+    )  # (1, D, h, w)
+    return out.permute(0, 2, 3, 1).reshape(h * w, dim)
+
+
+INTERPOLATE = ResizeRule(
+    name="interpolate_pos_encoding",
+    axis_weights=interpolate_axis_weights,
+    engine=interpolate_patch_rows,
+)
+
+
+def _tower(
+    reference: str,
+    hidden: int,
+    image: Any,
+    patch: Any,
+    *,
+    prefix: int = 1,
+    prefix_key: str | None = None,
+    parameter: str = "position_embedding.weight",
+    mode: Mode = "bicubic",
+    antialias: bool = False,
+    note: str | None = None,
+) -> LearnedTower:
+    defaults = {"hidden_size": hidden, "image_size": image, "patch_size": patch}
+    if prefix_key is not None:
+        defaults[prefix_key] = prefix
+    return LearnedTower(
+        reference=reference,
+        rule=INTERPOLATE,
+        defaults=defaults,
+        prefix=prefix,
+        prefix_key=prefix_key,
+        mode=mode,
+        antialias=antialias,
+        parameter=parameter,
+        note=note,
+    )
+
+
+_VIT = "position_embeddings"  # a (1, P, D) nn.Parameter
+_BLIP = "position_embedding"  # a (1, P, D) nn.Parameter under the other name
+
+# Vision config model_type -> its tower. Defaults are transformers 5.24's config-class defaults.
+TOWERS: Mapping[str, LearnedTower] = {
+    "vit": _tower("ViTEmbeddings", 768, 224, 16, parameter=_VIT),
+    "vit_msn": _tower("ViTMSNEmbeddings", 768, 224, 16, parameter=_VIT),
+    "ijepa": _tower("IJepaEmbeddings", 768, 224, 16, prefix=0, parameter=_VIT),
+    "deit": _tower(
+        "DeiTEmbeddings",
+        768,
+        224,
+        16,
+        prefix=2,
+        parameter=_VIT,
+        note="two prefix rows: the class and the distillation token",
+    ),
+    "dinov2": _tower("Dinov2Embeddings", 768, 224, 14, parameter=_VIT),
+    "pixio": _tower(
+        "PixioEmbeddings",
+        1280,
+        256,
+        16,
+        prefix=8,
+        prefix_key="n_cls_tokens",
+        parameter=_VIT,
+        note="n_cls_tokens class rows (the config's) come first",
+    ),
+    "dinov2_with_registers": _tower(
+        "Dinov2WithRegistersEmbeddings",
+        768,
+        224,
+        16,
+        parameter=_VIT,
+        antialias=True,
+        note="the register tokens, inserted after the class token, get no position row",
+    ),
+    "qianfan_ocr_vision": _tower(
+        "QianfanOCRVisionEmbeddings", 1024, [448, 448], [14, 14], parameter=_VIT
+    ),
+    "flava_image_model": _tower("FlavaImageEmbeddings", 768, 224, 16, parameter=_VIT),
+    "groupvit_vision_model": _tower(
+        "GroupViTVisionEmbeddings", 384, 224, 16, prefix=0, parameter=_VIT
+    ),
+    "tipsv2_vision_model": _tower(
+        "Tipsv2VisionEmbeddings",
+        768,
+        448,
+        14,
+        parameter=_VIT,
+        mode="bilinear",
+        antialias=True,
+        note="the register tokens, inserted after the class token, get no position row",
+    ),
+    "step3p5_vision": _tower(
+        "Step3p7VisionEmbeddings",
+        1536,
+        728,
+        14,
+        prefix=0,
+        mode="bilinear",
+        note="the tower also rotates by a 2-D rotary embedding: see /v1/encodings/vision-rope",
+    ),
+    "internvl_vision": _tower(
+        "InternVLVisionEmbeddings", 1024, [448, 448], [14, 14], parameter=_VIT
+    ),
+    "clip_vision_model": _tower("CLIPVisionEmbeddings", 768, 224, 32),
+    "chinese_clip_vision_model": _tower("ChineseCLIPVisionEmbeddings", 768, 224, 32),
+    "altclip_vision_model": _tower("AltCLIPVisionEmbeddings", 768, 224, 32),
+    "metaclip_2_vision_model": _tower("MetaClip2VisionEmbeddings", 768, 224, 32),
+    "xclip_vision_model": _tower("XCLIPVisionEmbeddings", 768, 224, 32),
+    "clipseg_vision_model": _tower("CLIPSegVisionEmbeddings", 768, 224, 32),
+    "kosmos_2_vision_model": _tower("Kosmos2VisionEmbeddings", 1024, 224, 14),
+    "bridgetower_vision_model": _tower("BridgeTowerVisionEmbeddings", 768, 288, 16),
+    "git_vision_model": _tower("GitVisionEmbeddings", 768, 224, 16),
+    "owlvit_vision_model": _tower("OwlViTVisionEmbeddings", 768, 768, 32),
+    "owlv2_vision_model": _tower("Owlv2VisionEmbeddings", 768, 768, 16),
+    "blip_vision_model": _tower("BlipVisionEmbeddings", 768, 384, 16, parameter=_BLIP),
+    "blip_2_vision_model": _tower("Blip2VisionEmbeddings", 1408, 224, 14, parameter=_BLIP),
+    "instructblip_vision_model": _tower(
+        "InstructBlipVisionEmbeddings", 1408, 224, 14, parameter=_BLIP
+    ),
+    "instructblipvideo_vision_model": _tower(
+        "InstructBlipVideoVisionEmbeddings", 1408, 224, 14, parameter=_BLIP
+    ),
+    "siglip_vision_model": _tower("SiglipVisionEmbeddings", 768, 224, 16, prefix=0),
+    "janus_vision_model": _tower("JanusVisionEmbeddings", 1024, 384, 16, prefix=0),
+    "granite_docling_vision": _tower("GraniteDoclingVisionEmbeddings", 768, 512, 16, prefix=0),
+}

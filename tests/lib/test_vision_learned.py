@@ -1,0 +1,396 @@
+"""Learned 2-D vision tables (posenc.vision_learned) against each tower's own embeddings forward.
+
+The reference is transformers 5's embeddings module of each model type, built from its default
+config (and from published configs), with every parameter zeroed but the position table, which
+holds the seeded table (``torch.manual_seed``-equal :func:`posenc.learned.seeded_normal`): its
+forward on zero pixels returns the rows it adds (tests/lib/vision_learned_reference.py).
+
+- ``precision="engine"`` equals the forward bit for bit (``torch.equal``);
+- ``precision="exact"`` (float64 weights on the float64 table) is within float32 rounding of
+  it: ``|Δ| ≤ 8e-6 · max|T|`` (float32 bicubic sums 16 products; the largest seen over these
+  cases is 4.3e-6 · max|T|, OWLv2 upsampled from 48 × 48);
+- the resampling matrix is the forward itself on a table that is the identity (a config whose
+  width is the table's rows), within 1e-6.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import CONFIG_MAPPING, PreTrainedConfig
+
+from posenc.errors import InvalidArgument
+from posenc.learned import seeded_normal
+from posenc.vision_learned import (
+    LEARNED_TOWERS,
+    position_ids,
+    resample_matrix,
+    resized_table,
+    vision_learned_spec,
+)
+from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
+from tests.lib.vision_learned_reference import model_rows
+
+# Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
+# both ways, one patch, and the native grid (None).
+GRIDS: list[tuple[int, int] | None] = [(3, 5), (20, 11), (9, 40), (1, 1), None]
+
+
+def _compare(config, grid: tuple[int, int] | None, seed: int = 3) -> None:  # type: ignore[no-untyped-def]
+    spec = vision_learned_spec(config.to_dict(), grid=list(grid) if grid else None)
+    table = seeded_normal(spec.table_rows, spec.width, seed=seed)
+    reference = model_rows(config, spec.grids[0], table)
+    engine = resized_table(spec, table, "engine")
+    assert torch.equal(engine, reference), (config.model_type, grid)
+    exact = resized_table(spec, table, "exact")
+    assert exact.dtype == torch.float64
+    bound = 8e-6 * float(table.abs().max())
+    assert float((exact - reference.double()).abs().max()) <= bound, (config.model_type, grid)
+    matrix = resample_matrix(spec)
+    assert float((matrix @ table.double() - exact).abs().max()) <= 1e-12
+
+
+@pytest.mark.parametrize("model_type", sorted(LEARNED_TOWERS))
+def test_default_config_equals_the_towers_forward(model_type: str) -> None:
+    config = CONFIG_MAPPING[model_type]()
+    fixed = LEARNED_TOWERS[model_type].rule.name == "fixed"
+    for grid in [None] if fixed else GRIDS:
+        _compare(config, grid)
+
+
+def test_fixed_tower_refuses_another_grid() -> None:
+    with pytest.raises(InvalidArgument, match="without resizing") as err:
+        resample_matrix(vision_learned_spec({"model_type": "ovis2_vision"}, grid=[16, 15]))
+    assert err.value.field == "grid"
+
+
+# Published configs (the vision keys these towers read), each checked against its tower.
+PUBLISHED = {
+    "openai/clip-vit-large-patch14-336": (
+        "clip_vision_model", {"hidden_size": 1024, "num_attention_heads": 16, "image_size": 336, "patch_size": 14}
+    ),
+    "google/siglip-so400m-patch14-384": (
+        "siglip_vision_model", {"hidden_size": 1152, "num_attention_heads": 16, "image_size": 384, "patch_size": 14}
+    ),
+    "facebook/dinov2-small": (
+        "dinov2", {"hidden_size": 384, "num_attention_heads": 6, "image_size": 518, "patch_size": 14}
+    ),
+    "facebook/deit-small-distilled-patch16-224": (
+        "deit", {"hidden_size": 384, "num_attention_heads": 6, "image_size": 224, "patch_size": 16}
+    ),
+    "google/siglip2-base-patch16-naflex": (
+        "siglip2_vision_model", {"hidden_size": 768, "num_patches": 256, "patch_size": 16}
+    ),
+    "HuggingFaceTB/SmolVLM-256M-Instruct": (
+        "smolvlm_vision", {"hidden_size": 768, "image_size": 512, "patch_size": 16}
+    ),
+    "HuggingFaceM4/Idefics3-8B-Llama3": (
+        "idefics3_vision", {"hidden_size": 1152, "num_attention_heads": 16, "image_size": 364, "patch_size": 14}
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_published_config_equals_the_towers_forward(name: str) -> None:
+    model_type, keys = PUBLISHED[name]
+    config = CONFIG_MAPPING[model_type](**keys)
+    for grid in [(5, 7), (40, 26), None]:
+        _compare(config, grid, seed=11)
+
+
+def test_whole_multimodal_config_reads_its_vision_config() -> None:
+    """A SigLIP 2 / Idefics3 / LLaVA file whole: the vision config is found, as transformers
+    gives it (LLaVA's default tower is CLIP's)."""
+    whole = CONFIG_MAPPING["idefics3"]().to_dict()
+    spec = vision_learned_spec(whole, grid=[4, 6])
+    assert (spec.model_type, spec.side, spec.width) == ("idefics3_vision", 7, 1152)
+    spec = vision_learned_spec({"model_type": "siglip", "vision_config": {}}, grid=[2, 3])
+    assert (spec.model_type, spec.side, spec.prefix) == ("siglip_vision_model", 14, 0)
+    spec = vision_learned_spec({"model_type": "llava"})
+    assert spec.model_type == "clip_vision_model" and spec.native
+
+
+@pytest.mark.parametrize("model_type", ["clip_vision_model", "deit", "siglip2_vision_model",
+                                        "dinov2_with_registers", "idefics3_vision"])  # fmt: skip
+def test_resample_matrix_is_the_towers_resize_of_the_identity(model_type: str) -> None:
+    """A tiny config whose width is the table's rows: the tower's forward on the identity table
+    is its resampling matrix (float32), row for row."""
+    base = CONFIG_MAPPING[model_type]()
+    keys = {"num_patches": 16} if model_type.startswith("siglip2") else {
+        "image_size": 4 * (base.patch_size if isinstance(base.patch_size, int) else 14),
+    }  # fmt: skip
+    prefix = LEARNED_TOWERS[model_type].prefix
+    config = CONFIG_MAPPING[model_type](
+        **keys, hidden_size=16 + prefix, num_attention_heads=1, intermediate_size=4
+    )
+    for grid in [(3, 7), (6, 5), (4, 4), (1, 2)]:
+        spec = vision_learned_spec(config.to_dict(), grid=list(grid))
+        assert spec.table_rows == spec.width == 16 + prefix
+        reference = model_rows(config, grid, torch.eye(spec.table_rows))
+        torch.testing.assert_close(resample_matrix(spec), reference.double(), rtol=0, atol=1e-6)
+
+
+def test_native_grid_is_the_table_unchanged() -> None:
+    for model_type in ("vit", "siglip_vision_model", "siglip2_vision_model", "idefics3_vision"):
+        spec = vision_learned_spec({"model_type": model_type})
+        table = seeded_normal(spec.table_rows, spec.width, seed=5)
+        for precision in ("exact", "engine"):
+            out = resized_table(spec, table, precision)  # type: ignore[arg-type]
+            assert torch.equal(out.float(), table), (model_type, precision)
+        assert torch.equal(resample_matrix(spec), torch.eye(spec.table_rows, dtype=torch.float64))
+
+
+def test_class_rows_first_per_grid_and_weights_sum_to_one() -> None:
+    spec = vision_learned_spec({"model_type": "deit"}, grid_thw=[[1, 3, 4], [1, 20, 2]])
+    matrix = resample_matrix(spec)
+    assert matrix.shape == (2 + 12 + 2 + 40, 2 + 14 * 14)
+    eye2 = torch.eye(2, spec.table_rows, dtype=torch.float64)
+    assert torch.equal(matrix[:2], eye2) and torch.equal(matrix[14:16], eye2)
+    torch.testing.assert_close(matrix.sum(1), torch.ones(56, dtype=torch.float64))
+
+
+def test_navit_buckets_hand_worked() -> None:
+    """s = 2 (boundary 0.5): 3 rows at 0, 1/3, 2/3 -> buckets 0, 0, 1; 2 columns at 0, 1/2 ->
+    0, 1 (0.5 is not below the boundary: right=True); ids b_row·2 + b_col."""
+    assert axis_buckets(2, 3).tolist() == [0, 0, 1]
+    assert axis_buckets(2, 2).tolist() == [0, 1]
+    config = {"model_type": "idefics3_vision", "image_size": 64, "patch_size": 32}
+    spec = vision_learned_spec(config, grid=[3, 2])
+    ids = position_ids(spec)
+    assert ids is not None and ids.tolist() == [0, 1, 0, 1, 2, 3]
+
+
+def test_minicpm_nearest_buckets_hand_worked() -> None:
+    """s = 2: 3 rows at 0, 1/3, 2/3 -> 0, 0, 1; away from float32 ties, floor(k·s / n)."""
+    assert nearest_axis_buckets(2, 3).tolist() == [0, 0, 1]
+    for s in (14, 27):
+        for n in (5, 13, 100):
+            got = nearest_axis_buckets(s, n).tolist()
+            for k in range(n):
+                x = k * s / n
+                if abs(x - round(x)) > 1e-4:
+                    assert got[k] == int(x), (s, n, k)
+
+
+def test_navit_buckets_follow_the_floor_formula_away_from_ties() -> None:
+    """bucket(k / n) = floor(k·s / n) wherever k·s / n is not within float32 rounding of an
+    integer (the model's float32 boundaries decide the ties)."""
+    for s in (7, 27, 32):
+        for n in (1, 5, 13, 64, 100):
+            got = axis_buckets(s, n).tolist()
+            for k in range(n):
+                x = k * s / n
+                if abs(x - round(x)) > 1e-4:
+                    assert got[k] == int(x), (s, n, k)
+
+
+@pytest.mark.parametrize(
+    ("config", "kwargs", "field", "says"),
+    [
+        ({"model_type": "qwen2_5_vl"}, {}, "config.model_type", "/v1/encodings/vision-rope"),
+        ({"model_type": "llama"}, {}, "config.model_type", "siglip_vision_model"),
+        ({"model_type": "vit"}, {"grid_thw": [[2, 3, 3]]}, "grid_thw[0]", "t must be 1"),
+        ({"model_type": "vit"}, {"grid": [3, 3], "grid_thw": [[1, 3, 3]]}, "grid_thw", "not both"),
+        ({"model_type": "siglip2_vision_model", "num_patches": 250}, {}, "num_patches", "square"),
+        ({"model_type": "vit", "hidden_size": 0}, {}, "hidden_size", "positive"),
+        ({"model_type": "vit", "image_size": "224"}, {}, "image_size", "positive"),
+    ],
+)
+def test_bad_input_is_invalid_argument_naming_the_field(
+    config: dict, kwargs: dict, field: str, says: str
+) -> None:
+    with pytest.raises(InvalidArgument) as err:
+        vision_learned_spec(config, **kwargs)
+    assert err.value.field is not None and err.value.field.endswith(field)
+    assert says in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: every vision tower of transformers that adds a learned 2-D position table
+# ---------------------------------------------------------------------------------------------
+
+TABLE_NAME = re.compile(r"(^|\.)position_embeddings?(\.weight)?$|pos_embed$")
+
+_SAM = "a SAM/ViTDet windowed backbone: a (1, s, s, D) feature-map table, not a token list"
+# Towers with a learned table that vision-learned does not serve, and why.
+NOT_COVERED: dict[str, str] = {
+    "aimv2_vision_model": "the learned table only at the native grid (is_native); other grids "
+    "get a 2-D sin-cos table built per image",
+    "audio-spectrogram-transformer": "audio spectrogram patches, not an image grid",
+    "cosmos3_edge_vision": "SigLIP 2's antialiased resize in spatial-merge block order, "
+    "repeated per frame",
+    "deepseek_ocr2_sam_vision_model": _SAM,
+    "sam_vision_model": _SAM,
+    "sam_hq_vision_model": _SAM,
+    "got_ocr2_vision": _SAM,
+    "slanext_vision": _SAM,
+    "pp_formulanet_vision": _SAM,
+    "unlimited_ocr_sam_vision_model": _SAM,
+    "vitdet": _SAM,
+    "lw_detr_vit": _SAM,
+    "vitpose_backbone": "a ViTPose backbone: its table is resized with the feature map, "
+    "without class token",
+    "sam3_vit_model": "SAM 3's tiled table over windowed grids",
+    "depth_pro": "DINOv2 encoders over patches at several scales of its own tiling (by the "
+    "top-level model type: its sub-configs are DINOv2's)",
+    "dpt": "DPT's own _resize_pos_embed (bilinear) in its ViT-hybrid embeddings",
+    "glm4v_vision": "the table resampled per image by grid_sample at the rotary grid's "
+    "coordinates (bicubic), beside its 2-D rotary",
+    "glm4v_moe_vision": "as GLM-4V: grid_sample per image beside the rotary",
+    "glm_image_vision": "as GLM-4V: grid_sample per image beside the rotary",
+    "hiera": "tokens unrolled into Hiera's mask-unit order",
+    "hunyuan_vl_vision": "interpolate with config.interpolate_mode, the first row dropped",
+    "hy_v4_vl_vision": "interpolate by scale factor (n + 0.1) / s, the first row dropped",
+    "inkling2_vision": "table rows gathered at runtime patch indices",
+    "kimi_k25_vision": "a (64, 64, D) table interpolated per image inside the patch embedder",
+    "layoutlmv3": "a document model's patch table, fixed grid, beside its text layout",
+    "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
+    "minicpm_ocr": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpm_ocr_vision",
+    "minicpmv4_6": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpmv4_6_vision",
+    "minicpmv4_7": "the top-level config carries patch_size: its tower is served as its "
+    "vision_config, minicpmv4_7_vision",
+    "paddleocr_vl_vision": "its own bilinear resize per image, beside its 2-D rotary",
+    "radio": "RADIO's cropped and resampled (CPE) table",
+    "rf_detr_dinov2": "windowed: the embeddings forward regroups the patches into windows",
+    "seggpt": "the table resized to the prompt-and-image pair's grid, (1, h, w, D)",
+    "timesformer": "video: a spatial table plus a temporal one per frame",
+    "unlimited_ocr_vision_encoder": "its forward takes a SAM encoder's patch embeddings",
+    "vilt": "ViLT's own per-image bilinear resize and patch sampling to max_image_length",
+    "vit_mae": "a fixed 2-D sin-cos table (not learned), patches shuffled by random masking",
+    "yolos": "detection tokens and its own InterpolateInitialPositionEmbeddings",
+}
+
+
+def _model_classes() -> dict[type, list[type]]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import transformers.models as tm
+    from transformers import PreTrainedModel
+
+    found: dict[type, list[type]] = {}
+    for info in pkgutil.iter_modules(tm.__path__):
+        try:
+            mod = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
+        except Exception:  # optional dependencies (natten, timm...)
+            continue
+        for name, obj in vars(mod).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, PreTrainedModel)
+                and obj.__module__ == mod.__name__
+                and "PreTrained" not in name
+                and not re.search(r"For[A-Z]", name)
+                and getattr(obj, "config_class", None) is not None
+            ):
+                found.setdefault(obj.config_class, []).append(obj)
+    return found
+
+
+def _image_configs(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
+    """The config and its nested sub-configs that describe an image tower (a patch size)."""
+    out: list[tuple[str, PreTrainedConfig]] = []
+
+    def walk(c: PreTrainedConfig, path: str, depth: int) -> None:
+        if hasattr(c, "patch_size") and "text" not in c.model_type:
+            out.append((path, c))
+        if depth > 3:
+            return
+        for key in getattr(c, "sub_configs", {}) or {}:
+            sub = getattr(c, key, None)
+            if isinstance(sub, PreTrainedConfig):
+                walk(sub, f"{path}.{key}" if path else key, depth + 1)
+
+    walk(cfg, "", 0)
+    return out
+
+
+def _has_learned_table(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> bool:
+    """A model class of this config (built on the meta device) holds a 2-D-or-more position
+    table outside its text and decoder parts."""
+    for model_cls in classes.get(type(cfg), []):
+        try:
+            with torch.device("meta"):
+                model = model_cls(cfg)
+        except Exception:  # a class that needs other inputs: try the next
+            continue
+        for name, param in model.named_parameters():
+            table = TABLE_NAME.search(name) and param.dim() >= 2
+            if table and "text" not in name and "decoder" not in name:
+                return True
+    return False
+
+
+@pytest.mark.slow
+def test_sweep_of_learned_vision_towers_in_transformers() -> None:
+    """Every model type of transformers (default config) whose image tower holds a learned
+    position table: the served ones equal the tower's forward (whole config and vision config
+    alone, a non-square grid and the native one); the others are in NOT_COVERED with the
+    reason. Fails on an unexplained one."""
+    classes = _model_classes()
+    covered: list[str] = []
+    explained: list[str] = []
+    failures: list[str] = []
+    cache: dict[tuple[type, str], bool] = {}
+    for model_type in sorted(CONFIG_MAPPING.keys()):
+        try:
+            cfg = CONFIG_MAPPING[model_type]()
+        except Exception:  # configs that need arguments have no default
+            continue
+        for path, vision in _image_configs(cfg):
+            key = (type(vision), vision.to_json_string())
+            if key not in cache:
+                cache[key] = _has_learned_table(vision, classes)
+            if not cache[key]:
+                continue
+            label = f"{model_type}:{path or '.'}"
+            if model_type in NOT_COVERED and vision.model_type in LEARNED_TOWERS:
+                explained.append(f"{label} ({vision.model_type}): {NOT_COVERED[model_type]}")
+            elif vision.model_type in LEARNED_TOWERS:
+                try:
+                    whole = vision_learned_spec(cfg.to_dict())
+                    assert whole.model_type == vision.model_type, (whole.model_type, label)
+                    fixed = LEARNED_TOWERS[vision.model_type].rule.name == "fixed"
+                    for grid in [None] if fixed else [(3, 5), None]:
+                        _compare(vision, grid)
+                    covered.append(label)
+                except (AssertionError, InvalidArgument, RuntimeError) as exc:
+                    failures.append(f"{label}: {str(exc)[:300]}")
+            elif vision.model_type in NOT_COVERED:
+                explained.append(f"{label} ({vision.model_type}): {NOT_COVERED[vision.model_type]}")
+            else:
+                failures.append(f"{label} ({vision.model_type}): not covered, no reason")
+    found = len(covered) + len(explained) + len(failures)
+    types = {c.split(" ")[0] for c in covered}
+    print(f"\nlearned vision sweep: {len(covered)} covered / {found} found ({len(types)} labels)")
+    print("covered:", ", ".join(covered))
+    print("not covered:\n  " + "\n  ".join(explained))
+    assert not failures, "\n".join(failures)
+    assert len(covered) >= 97  # transformers 5.24: 97 of 178 model_type:tower labels
+
+
+def test_configs_md_lists_every_tower_under_its_rule() -> None:
+    """docs/configs.md's table of rules names each served model type in its rule's row."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "configs.md").read_text()
+    rows = {
+        line.split("|")[1].strip(" `"): set(re.findall(r"`([\w-]+)`", line.split("|")[3]))
+        for line in text.splitlines()
+        if line.startswith("| `") and line.count("|") == 4
+    }
+    for model_type, tower in LEARNED_TOWERS.items():
+        assert model_type in rows.get(tower.rule.name, set()), (model_type, tower.rule.name)
+
+
+def test_pixio_class_rows_come_from_the_config() -> None:
+    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)
+    spec = vision_learned_spec(config.to_dict(), grid=[5, 2])
+    assert (spec.prefix, spec.table_rows, spec.tokens) == (3, 3 + 16 * 16, 3 + 10)
+    for grid in [(5, 2), (30, 17), None]:
+        _compare(config, grid)
