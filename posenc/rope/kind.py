@@ -13,6 +13,12 @@ from posenc import kinds
 from posenc._validate import check_seq_len_or_positions
 from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
+from posenc.rope.precision import (  # issue 30: precision "engine"
+    PRECISIONS,
+    check_engine_precision,
+    engine_blocks,
+    engine_tables,
+)
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,
@@ -109,6 +115,7 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             field="mrope_section",
         )
     check_exponent_dim(p["rotary_dim"], p["exponent_dim"])
+    check_engine_precision(p)  # issue 30
     if p["mrope_section"] is not None:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
@@ -166,6 +173,7 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
     meta["engine"] = p["engine"]
+    meta["precision"] = p["precision"]  # issue 30
     if vllm is not None:
         meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
         meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
@@ -225,6 +233,8 @@ def _xd_compute(
 
 
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    if p["precision"] == "engine":  # issue 30: the engine's own float32 arithmetic
+        return engine_tables(p, _mrope_rows(p), device=ctx.device, dtype=ctx.dtype)
     common = _table_arguments(p, ctx)
     xd = _xd_rows(p)
     if xd is not None:
@@ -260,6 +270,8 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    if p["precision"] == "engine":  # issue 30
+        return engine_blocks(p, device=ctx.device, dtype=ctx.dtype)
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(
@@ -498,6 +510,16 @@ ROPE: kinds.Kind = kinds.Kind(
             "same config: see docs/engines.md)",
             "transformers",
             choices=("transformers", "vllm"),
+        ),
+        kinds.FieldSpec(  # issue 30
+            "precision",
+            "str",
+            "exact (default: float64 angles from the engine's rule, cast once) or engine: the "
+            "engine's own arithmetic in its own dtype and order of operations (transformers: "
+            "float32 inv_freq, float32 position x inv_freq, torch's float32 cos/sin, bit for bit "
+            "its rotary module's output)",
+            "exact",
+            choices=PRECISIONS,
         ),
         kinds.FieldSpec(
             "max_model_len",

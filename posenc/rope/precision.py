@@ -1,0 +1,345 @@
+"""RoPE in an engine's own precision: transformers' float32 arithmetic, step for step.
+
+posenc's tables are exact by default (float64 angles, cast once). ``precision: "engine"`` asks
+instead for what the engine itself computes, in its own dtype and order of operations, so a
+caller porting RoPE to a kernel, or debugging a model, can compare bit for bit.
+
+transformers 5 (``modeling_rope_utils.py`` and each model's ``<Model>RotaryEmbedding``):
+
+- ``inv_freq`` is computed once in float32 by the rope type's init function
+  (``1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`` and the type's float32 edits);
+  dynamic NTK recomputes it, with a float32 base, when ``max(position) + 1`` passes the
+  original length, and LongRoPE picks its long factors there;
+- ``forward``: ``freqs = position_ids[..., None].float() * inv_freq`` (one float32 product),
+  ``emb = cat(freqs, freqs)``, ``cos = emb.cos() * attention_scaling`` (torch's float32
+  ``cos``), cast to the activations' dtype. Llama 4 takes ``torch.polar(ones, freqs)`` instead.
+
+Every step here is the same torch operation on the same float32 values, so on the same torch
+build the tables equal the module's output bit for bit (torch's float32 ``cos``/``sin`` give
+each element the same value whatever the tensor's shape, so row blocks equal the whole table).
+
+Notation: ``T`` positions, ``R`` rotary dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc.blocks import TableBlocks, tensor_blocks
+from posenc.errors import InvalidArgument
+from posenc.model_configs import MODEL_CONFIGS
+from posenc.rope.scaling import RopeScaling, rope_inv_freq
+from posenc.rope.sections import mrope_channel_axes
+
+Precision = Literal["exact", "engine"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+#: Text model types whose transformers rotary module returns ``torch.polar(1, θ)`` (complex)
+#: rather than ``cos``/``sin`` of ``θ``.
+POLAR_MODEL_TYPES: frozenset[str] = frozenset({"llama4", "llama4_text"})
+
+
+def _exponents(dim: int) -> Tensor:
+    """``torch.arange(0, dim, 2).float() / dim`` as every transformers init function writes it."""
+    return torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim
+
+
+def _default(dim: int, base: float) -> Tensor:
+    return 1.0 / (base ** _exponents(dim))
+
+
+def _dynamic(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
+    """``_compute_dynamic_ntk_parameters``: at init (python floats, ``seq_len`` the original
+    length) and, once ``max(position) + 1`` passes it, again with a 0-dim int64 ``seq_len``,
+    which makes the rescaled base a float32 tensor."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    if length <= omax:  # the buffer built at init
+        b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
+        return 1.0 / (b ** _exponents(dim))
+    seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
+    rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
+    return 1.0 / (rescaled ** _exponents(dim))
+
+
+def _yarn(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_yarn_parameters``'s float32 ramp between interpolation and extrapolation."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    beta_fast = s.beta_fast or 32
+    beta_slow = s.beta_slow or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(omax / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.truncate is None or s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (factor * pos_freqs)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+
+
+def _longrope(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
+    """``_compute_longrope_parameters``: the long factors when ``max(position) + 1`` passes
+    the original length (``longrope_frequency_update``), else the short ones."""
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    factors = s.long_factor if length > omax else s.short_factor
+    ext = torch.tensor(factors, dtype=torch.float32)
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext * base**shape)
+
+
+def _llama3(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_llama3_parameters`` in float32, its ``where``s in the same order."""
+    inv = _default(dim, base)
+    factor = float(s.factor)  # type: ignore[arg-type]
+    low = float(s.low_freq_factor)  # type: ignore[arg-type]
+    high = float(s.high_freq_factor)  # type: ignore[arg-type]
+    old = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, llama)
+
+
+def _proportional(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_proportional_rope_parameters``: ``dim`` is the whole head."""
+    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    angles = int(share * dim // 2)
+    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
+    rest = dim // 2 - angles
+    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
+    inv /= 1.0 if s.factor is None else float(s.factor)
+    return inv
+
+
+def transformers_inv_freq(
+    rotary_dim: int,
+    base: float,
+    scaling: RopeScaling | None = None,
+    *,
+    seq_len: int,
+    exponent_dim: int | None = None,
+) -> tuple[Tensor, float]:
+    """The float32 ``inv_freq`` transformers' rotary module uses for a sequence of ``seq_len``
+    positions (``max(position) + 1``), and its attention scaling.
+
+    Returns:
+        ``(inv_freq (R/2,) float32, attention_scaling)``; the scaling is the same Python float
+        as :func:`posenc.rope.rope_inv_freq`'s (transformers computes it with ``math``).
+    """
+    dim = rotary_dim if exponent_dim is None else exponent_dim
+    _exact, attention_scaling = rope_inv_freq(
+        rotary_dim, base, scaling, seq_len=seq_len, exponent_dim=exponent_dim
+    )
+    kind = "default" if scaling is None else scaling.type
+    if kind == "default":
+        inv = _default(dim, base)
+    elif kind == "linear":
+        inv = _default(dim, base)
+        inv /= float(scaling.factor)  # type: ignore[union-attr, arg-type]
+    elif kind == "dynamic":
+        inv = _dynamic(dim, base, scaling, seq_len)  # type: ignore[arg-type]
+    elif kind == "yarn":
+        inv = _yarn(dim, base, scaling)  # type: ignore[arg-type]
+    elif kind == "longrope":
+        inv = _longrope(dim, base, scaling, seq_len)  # type: ignore[arg-type]
+    elif kind == "llama3":
+        inv = _llama3(dim, base, scaling)  # type: ignore[arg-type]
+    elif kind == "proportional":
+        inv = _proportional(dim, base, scaling)  # type: ignore[arg-type]
+    else:  # pragma: no cover - RopeScaling.from_dict refuses other types
+        raise InvalidArgument(f"no transformers rule for rope type {kind!r}", field="scaling")
+    return inv[: rotary_dim // 2], float(attention_scaling)
+
+
+def transformers_half_tables(
+    positions: Tensor, inv_freq: Tensor, attention_scaling: float, *, polar: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``(cos, sin)`` of the forward's ``freqs`` before ``cat``: ``(T, R/2)`` float32 each.
+
+    ``freqs = positions.float()[:, None] * inv_freq`` (float32), then ``freqs.cos() *
+    attention_scaling`` (or Llama 4's ``torch.polar(ones, freqs) * attention_scaling``).
+    """
+    freqs = positions[..., None].float() * inv_freq.to(dtype=torch.float)  # (..., T, R/2)
+    if polar:
+        cis = torch.polar(torch.ones_like(freqs), freqs) * attention_scaling
+        return cis.real.contiguous(), cis.imag.contiguous()
+    return freqs.cos() * attention_scaling, freqs.sin() * attention_scaling
+
+
+def widen(half: Tensor, layout: str) -> Tensor:
+    """``(T, R/2)`` values to ``(T, R)`` in ``layout``: ``cat(x, x)`` (half) or each value twice
+    in place (interleaved, as DeepSeek, GLM and Llama 4 apply it)."""
+    return torch.cat((half, half), -1) if layout == "half" else half.repeat_interleave(2, -1)
+
+
+def transformers_cos_sin(
+    positions: Tensor,
+    *,
+    rotary_dim: int,
+    base: float,
+    layout: str = "half",
+    scaling: RopeScaling | None = None,
+    exponent_dim: int | None = None,
+    rotation: str = "positive",
+    mrope_section: Sequence[int] | None = None,
+    mrope_interleaved: bool = False,
+    polar: bool = False,
+    seq_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """transformers' ``(cos, sin, inv_freq)`` in its own float32 arithmetic.
+
+    Args:
+        positions: ``(T,)`` int64 positions, or ``(3, T)`` M-RoPE rows with ``mrope_section``.
+        seq_len: the sequence length dynamic NTK and LongRoPE see (default ``max + 1``).
+        polar: Llama 4's complex ``torch.polar`` form.
+        dtype: the activations' dtype the module casts to at the end.
+
+    Returns:
+        cos, sin ``(T, R)`` in ``layout`` and the float32 ``inv_freq (R/2,)`` cast to ``dtype``.
+    """
+    length = int(positions.max()) + 1 if seq_len is None else seq_len
+    if positions.numel() == 0:
+        length = 1
+    inv, scale = transformers_inv_freq(
+        rotary_dim, base, scaling, seq_len=length, exponent_dim=exponent_dim
+    )
+    cos, sin = transformers_half_tables(positions, inv, scale, polar=polar)
+    if mrope_section is not None:  # (3, T, R/2): each frequency from the axis that owns it
+        axes = mrope_channel_axes(rotary_dim, mrope_section, interleaved=mrope_interleaved)
+        index = axes[None, None, :].expand(1, cos.shape[1], -1)
+        cos, sin = cos.gather(0, index)[0], sin.gather(0, index)[0]
+    if rotation == "negative":
+        sin = -sin
+    return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
+
+
+def model_type_of(p: Mapping[str, Any]) -> str:
+    """The text ``model_type`` behind resolved fields: the config's, else the preset's config's
+    (``""`` when neither names one)."""
+    if p.get("config_model_type"):
+        return str(p["config_model_type"])
+    preset = p.get("preset")
+    if isinstance(preset, str):
+        quoted = MODEL_CONFIGS.get(preset.removesuffix("-local"))
+        if quoted is not None:
+            config = quoted[1]
+            text = config.get("text_config")
+            if isinstance(text, Mapping) and text.get("model_type"):
+                return str(text["model_type"])
+            return str(config.get("model_type") or "")
+    return ""
+
+
+def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`transformers_cos_sin`'s keyword arguments from resolved rope fields."""
+    scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+    return dict(
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=scaling,
+        exponent_dim=p.get("exponent_dim"),
+        rotation=p.get("rotation") or "positive",
+        polar=model_type_of(p) in POLAR_MODEL_TYPES,
+    )
+
+
+def check_engine_precision(p: Mapping[str, Any]) -> None:
+    """Refuse what ``precision: "engine"`` does not cover yet, with the reason."""
+    if p.get("precision", "exact") == "exact":
+        return
+    engine = p.get("engine", "transformers")
+    if p.get("config_xdrope_section") is not None:
+        raise InvalidArgument(
+            'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
+            field="precision",
+        )
+    if engine != "transformers":
+        raise InvalidArgument(
+            f'precision "engine" is transformers\' float32 arithmetic; engine {engine!r} has '
+            'only precision "exact" here so far',
+            field="precision",
+        )
+
+
+def engine_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
+    ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
+    kw = _arguments(p)
+    if rows is not None:
+        pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+        kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
+    elif p.get("positions") is not None:
+        pos = torch.tensor(list(p["positions"]), dtype=torch.int64)  # (T,)
+    else:
+        pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
+    cos, sin, inv = transformers_cos_sin(pos, dtype=dtype, **kw)
+    return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
+
+
+def engine_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """:func:`engine_tables` for 1-D positions in row blocks (each element is computed alone,
+    so the blocks are the whole table's bytes)."""
+    kw = _arguments(p)
+    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
+    total = int(p["seq_len"]) if held is None else held.numel()
+    length = total if held is None else int(held.max()) + 1
+    inv, scale = transformers_inv_freq(
+        kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
+    )
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    width = kw["rotary_dim"]
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin = transformers_half_tables(pos, inv, scale, polar=kw["polar"])
+            half = cos if which == "cos" else (-sin if kw["rotation"] == "negative" else sin)
+            out.copy_(widen(half, kw["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
+    return out
+
+
+__all__ = [
+    "POLAR_MODEL_TYPES",
+    "PRECISIONS",
+    "Precision",
+    "check_engine_precision",
+    "engine_blocks",
+    "engine_tables",
+    "model_type_of",
+    "transformers_cos_sin",
+    "transformers_half_tables",
+    "transformers_inv_freq",
+    "widen",
+]
