@@ -17,7 +17,10 @@ from posenc.rope.precision import (  # issue 30: precision "engine"
     PRECISIONS,
     check_engine_precision,
     engine_blocks,
+    engine_meta,
     engine_tables,
+    handles,
+    llamacpp_complete,
 )
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
@@ -126,6 +129,8 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             f"{p['rotary_dim']}); use engine transformers",
             field="exponent_dim",
         )
+    if p["engine"] == "llama.cpp":  # issue 30: what llama.cpp passes ggml_rope_ext
+        p = llamacpp_complete(p)
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     elif p["dual_chunk_cache"] is not None:
@@ -173,7 +178,7 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
     meta["engine"] = p["engine"]
-    meta["precision"] = p["precision"]  # issue 30
+    meta.update(engine_meta(p))  # issue 30: precision, llama.cpp's arguments
     if vllm is not None:
         meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
         meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
@@ -233,7 +238,7 @@ def _xd_compute(
 
 
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    if p["precision"] == "engine":  # issue 30: the engine's own float32 arithmetic
+    if handles(p):  # issue 30: an engine's own arithmetic, llama.cpp
         return engine_tables(p, _mrope_rows(p), device=ctx.device, dtype=ctx.dtype)
     common = _table_arguments(p, ctx)
     xd = _xd_rows(p)
@@ -270,7 +275,7 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    if p["precision"] == "engine":  # issue 30
+    if handles(p):  # issue 30
         return engine_blocks(p, device=ctx.device, dtype=ctx.dtype)
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
@@ -301,6 +306,8 @@ def _rope_from_config(
     fields = positions.rope_fields(layer_type)
     layer = positions.rope_for(layer_type)
     info = {"rope_type": layer.rope_type}
+    if given.get("engine") == "llama.cpp":  # issue 30: n_ctx_train for llama.cpp
+        info.update(config_max_position_embeddings=positions.max_position_embeddings)
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
         deepseek = positions.model_type.removesuffix("_text") in DEEPSEEK_MODEL_TYPES
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
@@ -506,10 +513,11 @@ ROPE: kinds.Kind = kinds.Kind(
         kinds.FieldSpec(
             "engine",
             "str",
-            "whose tables: transformers (default) or vllm (what vLLM's get_rope builds from the "
-            "same config: see docs/engines.md)",
+            "whose tables: transformers (default), vllm (what vLLM's get_rope builds from the "
+            "same config) or llama.cpp (what llama.cpp passes ggml_rope_ext for the model: "
+            "see docs/engines.md)",
             "transformers",
-            choices=("transformers", "vllm"),
+            choices=("transformers", "vllm", "llama.cpp"),
         ),
         kinds.FieldSpec(  # issue 30
             "precision",

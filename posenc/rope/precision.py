@@ -33,6 +33,13 @@ from torch import Tensor
 from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.model_configs import MODEL_CONFIGS
+from posenc.rope.llamacpp import (
+    LlamaCppRope,
+    ggml_rope_tables,
+    llamacpp_inv_freq,
+    llamacpp_rope_for,
+    llamacpp_rope_tables,
+)
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
 
@@ -61,7 +68,8 @@ def _dynamic(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
     omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
     if length <= omax:  # the buffer built at init
         b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
-        return 1.0 / (b ** _exponents(dim))
+        inv: Tensor = 1.0 / (b ** _exponents(dim))
+        return inv
     seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
     rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
     return 1.0 / (rescaled ** _exponents(dim))
@@ -231,21 +239,87 @@ def transformers_cos_sin(
     return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
 
 
+#: The engines whose tables this module computes (both precisions for llama.cpp).
+OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp"})
+
+
+def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The quoted config's text part behind a preset (empty when there is none)."""
+    preset = p.get("preset")
+    if not isinstance(preset, str):
+        return {}
+    quoted = MODEL_CONFIGS.get(preset.removesuffix("-local"))
+    if quoted is None:
+        return {}
+    config = quoted[1]
+    text = config.get("text_config")
+    if isinstance(text, Mapping) and text.get("model_type"):
+        return text
+    return config
+
+
 def model_type_of(p: Mapping[str, Any]) -> str:
     """The text ``model_type`` behind resolved fields: the config's, else the preset's config's
     (``""`` when neither names one)."""
     if p.get("config_model_type"):
         return str(p["config_model_type"])
-    preset = p.get("preset")
-    if isinstance(preset, str):
-        quoted = MODEL_CONFIGS.get(preset.removesuffix("-local"))
-        if quoted is not None:
-            config = quoted[1]
-            text = config.get("text_config")
-            if isinstance(text, Mapping) and text.get("model_type"):
-                return str(text["model_type"])
-            return str(config.get("model_type") or "")
-    return ""
+    return str(_preset_text_config(p).get("model_type") or "")
+
+
+def handles(p: Mapping[str, Any]) -> bool:
+    """Whether this module computes the rope kind's tables for resolved fields."""
+    return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
+
+
+def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
+    """Resolved fields with ``engine: "llama.cpp"``: llama.cpp's arguments (``llamacpp``, a
+    plain dict) and its layout."""
+    mpe = p.get("config_max_position_embeddings")
+    if mpe is None:
+        text = _preset_text_config(p)
+        mpe = text.get("max_position_embeddings")
+    rope = llamacpp_rope_for(
+        model_type=model_type_of(p),
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=p.get("scaling"),
+        max_position_embeddings=mpe,
+        n_ctx=p.get("max_model_len"),
+        mrope_section=p.get("mrope_section"),
+    )
+    return {
+        **p,
+        "layout": rope.layout,
+        "llamacpp": rope.to_dict(),
+        "llamacpp_notes": list(rope.notes),
+    }
+
+
+def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+    d = dict(p["llamacpp"])
+    sections = d.pop("sections")
+    factors = d.pop("freq_factors")
+    return LlamaCppRope(
+        **d,
+        sections=tuple(sections) if sections is not None else None,
+        freq_factors=tuple(factors) if factors is not None else None,
+    )
+
+
+def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of the engine's own arithmetic: ``precision``, and for llama.cpp its
+    arguments, its magnitude and how it read the model."""
+    out: dict[str, Any] = {"precision": p.get("precision", "exact")}
+    if p.get("llamacpp") is not None:
+        _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
+        out.update(
+            llamacpp=dict(p["llamacpp"]),
+            llamacpp_notes=list(p.get("llamacpp_notes") or []),
+            attention_scaling=magnitude,
+            layout=p["layout"],
+        )
+    return out
 
 
 def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -272,7 +346,7 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
             'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
             field="precision",
         )
-    if engine != "transformers":
+    if engine not in ("transformers", *OWN_ENGINES):
         raise InvalidArgument(
             f'precision "engine" is transformers\' float32 arithmetic; engine {engine!r} has '
             'only precision "exact" here so far',
@@ -289,6 +363,8 @@ def engine_tables(
 ) -> dict[str, Tensor]:
     """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
+    if p.get("llamacpp") is not None:
+        return _llamacpp_tables(p, rows, device=device, dtype=dtype)
     kw = _arguments(p)
     if rows is not None:
         pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
@@ -301,19 +377,52 @@ def engine_tables(
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
 
 
+def _llamacpp_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+    """llama.cpp's ``(T, R/2)`` cos and sin: ggml's float32 (engine) or exact float64."""
+    rope = _llamacpp(p)
+    if p.get("precision") == "engine":
+        return ggml_rope_tables(pos, rope)
+    return llamacpp_rope_tables(pos, rope)
+
+
+def _llamacpp_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+) -> dict[str, Tensor]:
+    if rows is not None:
+        pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+    elif p.get("positions") is not None:
+        pos = torch.tensor(list(p["positions"]), dtype=torch.int64)
+    else:
+        pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
+    cos, sin = _llamacpp_half(p, pos)
+    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    layout = p["layout"]
+    return {
+        "cos": widen(cos, layout).to(device=device, dtype=dtype),
+        "sin": widen(sin, layout).to(device=device, dtype=dtype),
+        "inv_freq": speed.to(device=device, dtype=dtype),
+    }
+
+
 def engine_blocks(
     p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
 ) -> dict[str, TableBlocks]:
     """:func:`engine_tables` for 1-D positions in row blocks (each element is computed alone,
     so the blocks are the whole table's bytes)."""
-    kw = _arguments(p)
     held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
     total = int(p["seq_len"]) if held is None else held.numel()
     length = total if held is None else int(held.max()) + 1
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    if p.get("llamacpp") is not None:
+        return _llamacpp_blocks(p, held, total, dev, dtype)
+    kw = _arguments(p)
     inv, scale = transformers_inv_freq(
         kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
     )
-    dev = torch.device("cpu") if device is None else torch.device(device)
     width = kw["rotary_dim"]
 
     def filler(which: str) -> Any:
@@ -330,13 +439,37 @@ def engine_blocks(
     return out
 
 
+def _llamacpp_blocks(
+    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """llama.cpp's tables in row blocks (each position's row is computed alone)."""
+    width = int(p["rotary_dim"])
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin = _llamacpp_half(p, pos)
+            out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    out["inv_freq"] = tensor_blocks("inv_freq", speed.to(dtype))
+    return out
+
+
 __all__ = [
+    "OWN_ENGINES",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
     "Precision",
     "check_engine_precision",
     "engine_blocks",
+    "engine_meta",
     "engine_tables",
+    "handles",
+    "llamacpp_complete",
     "model_type_of",
     "transformers_cos_sin",
     "transformers_half_tables",

@@ -1,0 +1,256 @@
+"""Record llama.cpp's own RoPE (libggml's ``ggml_rope_ext`` / ``ggml_rope_multi`` on the CPU)
+into tests/fixtures/llamacpp/tables.json.
+
+Runs in a separate virtual environment that has ``llama-cpp-python`` (which builds and ships
+libggml; never the service's environment)::
+
+    python -m venv /work/venvs/llamacpp
+    /work/venvs/llamacpp/bin/pip install numpy torch==2.13.0 llama-cpp-python
+    /work/venvs/llamacpp/bin/python scripts/record_llamacpp_tables.py          # rewrite
+    /work/venvs/llamacpp/bin/python scripts/record_llamacpp_tables.py --check  # compare only
+
+For each case, posenc's :func:`posenc.rope.llamacpp.llamacpp_rope_for` gives the arguments
+llama.cpp passes for a published config (``n_dims``, mode, ``freq_base``, ``freq_scale``, YaRN's
+``ext_factor``/``attn_factor``/``beta_fast``/``beta_slow``/``n_ctx_orig``, M-RoPE sections and the
+``freq_factors`` tensor). The script builds a one-head input whose rotated pairs are ``(1, 0)``
+(adjacent pairs in normal mode, ``x[i]`` and ``x[i + R/2]`` otherwise), so ggml's output holds
+``cos`` and ``sin`` of each pair exactly (``1·cos − 0·sin``), runs one ggml graph through ctypes
+and stores them as float32 bytes (base64), with the arguments, per position.
+``tests/lib/test_llamacpp.py`` checks posenc's ``precision: "engine"`` against them within 2
+float32 ulp in the default test lane.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import ctypes
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+FIXTURE = ROOT / "tests" / "fixtures" / "llamacpp" / "tables.json"
+
+#: Positions recorded for every case: the first 16, a spread, and both sides of 131,072.
+POSITIONS = (
+    *range(16),
+    100,
+    1000,
+    4095,
+    4096,
+    8191,
+    8192,
+    16384,
+    32767,
+    65536,
+    100_000,
+    131_071,
+    131_072,
+    262_143,
+    1_000_000,
+)
+
+#: (case name, preset, llama.cpp context size or None for the training context)
+CASES = (
+    ("llama-2-7b", "llama-2-7b", None),
+    ("llama-3.1-8b", "llama-3.1-8b", None),
+    ("qwen2.5-7b", "qwen2.5-7b", None),
+    ("phi-2", "phi-2", None),
+    ("phi-3.5-mini-long", "phi-3.5-mini", None),
+    ("phi-3.5-mini-short", "phi-3.5-mini", 4096),
+    ("deepseek-v3", "deepseek-v3", None),
+    ("gpt-oss-20b", "gpt-oss-20b", None),
+    ("gemma-3-4b", "gemma-3-4b", None),
+    ("ministral-3-8b", "ministral-3-8b", None),
+    ("qwen2.5-vl-7b", "qwen2.5-vl-7b", None),
+    ("qwen3-vl-8b", "qwen3-vl-8b", None),
+)
+
+GGML_TYPE_F32 = 0
+GGML_TYPE_I32 = 26
+
+
+class _InitParams(ctypes.Structure):
+    _fields_ = [
+        ("mem_size", ctypes.c_size_t),
+        ("mem_buffer", ctypes.c_void_p),
+        ("no_alloc", ctypes.c_bool),
+    ]
+
+
+#: A folder holding libggml-base.so and libggml-cpu.so to use instead of llama_cpp's own
+#: (``POSENC_GGML_LIB``: the same libraries from a llama-cpp-python build folder).
+GGML_LIB_ENV = "POSENC_GGML_LIB"
+
+_LOADED: list[tuple[ctypes.CDLL, ctypes.CDLL, str]] = []
+
+
+def _libs() -> tuple[ctypes.CDLL, ctypes.CDLL, str]:
+    if not _LOADED:
+        _LOADED.append(_load())
+    return _LOADED[0]
+
+
+def _load() -> tuple[ctypes.CDLL, ctypes.CDLL, str]:
+    if os.environ.get(GGML_LIB_ENV):
+        lib_dir, version = Path(os.environ[GGML_LIB_ENV]), "libggml from " + GGML_LIB_ENV
+    else:
+        import llama_cpp  # loads its libggml
+
+        lib_dir = Path(llama_cpp.__file__).parent / "lib"
+        version = "llama-cpp-python " + getattr(llama_cpp, "__version__", "?")
+    base = ctypes.CDLL(str(next(lib_dir.glob("libggml-base.so*"))), mode=ctypes.RTLD_GLOBAL)
+    cpu = ctypes.CDLL(str(next(lib_dir.glob("libggml-cpu.so*"))), mode=ctypes.RTLD_GLOBAL)
+    vp = ctypes.c_void_p
+    base.ggml_init.argtypes, base.ggml_init.restype = [_InitParams], vp
+    base.ggml_free.argtypes = [vp]
+    base.ggml_new_tensor_1d.argtypes, base.ggml_new_tensor_1d.restype = (
+        [vp, ctypes.c_int, ctypes.c_int64],
+        vp,
+    )
+    base.ggml_new_tensor_3d.argtypes = [
+        vp,
+        ctypes.c_int,
+        ctypes.c_int64,
+        ctypes.c_int64,
+        ctypes.c_int64,
+    ]
+    base.ggml_new_tensor_3d.restype = vp
+    f, i = ctypes.c_float, ctypes.c_int
+    base.ggml_rope_ext.argtypes = [vp, vp, vp, vp, i, i, i, f, f, f, f, f, f]
+    base.ggml_rope_ext.restype = vp
+    base.ggml_rope_multi.argtypes = [vp, vp, vp, vp, i, ctypes.POINTER(i), i, i, f, f, f, f, f, f]
+    base.ggml_rope_multi.restype = vp
+    base.ggml_new_graph.argtypes, base.ggml_new_graph.restype = [vp], vp
+    base.ggml_build_forward_expand.argtypes = [vp, vp]
+    base.ggml_get_data.argtypes, base.ggml_get_data.restype = [vp], vp
+    cpu.ggml_graph_compute_with_ctx.argtypes, cpu.ggml_graph_compute_with_ctx.restype = (
+        [vp, vp, i],
+        i,
+    )
+    base.ggml_version.restype = ctypes.c_char_p
+    return base, cpu, f"{version}, ggml {base.ggml_version().decode()}"
+
+
+def ggml_rope(positions: list[int], rope: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """ggml's cos and sin, ``(T, R/2)`` float32 each, for the arguments in ``rope``."""
+    base, cpu, _ = _libs()
+    n, t = int(rope["n_dims"]), len(positions)
+    modes = {"normal": 0, "neox": 2, "mrope": 8, "imrope": 40}
+    mode = modes[rope["mode"]]
+    multi = rope["sections"] is not None
+    ctx = base.ggml_init(_InitParams(64 * 1024 * 1024 + 64 * n * t, None, False))
+    try:
+        x = base.ggml_new_tensor_3d(ctx, GGML_TYPE_F32, n, 1, t)
+        npos = 4 * t if multi else t
+        pos = base.ggml_new_tensor_1d(ctx, GGML_TYPE_I32, npos)
+        row = np.zeros(n, dtype=np.float32)
+        if mode == 0:
+            row[0::2] = 1.0
+        else:
+            row[: n // 2] = 1.0
+        xa = np.ctypeslib.as_array((ctypes.c_float * (n * t)).from_address(base.ggml_get_data(x)))
+        xa[:] = np.tile(row, t)
+        pa = np.ctypeslib.as_array((ctypes.c_int32 * npos).from_address(base.ggml_get_data(pos)))
+        pa[:] = np.tile(np.asarray(positions, dtype=np.int32), 4 if multi else 1)
+        factors = None
+        if rope["freq_factors"] is not None:
+            factors = base.ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n // 2)
+            fa = np.ctypeslib.as_array(
+                (ctypes.c_float * (n // 2)).from_address(base.ggml_get_data(factors))
+            )
+            fa[:] = np.asarray(rope["freq_factors"], dtype=np.float32)
+        args = (
+            rope["n_ctx_orig"],
+            rope["freq_base"],
+            rope["freq_scale"],
+            rope["ext_factor"],
+            rope["attn_factor"],
+            rope["beta_fast"],
+            rope["beta_slow"],
+        )
+        if multi:
+            sections = (ctypes.c_int * 4)(*rope["sections"])
+            out = base.ggml_rope_multi(ctx, x, pos, factors, n, sections, mode, *args)
+        else:
+            out = base.ggml_rope_ext(ctx, x, pos, factors, n, mode, *args)
+        graph = base.ggml_new_graph(ctx)
+        base.ggml_build_forward_expand(graph, out)
+        if cpu.ggml_graph_compute_with_ctx(ctx, graph, 1) != 0:
+            raise RuntimeError("ggml_graph_compute_with_ctx failed")
+        oa = np.ctypeslib.as_array((ctypes.c_float * (n * t)).from_address(base.ggml_get_data(out)))
+        table = oa.reshape(t, n).copy()
+    finally:
+        base.ggml_free(ctx)
+    if mode == 0:
+        return table[:, 0::2], table[:, 1::2]
+    return table[:, : n // 2], table[:, n // 2 :]
+
+
+def _b64(a: np.ndarray) -> str:
+    return base64.b64encode(np.ascontiguousarray(a, dtype="<f4").tobytes()).decode()
+
+
+def record() -> dict[str, Any]:
+    from posenc.hf_config import read_positions
+    from posenc.model_configs import model_config
+    from posenc.presets import PRESETS
+    from posenc.rope.llamacpp import llamacpp_rope_for
+    from posenc.rope.precision import model_type_of
+
+    _, _, version = _libs()
+    cases = []
+    for name, preset, n_ctx in CASES:
+        params = dict(PRESETS[preset].params)
+        mp = read_positions(model_config(preset))
+        rope = llamacpp_rope_for(
+            model_type=model_type_of({"preset": preset}),
+            rotary_dim=params["rotary_dim"],
+            base=params["base"],
+            layout=params["layout"],
+            scaling=params["scaling"],
+            max_position_embeddings=mp.max_position_embeddings,
+            n_ctx=n_ctx,
+            mrope_section=mp.mrope_section,
+        )
+        spec = rope.to_dict()
+        cos, sin = ggml_rope(list(POSITIONS), spec)
+        cases.append(
+            {
+                "name": name,
+                "preset": preset,
+                "n_ctx": n_ctx,
+                "rope": spec,
+                "cos": _b64(cos),
+                "sin": _b64(sin),
+            }
+        )
+    return {"library": version, "positions": list(POSITIONS), "cases": cases}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--check", action="store_true", help="compare with the fixture, write nothing"
+    )
+    args = parser.parse_args()
+    data = record()
+    if args.check:
+        old = json.loads(FIXTURE.read_text())
+        same = old["cases"] == data["cases"]
+        print("fixture matches" if same else "fixture differs")
+        return 0 if same else 1
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {len(data['cases'])} cases to {FIXTURE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
