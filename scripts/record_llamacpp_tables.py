@@ -234,6 +234,74 @@ def record() -> dict[str, Any]:
     return {"library": version, "positions": list(POSITIONS), "cases": cases}
 
 
+GGUF_DIR = FIXTURE.parent / "gguf"
+
+#: GGUF fixtures: (file, preset, architecture). Written by gguf's own GGUFWriter with the keys
+#: and tensors llama.cpp's converter writes for the preset's config (conversion/base.py,
+#: llama.py, phi.py, deepseek.py), and a tiny F16 token_embd.
+GGUF_CASES = (
+    ("llama-3.1-8b.gguf", "llama-3.1-8b", "llama"),
+    ("qwen2.5-7b.gguf", "qwen2.5-7b", "qwen2"),
+    ("phi-3.5-mini.gguf", "phi-3.5-mini", "phi3"),
+    ("deepseek-v3.gguf", "deepseek-v3", "deepseek2"),
+    ("gpt-oss-20b.gguf", "gpt-oss-20b", "gpt-oss"),
+    ("qwen2.5-vl-7b.gguf", "qwen2.5-vl-7b", "qwen2vl"),
+)
+
+
+def write_gguf(path: Path, preset: str, arch: str) -> None:
+    """One GGUF fixture: the converter's rope keys and factor tensors for ``preset``."""
+    import gguf
+
+    from posenc.hf_config import read_positions
+    from posenc.model_configs import model_config
+    from posenc.presets import PRESETS
+    from posenc.rope.llamacpp import llama3_freq_factors
+
+    params = PRESETS[preset].params
+    mp = read_positions(model_config(preset))
+    s = dict(params["scaling"] or {})
+    w = gguf.GGUFWriter(str(path), arch)
+    w.add_context_length(int(mp.max_position_embeddings))
+    w.add_embedding_length(8 * params["head_dim"])
+    w.add_head_count(8)
+    w.add_key_length(params["head_dim"])
+    w.add_rope_dimension_count(params["rotary_dim"])
+    w.add_rope_freq_base(params["base"])
+    kind = s.get("type")
+    if kind == "yarn":
+        w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+        w.add_rope_scaling_factor(s["factor"])
+        w.add_rope_scaling_orig_ctx_len(s["original_max_position_embeddings"])
+        if s.get("beta_fast") is not None:
+            w.add_rope_scaling_yarn_beta_fast(s["beta_fast"])
+        if s.get("beta_slow") is not None:
+            w.add_rope_scaling_yarn_beta_slow(s["beta_slow"])
+        if arch == "deepseek2" and s.get("mscale_all_dim") is not None:
+            w.add_rope_scaling_yarn_log_mul(0.1 * s["mscale_all_dim"])
+    elif kind == "longrope":
+        omax = s["original_max_position_embeddings"]
+        scale = mp.max_position_embeddings / omax
+        w.add_rope_scaling_type(gguf.RopeScalingType.LONGROPE)
+        w.add_rope_scaling_orig_ctx_len(omax)
+        w.add_rope_scaling_attn_factors(
+            np.sqrt(1 + np.log(scale) / np.log(omax)) if scale > 1.0 else 1.0
+        )
+    if mp.mrope_section is not None:
+        w.add_rope_dimension_sections([*mp.mrope_section, 0][:4])
+    if kind == "llama3":
+        factors = llama3_freq_factors(params["rotary_dim"], params["base"], s)
+        w.add_tensor("rope_freqs.weight", np.asarray(factors, dtype=np.float32))
+    if kind == "longrope":
+        w.add_tensor("rope_factors_long.weight", np.asarray(s["long_factor"], dtype=np.float32))
+        w.add_tensor("rope_factors_short.weight", np.asarray(s["short_factor"], dtype=np.float32))
+    w.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float16))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -246,9 +314,15 @@ def main() -> int:
         same = old["cases"] == data["cases"]
         print("fixture matches" if same else "fixture differs")
         return 0 if same else 1
+    GGUF_DIR.mkdir(parents=True, exist_ok=True)
+    for file, preset, arch in GGUF_CASES:
+        write_gguf(GGUF_DIR / file, preset, arch)
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     FIXTURE.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {len(data['cases'])} cases to {FIXTURE.relative_to(ROOT)}")
+    print(
+        f"wrote {len(data['cases'])} cases to {FIXTURE.relative_to(ROOT)}, GGUF files to "
+        f"{GGUF_DIR.relative_to(ROOT)}"
+    )
     return 0
 
 

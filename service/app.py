@@ -36,6 +36,7 @@ from service.admission.cache import ByteLRU
 from service.body_limit import BodyLimitMiddleware, BodyTooLarge
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
+from service.gguf_body import GgufBodyMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.observability.metrics import Metrics, MetricsMiddleware
 from service.observability.request_id import RequestIdMiddleware
@@ -213,6 +214,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # a body over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
     app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_middleware(GgufBodyMiddleware)  # issue 30: GGUF bodies, read before the limit
     if settings.api_key is not None:
         routes = [route for router in routers for route in router.routes]
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)

@@ -14,6 +14,7 @@ from posenc._validate import check_seq_len_or_positions
 from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.rope.precision import (  # issue 30: precision "engine"
+    LLAMACPP_FIELD,
     PRECISIONS,
     check_engine_precision,
     engine_blocks,
@@ -529,6 +530,7 @@ ROPE: kinds.Kind = kinds.Kind(
             "exact",
             choices=PRECISIONS,
         ),
+        LLAMACPP_FIELD,  # issue 30
         kinds.FieldSpec(
             "max_model_len",
             "int",

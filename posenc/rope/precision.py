@@ -30,10 +30,12 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
+from posenc import kinds
 from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.model_configs import MODEL_CONFIGS
 from posenc.rope.llamacpp import (
+    ROPE_MODES,
     LlamaCppRope,
     ggml_rope_tables,
     llamacpp_inv_freq,
@@ -271,9 +273,72 @@ def handles(p: Mapping[str, Any]) -> bool:
     return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
 
 
+def _member(name: str, type_: str, description: str, **kw: Any) -> kinds.FieldSpec:
+    return kinds.FieldSpec(name, type_, description, default=None, **kw)
+
+
+#: The rope kind's ``llamacpp`` field: ggml_rope_ext's arguments given directly (a GGUF body
+#: is read into it), in place of what llama.cpp would read from the config.
+LLAMACPP_FIELD = kinds.FieldSpec(
+    "llamacpp",
+    "struct",
+    "engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body is read into "
+    "them) instead of read from the preset or config; n_dims defaults to rotary_dim",
+    default=None,
+    schema_name="LlamaCppRopeRequest",
+    members=(
+        _member("n_dims", "int", "the rotated dimensions (n_rot)", minimum=2, multiple_of=2),
+        _member(
+            "mode", "str", "normal, neox, mrope or imrope", choices=tuple(ROPE_MODES)[:4]
+        ),
+        _member("freq_base", "float", "rope.freq_base", exclusive_minimum=0),
+        _member("freq_scale", "float", "1 / rope.scaling.factor", exclusive_minimum=0),
+        _member("ext_factor", "float", "YaRN's extrapolation mix (1 with YaRN)"),
+        _member("attn_factor", "float", "the magnitude passed to ggml"),
+        _member("beta_fast", "float", "YaRN: default 32"),
+        _member("beta_slow", "float", "YaRN: default 1"),
+        _member("n_ctx_orig", "int", "rope.scaling.original_context_length", minimum=0),
+        _member("sections", "ints", "M-RoPE's four sections", minimum=0, length=4),
+        _member("freq_factors", "floats", "the n_dims/2 frequency divisors (rope_freqs)"),
+    ),
+)
+
+
+def _given_llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+    given = {k: v for k, v in dict(p["llamacpp"]).items() if v is not None}
+    given.setdefault("n_dims", int(p["rotary_dim"]))
+    given.setdefault("mode", "normal" if p["layout"] == "interleaved" else "neox")
+    given.setdefault("freq_base", float(p["base"]))
+    if given["n_dims"] > int(p["rotary_dim"]):
+        raise InvalidArgument(
+            f"llamacpp.n_dims {given['n_dims']} is more than rotary_dim {p['rotary_dim']}",
+            field="llamacpp.n_dims",
+        )
+    for name in ("sections", "freq_factors"):
+        if given.get(name) is not None:
+            given[name] = tuple(given[name])
+    factors = given.get("freq_factors")
+    if factors is not None and len(factors) < given["n_dims"] // 2:
+        raise InvalidArgument(
+            f"llamacpp.freq_factors needs n_dims/2 = {given['n_dims'] // 2} values, got "
+            f"{len(factors)}",
+            field="llamacpp.freq_factors",
+        )
+    return LlamaCppRope(**given)
+
+
 def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
     """Resolved fields with ``engine: "llama.cpp"``: llama.cpp's arguments (``llamacpp``, a
     plain dict) and its layout."""
+    if p.get("llamacpp") is not None:  # given directly, or read from a GGUF
+        rope = _given_llamacpp(p)
+        return {
+            **p,
+            "rotary_dim": rope.n_dims,
+            "layout": rope.layout,
+            "llamacpp": rope.to_dict(),
+            "llamacpp_notes": [],
+        }
     mpe = p.get("config_max_position_embeddings")
     if mpe is None:
         text = _preset_text_config(p)
@@ -338,9 +403,14 @@ def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_engine_precision(p: Mapping[str, Any]) -> None:
     """Refuse what ``precision: "engine"`` does not cover yet, with the reason."""
+    engine = p.get("engine", "transformers")
+    if p.get("llamacpp") is not None and engine != "llama.cpp":
+        raise InvalidArgument(
+            f'llamacpp gives llama.cpp\'s arguments: it needs engine "llama.cpp", not {engine!r}',
+            field="llamacpp",
+        )
     if p.get("precision", "exact") == "exact":
         return
-    engine = p.get("engine", "transformers")
     if p.get("config_xdrope_section") is not None:
         raise InvalidArgument(
             'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
@@ -460,6 +530,7 @@ def _llamacpp_blocks(
 
 
 __all__ = [
+    "LLAMACPP_FIELD",
     "OWN_ENGINES",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
