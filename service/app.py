@@ -44,7 +44,7 @@ from service.observability.tracing import TracingMiddleware
 from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
 from service.responses.replay import ReplayMiddleware
-from service.routes import catalog, configs, ops, text
+from service.routes import catalog, check, configs, ops, text
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
 
@@ -201,7 +201,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (text, catalog, configs, ops)
+    modules = (text, catalog, configs, check, ops)  # check: issue 30
     # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:

@@ -286,6 +286,7 @@ LLAMACPP_FIELD = kinds.FieldSpec(
     "them) instead of read from the preset or config; n_dims defaults to rotary_dim",
     default=None,
     schema_name="LlamaCppRopeRequest",
+    example={"mode": "neox", "freq_base": 1000000.0, "freq_scale": 0.25, "ext_factor": 1.0},
     members=(
         _member("n_dims", "int", "the rotated dimensions (n_rot)", minimum=2, multiple_of=2),
         _member(
