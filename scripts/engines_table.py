@@ -26,7 +26,7 @@ from posenc.model_configs import model_config  # noqa: E402
 from posenc.resolve import compute, resolve_fields  # noqa: E402
 from posenc.rope import ROPE  # noqa: E402
 
-POSITIONS = list(range(0, 131_073, 64)) + [131_072]
+POSITIONS = list(range(0, 131_073, 64))  # 0, 64, …, 131,072
 COLUMNS = (
     ("transformers", "engine"),
     ("vllm", "exact"),
