@@ -200,7 +200,7 @@ def theta_by_repeated_multiplication(ref: Reference) -> Half | None:
         theta = theta * step
     angles = torch.from_numpy(out).double()
     if s is not None and s.factor:
-        angles = (angles.float() / np.float32(s.factor)).double()
+        angles = (angles.float() / float(np.float32(s.factor))).double()
     return _half(angles, ref.scale)
 
 

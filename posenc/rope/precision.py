@@ -273,7 +273,7 @@ def handles(p: Mapping[str, Any]) -> bool:
     return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
 
 
-def _member(name: str, type_: str, description: str, **kw: Any) -> kinds.FieldSpec:
+def _member(name: str, type_: kinds.FieldType, description: str, **kw: Any) -> kinds.FieldSpec:
     return kinds.FieldSpec(name, type_, description, default=None, **kw)
 
 
@@ -289,9 +289,7 @@ LLAMACPP_FIELD = kinds.FieldSpec(
     example={"mode": "neox", "freq_base": 1000000.0, "freq_scale": 0.25, "ext_factor": 1.0},
     members=(
         _member("n_dims", "int", "the rotated dimensions (n_rot)", minimum=2, multiple_of=2),
-        _member(
-            "mode", "str", "normal, neox, mrope or imrope", choices=tuple(ROPE_MODES)[:4]
-        ),
+        _member("mode", "str", "normal, neox, mrope or imrope", choices=tuple(ROPE_MODES)[:4]),
         _member("freq_base", "float", "rope.freq_base", exclusive_minimum=0),
         _member("freq_scale", "float", "1 / rope.scaling.factor", exclusive_minimum=0),
         _member("ext_factor", "float", "YaRN's extrapolation mix (1 with YaRN)"),

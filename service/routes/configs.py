@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
+from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
@@ -161,6 +162,12 @@ class CompareRequest(BaseModel):
     layer_type: str | None = Field(
         None, description="for per-layer-type RoPE (Gemma 3): which layer type"
     )
+    engines: list[str | dict[str, str]] | None = Field(  # issue 30
+        None,
+        min_length=2,
+        description='two or more of transformers, vllm, llama.cpp, "exact", or {engine, '
+        'precision}; default ["transformers", "vllm"]. With more than two, pairs answers',
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> CompareRequest:
@@ -184,12 +191,17 @@ class EngineComparison(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     engines: list[str]
-    cos: Difference
-    sin: Difference
-    attention_scaling: Difference
-    softmax_scale: Difference
+    cos: Difference | None = None
+    sin: Difference | None = None
+    attention_scaling: Difference | None = None
+    softmax_scale: Difference | None = None
     differences: list[str] = Field(
-        ..., description="one sentence per rule on which the engines disagree here"
+        [], description="one sentence per rule on which the engines disagree here"
+    )
+    pairs: list[dict[str, Any]] | None = Field(
+        None,
+        description="with engines: each pair's {a, b, cos, sin, attention_scaling, "
+        "softmax_scale, trend, differences}",
     )
     meta: dict[str, Any]
 
@@ -282,6 +294,16 @@ config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defi
     },
 )
 def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
+    if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30
+        return compare_pairs(
+            body.config,
+            body.engines,
+            seq_len=body.seq_len,
+            positions=body.positions,
+            max_model_len=body.max_model_len,
+            layer_type=body.layer_type,
+            max_elements=state.settings.max_elements,
+        )
     return compare_engines(
         body.config,
         seq_len=body.seq_len,
