@@ -30,6 +30,7 @@ POSITIONS = list(range(0, 131_073, 64))  # 0, 64, …, 131,072
 COLUMNS = (
     ("transformers", "engine"),
     ("vllm", "exact"),
+    ("vllm", "engine"),
     ("llama.cpp", "exact"),
     ("llama.cpp", "engine"),
 )
@@ -72,14 +73,15 @@ def _cell(config: dict[str, Any], layer_type: str | None, engine: str, precision
         given["layer_type"] = layer_type
     ref = _half(resolve_fields(ROPE, {**given, "engine": "transformers"}))
     if engine == "vllm":
-        rows = int(config.get("max_position_embeddings") or 0)
+        probe = resolve_fields(ROPE, {**given, "positions": [0], "engine": "vllm"})
+        rows = ROPE.meta(probe)["vllm_rows"] or 2**53  # type: ignore[misc]  # None: no limit
         given["positions"] = [p for p in POSITIONS if p < rows] or [0]
         keep = len(given["positions"])
         ref = (ref[0][:keep], ref[1][:keep])
     try:
         got = _half(resolve_fields(ROPE, {**given, "engine": engine, "precision": precision}))
     except PosencError as exc:
-        return f"n/a ({exc.message[:40]}…)"
+        return "n/a" if "precision" in exc.message else f"n/a ({exc.message[:40]}…)"
     diff = max(float((got[0] - ref[0]).abs().max()), float((got[1] - ref[1]).abs().max()))
     return f"{diff:.2g}"
 

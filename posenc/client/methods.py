@@ -639,7 +639,8 @@ class KindMethods(Generic[T]):
             precision: exact (default: float64 angles from the engine's rule, cast once) or
                 engine: the engine's own arithmetic in its own dtype and order of operations
                 (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32
-                cos/sin, bit for bit its rotary module's output) (default 'exact').
+                cos/sin, bit for bit its rotary module's output; vLLM: its float32 cache, plain
+                classes; llama.cpp: ggml's float32 rope within 2 ulp) (default 'exact').
             llamacpp: engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body
                 is read into them) instead of read from the preset or config; n_dims defaults to
                 rotary_dim.

@@ -119,7 +119,6 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             field="mrope_section",
         )
     check_exponent_dim(p["rotary_dim"], p["exponent_dim"])
-    check_engine_precision(p)  # issue 30
     if p["mrope_section"] is not None:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
@@ -140,6 +139,7 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
             field="dual_chunk_cache",
         )
+    check_engine_precision(p)  # issue 30
     return p
 
 
@@ -526,7 +526,8 @@ ROPE: kinds.Kind = kinds.Kind(
             "exact (default: float64 angles from the engine's rule, cast once) or engine: the "
             "engine's own arithmetic in its own dtype and order of operations (transformers: "
             "float32 inv_freq, float32 position x inv_freq, torch's float32 cos/sin, bit for bit "
-            "its rotary module's output)",
+            "its rotary module's output; vLLM: its float32 cache, plain classes; llama.cpp: "
+            "ggml's float32 rope within 2 ulp)",
             "exact",
             choices=PRECISIONS,
         ),

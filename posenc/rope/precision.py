@@ -44,6 +44,7 @@ from posenc.rope.llamacpp import (
 )
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
+from posenc.rope.vllm import VllmRope, vllm_for_fields
 
 Precision = Literal["exact", "engine"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
@@ -241,6 +242,10 @@ def transformers_cos_sin(
     return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
 
 
+#: vLLM's rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``): the base
+#: ``RotaryEmbedding`` and the three that only change its ``inv_freq`` or positions.
+VLLM_ENGINE_TYPES: frozenset[str] = frozenset({"default", "linear", "llama3", "yarn"})
+
 #: The engines whose tables this module computes (both precisions for llama.cpp).
 OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp"})
 
@@ -415,12 +420,50 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
             'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
             field="precision",
         )
-    if engine not in ("transformers", *OWN_ENGINES):
+    if engine == "vllm":
+        rope = vllm_for_fields(p)
+        if rope.rope_type not in VLLM_ENGINE_TYPES or p.get("mrope_section") is not None:
+            raise InvalidArgument(
+                f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
+                f"classes (plain RoPE); this config builds {rope.rope_type!r}"
+                + (" with M-RoPE" if p.get("mrope_section") is not None else "")
+                + '; ask precision "exact"',
+                field="precision",
+            )
+    elif engine not in ("transformers", *OWN_ENGINES):
         raise InvalidArgument(
-            f'precision "engine" is transformers\' float32 arithmetic; engine {engine!r} has '
-            'only precision "exact" here so far',
-            field="precision",
+            f'precision "engine" is not computed for engine {engine!r}', field="precision"
         )
+
+
+def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
+    """vLLM's float32 cache rows at ``positions``: ``(cos, sin)`` ``(T, R/2)`` and its float32
+    ``inv_freq``.
+
+    ``RotaryEmbedding._compute_cos_sin_cache``: ``t = arange(rows).float()`` (divided by the
+    factor first in ``LinearScalingRotaryEmbedding``), ``einsum("i,j->ij", t, inv_freq)`` (one
+    float32 product), ``cos()`` (times ``mscale`` for YaRN). ``inv_freq`` is the base class's
+    ``1.0 / (base ** (arange(0, R, 2).float() / R))`` with Llama 3's and YaRN's float32 edits,
+    the same operations as transformers' init functions.
+    """
+    rope: VllmRope = vllm_for_fields(p)
+    rotary_dim, base = int(p["rotary_dim"]), float(p["base"])
+    s = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+    t = positions.to(torch.float)
+    if rope.rope_type == "linear":
+        inv = _default(rotary_dim, base)
+        t = t / float(s.factor)  # type: ignore[union-attr, arg-type]
+    elif rope.rope_type == "llama3":
+        inv = _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
+    elif rope.rope_type == "yarn":
+        inv = _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
+    else:
+        inv = _default(rotary_dim, base)
+    freqs = t[:, None] * inv[None, :]
+    scale = rope.attention_scaling
+    if rope.rope_type == "yarn":
+        return freqs.cos() * scale, freqs.sin() * scale, inv
+    return freqs.cos(), freqs.sin(), inv
 
 
 def engine_tables(
@@ -434,6 +477,16 @@ def engine_tables(
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
     if p.get("llamacpp") is not None:
         return _llamacpp_tables(p, rows, device=device, dtype=dtype)
+    if p.get("engine") == "vllm":
+        held = p.get("positions")
+        pos = torch.tensor(held) if held is not None else torch.arange(int(p["seq_len"]))
+        cos, sin, inv = vllm_half_tables(pos, p)
+        layout = p["layout"]
+        return {
+            "cos": widen(cos, layout).to(device=device, dtype=dtype),
+            "sin": widen(sin, layout).to(device=device, dtype=dtype),
+            "inv_freq": inv.to(device=device, dtype=dtype),
+        }
     kw = _arguments(p)
     if rows is not None:
         pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
@@ -488,6 +541,8 @@ def engine_blocks(
     dev = torch.device("cpu") if device is None else torch.device(device)
     if p.get("llamacpp") is not None:
         return _llamacpp_blocks(p, held, total, dev, dtype)
+    if p.get("engine") == "vllm":
+        return _vllm_blocks(p, held, total, dev, dtype)
     kw = _arguments(p)
     inv, scale = transformers_inv_freq(
         kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
@@ -504,6 +559,26 @@ def engine_blocks(
         return fill
 
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
+    return out
+
+
+def _vllm_blocks(
+    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """vLLM's float32 cache rows in row blocks (each row is computed alone)."""
+    width = int(p["rotary_dim"])
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin, _inv = vllm_half_tables(pos, p)
+            out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    _c, _s, inv = vllm_half_tables(torch.zeros(1, dtype=torch.int64), p)
     out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
     return out
 
@@ -533,6 +608,7 @@ __all__ = [
     "OWN_ENGINES",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
+    "VLLM_ENGINE_TYPES",
     "Precision",
     "check_engine_precision",
     "engine_blocks",
@@ -544,5 +620,6 @@ __all__ = [
     "transformers_cos_sin",
     "transformers_half_tables",
     "transformers_inv_freq",
+    "vllm_half_tables",
     "widen",
 ]

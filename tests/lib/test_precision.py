@@ -11,6 +11,8 @@ differ there, so the test can tell the two apart.
 from __future__ import annotations
 
 import importlib
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -203,7 +205,42 @@ def test_blocks_equal_the_whole_table() -> None:
         assert torch.equal(out.reshape(blocks.shape), whole[name]), name
 
 
-def test_meta_says_the_precision_and_vllm_is_refused_for_now() -> None:
+VLLM_FIXTURE = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json").read_text()
+)
+VLLM_PLAIN = [
+    c
+    for c in VLLM_FIXTURE["cases"]
+    if c["vllm_class"]
+    in (
+        "RotaryEmbedding",
+        "LinearScalingRotaryEmbedding",
+        "Llama3RotaryEmbedding",
+        "YaRNScalingRotaryEmbedding",
+    )
+]
+
+
+@pytest.mark.parametrize("case", VLLM_PLAIN, ids=[c["name"] for c in VLLM_PLAIN])
+def test_vllm_engine_precision_equals_its_recorded_cache(case: dict) -> None:
+    """vLLM 0.32's own float32 cache rows (tests/fixtures/vllm, recorded by
+    scripts/record_vllm_tables.py) for its plain classes: bit for bit."""
+    pos = [q for q in case["positions"] if q < case["rows"]]
+    fields = {"config": case["config"], "positions": pos, "engine": "vllm", "precision": "engine"}
+    if case["layer_type"]:
+        fields["layer_type"] = case["layer_type"]
+    if case["max_model_len"]:
+        fields["max_model_len"] = case["max_model_len"]
+    p = resolve_fields(ROPE, {"dtype": "float32", **fields})
+    out = dict(compute(ROPE, p))
+    half = out["cos"].shape[1] // 2
+    cos = out["cos"][:, :half] if p["layout"] == "half" else out["cos"][:, 0::2]
+    assert torch.equal(cos, torch.tensor(case["cos"][: len(pos)], dtype=torch.float32))
+    sin = out["sin"][:, :half] if p["layout"] == "half" else out["sin"][:, 0::2]
+    assert torch.equal(sin, torch.tensor(case["sin"][: len(pos)], dtype=torch.float32))
+
+
+def test_meta_says_the_precision_and_vllm_longrope_is_refused() -> None:
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4, "precision": "engine"})
     assert ROPE.meta(p)["precision"] == "engine"  # type: ignore[misc]
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4})
@@ -213,6 +250,6 @@ def test_meta_says_the_precision_and_vllm_is_refused_for_now() -> None:
     with pytest.raises(InvalidArgument) as err:
         resolve_fields(
             ROPE,
-            {"preset": "llama-2-7b", "seq_len": 4, "precision": "engine", "engine": "vllm"},
+            {"preset": "phi-3.5-mini", "seq_len": 4, "precision": "engine", "engine": "vllm"},
         )
     assert err.value.field == "precision"
