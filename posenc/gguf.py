@@ -273,6 +273,19 @@ def _get_mscale(scale: np.float32, mscale: np.float32) -> np.float32:
 
 
 def llamacpp_rope_from_gguf(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
+    """:func:`read_rope` with a value of the wrong type in a key refused as a 422."""
+    try:
+        return read_rope(head, n_ctx=n_ctx)
+    except InvalidArgument:
+        raise
+    except (TypeError, ValueError, OverflowError, ZeroDivisionError) as exc:
+        raise InvalidArgument(
+            f"GGUF: a rope key of {head.architecture!r} has a value llama.cpp cannot use ({exc})",
+            field="body",
+        ) from None
+
+
+def read_rope(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
     """The arguments llama.cpp passes ``ggml_rope_ext`` for a GGUF model (``llama_model``'s
     hparams and ``llama_context``'s parameters), as :class:`LlamaCppRope`.
 
@@ -414,4 +427,5 @@ __all__ = [
     "gguf_summary",
     "llamacpp_rope_from_gguf",
     "read_gguf_head",
+    "read_rope",
 ]

@@ -98,6 +98,12 @@ class GgufBodyMiddleware:
         except InvalidArgument as exc:
             await JSONResponse(posenc_error_body(exc), status_code=422)(scope, _nothing, send)
             return
+        except (TypeError, ValueError, OverflowError) as exc:  # a key of an unexpected type
+            bad = InvalidArgument(
+                f"GGUF: a key has a value that cannot be used ({exc})", field="body"
+            )
+            await JSONResponse(posenc_error_body(bad), status_code=422)(scope, _nothing, send)
+            return
         headers = [(k, v) for k, v in scope.get("headers", ()) if k != b"content-type"]
         inner = {
             **scope,

@@ -18,6 +18,7 @@ from starlette.concurrency import run_in_threadpool
 
 from posenc import codec
 from posenc.check import CANDIDATES, MISTAKE_NAMES, MISTAKES, check_table
+from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 from service.errors import BadBody
 from service.schemas import ErrorBody, ValidationErrorBody
@@ -134,7 +135,18 @@ def _read(body: bytes, content_type: str) -> tuple[CheckRequest, Any, Any]:
         )
     # JSON numbers are read as float32, the dtype models hold their tables in (the shortest
     # decimal of a float32 rounds back to it); a safetensors body keeps its own dtype
-    return req, np.asarray(req.cos, dtype=np.float32), np.asarray(req.sin, dtype=np.float32)
+    return req, _rows(req.cos, "cos"), _rows(req.sin, "sin")
+
+
+def _rows(rows: list[list[float]], name: str) -> Any:
+    """JSON rows as a float32 ``(T, W)`` array; ragged rows are a 422."""
+    widths = {len(r) for r in rows}
+    if len(widths) > 1:
+        raise InvalidArgument(
+            f"{name} rows must all have the same length, got lengths {sorted(widths)[:4]}",
+            field=name,
+        )
+    return np.asarray(rows, dtype=np.float32)
 
 
 @router.post(

@@ -69,6 +69,9 @@ def test_check_refusals(api: httpx.Client) -> None:
     bad = {"preset": "llama-2-7b", "seq_len": 2, "cos": [[1.0]], "sin": [[0.0]]}
     r = api.post("/v1/configs/check", json=bad)
     assert r.status_code == 422 and r.json()["field"] == "cos"
+    ragged = {"preset": "llama-2-7b", "seq_len": 2, "cos": [[1.0], [1.0, 2.0]], "sin": [[0.0]]}
+    r = api.post("/v1/configs/check", json=ragged)
+    assert r.status_code == 422 and r.json()["field"] == "cos"
     r = api.post(
         "/v1/configs/check",
         content=b"nope",
