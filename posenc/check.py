@@ -41,6 +41,8 @@ CANDIDATES: tuple[tuple[str, str], ...] = (
     ("vllm", "exact"),
     ("llama.cpp", "exact"),
     ("llama.cpp", "engine"),
+    ("mlx", "exact"),
+    ("mlx", "engine"),
 )
 
 

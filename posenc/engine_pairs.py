@@ -26,7 +26,7 @@ from posenc.limits import check_elements, sequence_length
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE
 
-ENGINE_NAMES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp")
+ENGINE_NAMES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "mlx")
 DEFAULT_ENGINES: tuple[str, ...] = ("transformers", "vllm")
 _TOL = 1e-6
 

@@ -583,7 +583,7 @@ class KindMethods(Generic[T]):
         layer_type: str | None = None,
         mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         mrope_interleaved: bool | None = None,
-        engine: Literal["transformers", "vllm", "llama.cpp"] | None = None,
+        engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] | None = None,
         precision: Literal["exact", "engine"] | None = None,
         llamacpp: Mapping[str, Any] | None = None,
         max_model_len: int | None = None,
@@ -634,8 +634,9 @@ class KindMethods(Generic[T]):
             mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
                 Qwen3-VL's interleaving.
             engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
-                the same config) or llama.cpp (what llama.cpp passes ggml_rope_ext for the
-                model: see docs/engines.md) (default 'transformers').
+                the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
+                or mlx (mlx-lm's nn.RoPE: default and linear): see docs/engines.md (default
+                'transformers').
             precision: exact (default: float64 angles from the engine's rule, cast once) or
                 engine: the engine's own arithmetic in its own dtype and order of operations
                 (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32

@@ -22,6 +22,7 @@ from posenc.rope.precision import (  # issue 30: precision "engine"
     engine_tables,
     handles,
     llamacpp_complete,
+    mlx_complete,
 )
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
@@ -131,6 +132,8 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         )
     if p["engine"] == "llama.cpp":  # issue 30: what llama.cpp passes ggml_rope_ext
         p = llamacpp_complete(p)
+    if p["engine"] == "mlx":  # issue 30: mlx-lm's nn.RoPE
+        p = mlx_complete(p)
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     elif p["dual_chunk_cache"] is not None:
@@ -515,10 +518,10 @@ ROPE: kinds.Kind = kinds.Kind(
             "engine",
             "str",
             "whose tables: transformers (default), vllm (what vLLM's get_rope builds from the "
-            "same config) or llama.cpp (what llama.cpp passes ggml_rope_ext for the model: "
-            "see docs/engines.md)",
+            "same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model) or mlx "
+            "(mlx-lm's nn.RoPE: default and linear): see docs/engines.md",
             "transformers",
-            choices=("transformers", "vllm", "llama.cpp"),
+            choices=("transformers", "vllm", "llama.cpp", "mlx"),
         ),
         kinds.FieldSpec(  # issue 30
             "precision",

@@ -42,6 +42,7 @@ from posenc.rope.llamacpp import (
     llamacpp_rope_for,
     llamacpp_rope_tables,
 )
+from posenc.rope.mlx import MlxRope, mlx_exact_tables, mlx_rope_for, mlx_rope_tables
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
 from posenc.rope.vllm import VllmRope, vllm_for_fields
@@ -247,7 +248,7 @@ def transformers_cos_sin(
 VLLM_ENGINE_TYPES: frozenset[str] = frozenset({"default", "linear", "llama3", "yarn"})
 
 #: The engines whose tables this module computes (both precisions for llama.cpp).
-OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp"})
+OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp", "mlx"})
 
 
 def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -365,6 +366,24 @@ def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def mlx_complete(p: dict[str, Any]) -> dict[str, Any]:
+    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``nn.RoPE`` arguments (``mlx``)."""
+    rope = mlx_rope_for(
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=p.get("scaling"),
+    )
+    return {**p, "layout": rope.layout, "mlx": rope.to_dict()}
+
+
+def _mlx_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+    rope = MlxRope(**p["mlx"])
+    if p.get("precision") == "engine":
+        return mlx_rope_tables(pos, rope)
+    return mlx_exact_tables(pos, rope)
+
+
 def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     d = dict(p["llamacpp"])
     sections = d.pop("sections")
@@ -380,6 +399,8 @@ def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     """What ``meta`` says of the engine's own arithmetic: ``precision``, and for llama.cpp its
     arguments, its magnitude and how it read the model."""
     out: dict[str, Any] = {"precision": p.get("precision", "exact")}
+    if p.get("mlx") is not None:
+        out.update(mlx=dict(p["mlx"]), attention_scaling=1.0, layout=p["layout"])
     if p.get("llamacpp") is not None:
         _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
         out.update(
@@ -475,7 +496,7 @@ def engine_tables(
 ) -> dict[str, Tensor]:
     """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
-    if p.get("llamacpp") is not None:
+    if p.get("llamacpp") is not None or p.get("mlx") is not None:
         return _llamacpp_tables(p, rows, device=device, dtype=dtype)
     if p.get("engine") == "vllm":
         held = p.get("positions")
@@ -500,7 +521,9 @@ def engine_tables(
 
 
 def _llamacpp_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
-    """llama.cpp's ``(T, R/2)`` cos and sin: ggml's float32 (engine) or exact float64."""
+    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64."""
+    if p.get("mlx") is not None:
+        return _mlx_half(p, pos)
     rope = _llamacpp(p)
     if p.get("precision") == "engine":
         return ggml_rope_tables(pos, rope)
@@ -516,12 +539,20 @@ def _llamacpp_tables(
 ) -> dict[str, Tensor]:
     if rows is not None:
         pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+        if p.get("mlx") is not None:  # mlx-lm's "mrope" is plain RoPE: text positions only
+            if not bool((pos == pos[:1]).all()):
+                raise InvalidArgument(
+                    "engine mlx applies plain RoPE (mlx-lm's mrope type): give one row of "
+                    "positions, or three equal ones",
+                    field="positions",
+                )
+            pos = pos[0]
     elif p.get("positions") is not None:
         pos = torch.tensor(list(p["positions"]), dtype=torch.int64)
     else:
         pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
     cos, sin = _llamacpp_half(p, pos)
-    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    speed = _speeds(p)
     layout = p["layout"]
     return {
         "cos": widen(cos, layout).to(device=device, dtype=dtype),
@@ -539,7 +570,7 @@ def engine_blocks(
     total = int(p["seq_len"]) if held is None else held.numel()
     length = total if held is None else int(held.max()) + 1
     dev = torch.device("cpu") if device is None else torch.device(device)
-    if p.get("llamacpp") is not None:
+    if p.get("llamacpp") is not None or p.get("mlx") is not None:
         return _llamacpp_blocks(p, held, total, dev, dtype)
     if p.get("engine") == "vllm":
         return _vllm_blocks(p, held, total, dev, dtype)
@@ -598,9 +629,18 @@ def _llamacpp_blocks(
         return fill
 
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
-    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
-    out["inv_freq"] = tensor_blocks("inv_freq", speed.to(dtype))
+    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p).to(dtype))
     return out
+
+
+def _speeds(p: Mapping[str, Any]) -> Tensor:
+    """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
+    if p.get("mlx") is not None:
+        rope = MlxRope(**p["mlx"])
+        i = torch.arange(rope.dims // 2, dtype=torch.float64)
+        return rope.scale * float(rope.base) ** (-2.0 * i / rope.dims)
+    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    return speed
 
 
 __all__ = [
@@ -616,6 +656,7 @@ __all__ = [
     "engine_tables",
     "handles",
     "llamacpp_complete",
+    "mlx_complete",
     "model_type_of",
     "transformers_cos_sin",
     "transformers_half_tables",

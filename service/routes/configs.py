@@ -165,7 +165,7 @@ class CompareRequest(BaseModel):
     engines: list[str | dict[str, str]] | None = Field(  # issue 30
         None,
         min_length=2,
-        description='two or more of transformers, vllm, llama.cpp, "exact", or {engine, '
+        description='two or more of transformers, vllm, llama.cpp, mlx, "exact", or {engine, '
         'precision}; default ["transformers", "vllm"]. With more than two, pairs answers',
     )
 

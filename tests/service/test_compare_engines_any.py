@@ -64,6 +64,6 @@ def test_two_engines_keep_the_1_2_shape(api: httpx.Client) -> None:
 
 
 def test_bad_engines_are_422(api: httpx.Client) -> None:
-    body = {"config": model_config("llama-3.1-8b"), "seq_len": 4, "engines": ["exact", "mlx"]}
+    body = {"config": model_config("llama-3.1-8b"), "seq_len": 4, "engines": ["exact", "tgi"]}
     r = api.post("/v1/configs/compare", json=body)
     assert r.status_code == 422 and r.json()["field"] == "engines[1]"
