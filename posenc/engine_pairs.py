@@ -22,6 +22,7 @@ from torch import Tensor
 
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
+from posenc.hf_config import read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE
@@ -196,6 +197,39 @@ def compare_pairs(
     return out
 
 
+def positions_for_own_engine(
+    config: Mapping[str, Any], engine: str, max_model_len: int | None = None
+) -> dict[str, Any]:
+    """``/v1/configs/positions`` for ``llama.cpp`` or ``mlx``: the config's reading with, per
+    RoPE layer type, the engine's arguments (``llamacpp`` or ``mlx``), its layout and its
+    magnitude, and ``meta.engine``.
+
+    Raises:
+        InvalidArgument: a config the engine does not run (GPT-J in llama.cpp, an mlx-lm type
+            posenc does not replay).
+    """
+    mp = read_positions(config)
+    out = mp.to_dict()
+    if mp.kind == "rope" and mp.rope:
+        for name in mp.rope:
+            given: dict[str, Any] = {"config": dict(config), "positions": [0], "engine": engine}
+            if mp.per_layer_type:
+                given["layer_type"] = name
+            if max_model_len is not None and engine == "llama.cpp":
+                given["max_model_len"] = max_model_len
+            meta = ROPE.meta(resolve_fields(ROPE, given))  # type: ignore[misc]
+            key = "llamacpp" if engine == "llama.cpp" else "mlx"
+            out["rope"][name].update(
+                {key: meta[key], "layout": meta["layout"]},
+                attention_scaling=meta["attention_scaling"],
+            )
+            if meta.get("llamacpp_notes"):
+                out["warnings"] = [*out["warnings"], *meta["llamacpp_notes"]]
+    out["engine"] = engine
+    out["meta"] = {"engine": engine, "max_model_len": max_model_len}
+    return out
+
+
 def _sentences(
     config: Mapping[str, Any],
     a: tuple[str, str, str],
@@ -234,4 +268,10 @@ def _sentences(
     return said
 
 
-__all__ = ["DEFAULT_ENGINES", "ENGINE_NAMES", "compare_pairs", "parse_engines"]
+__all__ = [
+    "DEFAULT_ENGINES",
+    "ENGINE_NAMES",
+    "compare_pairs",
+    "parse_engines",
+    "positions_for_own_engine",
+]

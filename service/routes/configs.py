@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
-from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs
+from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs, positions_for_own_engine
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
@@ -48,10 +48,11 @@ class ConfigPositionsRequest(BaseModel):
         description="a model's Hugging Face config.json object, as published (a multimodal file "
         "whole: its text_config is read)",
     )
-    engine: Literal["transformers", "vllm"] = Field(
+    engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] = Field(
         "transformers",
-        description="whose reading: transformers (default) or vllm (its magnitudes, cache rows "
-        "and softmax scale; see docs/engines.md)",
+        description="whose reading: transformers (default), vllm (its magnitudes, cache rows "
+        "and softmax scale), llama.cpp or mlx (their rope arguments per layer type; see "
+        "docs/engines.md)",
     )
     max_model_len: int | None = Field(
         None,
@@ -126,7 +127,9 @@ class ConfigPositions(BaseModel):
         "llama_4_scaling_beta); null when none",
     )
     warnings: list[str]
-    engine: str = Field(..., description="transformers or vllm: whose reading this is")
+    engine: str = Field(
+        ..., description="transformers, vllm, llama.cpp or mlx: whose reading this is"
+    )
     meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
 
 
@@ -229,6 +232,12 @@ class EngineComparison(BaseModel):
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     if is_vision_config_alone(body.config):
         return _vision_alone(body)
+    if body.engine in ("llama.cpp", "mlx"):  # issue 30
+        return {
+            **positions_for_own_engine(body.config, body.engine, body.max_model_len),
+            "vision": vision_tower(body.config),
+            "query_scale": describe_query_scale(body.config),
+        }
     return {
         **positions_for_engine(body.config, body.engine, body.max_model_len),
         "vision": vision_tower(body.config),

@@ -67,3 +67,24 @@ def test_bad_engines_are_422(api: httpx.Client) -> None:
     body = {"config": model_config("llama-3.1-8b"), "seq_len": 4, "engines": ["exact", "tgi"]}
     r = api.post("/v1/configs/compare", json=body)
     assert r.status_code == 422 and r.json()["field"] == "engines[1]"
+
+
+def test_positions_read_by_llamacpp_and_mlx(api: httpx.Client) -> None:
+    """/v1/configs/positions with engine llama.cpp or mlx: their arguments per layer type."""
+    config = model_config("gemma-3-4b")
+    out = api.post("/v1/configs/positions", json={"config": config, "engine": "llama.cpp"}).json()
+    assert out["engine"] == "llama.cpp" and out["meta"]["engine"] == "llama.cpp"
+    full = out["rope"]["full_attention"]["llamacpp"]
+    assert (full["mode"], full["freq_scale"], full["freq_base"]) == ("neox", 0.125, 1000000.0)
+    assert out["rope"]["sliding_attention"]["llamacpp"]["freq_base"] == 10000.0
+    out = api.post("/v1/configs/positions", json={"config": config, "engine": "mlx"}).json()
+    assert out["rope"]["full_attention"]["mlx"] == {
+        "dims": 256,
+        "traditional": False,
+        "base": 1000000.0,
+        "scale": 0.125,
+    }
+    r = api.post(
+        "/v1/configs/positions", json={"config": model_config("llama-3.1-8b"), "engine": "mlx"}
+    )
+    assert r.status_code == 422 and r.json()["field"] == "engine"
