@@ -346,7 +346,8 @@ def read_rope(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
         )
     attn = attn * np.float32(head.get("rope.scaling.attn_factor", 1.0))
     factors = head.f32_tensor("rope_freqs.weight")
-    if factors is None and kind == "longrope":
+    longrope = kind == "longrope" or "rope_factors_long.weight" in head.tensors
+    if factors is None and longrope:  # llama_model::get_rope_factors: by the context size
         ctx = int(n_ctx or n_ctx_train)
         which = "long" if ctx > n_ctx_orig else "short"
         factors = head.f32_tensor(f"rope_factors_{which}.weight")

@@ -302,6 +302,85 @@ def write_gguf(path: Path, preset: str, arch: str) -> None:
     w.close()
 
 
+#: Tiny models built here and converted by llama.cpp's own convert_hf_to_gguf.py (the
+#: llama.cpp source folder in ``POSENC_LLAMA_CPP_SRC``, e.g. the one vendored in the
+#: llama-cpp-python sdist): (file, config keys). Each has a SentencePiece tokenizer trained on a
+#: line of text and float32 weights from a seeded model.
+CONVERTED = (
+    (
+        "converted-llama3.gguf",
+        {
+            "architectures": ["LlamaForCausalLM"],
+            "model_type": "llama",
+            "rope_theta": 500000.0,
+            "max_position_embeddings": 131072,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        },
+    ),
+    (
+        "converted-phi3-longrope.gguf",
+        {
+            "architectures": ["Phi3ForCausalLM"],
+            "model_type": "phi3",
+            "rope_theta": 10000.0,
+            "max_position_embeddings": 131072,
+            "original_max_position_embeddings": 4096,
+            "rope_scaling": {
+                "type": "longrope",
+                "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 3.0, 5.0, 8.0],
+                "long_factor": [1.0, 1.5, 2.5, 4.0, 8.0, 16.0, 32.0, 64.0],
+            },
+        },
+    ),
+)
+
+
+def convert(path: Path, keys: dict[str, Any], source: Path) -> dict[str, Any]:
+    """Build a tiny model with ``keys`` (2 heads of 16, one layer), convert it with llama.cpp's
+    converter into ``path``; returns its config.json."""
+    import subprocess
+    import tempfile
+
+    import sentencepiece as spm
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder = Path(tempfile.mkdtemp())
+    lines = "\n".join(f"the quick brown fox jumps over the lazy dog {i}" for i in range(200))
+    (folder / "corpus.txt").write_text(lines)
+    spm.SentencePieceTrainer.train(
+        input=str(folder / "corpus.txt"),
+        model_prefix=str(folder / "tokenizer"),
+        vocab_size=64,
+        model_type="unigram",
+        hard_vocab_limit=False,
+    )
+    size = {
+        "vocab_size": 64,
+        "hidden_size": 32,
+        "intermediate_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "pad_token_id": 0,
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    }
+    config = AutoConfig.for_model(**{**size, **keys})
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    script = source / "convert_hf_to_gguf.py"
+    cmd = [sys.executable, str(script), str(folder), "--outfile", str(path), "--outtype", "f32"]
+    subprocess.run(cmd, check=True, capture_output=True)
+    return dict(json.loads((folder / "config.json").read_text()))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -317,6 +396,12 @@ def main() -> int:
     GGUF_DIR.mkdir(parents=True, exist_ok=True)
     for file, preset, arch in GGUF_CASES:
         write_gguf(GGUF_DIR / file, preset, arch)
+    if os.environ.get("POSENC_LLAMA_CPP_SRC"):
+        configs = {}
+        for file, keys in CONVERTED:
+            source = Path(os.environ["POSENC_LLAMA_CPP_SRC"])
+            configs[file] = convert(GGUF_DIR / file, keys, source)
+        (GGUF_DIR / "converted.json").write_text(json.dumps(configs, indent=1) + "\n")
     FIXTURE.parent.mkdir(parents=True, exist_ok=True)
     FIXTURE.write_text(json.dumps(data, indent=1) + "\n")
     print(

@@ -10,6 +10,7 @@ files with ``GGUFWriter`` where ``gguf`` is importable.
 
 from __future__ import annotations
 
+import json
 import struct
 from pathlib import Path
 
@@ -25,7 +26,8 @@ from posenc.rope.llamacpp import llamacpp_rope_for
 from posenc.rope.precision import model_type_of
 
 GGUF_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "gguf"
-FILES = sorted(p.name for p in GGUF_DIR.glob("*.gguf"))
+FILES = sorted(p.name for p in GGUF_DIR.glob("*.gguf") if not p.name.startswith("converted-"))
+CONVERTED = json.loads((GGUF_DIR / "converted.json").read_text())
 
 
 def _from_config(preset: str, n_ctx: int | None = None) -> dict:
@@ -53,6 +55,29 @@ def test_gguf_reads_as_the_config_does(name: str) -> None:
     head = read_gguf_head((GGUF_DIR / name).read_bytes())
     assert head.version == 3 and "token_embd.weight" in head.tensors
     assert llamacpp_rope_from_gguf(head).to_dict() == _from_config(name.removesuffix(".gguf"))
+
+
+@pytest.mark.parametrize("name", sorted(CONVERTED))
+def test_files_from_llamacpps_converter_read_as_their_config(name: str) -> None:
+    """Tiny models converted by llama.cpp's own convert_hf_to_gguf.py (Llama 3's rope_freqs,
+    Phi-3's LongRoPE factors and attn_factor): the file's reading equals posenc's reading of
+    the config.json the converter read."""
+    config = CONVERTED[name]
+    mp = read_positions(config)
+    layer = mp.rope_for(None)
+    fields = mp.rope_fields(None)
+    for n_ctx in (None, 4096):
+        want = llamacpp_rope_for(
+            model_type=mp.model_type,
+            rotary_dim=layer.rotary_dim,
+            base=layer.rope_theta,
+            layout=mp.layout or "half",
+            scaling=fields["scaling"],
+            max_position_embeddings=mp.max_position_embeddings,
+            n_ctx=n_ctx,
+        )
+        head = read_gguf_head((GGUF_DIR / name).read_bytes())
+        assert llamacpp_rope_from_gguf(head, n_ctx=n_ctx).to_dict() == want.to_dict()
 
 
 def test_longrope_short_factors_for_a_short_context() -> None:
