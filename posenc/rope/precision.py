@@ -322,6 +322,15 @@ def _given_llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     for name in ("sections", "freq_factors"):
         if given.get(name) is not None:
             given[name] = tuple(given[name])
+    if given.get("sections") is not None and sum(given["sections"]) <= 0:
+        raise InvalidArgument(
+            f"llamacpp.sections must not all be 0, got {list(given['sections'])}",
+            field="llamacpp.sections",
+        )
+    for name, value in given.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise InvalidArgument(f"llamacpp.{name} must be finite", field=f"llamacpp.{name}")
     factors = given.get("freq_factors")
     if factors is not None and len(factors) < given["n_dims"] // 2:
         raise InvalidArgument(
