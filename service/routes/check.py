@@ -20,7 +20,7 @@ from posenc import codec
 from posenc.check import CANDIDATES, MISTAKE_NAMES, MISTAKES, check_table
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
-from service.errors import BadBody
+from service.errors import BadBody, UnsupportedMediaTypeBody
 from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
 
@@ -164,6 +164,11 @@ def _rows(rows: list[list[float]], name: str) -> Any:
     ),
     responses={
         400: {"model": ErrorBody, "description": "a body that cannot be read"},
+        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
+        415: {
+            "model": UnsupportedMediaTypeBody,
+            "description": "a body without Content-Type, or in another media type",
+        },
         413: {"model": ErrorBody, "description": "more values than POSENC_MAX_ELEMENTS"},
         422: {"model": ValidationErrorBody, "description": "an unreadable field or table"},
     },
