@@ -33,6 +33,7 @@ from service.admission.cache import ByteLRU
 from service.body_limit import BodyLimitMiddleware, BodyTooLarge
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
+from service.gguf_body import GgufBodyMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.models_loading import install_sighup, load_models
 from service.observability.metrics import Metrics, MetricsMiddleware
@@ -42,7 +43,7 @@ from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
 from service.problem import ProblemJsonMiddleware
 from service.responses.replay import ReplayMiddleware
-from service.routes import catalog, configs, ops, text
+from service.routes import catalog, check, configs, ops, text
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
 
@@ -168,7 +169,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (text, catalog, configs, ops)
+    modules = (text, catalog, configs, check, ops)  # check: issue 30
     # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:
@@ -183,6 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_exception_handler(BodyTooLarge, _body_too_large)
     routes = [route for router in routers for route in router.routes]
     app.state.routes = routes  # every route with its path and methods (a 405's Allow)
+    app.add_middleware(GgufBodyMiddleware)  # issue 30: GGUF bodies, read before the limit
     if settings.api_key is not None:
         app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)
     # errors as RFC 9457 problem details where Accept asks (401 included)

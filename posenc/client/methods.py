@@ -800,7 +800,9 @@ class KindMethods(Generic[T]):
         layer_type: str | None = None,
         mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         mrope_interleaved: bool | None = None,
-        engine: Literal["transformers", "vllm"] | None = None,
+        engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] | None = None,
+        precision: Literal["exact", "engine"] | None = None,
+        llamacpp: Mapping[str, Any] | None = None,
         max_model_len: int | None = None,
         dual_chunk_cache: Literal["q", "qc", "k", "qc_no_clamp", "q_inter"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
@@ -848,8 +850,18 @@ class KindMethods(Generic[T]):
             mrope_section: M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2.
             mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
                 Qwen3-VL's interleaving.
-            engine: whose tables: transformers (default) or vllm (what vLLM's get_rope builds
-                from the same config: see docs/engines.md) (default 'transformers').
+            engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
+                the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
+                or mlx (mlx-lm's nn.RoPE: default and linear): see docs/engines.md (default
+                'transformers').
+            precision: exact (default: float64 angles from the engine's rule, cast once) or
+                engine: the engine's own arithmetic in its own dtype and order of operations
+                (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32
+                cos/sin, bit for bit its rotary module's output; vLLM: its float32 cache, plain
+                classes; llama.cpp: ggml's float32 rope within 2 ulp) (default 'exact').
+            llamacpp: engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body
+                is read into them) instead of read from the preset or config; n_dims defaults to
+                rotary_dim.
             max_model_len: engine vllm: the server's --max-model-len (default the config's
                 max_position_embeddings); LongRoPE uses its long factors everywhere above
                 original_max_position_embeddings.
@@ -886,6 +898,8 @@ class KindMethods(Generic[T]):
             mrope_section=mrope_section,
             mrope_interleaved=mrope_interleaved,
             engine=engine,
+            precision=precision,
+            llamacpp=llamacpp,
             max_model_len=max_model_len,
             dual_chunk_cache=dual_chunk_cache,
             dtype=dtype,

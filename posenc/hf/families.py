@@ -122,6 +122,13 @@ class Family:
             (:mod:`posenc.vision_learned`; CLIP's ``clip_vision_model``).
         dual_encoder: an image-text dual encoder (CLIP, SigLIP): its folder is a vision model
             here (:mod:`posenc.vision_learned.checkpoint`).
+        llamacpp_rope: the ggml rope mode llama.cpp runs the model with (``normal``, ``neox``,
+            ``mrope``, ``imrope``; ``none`` where it applies no RoPE though transformers does:
+            GPT-J), as ``llama_model_rope_type`` gives it for the converter's architecture
+            (:mod:`posenc.rope.llamacpp`); None: from the layout.
+        llamacpp_yarn_log_multiplier: llama.cpp's converter writes
+            ``rope.scaling.yarn_log_multiplier`` from ``mscale_all_dim`` (DeepSeek V2/V3).
+        polar_rotary: its transformers rotary module returns ``torch.polar(1, θ)`` (Llama 4).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
@@ -177,6 +184,9 @@ class Family:
     bidirectional_halves_window: bool = False
     learned_vision_tower: str | None = None
     dual_encoder: bool = False
+    llamacpp_rope: Literal["normal", "neox", "mrope", "imrope", "none"] | None = None
+    llamacpp_yarn_log_multiplier: bool = False
+    polar_rotary: bool = False
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -193,7 +203,7 @@ _RECORDS = (
     _f("bart", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
     _f("bert", scheme="learned", checkpoint_scheme="learned"),
     _f("biogpt", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
-    _f("bitnet", scheme="rope", default_theta=500000.0),
+    _f("bitnet", llamacpp_rope="neox", scheme="rope", default_theta=500000.0),
     _f("blenderbot", scheme="learned"),
     _f("bloom", scheme="alibi", checkpoint_scheme="alibi"),
     _f("blt", scheme="rope", layout="interleaved"),
@@ -204,6 +214,7 @@ _RECORDS = (
     _f("camembert", scheme="learned", padding_offset=True),
     _f(
         "chatglm",
+        llamacpp_rope="normal",
         scheme="rope",
         theta_ratio_key="rope_ratio",
         layout="interleaved",
@@ -218,9 +229,16 @@ _RECORDS = (
         given_rotary_dim=True,
         checkpoint_scheme="rope",
     ),
-    _f("cohere", scheme="rope", default_theta=500000.0, layout="interleaved"),
+    _f(
+        "cohere",
+        llamacpp_rope="normal",
+        scheme="rope",
+        default_theta=500000.0,
+        layout="interleaved",
+    ),
     _f(
         "cohere2",
+        llamacpp_rope="normal",
         scheme="rope",
         layout="interleaved",
         layer_rule="every_nth",
@@ -234,8 +252,24 @@ _RECORDS = (
     _f("cosmos3_omni", vision_tower="qwen3_vl_vision"),
     _f("cwm", scheme="rope", default_theta=1000000.0),
     _f("deberta-v2", scheme="deberta"),
-    _f("deepseek_v2", scheme="rope", layout="interleaved", mla=True, vllm_deepseek_yarn=True),
-    _f("deepseek_v3", scheme="rope", layout="interleaved", mla=True, vllm_deepseek_yarn=True),
+    _f(
+        "deepseek_v2",
+        llamacpp_rope="normal",
+        llamacpp_yarn_log_multiplier=True,
+        scheme="rope",
+        layout="interleaved",
+        mla=True,
+        vllm_deepseek_yarn=True,
+    ),
+    _f(
+        "deepseek_v3",
+        llamacpp_rope="normal",
+        llamacpp_yarn_log_multiplier=True,
+        scheme="rope",
+        layout="interleaved",
+        mla=True,
+        vllm_deepseek_yarn=True,
+    ),
     _f(
         "deepseek_v32",
         scheme="rope",
@@ -255,8 +289,20 @@ _RECORDS = (
     _f(
         "electra", scheme="learned", learned_width_key="embedding_size", checkpoint_scheme="learned"
     ),
-    _f("ernie4_5", scheme="rope", default_theta=500000.0, layout="interleaved"),
-    _f("ernie4_5_moe", scheme="rope", default_theta=500000.0, layout="interleaved"),
+    _f(
+        "ernie4_5",
+        llamacpp_rope="normal",
+        scheme="rope",
+        default_theta=500000.0,
+        layout="interleaved",
+    ),
+    _f(
+        "ernie4_5_moe",
+        llamacpp_rope="normal",
+        scheme="rope",
+        default_theta=500000.0,
+        layout="interleaved",
+    ),
     _f(
         "ernie4_5_vl_moe",
         scheme="rope",
@@ -264,13 +310,14 @@ _RECORDS = (
         vision_tower="ernie4_5_vl_moe_vision",
     ),
     _f("exaone4_5", vision_tower="exaone4_5_vision"),
-    _f("falcon", scheme="rope", alibi_flag="alibi", checkpoint_scheme="rope"),
+    _f("falcon", llamacpp_rope="neox", scheme="rope", alibi_flag="alibi", checkpoint_scheme="rope"),
     _f("flex_olmo", scheme="rope", default_theta=500000.0),
     _f("fsmt", scheme="sinusoidal"),
     _f("fuyu", scheme="rope", default_theta=25000.0),
-    _f("gemma", scheme="rope", embed_scale="sqrt_hidden"),
+    _f("gemma", llamacpp_rope="neox", scheme="rope", embed_scale="sqrt_hidden"),
     _f(
         "gemma2",
+        llamacpp_rope="neox",
         scheme="rope",
         layer_rule="alternating",
         softmax_rule="query_pre_attn_scalar",
@@ -278,6 +325,7 @@ _RECORDS = (
     ),
     _f(
         "gemma3",
+        llamacpp_rope="neox",
         learned_vision_tower="siglip_vision_model",
         bidirectional_halves_window=True,
         scheme="rope",
@@ -290,6 +338,7 @@ _RECORDS = (
     ),
     _f(
         "gemma3_text",
+        llamacpp_rope="neox",
         scheme="rope",
         rope_nesting="local_global",
         layer_rule="every_nth",
@@ -327,7 +376,14 @@ _RECORDS = (
     ),
     _f("gemma4_text", scheme="rope"),
     _f("glm", scheme="rope", layout="interleaved", partial_rotary=0.5, checkpoint_scheme="rope"),
-    _f("glm4", scheme="rope", layout="interleaved", partial_rotary=0.5, checkpoint_scheme="rope"),
+    _f(
+        "glm4",
+        llamacpp_rope="normal",
+        scheme="rope",
+        layout="interleaved",
+        partial_rotary=0.5,
+        checkpoint_scheme="rope",
+    ),
     _f("glm46v", vision_tower="glm4v_vision"),
     _f(
         "glm4v",
@@ -352,12 +408,23 @@ _RECORDS = (
     _f("gpt2", scheme="learned", softmax_rule="scale_attn_weights", checkpoint_scheme="learned"),
     _f("gpt_bigcode", checkpoint_scheme="learned"),
     _f("gpt_neo", scheme="learned"),
-    _f("gpt_neox", scheme="rope", partial_rotary=0.25),
-    _f("gpt_oss", layer_pattern="sliding_then_full", scheme="rope", default_theta=150000.0),
+    _f("gpt_neox", llamacpp_rope="neox", scheme="rope", partial_rotary=0.25),
     _f(
-        "gptj", scheme="rope", layout="interleaved", given_rotary_dim=True, checkpoint_scheme="rope"
+        "gpt_oss",
+        llamacpp_rope="neox",
+        layer_pattern="sliding_then_full",
+        scheme="rope",
+        default_theta=150000.0,
     ),
-    _f("granite", scheme="rope"),
+    _f(
+        "gptj",
+        llamacpp_rope="none",
+        scheme="rope",
+        layout="interleaved",
+        given_rotary_dim=True,
+        checkpoint_scheme="rope",
+    ),
+    _f("granite", llamacpp_rope="normal", scheme="rope"),
     _f(
         "granitemoehybrid",
         mixer="state_space",
@@ -365,8 +432,8 @@ _RECORDS = (
         rope_switch=("position_embedding_type", "rope"),
     ),
     _f("helium", scheme="rope", default_theta=100000.0, layout="interleaved"),
-    _f("hunyuan_v1_dense", ntk_alpha=True),
-    _f("hunyuan_v1_moe", ntk_alpha=True),
+    _f("hunyuan_v1_dense", llamacpp_rope="neox", ntk_alpha=True),
+    _f("hunyuan_v1_moe", llamacpp_rope="neox", ntk_alpha=True),
     _f("hunyuan_vl", ntk_alpha=True),
     _f(
         "hy_v4_vl",
@@ -376,7 +443,7 @@ _RECORDS = (
         mrope_interleaved=True,
     ),
     _f("hyperclovax_vision_v2", vision_tower="qwen2_5_vl_vision"),
-    _f("internlm2", scheme="rope"),
+    _f("internlm2", llamacpp_rope="normal", scheme="rope"),
     _f("jetmoe", head_dim_key="kv_channels"),
     _f("kimi_k2", vllm_deepseek_yarn=True),
     _f("kimi_k25", vision_tower="kimi_k25_vision"),
@@ -385,9 +452,11 @@ _RECORDS = (
     _f("lfm2_moe", scheme="rope", default_theta=1000000.0),
     _f("lfm3_vl", vision_tower="lfm3_vl_vision"),
     _f("lighton_ocr", vision_tower="pixtral"),
-    _f("llama", scheme="rope"),
+    _f("llama", llamacpp_rope="normal", scheme="rope"),
     _f(
         "llama4",
+        llamacpp_rope="normal",
+        polar_rotary=True,
         scheme="rope",
         default_theta=500000.0,
         layout="interleaved",
@@ -396,7 +465,14 @@ _RECORDS = (
         temperature_tuning=True,
         vision_tower="llama4_vision_model",
     ),
-    _f("llama4_text", scheme="rope", default_theta=500000.0, layout="interleaved"),
+    _f(
+        "llama4_text",
+        llamacpp_rope="normal",
+        polar_rotary=True,
+        scheme="rope",
+        default_theta=500000.0,
+        layout="interleaved",
+    ),
     _f("llava", learned_vision_tower="clip_vision_model", vision_tower="pixtral"),
     _f("longcat_flash", scheme="rope", layout="interleaved", always_interleaved=True),
     _f("longt5", scheme="relative", checkpoint_scheme="relative"),
@@ -412,9 +488,9 @@ _RECORDS = (
         default_theta=1000000.0,
     ),
     _f("minimax_m2", scheme="rope", default_theta=5000000.0),
-    _f("ministral3", query_scale="llama4_beta"),
-    _f("mistral", scheme="rope"),
-    _f("mistral3", vision_tower="pixtral"),
+    _f("ministral3", llamacpp_rope="normal", query_scale="llama4_beta"),
+    _f("mistral", llamacpp_rope="normal", scheme="rope"),
+    _f("mistral3", llamacpp_rope="normal", vision_tower="pixtral"),
     _f("mistral4", query_scale="llama4_beta"),
     _f(
         "mistral_large4",
@@ -424,14 +500,14 @@ _RECORDS = (
         vision_tower="pixtral",
     ),
     _f("mistral_large_3", vllm_deepseek_yarn=True),
-    _f("mixtral", scheme="rope", default_theta=1000000.0),
+    _f("mixtral", llamacpp_rope="normal", scheme="rope", default_theta=1000000.0),
     _f("moonshine", scheme="rope", layout="interleaved"),
     _f("moonshine_streaming", scheme="rope", layout="interleaved"),
     _f("mpt", alibi_flag="attn_config", checkpoint_scheme="alibi"),
     _f("mt5", scheme="relative", checkpoint_scheme="relative"),
     _f("nanochat", rotation="negative"),
-    _f("olmo", scheme="rope"),
-    _f("olmo2", scheme="rope"),
+    _f("olmo", llamacpp_rope="normal", scheme="rope"),
+    _f("olmo2", llamacpp_rope="neox", scheme="rope"),
     _f("olmo3", scheme="rope", default_theta=500000.0),
     _f("openai_privacy_filter", scheme="rope", layout="interleaved"),
     _f("opt", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
@@ -442,10 +518,10 @@ _RECORDS = (
     _f("parakeet_tdt", scheme="relative_sinusoidal", encoder_config=True),
     _f("pegasus", scheme="sinusoidal"),
     _f("persimmon", scheme="rope", partial_rotary=0.5),
-    _f("phi", scheme="rope", partial_rotary=0.5),
-    _f("phi3", scheme="rope", original_max_default=4096),
-    _f("phimoe", scheme="rope", default_theta=1000000.0),
-    _f("qwen2", scheme="rope", layer_rule="qwen_sliding"),
+    _f("phi", llamacpp_rope="neox", scheme="rope", partial_rotary=0.5),
+    _f("phi3", llamacpp_rope="neox", scheme="rope", original_max_default=4096),
+    _f("phimoe", llamacpp_rope="neox", scheme="rope", default_theta=1000000.0),
+    _f("qwen2", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen2_5_omni",
         scheme="rope",
@@ -456,24 +532,26 @@ _RECORDS = (
     _f("qwen2_5_omni_thinker", vision_tower="qwen2_5_omni_vision_encoder"),
     _f(
         "qwen2_5_vl",
+        llamacpp_rope="mrope",
         mrope_ids_rule="qwen2_5_vl",
         scheme="rope",
         default_theta=1000000.0,
         mrope_section=(16, 24, 24),
         vision_tower="qwen2_5_vl_vision",
     ),
-    _f("qwen2_5_vl_text", scheme="rope", default_theta=1000000.0),
-    _f("qwen2_moe", scheme="rope", layer_rule="qwen_sliding"),
+    _f("qwen2_5_vl_text", llamacpp_rope="mrope", scheme="rope", default_theta=1000000.0),
+    _f("qwen2_moe", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen2_vl",
+        llamacpp_rope="mrope",
         mrope_ids_rule="qwen2_vl",
         scheme="rope",
         default_theta=1000000.0,
         mrope_section=(16, 24, 24),
         vision_tower="qwen2_vl_vision",
     ),
-    _f("qwen2_vl_text", scheme="rope", default_theta=1000000.0),
-    _f("qwen3", scheme="rope", layer_rule="qwen_sliding"),
+    _f("qwen2_vl_text", llamacpp_rope="mrope", scheme="rope", default_theta=1000000.0),
+    _f("qwen3", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen3_5",
         mixer="linear_attention",
@@ -490,7 +568,7 @@ _RECORDS = (
         mrope_interleaved=True,
         vision_tower="qwen3_5_moe_vision",
     ),
-    _f("qwen3_moe", scheme="rope", layer_rule="qwen_sliding"),
+    _f("qwen3_moe", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen3_omni_moe",
         mrope_section=(24, 20, 20),
@@ -500,6 +578,7 @@ _RECORDS = (
     _f("qwen3_omni_moe_thinker", vision_tower="qwen3_omni_moe_vision_encoder"),
     _f(
         "qwen3_vl",
+        llamacpp_rope="imrope",
         mrope_ids_rule="qwen3_vl",
         scheme="rope",
         default_theta=500000.0,
@@ -509,6 +588,7 @@ _RECORDS = (
     ),
     _f(
         "qwen3_vl_moe",
+        llamacpp_rope="imrope",
         mrope_ids_rule="qwen3_vl",
         scheme="rope",
         default_theta=500000.0,
@@ -516,8 +596,8 @@ _RECORDS = (
         mrope_interleaved=True,
         vision_tower="qwen3_vl_moe_vision",
     ),
-    _f("qwen3_vl_moe_text", scheme="rope", default_theta=500000.0),
-    _f("qwen3_vl_text", scheme="rope", default_theta=500000.0),
+    _f("qwen3_vl_moe_text", llamacpp_rope="imrope", scheme="rope", default_theta=500000.0),
+    _f("qwen3_vl_text", llamacpp_rope="imrope", scheme="rope", default_theta=500000.0),
     _f(
         "qwen4_exp",
         mrope_section=(11, 11, 10),
@@ -525,10 +605,16 @@ _RECORDS = (
         vision_tower="qwen4_exp_vision",
     ),
     _f("roberta", scheme="learned", padding_offset=True, checkpoint_scheme="learned"),
-    _f("smollm3", scheme="rope", default_theta=2000000.0, nope_interval=True),
+    _f(
+        "smollm3",
+        llamacpp_rope="normal",
+        scheme="rope",
+        default_theta=2000000.0,
+        nope_interval=True,
+    ),
     _f("speech_to_text", scheme="sinusoidal"),
-    _f("stablelm", scheme="rope", partial_rotary=0.25),
-    _f("starcoder2", scheme="rope"),
+    _f("stablelm", llamacpp_rope="neox", scheme="rope", partial_rotary=0.25),
+    _f("starcoder2", llamacpp_rope="neox", scheme="rope"),
     _f("step3p7", vision_tower="step3p5_vision"),
     _f("swin", scheme="windows"),
     _f("swinv2", scheme="windows", cosine_attention=True),
@@ -556,6 +642,7 @@ _RECORDS = (
     _f("plamo2", mixer="state_space", mixer_name="Mamba"),
     _f(
         "qwen3_next",
+        llamacpp_rope="neox",
         mixer="linear_attention",
         mixer_name="gated DeltaNet linear attention",
         layer_pattern="full_every_interval",
@@ -599,6 +686,25 @@ _RECORDS = (
     _f("tipsv2", learned_vision_tower="tipsv2_vision_model"),
     _f("vipllava", learned_vision_tower="clip_vision_model"),
     _f("xclip", dual_encoder=True, learned_vision_tower="xclip_vision_model"),
+    _f("arcee", llamacpp_rope="normal"),
+    _f("baichuan", llamacpp_rope="normal"),
+    _f("codeshell", llamacpp_rope="neox"),
+    _f("dbrx", llamacpp_rope="neox"),
+    _f("deepseek", llamacpp_rope="normal"),
+    _f("exaone", llamacpp_rope="neox"),
+    _f("exaone4", llamacpp_rope="normal"),
+    _f("glm4_moe", llamacpp_rope="neox"),
+    _f("granitemoe", llamacpp_rope="normal"),
+    _f("minicpm", llamacpp_rope="normal"),
+    _f("nemotron", llamacpp_rope="neox"),
+    _f("olmoe", llamacpp_rope="neox"),
+    _f("openelm", llamacpp_rope="neox"),
+    _f("orion", llamacpp_rope="neox"),
+    _f("plamo", llamacpp_rope="neox"),
+    _f("qwen", llamacpp_rope="neox"),
+    _f("seed_oss", llamacpp_rope="neox"),
+    _f("starcoder", llamacpp_rope="normal"),
+    _f("xverse", llamacpp_rope="normal"),
     _f("zamba2", mixer="state_space", mixer_name="Mamba-2", rope_switch=("use_mem_rope", True)),
 )
 

@@ -16,6 +16,17 @@ from posenc.blocks import tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family
 from posenc.rope import scaling as scaling_registry
+from posenc.rope.precision import (  # issue 30: precision "engine"
+    LLAMACPP_FIELD,
+    PRECISIONS,
+    check_engine_precision,
+    engine_blocks,
+    engine_meta,
+    engine_tables,
+    handles,
+    llamacpp_complete,
+    mlx_complete,
+)
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,
@@ -118,6 +129,10 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             f"{p['rotary_dim']}); use engine transformers",
             field="exponent_dim",
         )
+    if p["engine"] == "llama.cpp":  # issue 30: what llama.cpp passes ggml_rope_ext
+        p = llamacpp_complete(p)
+    if p["engine"] == "mlx":  # issue 30: mlx-lm's nn.RoPE
+        p = mlx_complete(p)
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
     elif p["dual_chunk_cache"] is not None:
@@ -126,6 +141,7 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
             field="dual_chunk_cache",
         )
+    check_engine_precision(p)  # issue 30
     return p
 
 
@@ -165,6 +181,7 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
     meta["engine"] = p["engine"]
+    meta.update(engine_meta(p))  # issue 30: precision, llama.cpp's arguments
     if vllm is not None:
         meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
         meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
@@ -224,6 +241,8 @@ def _xd_compute(
 
 
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    if handles(p):  # issue 30: an engine's own arithmetic, llama.cpp
+        return engine_tables(p, _mrope_rows(p), device=ctx.device, dtype=ctx.dtype)
     common = _table_arguments(p, ctx)
     xd = _xd_rows(p)
     if xd is not None:
@@ -259,6 +278,8 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    if handles(p):  # issue 30
+        return engine_blocks(p, device=ctx.device, dtype=ctx.dtype)
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(
@@ -288,6 +309,8 @@ def _rope_from_config(
     fields = positions.rope_fields(layer_type)
     layer = positions.rope_for(layer_type)
     info = {"rope_type": layer.rope_type}
+    if given.get("engine") == "llama.cpp":  # issue 30: n_ctx_train for llama.cpp
+        info.update(config_max_position_embeddings=positions.max_position_embeddings)
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
         deepseek = family(positions.model_type.removesuffix("_text")).vllm_deepseek_yarn
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
@@ -487,11 +510,24 @@ ROPE: kinds.Kind = kinds.Kind(
         kinds.FieldSpec(
             "engine",
             "str",
-            "whose tables: transformers (default) or vllm (what vLLM's get_rope builds from the "
-            "same config: see docs/engines.md)",
+            "whose tables: transformers (default), vllm (what vLLM's get_rope builds from the "
+            "same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model) or mlx "
+            "(mlx-lm's nn.RoPE: default and linear): see docs/engines.md",
             "transformers",
-            choices=("transformers", "vllm"),
+            choices=("transformers", "vllm", "llama.cpp", "mlx"),
         ),
+        kinds.FieldSpec(  # issue 30
+            "precision",
+            "str",
+            "exact (default: float64 angles from the engine's rule, cast once) or engine: the "
+            "engine's own arithmetic in its own dtype and order of operations (transformers: "
+            "float32 inv_freq, float32 position x inv_freq, torch's float32 cos/sin, bit for bit "
+            "its rotary module's output; vLLM: its float32 cache, plain classes; llama.cpp: "
+            "ggml's float32 rope within 2 ulp)",
+            "exact",
+            choices=PRECISIONS,
+        ),
+        LLAMACPP_FIELD,  # issue 30
         kinds.FieldSpec(
             "max_model_len",
             "int",

@@ -11,6 +11,7 @@ from pydantic.config import JsonDict
 from posenc.attention_layers import layers_summary
 from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
+from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs, positions_for_own_engine
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
@@ -50,10 +51,11 @@ class ConfigPositionsRequest(BaseModel):
         description="a model's Hugging Face config.json object, as published (a multimodal file "
         "whole: its text_config is read)",
     )
-    engine: Literal["transformers", "vllm"] = Field(
+    engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] = Field(
         "transformers",
-        description="whose reading: transformers (default) or vllm (its magnitudes, cache rows "
-        "and softmax scale; see docs/engines.md)",
+        description="whose reading: transformers (default), vllm (its magnitudes, cache rows "
+        "and softmax scale), llama.cpp or mlx (their rope arguments per layer type; see "
+        "docs/engines.md)",
     )
     max_model_len: int | None = Field(
         None,
@@ -146,7 +148,9 @@ class ConfigPositions(BaseModel):
         "none for NoPE, or the model's kind), what (a phrase) and endpoint",
     )
     warnings: list[str]
-    engine: str = Field(..., description="transformers or vllm: whose reading this is")
+    engine: str = Field(
+        ..., description="transformers, vllm, llama.cpp or mlx: whose reading this is"
+    )
     meta: dict[str, Any] = Field(..., description="engine, and max_model_len for vllm")
 
 
@@ -182,6 +186,12 @@ class CompareRequest(BaseModel):
     layer_type: str | None = Field(
         None, description="for per-layer-type RoPE (Gemma 3): which layer type"
     )
+    engines: list[str | dict[str, str]] | None = Field(  # issue 30
+        None,
+        min_length=2,
+        description='two or more of transformers, vllm, llama.cpp, mlx, "exact", or {engine, '
+        'precision}; default ["transformers", "vllm"]. With more than two, pairs answers',
+    )
 
     @model_validator(mode="after")
     def _one_of(self) -> CompareRequest:
@@ -205,12 +215,17 @@ class EngineComparison(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     engines: list[str]
-    cos: Difference
-    sin: Difference
-    attention_scaling: Difference
-    softmax_scale: Difference
+    cos: Difference | None = None
+    sin: Difference | None = None
+    attention_scaling: Difference | None = None
+    softmax_scale: Difference | None = None
     differences: list[str] = Field(
-        ..., description="one sentence per rule on which the engines disagree here"
+        [], description="one sentence per rule on which the engines disagree here"
+    )
+    pairs: list[dict[str, Any]] | None = Field(
+        None,
+        description="with engines: each pair's {a, b, cos, sin, attention_scaling, "
+        "softmax_scale, trend, differences}",
     )
     meta: dict[str, Any]
 
@@ -243,8 +258,9 @@ def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
         return _diffusers(body)
     if is_vision_tower_alone(body.config):
         return _vision_alone(body)
+    read = positions_for_own_engine if body.engine in ("llama.cpp", "mlx") else positions_for_engine
     return {
-        **positions_for_engine(body.config, body.engine, body.max_model_len),
+        **read(body.config, body.engine, body.max_model_len),
         "vision": vision_positions(body.config),
         "query_scale": describe_query_scale(body.config),
         "layers": layers_summary(body.config),
@@ -332,6 +348,16 @@ config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defi
     },
 )
 def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
+    if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30
+        return compare_pairs(
+            body.config,
+            body.engines,
+            seq_len=body.seq_len,
+            positions=body.positions,
+            max_model_len=body.max_model_len,
+            layer_type=body.layer_type,
+            max_elements=state.settings.max_elements,
+        )
     return compare_engines(
         body.config,
         seq_len=body.seq_len,

@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 
+from posenc.gguf import ARCH_MODES
 from posenc.hf.families import FAMILIES, Family, family, field_names, is_known, types_where
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = ROOT / "posenc" / "hf" / "families.py"
 #: Strings that spell a model type's name but name another thing, by file: what they are.
+ARCH_NAMES = tuple(ARCH_MODES)
+
 NOT_A_MODEL_TYPE = {
     ("posenc/relative.py", "swin"): "the relative endpoint's bucketing value",
     ("posenc/client/methods.py", "swin"): "the relative endpoint's bucketing value",
@@ -31,6 +34,13 @@ NOT_A_MODEL_TYPE = {
     ("posenc/attention_layers.py", "mamba"): "transformers' legacy layer-type name",
     ("posenc/vision_learned/interpolate.py", "vit"): "a vision tower's key in its resize rule",
     ("posenc/relative.py", "clip"): "the relative endpoint's bucketing value",
+    **{
+        (
+            "posenc/gguf.py",
+            arch,
+        ): "a llama.cpp architecture (general.architecture), not a model_type"
+        for arch in ARCH_NAMES
+    },
     ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
 }
 

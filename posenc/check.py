@@ -1,0 +1,403 @@
+"""``POST /v1/configs/check``: is a caller's RoPE table right, and if not, which mistake made it?
+
+The caller sends its own cos and sin with the config (or preset) and the positions. posenc
+builds every engine's table for them (transformers, vLLM and llama.cpp, each ``exact`` and,
+where posenc has it, in the engine's own ``precision``) and says which the caller's equals
+(``matches``, closest first: the largest difference, the first position that differs by more
+than 1e-6, and whether it is bit for bit). Then it builds the table of each known mistake from
+a fixed catalogue (:data:`MISTAKES`: one function each, from transformers' rule) and names those
+that reproduce the caller's table within 1e-6 (``diagnosis``).
+
+A table may be ``(T, R)`` in either layout (``half``: ``cat(c, c)``; ``interleaved``: each value
+twice in place) or ``(T, R/2)``; each comparison reads it in the layout the candidate uses.
+
+Notation: ``T`` positions, ``R`` rotary dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from posenc.errors import InvalidArgument, PosencError
+from posenc.resolve import compute, resolve_fields
+from posenc.rope import ROPE, RopeScaling, rope_inv_freq
+from posenc.rope.precision import transformers_inv_freq, widen
+from posenc.rope.sections import mrope_channel_axes
+
+#: A caller's table explains a mistake (or matches an engine) within this.
+TOLERANCE = 1e-6
+
+#: The engines and precisions a table is compared with, in this order.
+CANDIDATES: tuple[tuple[str, str], ...] = (
+    ("transformers", "exact"),
+    ("transformers", "engine"),
+    ("vllm", "exact"),
+    ("llama.cpp", "exact"),
+    ("llama.cpp", "engine"),
+    ("mlx", "exact"),
+    ("mlx", "engine"),
+)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """transformers' rule for the request, the base every mistake is built from.
+
+    Attributes:
+        fields: the rope kind's resolved fields (engine transformers, exact).
+        positions: ``(T,)`` int64, or ``(3, T)`` M-RoPE rows.
+        inv_freq: ``(R/2,)`` float64; ``scale``: the attention scaling.
+        scaling: the scaling, or None.
+    """
+
+    fields: Mapping[str, Any]
+    positions: Tensor
+    inv_freq: Tensor
+    scale: float
+    scaling: RopeScaling | None
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.fields["rotary_dim"])
+
+    @property
+    def layout(self) -> str:
+        return str(self.fields["layout"])
+
+    @property
+    def length(self) -> int:
+        return int(self.positions.max()) + 1
+
+
+def _angles(ref: Reference, inv: Tensor, positions: Tensor | None = None) -> Tensor:
+    """``(T, R/2)`` float64 angles ``p · inv`` (M-RoPE: each frequency's own row)."""
+    pos = (ref.positions if positions is None else positions).to(torch.float64)
+    if pos.dim() == 1:
+        return pos[:, None] * inv[None, :]
+    f = ref.fields
+    axes = mrope_channel_axes(
+        ref.rotary_dim, f["mrope_section"], interleaved=bool(f["mrope_interleaved"])
+    )
+    return pos[axes, :].T * inv[None, :]
+
+
+def _half(angles: Tensor, scale: float) -> tuple[Tensor, Tensor]:
+    return angles.cos() * scale, angles.sin() * scale
+
+
+def _inv(ref: Reference, **changes: Any) -> tuple[Tensor, float]:
+    scaling = changes.get("scaling", ref.scaling)
+    return rope_inv_freq(
+        changes.get("rotary_dim", ref.rotary_dim),
+        changes.get("base", float(ref.fields["base"])),
+        scaling,
+        seq_len=changes.get("seq_len", ref.length),
+        exponent_dim=ref.fields.get("exponent_dim"),
+    )
+
+
+# --------------------------------------------------------------------------------- mistakes
+# Each returns the (T, R/2) cos and sin the mistake gives, or None where it does not apply.
+
+Half = tuple[Tensor, Tensor]
+
+
+def float32_angles(ref: Reference) -> list[Half] | None:
+    """Angles multiplied out in float32 (``p.float() * inv_freq``), with ``inv_freq`` computed
+    in float32 as transformers does, or the float64 one rounded to float32."""
+    out = []
+    own, _scale = transformers_inv_freq(
+        ref.rotary_dim,
+        float(ref.fields["base"]),
+        ref.scaling,
+        seq_len=ref.length,
+        exponent_dim=ref.fields.get("exponent_dim"),
+    )
+    for inv in (own, ref.inv_freq.float()):
+        angles = _angles(ref, inv.double()).float().double()
+        out.append(_half(angles, ref.scale))
+    return out
+
+
+def missing_attention_factor(ref: Reference) -> Half | None:
+    """cos and sin left unscaled though the rule has an attention factor (LongRoPE, or YaRN's
+    explicit ``attention_factor``)."""
+    s = ref.scaling
+    explicit = s is not None and (s.type == "longrope" or s.attention_factor is not None)
+    if not explicit or abs(ref.scale - 1.0) <= TOLERANCE:
+        return None
+    return _half(_angles(ref, ref.inv_freq), 1.0)
+
+
+def yarn_mscale_dropped(ref: Reference) -> Half | None:
+    """YaRN without its magnitude ``0.1·mscale·ln(factor) + 1`` (no explicit factor)."""
+    s = ref.scaling
+    if s is None or s.type != "yarn" or s.attention_factor is not None:
+        return None
+    if abs(ref.scale - 1.0) <= TOLERANCE:
+        return None
+    return _half(_angles(ref, ref.inv_freq), 1.0)
+
+
+def dynamic_base_not_rescaled(ref: Reference) -> Half | None:
+    """Dynamic NTK past the original length with the base left as it was."""
+    s = ref.scaling
+    omax = None if s is None else s.original_max_position_embeddings
+    if s is None or s.type != "dynamic" or omax is None or ref.length <= omax:
+        return None
+    inv, scale = _inv(ref, scaling=None)
+    return _half(_angles(ref, inv), scale)
+
+
+def positions_off_by_one(ref: Reference) -> Half | None:
+    """Every position one too far (counted from 1)."""
+    return _half(_angles(ref, ref.inv_freq, ref.positions + 1), ref.scale)
+
+
+def longrope_wrong_switch(ref: Reference) -> Half | None:
+    """LongRoPE's other factor set: long where the rule takes short, or short for long (the
+    switch tested against the wrong length)."""
+    s = ref.scaling
+    if s is None or s.type != "longrope" or s.original_max_position_embeddings is None:
+        return None
+    omax = int(s.original_max_position_embeddings)
+    other = omax + 1 if ref.length <= omax else omax
+    inv, _scale = _inv(ref, seq_len=other)
+    return _half(_angles(ref, inv), ref.scale)
+
+
+def sections_misassigned(ref: Reference) -> Half | None:
+    """M-RoPE's sections assigned the other way (Qwen2-VL's contiguous blocks against
+    Qwen3-VL's interleaving)."""
+    f = ref.fields
+    if ref.positions.dim() != 2 or f.get("mrope_section") is None:
+        return None
+    axes = mrope_channel_axes(
+        ref.rotary_dim, f["mrope_section"], interleaved=not bool(f["mrope_interleaved"])
+    )
+    angles = ref.positions.to(torch.float64)[axes, :].T * ref.inv_freq[None, :]
+    return _half(angles, ref.scale)
+
+
+def theta_by_repeated_multiplication(ref: Reference) -> Half | None:
+    """llama.cpp's angles: ``theta = p`` then ``theta *= base^(-2/R)`` in float32 per pair,
+    divided by the linear factor."""
+    s = ref.scaling
+    if s is not None and s.type != "linear":
+        return None
+    step = np.float32(math.pow(float(np.float32(ref.fields["base"])), -2.0 / ref.rotary_dim))
+    theta = ref.positions.numpy().astype(np.float32)
+    if theta.ndim != 1:
+        return None
+    out = np.empty((theta.shape[0], ref.rotary_dim // 2), dtype=np.float32)
+    for i in range(ref.rotary_dim // 2):
+        out[:, i] = theta
+        theta = theta * step
+    angles = torch.from_numpy(out).double()
+    if s is not None and s.factor:
+        angles = (angles.float() / float(np.float32(s.factor))).double()
+    return _half(angles, ref.scale)
+
+
+def wrong_base(ref: Reference) -> Half | None:
+    """The default base 10000 in place of the config's ``rope_theta``."""
+    if float(ref.fields["base"]) == 10000.0:
+        return None
+    inv, scale = _inv(ref, base=10000.0)
+    return _half(_angles(ref, inv), scale)
+
+
+def wrong_rotary_dim(ref: Reference) -> Half | None:
+    """Partial rotary with the exponents over the whole head: ``base^(-2i/Dh)`` for the
+    ``R/2`` rotated frequencies."""
+    head_dim = int(ref.fields["head_dim"])
+    if head_dim == ref.rotary_dim:
+        return None
+    inv, scale = _inv(ref, rotary_dim=head_dim)
+    return _half(_angles(ref, inv[: ref.rotary_dim // 2]), scale)
+
+
+#: The catalogue: mistake name -> the function that builds its table. ``wrong_layout`` is the
+#: reference's own values in the other layout (see :func:`check_table`).
+MISTAKES: dict[str, Callable[[Reference], Half | list[Half] | None]] = {
+    "float32_angles": float32_angles,
+    "missing_attention_factor": missing_attention_factor,
+    "yarn_mscale_dropped": yarn_mscale_dropped,
+    "dynamic_base_not_rescaled": dynamic_base_not_rescaled,
+    "positions_off_by_one": positions_off_by_one,
+    "longrope_wrong_switch": longrope_wrong_switch,
+    "sections_misassigned": sections_misassigned,
+    "theta_by_repeated_multiplication": theta_by_repeated_multiplication,
+    "wrong_base": wrong_base,
+    "wrong_rotary_dim": wrong_rotary_dim,
+}
+MISTAKE_NAMES: tuple[str, ...] = ("wrong_layout", *MISTAKES)
+
+
+# ------------------------------------------------------------------------------ comparison
+
+
+def _reference_dtype(table: Tensor) -> torch.dtype:
+    """The dtype the caller's table was made in: float32 when its float64 values (JSON) are all
+    float32 numbers."""
+    if table.dtype == torch.float64 and torch.equal(table.float().double(), table):
+        return torch.float32
+    return table.dtype
+
+
+def _difference(
+    caller: tuple[Tensor, Tensor], want: Half, layout: str, positions: Tensor
+) -> dict[str, Any]:
+    """``max_abs_diff``, ``first_position`` and ``bit_exact`` of the caller's table against
+    ``want`` (``(T, R/2)`` float64), widened in ``layout`` when the caller's is ``(T, R)``."""
+    half = want[0].shape[-1]
+    if caller[0].shape[-1] != half:
+        want = (widen(want[0], layout), widen(want[1], layout))
+    cos, sin = caller
+    delta = torch.maximum(
+        (cos.double() - want[0]).abs().amax(-1), (sin.double() - want[1]).abs().amax(-1)
+    )  # (T,)
+    over = torch.nonzero(delta > TOLERANCE)
+    rows = positions if positions.dim() == 1 else positions[0]
+    dtype = _reference_dtype(cos)
+    bit = bool(
+        torch.equal(cos.to(dtype), want[0].to(dtype))
+        and torch.equal(sin.to(dtype), want[1].to(dtype))
+    )
+    return {
+        "max_abs_diff": float(delta.max()) if delta.numel() else 0.0,
+        "first_position": int(rows[int(over[0, 0])]) if over.numel() else None,
+        "bit_exact": bit,
+    }
+
+
+def _fields(request: Mapping[str, Any], engine: str, precision: str) -> dict[str, Any]:
+    given = {k: v for k, v in request.items() if v is not None}
+    return resolve_fields(
+        ROPE, {**given, "engine": engine, "precision": precision, "dtype": "float64"}
+    )
+
+
+def _positions(fields: Mapping[str, Any]) -> Tensor:
+    if fields["positions"] is not None:
+        return torch.tensor(fields["positions"], dtype=torch.int64)
+    return torch.arange(int(fields["seq_len"]), dtype=torch.int64)
+
+
+def _as_half(cos: Tensor, sin: Tensor, layout: str) -> Half:
+    """A ``(T, R)`` table of the rope kind as ``(T, R/2)`` values."""
+    half = cos.shape[-1] // 2
+    if layout == "half":
+        return cos[:, :half], sin[:, :half]
+    return cos[:, 0::2], sin[:, 0::2]
+
+
+def check_table(
+    request: Mapping[str, Any], cos: Tensor | np.ndarray, sin: Tensor | np.ndarray
+) -> dict[str, Any]:
+    """Which engine's table ``cos``/``sin`` equals, and which known mistakes explain it.
+
+    Args:
+        request: the rope kind's fields: ``config`` or ``preset``, ``positions`` or
+            ``seq_len``, and ``layer_type``, ``max_model_len`` … as ``/v1/encodings/rope``
+            takes them (no ``engine``, ``precision`` or ``dtype``).
+        cos, sin: the caller's ``(T, R)`` (either layout) or ``(T, R/2)`` tables.
+
+    Returns:
+        ``{"matches": [...], "diagnosis": [...], "meta": {...}}``: ``matches`` are
+        ``{"engine", "precision", "max_abs_diff", "first_position", "bit_exact"}`` closest
+        first; ``diagnosis`` are ``{"mistake", "explains", "max_abs_diff"}`` for every mistake
+        that applies to the config (explains: within 1e-6), closest first.
+
+    Raises:
+        InvalidArgument: bad fields; tables of another shape than ``(T, R)``/``(T, R/2)``.
+    """
+    for name in ("engine", "precision", "dtype"):
+        if request.get(name) is not None:
+            raise InvalidArgument(
+                f"{name} is chosen by the check itself (every engine is compared)", field=name
+            )
+    c, s = torch.as_tensor(np.asarray(cos)), torch.as_tensor(np.asarray(sin))
+    base = _fields(request, "transformers", "exact")
+    positions = _positions(base)
+    t, r = positions.shape[-1], int(base["rotary_dim"])
+    for name, table in (("cos", c), ("sin", s)):
+        if table.dim() != 2 or table.shape[0] != t or table.shape[1] not in (r, r // 2):
+            raise InvalidArgument(
+                f"{name} must be ({t}, {r}) or ({t}, {r // 2}) for these positions and "
+                f"rotary_dim {r}, got {tuple(table.shape)}",
+                field=name,
+            )
+    if not (c.is_floating_point() and s.is_floating_point()):
+        raise InvalidArgument("cos and sin must be floating-point tables", field="cos")
+    caller = (c, s)
+    matches: list[dict[str, Any]] = []
+    skipped: dict[str, str] = {}
+    for engine, precision in CANDIDATES:
+        try:
+            fields = (
+                base
+                if (engine, precision) == ("transformers", "exact")
+                else _fields(request, engine, precision)
+            )
+            out = dict(compute(ROPE, fields))
+        except PosencError as exc:
+            skipped[f"{engine}/{precision}"] = exc.message
+            continue
+        want = _as_half(out["cos"], out["sin"], fields["layout"])
+        diff = _difference(caller, want, fields["layout"], positions)
+        matches.append({"engine": engine, "precision": precision, **diff})
+    matches.sort(key=lambda m: (m["max_abs_diff"], not m["bit_exact"]))
+    scaling = RopeScaling.from_dict(base["scaling"]) if base["scaling"] is not None else None
+    length = int(positions.max()) + 1
+    inv, scale = rope_inv_freq(
+        r, float(base["base"]), scaling, seq_len=length, exponent_dim=base["exponent_dim"]
+    )
+    ref = Reference(base, positions, inv, scale, scaling)
+    correct = _half(_angles(ref, inv), scale)
+    diagnosis = []
+    other = "interleaved" if ref.layout == "half" else "half"
+    if c.shape[-1] == r:
+        d = _difference(caller, correct, other, positions)
+        diagnosis.append(_named("wrong_layout", d["max_abs_diff"]))
+    for name, build in MISTAKES.items():
+        built = build(ref)
+        variants = [built] if isinstance(built, tuple) else built or []
+        # a variant that gives the correct table here says nothing about the caller's
+        variants = [v for v in variants if _apart(v, correct) > TOLERANCE]
+        if variants:
+            best = min(
+                _difference(caller, v, ref.layout, positions)["max_abs_diff"] for v in variants
+            )
+            diagnosis.append(_named(name, best))
+    diagnosis.sort(key=lambda m: m["max_abs_diff"])
+    return {
+        "matches": matches,
+        "diagnosis": diagnosis,
+        "meta": {
+            "rotary_dim": r,
+            "layout": ref.layout,
+            "width": int(c.shape[-1]),
+            "positions": t,
+            "tolerance": TOLERANCE,
+            "not_compared": skipped,
+        },
+    }
+
+
+def _apart(a: Half, b: Half) -> float:
+    return float(max((a[0] - b[0]).abs().max(), (a[1] - b[1]).abs().max()))
+
+
+def _named(mistake: str, difference: float) -> dict[str, Any]:
+    return {"mistake": mistake, "explains": difference <= TOLERANCE, "max_abs_diff": difference}
+
+
+__all__ = ["CANDIDATES", "MISTAKES", "MISTAKE_NAMES", "TOLERANCE", "Reference", "check_table"]

@@ -1,0 +1,676 @@
+"""RoPE in an engine's own precision: transformers' float32 arithmetic, step for step.
+
+posenc's tables are exact by default (float64 angles, cast once). ``precision: "engine"`` asks
+instead for what the engine itself computes, in its own dtype and order of operations, so a
+caller porting RoPE to a kernel, or debugging a model, can compare bit for bit.
+
+transformers 5 (``modeling_rope_utils.py`` and each model's ``<Model>RotaryEmbedding``):
+
+- ``inv_freq`` is computed once in float32 by the rope type's init function
+  (``1.0 / (base ** (torch.arange(0, dim, 2).float() / dim))`` and the type's float32 edits);
+  dynamic NTK recomputes it, with a float32 base, when ``max(position) + 1`` passes the
+  original length, and LongRoPE picks its long factors there;
+- ``forward``: ``freqs = position_ids[..., None].float() * inv_freq`` (one float32 product),
+  ``emb = cat(freqs, freqs)``, ``cos = emb.cos() * attention_scaling`` (torch's float32
+  ``cos``), cast to the activations' dtype. Llama 4 takes ``torch.polar(ones, freqs)`` instead.
+
+Every step here is the same torch operation on the same float32 values, so on the same torch
+build the tables equal the module's output bit for bit (torch's float32 ``cos``/``sin`` give
+each element the same value whatever the tensor's shape, so row blocks equal the whole table).
+
+Notation: ``T`` positions, ``R`` rotary dimension.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
+
+import torch
+from torch import Tensor
+
+from posenc import kinds
+from posenc.blocks import TableBlocks, tensor_blocks
+from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
+from posenc.model_configs import MODEL_CONFIGS
+from posenc.rope.llamacpp import (
+    ROPE_MODES,
+    LlamaCppRope,
+    ggml_rope_tables,
+    llamacpp_inv_freq,
+    llamacpp_rope_for,
+    llamacpp_rope_tables,
+)
+from posenc.rope.mlx import MlxRope, mlx_exact_tables, mlx_rope_for, mlx_rope_tables
+from posenc.rope.scaling import RopeScaling, rope_inv_freq
+from posenc.rope.sections import mrope_channel_axes
+from posenc.rope.vllm import VllmRope, vllm_for_fields
+
+Precision = Literal["exact", "engine"]
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+#: Text model types whose transformers rotary module returns ``torch.polar(1, θ)`` (complex)
+#: rather than ``cos``/``sin`` of ``θ`` (the records' ``polar_rotary``).
+POLAR_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.polar_rotary)
+
+
+def _exponents(dim: int) -> Tensor:
+    """``torch.arange(0, dim, 2).float() / dim`` as every transformers init function writes it."""
+    return torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim
+
+
+def _default(dim: int, base: float) -> Tensor:
+    return 1.0 / (base ** _exponents(dim))
+
+
+def _dynamic(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
+    """``_compute_dynamic_ntk_parameters``: at init (python floats, ``seq_len`` the original
+    length) and, once ``max(position) + 1`` passes it, again with a 0-dim int64 ``seq_len``,
+    which makes the rescaled base a float32 tensor."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    if length <= omax:  # the buffer built at init
+        b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
+        inv: Tensor = 1.0 / (b ** _exponents(dim))
+        return inv
+    seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
+    rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
+    return 1.0 / (rescaled ** _exponents(dim))
+
+
+def _yarn(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_yarn_parameters``'s float32 ramp between interpolation and extrapolation."""
+    factor = float(s.factor)  # type: ignore[arg-type]
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    beta_fast = s.beta_fast or 32
+    beta_slow = s.beta_slow or 1
+
+    def correction_dim(rotations: float) -> float:
+        return (dim * math.log(omax / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if s.truncate is None or s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (factor * pos_freqs)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
+    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+
+
+def _longrope(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
+    """``_compute_longrope_parameters``: the long factors when ``max(position) + 1`` passes
+    the original length (``longrope_frequency_update``), else the short ones."""
+    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    factors = s.long_factor if length > omax else s.short_factor
+    ext = torch.tensor(factors, dtype=torch.float32)
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    return 1.0 / (ext * base**shape)
+
+
+def _llama3(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_llama3_parameters`` in float32, its ``where``s in the same order."""
+    inv = _default(dim, base)
+    factor = float(s.factor)  # type: ignore[arg-type]
+    low = float(s.low_freq_factor)  # type: ignore[arg-type]
+    high = float(s.high_freq_factor)  # type: ignore[arg-type]
+    old = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, llama)
+
+
+def _proportional(dim: int, base: float, s: RopeScaling) -> Tensor:
+    """``_compute_proportional_rope_parameters``: ``dim`` is the whole head."""
+    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    angles = int(share * dim // 2)
+    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
+    rest = dim // 2 - angles
+    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
+    inv /= 1.0 if s.factor is None else float(s.factor)
+    return inv
+
+
+def transformers_inv_freq(
+    rotary_dim: int,
+    base: float,
+    scaling: RopeScaling | None = None,
+    *,
+    seq_len: int,
+    exponent_dim: int | None = None,
+) -> tuple[Tensor, float]:
+    """The float32 ``inv_freq`` transformers' rotary module uses for a sequence of ``seq_len``
+    positions (``max(position) + 1``), and its attention scaling.
+
+    Returns:
+        ``(inv_freq (R/2,) float32, attention_scaling)``; the scaling is the same Python float
+        as :func:`posenc.rope.rope_inv_freq`'s (transformers computes it with ``math``).
+    """
+    dim = rotary_dim if exponent_dim is None else exponent_dim
+    _exact, attention_scaling = rope_inv_freq(
+        rotary_dim, base, scaling, seq_len=seq_len, exponent_dim=exponent_dim
+    )
+    kind = "default" if scaling is None else scaling.type
+    if kind == "default":
+        inv = _default(dim, base)
+    elif kind == "linear":
+        inv = _default(dim, base)
+        inv /= float(scaling.factor)  # type: ignore[union-attr, arg-type]
+    elif kind == "dynamic":
+        inv = _dynamic(dim, base, scaling, seq_len)  # type: ignore[arg-type]
+    elif kind == "yarn":
+        inv = _yarn(dim, base, scaling)  # type: ignore[arg-type]
+    elif kind == "longrope":
+        inv = _longrope(dim, base, scaling, seq_len)  # type: ignore[arg-type]
+    elif kind == "llama3":
+        inv = _llama3(dim, base, scaling)  # type: ignore[arg-type]
+    elif kind == "proportional":
+        inv = _proportional(dim, base, scaling)  # type: ignore[arg-type]
+    else:  # pragma: no cover - RopeScaling.from_dict refuses other types
+        raise InvalidArgument(f"no transformers rule for rope type {kind!r}", field="scaling")
+    return inv[: rotary_dim // 2], float(attention_scaling)
+
+
+def transformers_half_tables(
+    positions: Tensor, inv_freq: Tensor, attention_scaling: float, *, polar: bool = False
+) -> tuple[Tensor, Tensor]:
+    """``(cos, sin)`` of the forward's ``freqs`` before ``cat``: ``(T, R/2)`` float32 each.
+
+    ``freqs = positions.float()[:, None] * inv_freq`` (float32), then ``freqs.cos() *
+    attention_scaling`` (or Llama 4's ``torch.polar(ones, freqs) * attention_scaling``).
+    """
+    freqs = positions[..., None].float() * inv_freq.to(dtype=torch.float)  # (..., T, R/2)
+    if polar:
+        cis = torch.polar(torch.ones_like(freqs), freqs) * attention_scaling
+        return cis.real.contiguous(), cis.imag.contiguous()
+    return freqs.cos() * attention_scaling, freqs.sin() * attention_scaling
+
+
+def widen(half: Tensor, layout: str) -> Tensor:
+    """``(T, R/2)`` values to ``(T, R)`` in ``layout``: ``cat(x, x)`` (half) or each value twice
+    in place (interleaved, as DeepSeek, GLM and Llama 4 apply it)."""
+    return torch.cat((half, half), -1) if layout == "half" else half.repeat_interleave(2, -1)
+
+
+def transformers_cos_sin(
+    positions: Tensor,
+    *,
+    rotary_dim: int,
+    base: float,
+    layout: str = "half",
+    scaling: RopeScaling | None = None,
+    exponent_dim: int | None = None,
+    rotation: str = "positive",
+    mrope_section: Sequence[int] | None = None,
+    mrope_interleaved: bool = False,
+    polar: bool = False,
+    seq_len: int | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """transformers' ``(cos, sin, inv_freq)`` in its own float32 arithmetic.
+
+    Args:
+        positions: ``(T,)`` int64 positions, or ``(3, T)`` M-RoPE rows with ``mrope_section``.
+        seq_len: the sequence length dynamic NTK and LongRoPE see (default ``max + 1``).
+        polar: Llama 4's complex ``torch.polar`` form.
+        dtype: the activations' dtype the module casts to at the end.
+
+    Returns:
+        cos, sin ``(T, R)`` in ``layout`` and the float32 ``inv_freq (R/2,)`` cast to ``dtype``.
+    """
+    length = int(positions.max()) + 1 if seq_len is None else seq_len
+    if positions.numel() == 0:
+        length = 1
+    inv, scale = transformers_inv_freq(
+        rotary_dim, base, scaling, seq_len=length, exponent_dim=exponent_dim
+    )
+    cos, sin = transformers_half_tables(positions, inv, scale, polar=polar)
+    if mrope_section is not None:  # (3, T, R/2): each frequency from the axis that owns it
+        axes = mrope_channel_axes(rotary_dim, mrope_section, interleaved=mrope_interleaved)
+        index = axes[None, None, :].expand(1, cos.shape[1], -1)
+        cos, sin = cos.gather(0, index)[0], sin.gather(0, index)[0]
+    if rotation == "negative":
+        sin = -sin
+    return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
+
+
+#: vLLM's rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``): the base
+#: ``RotaryEmbedding`` and the three that only change its ``inv_freq`` or positions.
+VLLM_ENGINE_TYPES: frozenset[str] = frozenset({"default", "linear", "llama3", "yarn"})
+
+#: The engines whose tables this module computes (both precisions for llama.cpp).
+OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp", "mlx"})
+
+
+def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The quoted config's text part behind a preset (empty when there is none)."""
+    preset = p.get("preset")
+    if not isinstance(preset, str):
+        return {}
+    quoted = MODEL_CONFIGS.get(preset.removesuffix("-local"))
+    if quoted is None:
+        return {}
+    config = quoted[1]
+    text = config.get("text_config")
+    if isinstance(text, Mapping) and text.get("model_type"):
+        return text
+    return config
+
+
+def model_type_of(p: Mapping[str, Any]) -> str:
+    """The text ``model_type`` behind resolved fields: the config's, else the preset's config's
+    (``""`` when neither names one)."""
+    if p.get("config_model_type"):
+        return str(p["config_model_type"])
+    return str(_preset_text_config(p).get("model_type") or "")
+
+
+def handles(p: Mapping[str, Any]) -> bool:
+    """Whether this module computes the rope kind's tables for resolved fields."""
+    return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
+
+
+def _member(name: str, type_: kinds.FieldType, description: str, **kw: Any) -> kinds.FieldSpec:
+    return kinds.FieldSpec(name, type_, description, default=None, **kw)
+
+
+#: The rope kind's ``llamacpp`` field: ggml_rope_ext's arguments given directly (a GGUF body
+#: is read into it), in place of what llama.cpp would read from the config.
+LLAMACPP_FIELD = kinds.FieldSpec(
+    "llamacpp",
+    "struct",
+    "engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body is read into "
+    "them) instead of read from the preset or config; n_dims defaults to rotary_dim",
+    default=None,
+    schema_name="LlamaCppRopeRequest",
+    example={"mode": "neox", "freq_base": 1000000.0, "freq_scale": 0.25, "ext_factor": 1.0},
+    members=(
+        _member("n_dims", "int", "the rotated dimensions (n_rot)", minimum=2, multiple_of=2),
+        _member("mode", "str", "normal, neox, mrope or imrope", choices=tuple(ROPE_MODES)[:4]),
+        _member("freq_base", "float", "rope.freq_base", exclusive_minimum=0),
+        _member("freq_scale", "float", "1 / rope.scaling.factor", exclusive_minimum=0),
+        _member("ext_factor", "float", "YaRN's extrapolation mix (1 with YaRN)"),
+        _member("attn_factor", "float", "the magnitude passed to ggml"),
+        _member("beta_fast", "float", "YaRN: default 32"),
+        _member("beta_slow", "float", "YaRN: default 1"),
+        _member("n_ctx_orig", "int", "rope.scaling.original_context_length", minimum=0),
+        _member("sections", "ints", "M-RoPE's four sections", minimum=0, length=4),
+        _member("freq_factors", "floats", "the n_dims/2 frequency divisors (rope_freqs)"),
+    ),
+)
+
+
+def _given_llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+    given = {k: v for k, v in dict(p["llamacpp"]).items() if v is not None}
+    given.setdefault("n_dims", int(p["rotary_dim"]))
+    given.setdefault("mode", "normal" if p["layout"] == "interleaved" else "neox")
+    given.setdefault("freq_base", float(p["base"]))
+    if given["n_dims"] > int(p["rotary_dim"]):
+        raise InvalidArgument(
+            f"llamacpp.n_dims {given['n_dims']} is more than rotary_dim {p['rotary_dim']}",
+            field="llamacpp.n_dims",
+        )
+    for name in ("sections", "freq_factors"):
+        if given.get(name) is not None:
+            given[name] = tuple(given[name])
+    if given.get("sections") is not None and sum(given["sections"]) <= 0:
+        raise InvalidArgument(
+            f"llamacpp.sections must not all be 0, got {list(given['sections'])}",
+            field="llamacpp.sections",
+        )
+    for name, value in given.items():
+        values = value if isinstance(value, tuple) else (value,)
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise InvalidArgument(f"llamacpp.{name} must be finite", field=f"llamacpp.{name}")
+    factors = given.get("freq_factors")
+    if factors is not None and len(factors) < given["n_dims"] // 2:
+        raise InvalidArgument(
+            f"llamacpp.freq_factors needs n_dims/2 = {given['n_dims'] // 2} values, got "
+            f"{len(factors)}",
+            field="llamacpp.freq_factors",
+        )
+    return LlamaCppRope(**given)
+
+
+def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
+    """Resolved fields with ``engine: "llama.cpp"``: llama.cpp's arguments (``llamacpp``, a
+    plain dict) and its layout."""
+    if p.get("llamacpp") is not None:  # given directly, or read from a GGUF
+        rope = _given_llamacpp(p)
+        return {
+            **p,
+            "rotary_dim": rope.n_dims,
+            "layout": rope.layout,
+            "llamacpp": rope.to_dict(),
+            "llamacpp_notes": [],
+        }
+    mpe = p.get("config_max_position_embeddings")
+    if mpe is None:
+        text = _preset_text_config(p)
+        mpe = text.get("max_position_embeddings")
+    rope = llamacpp_rope_for(
+        model_type=model_type_of(p),
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=p.get("scaling"),
+        max_position_embeddings=mpe,
+        n_ctx=p.get("max_model_len"),
+        mrope_section=p.get("mrope_section"),
+    )
+    return {
+        **p,
+        "layout": rope.layout,
+        "llamacpp": rope.to_dict(),
+        "llamacpp_notes": list(rope.notes),
+    }
+
+
+def mlx_complete(p: dict[str, Any]) -> dict[str, Any]:
+    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``nn.RoPE`` arguments (``mlx``)."""
+    rope = mlx_rope_for(
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=p.get("scaling"),
+    )
+    return {**p, "layout": rope.layout, "mlx": rope.to_dict()}
+
+
+def _mlx_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+    rope = MlxRope(**p["mlx"])
+    if p.get("precision") == "engine":
+        return mlx_rope_tables(pos, rope)
+    return mlx_exact_tables(pos, rope)
+
+
+def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+    d = dict(p["llamacpp"])
+    sections = d.pop("sections")
+    factors = d.pop("freq_factors")
+    return LlamaCppRope(
+        **d,
+        sections=tuple(sections) if sections is not None else None,
+        freq_factors=tuple(factors) if factors is not None else None,
+    )
+
+
+def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of the engine's own arithmetic: ``precision``, and for llama.cpp its
+    arguments, its magnitude and how it read the model."""
+    out: dict[str, Any] = {"precision": p.get("precision", "exact")}
+    if p.get("mlx") is not None:
+        out.update(mlx=dict(p["mlx"]), attention_scaling=1.0, layout=p["layout"])
+    if p.get("llamacpp") is not None:
+        _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
+        out.update(
+            llamacpp=dict(p["llamacpp"]),
+            llamacpp_notes=list(p.get("llamacpp_notes") or []),
+            attention_scaling=magnitude,
+            layout=p["layout"],
+        )
+    return out
+
+
+def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`transformers_cos_sin`'s keyword arguments from resolved rope fields."""
+    scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+    return dict(
+        rotary_dim=int(p["rotary_dim"]),
+        base=float(p["base"]),
+        layout=p["layout"],
+        scaling=scaling,
+        exponent_dim=p.get("exponent_dim"),
+        rotation=p.get("rotation") or "positive",
+        polar=model_type_of(p) in POLAR_MODEL_TYPES,
+    )
+
+
+def check_engine_precision(p: Mapping[str, Any]) -> None:
+    """Refuse what ``precision: "engine"`` does not cover yet, with the reason."""
+    engine = p.get("engine", "transformers")
+    if p.get("llamacpp") is not None and engine != "llama.cpp":
+        raise InvalidArgument(
+            f'llamacpp gives llama.cpp\'s arguments: it needs engine "llama.cpp", not {engine!r}',
+            field="llamacpp",
+        )
+    if p.get("precision", "exact") == "exact":
+        return
+    if p.get("config_xdrope_section") is not None:
+        raise InvalidArgument(
+            'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
+            field="precision",
+        )
+    if engine == "vllm":
+        rope = vllm_for_fields(p)
+        if rope.rope_type not in VLLM_ENGINE_TYPES or p.get("mrope_section") is not None:
+            raise InvalidArgument(
+                f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
+                f"classes (plain RoPE); this config builds {rope.rope_type!r}"
+                + (" with M-RoPE" if p.get("mrope_section") is not None else "")
+                + '; ask precision "exact"',
+                field="precision",
+            )
+    elif engine not in ("transformers", *OWN_ENGINES):
+        raise InvalidArgument(
+            f'precision "engine" is not computed for engine {engine!r}', field="precision"
+        )
+
+
+def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
+    """vLLM's float32 cache rows at ``positions``: ``(cos, sin)`` ``(T, R/2)`` and its float32
+    ``inv_freq``.
+
+    ``RotaryEmbedding._compute_cos_sin_cache``: ``t = arange(rows).float()`` (divided by the
+    factor first in ``LinearScalingRotaryEmbedding``), ``einsum("i,j->ij", t, inv_freq)`` (one
+    float32 product), ``cos()`` (times ``mscale`` for YaRN). ``inv_freq`` is the base class's
+    ``1.0 / (base ** (arange(0, R, 2).float() / R))`` with Llama 3's and YaRN's float32 edits,
+    the same operations as transformers' init functions.
+    """
+    rope: VllmRope = vllm_for_fields(p)
+    rotary_dim, base = int(p["rotary_dim"]), float(p["base"])
+    s = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+    t = positions.to(torch.float)
+    if rope.rope_type == "linear":
+        inv = _default(rotary_dim, base)
+        t = t / float(s.factor)  # type: ignore[union-attr, arg-type]
+    elif rope.rope_type == "llama3":
+        inv = _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
+    elif rope.rope_type == "yarn":
+        inv = _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
+    else:
+        inv = _default(rotary_dim, base)
+    freqs = t[:, None] * inv[None, :]
+    scale = rope.attention_scaling
+    if rope.rope_type == "yarn":
+        return freqs.cos() * scale, freqs.sin() * scale, inv
+    return freqs.cos(), freqs.sin(), inv
+
+
+def engine_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
+    ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
+    if p.get("llamacpp") is not None or p.get("mlx") is not None:
+        return _llamacpp_tables(p, rows, device=device, dtype=dtype)
+    if p.get("engine") == "vllm":
+        held = p.get("positions")
+        pos = torch.tensor(held) if held is not None else torch.arange(int(p["seq_len"]))
+        cos, sin, inv = vllm_half_tables(pos, p)
+        layout = p["layout"]
+        return {
+            "cos": widen(cos, layout).to(device=device, dtype=dtype),
+            "sin": widen(sin, layout).to(device=device, dtype=dtype),
+            "inv_freq": inv.to(device=device, dtype=dtype),
+        }
+    kw = _arguments(p)
+    if rows is not None:
+        pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+        kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
+    elif p.get("positions") is not None:
+        pos = torch.tensor(list(p["positions"]), dtype=torch.int64)  # (T,)
+    else:
+        pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
+    cos, sin, inv = transformers_cos_sin(pos, dtype=dtype, **kw)
+    return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
+
+
+def _llamacpp_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64."""
+    if p.get("mlx") is not None:
+        return _mlx_half(p, pos)
+    rope = _llamacpp(p)
+    if p.get("precision") == "engine":
+        return ggml_rope_tables(pos, rope)
+    return llamacpp_rope_tables(pos, rope)
+
+
+def _llamacpp_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None,
+    dtype: torch.dtype,
+) -> dict[str, Tensor]:
+    if rows is not None:
+        pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+        if p.get("mlx") is not None:  # mlx-lm's "mrope" is plain RoPE: text positions only
+            if not bool((pos == pos[:1]).all()):
+                raise InvalidArgument(
+                    "engine mlx applies plain RoPE (mlx-lm's mrope type): give one row of "
+                    "positions, or three equal ones",
+                    field="positions",
+                )
+            pos = pos[0]
+    elif p.get("positions") is not None:
+        pos = torch.tensor(list(p["positions"]), dtype=torch.int64)
+    else:
+        pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
+    cos, sin = _llamacpp_half(p, pos)
+    speed = _speeds(p)
+    layout = p["layout"]
+    return {
+        "cos": widen(cos, layout).to(device=device, dtype=dtype),
+        "sin": widen(sin, layout).to(device=device, dtype=dtype),
+        "inv_freq": speed.to(device=device, dtype=dtype),
+    }
+
+
+def engine_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """:func:`engine_tables` for 1-D positions in row blocks (each element is computed alone,
+    so the blocks are the whole table's bytes)."""
+    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
+    total = int(p["seq_len"]) if held is None else held.numel()
+    length = total if held is None else int(held.max()) + 1
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    if p.get("llamacpp") is not None or p.get("mlx") is not None:
+        return _llamacpp_blocks(p, held, total, dev, dtype)
+    if p.get("engine") == "vllm":
+        return _vllm_blocks(p, held, total, dev, dtype)
+    kw = _arguments(p)
+    inv, scale = transformers_inv_freq(
+        kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
+    )
+    width = kw["rotary_dim"]
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin = transformers_half_tables(pos, inv, scale, polar=kw["polar"])
+            half = cos if which == "cos" else (-sin if kw["rotation"] == "negative" else sin)
+            out.copy_(widen(half, kw["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
+    return out
+
+
+def _vllm_blocks(
+    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """vLLM's float32 cache rows in row blocks (each row is computed alone)."""
+    width = int(p["rotary_dim"])
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin, _inv = vllm_half_tables(pos, p)
+            out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    _c, _s, inv = vllm_half_tables(torch.zeros(1, dtype=torch.int64), p)
+    out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
+    return out
+
+
+def _llamacpp_blocks(
+    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """llama.cpp's tables in row blocks (each position's row is computed alone)."""
+    width = int(p["rotary_dim"])
+
+    def filler(which: str) -> Any:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            pos = torch.arange(start, stop) if held is None else held[start:stop]
+            cos, sin = _llamacpp_half(p, pos)
+            out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
+
+        return fill
+
+    out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
+    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p).to(dtype))
+    return out
+
+
+def _speeds(p: Mapping[str, Any]) -> Tensor:
+    """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
+    if p.get("mlx") is not None:
+        rope = MlxRope(**p["mlx"])
+        i = torch.arange(rope.dims // 2, dtype=torch.float64)
+        return rope.scale * float(rope.base) ** (-2.0 * i / rope.dims)
+    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    return speed
+
+
+__all__ = [
+    "LLAMACPP_FIELD",
+    "OWN_ENGINES",
+    "POLAR_MODEL_TYPES",
+    "PRECISIONS",
+    "VLLM_ENGINE_TYPES",
+    "Precision",
+    "check_engine_precision",
+    "engine_blocks",
+    "engine_meta",
+    "engine_tables",
+    "handles",
+    "llamacpp_complete",
+    "mlx_complete",
+    "model_type_of",
+    "transformers_cos_sin",
+    "transformers_half_tables",
+    "transformers_inv_freq",
+    "vllm_half_tables",
+    "widen",
+]

@@ -1,0 +1,255 @@
+"""``precision: "engine"`` for transformers: bit for bit the rotary module's own output.
+
+For every RoPE preset (:mod:`posenc.presets`, from the configs quoted in
+:mod:`posenc.model_configs`), transformers 5 builds the model's own rotary embedding module from
+the same config (no weights) and runs its ``forward`` on CPU at positions up to 131,072; the rope
+kind's tables with ``precision: "engine"`` must equal its cos and sin exactly (``torch.equal``),
+in the layout the model's attention applies them. The exact tables (the default) are checked to
+differ there, so the test can tell the two apart.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from posenc.hf_config import read_positions
+from posenc.model_configs import model_config
+from posenc.presets import PRESETS
+from posenc.resolve import compute, resolve_fields
+from posenc.rope import ROPE
+from posenc.rope.precision import engine_blocks, transformers_cos_sin
+from posenc.rope.scaling import RopeScaling
+
+transformers = pytest.importorskip("transformers")
+from transformers import AutoConfig  # noqa: E402
+
+#: Positions 0 … 2047, then every 61st up to 131,072 (float32 angles drift most out there).
+POSITIONS = torch.cat(
+    (torch.arange(2048), torch.arange(2048, 131_073, 61), torch.tensor([131_072]))
+)
+
+# text model_type -> (modeling module, rotary class)
+ROTARY = {
+    "llama": ("llama", "LlamaRotaryEmbedding"),
+    "llama4_text": ("llama4", "Llama4TextRotaryEmbedding"),
+    "mistral": ("mistral", "MistralRotaryEmbedding"),
+    "mixtral": ("mixtral", "MixtralRotaryEmbedding"),
+    "ministral3": ("ministral3", "Ministral3RotaryEmbedding"),
+    "qwen2": ("qwen2", "Qwen2RotaryEmbedding"),
+    "qwen3": ("qwen3", "Qwen3RotaryEmbedding"),
+    "qwen2_5_vl_text": ("qwen2_5_vl", "Qwen2_5_VLRotaryEmbedding"),
+    "qwen3_vl_text": ("qwen3_vl", "Qwen3VLTextRotaryEmbedding"),
+    "gemma2": ("gemma2", "Gemma2RotaryEmbedding"),
+    "gemma3_text": ("gemma3", "Gemma3RotaryEmbedding"),
+    "phi": ("phi", "PhiRotaryEmbedding"),
+    "phi3": ("phi3", "Phi3RotaryEmbedding"),
+    "deepseek_v3": ("deepseek_v3", "DeepseekV3RotaryEmbedding"),
+    "gpt_neox": ("gpt_neox", "GPTNeoXRotaryEmbedding"),
+    "olmo2": ("olmo2", "Olmo2RotaryEmbedding"),
+    "glm4": ("glm4", "Glm4RotaryEmbedding"),
+    "falcon": ("falcon", "FalconRotaryEmbedding"),
+    "gpt_oss": ("gpt_oss", "GptOssRotaryEmbedding"),
+}
+
+
+def _modeling(name: str):  # type: ignore[no-untyped-def]
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
+
+def _module_tables(config: dict, layer_type: str | None, pos: torch.Tensor):  # type: ignore[no-untyped-def]
+    """The model's own rotary module's (cos, sin) at ``pos``, as (T, R) in the layout its
+    attention applies them (half, or interleaved pairs)."""
+    tc = AutoConfig.for_model(**config).get_text_config()
+    mt = tc.model_type
+    if mt == "gptj":  # a buffer of create_sinusoidal_positions rows, split [sin | cos]
+        table = _modeling("gptj").create_sinusoidal_positions(int(pos.max()) + 1, tc.rotary_dim)
+        sin, cos = torch.chunk(table[pos], 2, dim=-1)
+        return cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)
+    mod, cls = ROTARY[mt]
+    rot = getattr(_modeling(mod), cls)(config=tc)
+    x = torch.zeros(1, dtype=torch.float32)
+    if mt == "llama4_text":
+        cis = rot(x, pos[None])[0]  # (T, R/2) complex
+        return cis.real.repeat_interleave(2, -1), cis.imag.repeat_interleave(2, -1)
+    if mt in ("qwen2_5_vl_text", "qwen3_vl_text"):
+        cos, sin = rot(x, pos[None, None].expand(3, 1, -1))
+    elif layer_type is not None:
+        cos, sin = rot(x, pos[None], layer_type)
+    else:
+        cos, sin = rot(x, pos[None])
+    cos, sin = cos[0], sin[0]
+    if mt == "gpt_oss":  # returns the half, applied to [x1 | x2]
+        cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
+    if mt in ("glm4", "deepseek_v3"):  # their attention interleaves the half table
+        half = cos.shape[-1] // 2
+        cos, sin = cos[:, :half].repeat_interleave(2, -1), sin[:, :half].repeat_interleave(2, -1)
+    return cos, sin
+
+
+def _preset_cases() -> list[tuple[str, str, str | None]]:
+    out = []
+    for name, preset in PRESETS.items():
+        if preset.kind != "rope":
+            continue
+        base = name.removesuffix("-local")
+        mp = read_positions(model_config(base))
+        layer_type = None
+        if mp.per_layer_type:
+            layer_type = "sliding_attention" if name.endswith("-local") else "full_attention"
+        out.append((name, base, layer_type))
+    return out
+
+
+CASES = _preset_cases()
+
+
+def _kind_tables(fields: dict, dtype: str = "float32") -> dict[str, torch.Tensor]:
+    p = resolve_fields(ROPE, {"dtype": dtype, **fields})
+    return dict(compute(ROPE, p))
+
+
+@pytest.mark.parametrize(("preset", "config_name", "layer_type"), CASES, ids=[c[0] for c in CASES])
+def test_engine_precision_equals_the_rotary_module_bit_for_bit(
+    preset: str, config_name: str, layer_type: str | None
+) -> None:
+    """Every RoPE preset, positions up to 131,072: cos and sin equal the module's exactly."""
+    cos_hf, sin_hf = _module_tables(model_config(config_name), layer_type, POSITIONS)
+    ours = _kind_tables({"preset": preset, "positions": POSITIONS.tolist(), "precision": "engine"})
+    assert torch.equal(ours["cos"], cos_hf)
+    assert torch.equal(ours["sin"], sin_hf)
+    exact = _kind_tables({"preset": preset, "positions": POSITIONS.tolist()})
+    assert not torch.equal(exact["cos"], cos_hf)  # float32 angles are off far out
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b", "gemma-3-4b", "deepseek-v3", "qwen2.5-vl-7b"])
+def test_engine_precision_from_the_config(name: str) -> None:
+    """The same through ``config`` (with ``layer_type`` where the config has layer types)."""
+    config = model_config(name)
+    layer_type = "full_attention" if read_positions(config).per_layer_type else None
+    cos_hf, sin_hf = _module_tables(config, layer_type, POSITIONS)
+    fields = {"config": config, "positions": POSITIONS.tolist(), "precision": "engine"}
+    if layer_type:
+        fields["layer_type"] = layer_type
+    ours = _kind_tables(fields)
+    assert torch.equal(ours["cos"], cos_hf) and torch.equal(ours["sin"], sin_hf)
+
+
+def test_longrope_short_factors_below_the_original_length() -> None:
+    """Phi-3.5's module picks the short factors for a sequence within 4,096 positions."""
+    pos = torch.arange(4096)
+    cos_hf, sin_hf = _module_tables(model_config("phi-3.5-mini"), None, pos)
+    ours = _kind_tables({"preset": "phi-3.5-mini", "seq_len": 4096, "precision": "engine"})
+    assert torch.equal(ours["cos"], cos_hf) and torch.equal(ours["sin"], sin_hf)
+
+
+@pytest.mark.parametrize("last", [2048, 4096, 131_072])
+def test_dynamic_ntk_rescales_its_base_in_float32(last: int) -> None:
+    """A dynamic-NTK Llama config: below the original length the init buffer, beyond it the
+    float32 base the forward recomputes from ``max(position) + 1``."""
+    config = {
+        "model_type": "llama",
+        "hidden_size": 256,
+        "num_attention_heads": 4,
+        "max_position_embeddings": 4096,
+        "rope_theta": 10000.0,
+        "rope_scaling": {"rope_type": "dynamic", "factor": 4.0},
+    }
+    pos = torch.cat((torch.arange(0, last, 97), torch.tensor([last - 1])))
+    cos_hf, sin_hf = _module_tables(config, None, pos)
+    scaling = RopeScaling.from_dict(
+        {"type": "dynamic", "factor": 4.0, "original_max_position_embeddings": 4096}
+    )
+    cos, sin, _ = transformers_cos_sin(pos, rotary_dim=64, base=10000.0, scaling=scaling)
+    assert torch.equal(cos, cos_hf) and torch.equal(sin, sin_hf)
+
+
+def test_mrope_rows_equal_the_module() -> None:
+    """Qwen2.5-VL's three position rows (temporal, height, width), as its module takes them."""
+    config = model_config("qwen2.5-vl-7b")
+    tc = AutoConfig.for_model(**config).get_text_config()
+    rot = _modeling("qwen2_5_vl").Qwen2_5_VLRotaryEmbedding(config=tc)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, 131_072, (3, 257), generator=g)
+    cos_hf, sin_hf = rot(torch.zeros(1), rows[:, None, :])
+    ours = _kind_tables({"config": config, "positions": rows.tolist(), "precision": "engine"})
+    assert torch.equal(ours["cos"], cos_hf[0]) and torch.equal(ours["sin"], sin_hf[0])
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_engine_precision_casts_once_to_the_activations_dtype(dtype: str) -> None:
+    """The module casts its float32 cos/sin to ``x.dtype`` at the end; so does posenc."""
+    tc = AutoConfig.for_model(**model_config("llama-3.1-8b")).get_text_config()
+    rot = _modeling("llama").LlamaRotaryEmbedding(config=tc)
+    torch_dtype = getattr(torch, dtype)
+    cos_hf, sin_hf = rot(torch.zeros(1, dtype=torch_dtype), POSITIONS[None])
+    ours = _kind_tables(
+        {"preset": "llama-3.1-8b", "positions": POSITIONS.tolist(), "precision": "engine"}, dtype
+    )
+    assert torch.equal(ours["cos"], cos_hf[0]) and torch.equal(ours["sin"], sin_hf[0])
+
+
+def test_blocks_equal_the_whole_table() -> None:
+    """Row blocks of odd sizes give the same bytes as the whole table."""
+    p = resolve_fields(ROPE, {"preset": "phi-3.5-mini", "seq_len": 9000, "precision": "engine"})
+    whole = dict(compute(ROPE, p))
+    for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+        out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
+        for start in range(0, blocks.rows, 777):
+            stop = min(start + 777, blocks.rows)
+            blocks.fill_rows(start, stop, out[start:stop])
+        assert torch.equal(out.reshape(blocks.shape), whole[name]), name
+
+
+VLLM_FIXTURE = json.loads(
+    (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json").read_text()
+)
+VLLM_PLAIN = [
+    c
+    for c in VLLM_FIXTURE["cases"]
+    if c["vllm_class"]
+    in (
+        "RotaryEmbedding",
+        "LinearScalingRotaryEmbedding",
+        "Llama3RotaryEmbedding",
+        "YaRNScalingRotaryEmbedding",
+    )
+]
+
+
+@pytest.mark.parametrize("case", VLLM_PLAIN, ids=[c["name"] for c in VLLM_PLAIN])
+def test_vllm_engine_precision_equals_its_recorded_cache(case: dict) -> None:
+    """vLLM 0.32's own float32 cache rows (tests/fixtures/vllm, recorded by
+    scripts/record_vllm_tables.py) for its plain classes: bit for bit."""
+    pos = [q for q in case["positions"] if q < case["rows"]]
+    fields = {"config": case["config"], "positions": pos, "engine": "vllm", "precision": "engine"}
+    if case["layer_type"]:
+        fields["layer_type"] = case["layer_type"]
+    if case["max_model_len"]:
+        fields["max_model_len"] = case["max_model_len"]
+    p = resolve_fields(ROPE, {"dtype": "float32", **fields})
+    out = dict(compute(ROPE, p))
+    half = out["cos"].shape[1] // 2
+    cos = out["cos"][:, :half] if p["layout"] == "half" else out["cos"][:, 0::2]
+    assert torch.equal(cos, torch.tensor(case["cos"][: len(pos)], dtype=torch.float32))
+    sin = out["sin"][:, :half] if p["layout"] == "half" else out["sin"][:, 0::2]
+    assert torch.equal(sin, torch.tensor(case["sin"][: len(pos)], dtype=torch.float32))
+
+
+def test_meta_says_the_precision_and_vllm_longrope_is_refused() -> None:
+    p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4, "precision": "engine"})
+    assert ROPE.meta(p)["precision"] == "engine"  # type: ignore[misc]
+    p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4})
+    assert ROPE.meta(p)["precision"] == "exact"  # type: ignore[misc]
+    from posenc.errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument) as err:
+        resolve_fields(
+            ROPE,
+            {"preset": "phi-3.5-mini", "seq_len": 4, "precision": "engine", "engine": "vllm"},
+        )
+    assert err.value.field == "precision"
