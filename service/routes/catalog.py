@@ -14,14 +14,11 @@ from fastapi import APIRouter, HTTPException, Query
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
 from posenc.presets import PRESETS, PresetKind, get_preset
-from service.schemas import ErrorBody, ModelInfo, ModelList, PresetInfo, PresetList
+from service.schemas import ModelInfo, ModelList, PresetInfo, PresetList
 from service.state import State
+from service.statuses import Does, declared_responses
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
-
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "no such name"}
-}
 
 
 def model_info(model: EmbeddingModel) -> dict[str, Any]:
@@ -60,7 +57,12 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-@router.get("/models", response_model=ModelList, summary="Loaded embedding models")
+@router.get(
+    "/models",
+    response_model=ModelList,
+    responses=declared_responses("GET", "/v1/models", Does(state=True)),
+    summary="Loaded embedding models",
+)
 def list_models(state: State) -> dict[str, Any]:
     """The default model's name and every loaded model (built-in and `POSENC_MODELS`)."""
     return {
@@ -69,7 +71,12 @@ def list_models(state: State) -> dict[str, Any]:
     }
 
 
-@router.get("/models/{name}", response_model=ModelInfo, responses=_NOT_FOUND, summary="One model")
+@router.get(
+    "/models/{name}",
+    response_model=ModelInfo,
+    responses=declared_responses("GET", "/v1/models/{name}", Does(path_name=True, state=True)),
+    summary="One model",
+)
 def get_model(name: str, state: State) -> dict[str, Any]:
     try:
         return model_info(state.model(name))
@@ -77,7 +84,12 @@ def get_model(name: str, state: State) -> dict[str, Any]:
         raise HTTPException(404, detail=f"name: {exc.message}") from None
 
 
-@router.get("/presets", response_model=PresetList, summary="Published model-family settings")
+@router.get(
+    "/presets",
+    response_model=PresetList,
+    responses=declared_responses("GET", "/v1/presets", Does(validates="an unknown kind")),
+    summary="Published model-family settings",
+)
 def list_presets(
     kind: PresetKind | None = Query(None, description="only presets of this kind"),
 ) -> dict[str, Any]:
@@ -92,7 +104,10 @@ def list_presets(
 
 
 @router.get(
-    "/presets/{name:path}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
+    "/presets/{name:path}",
+    response_model=PresetInfo,
+    responses=declared_responses("GET", "/v1/presets/{name}", Does(path_name=True)),
+    summary="One preset",
 )
 def get_preset_by_name(name: str) -> dict[str, Any]:
     try:
