@@ -34,12 +34,11 @@ ensure_env() {  # $1: the lock file to install (requirements/service.txt or requ
     name=$(basename "$1" .txt)
     stamp="$VENV/.posenc-$name-hashed-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
     if [ ! -f "$stamp" ]; then
-        # torch first and alone: the pinned release from the lock (pip takes the local CPU build
-        # where the machine has one; either's hash is in the lock), so the rest never pulls
-        # another build of it
-        awk '/^torch==/ {on = 1} on {print; if ($0 !~ /\\$/) exit}' "$1" > "$VENV/.torch-lock.txt"
-        "$py" -m pip install -q --require-hashes --no-deps -r "$VENV/.torch-lock.txt"
-        "$py" -m pip install -q --require-hashes -r "$1"
+        # torch first and alone (scripts/install_torch): the local CPU build where the machine
+        # has one, else the index's build and its CUDA libraries; then the rest, --no-deps (the
+        # lock is the whole closure)
+        scripts/install_torch "$py" "$1"
+        "$py" -m pip install -q --require-hashes --no-deps -r "$1"
         # compat: the clone's root goes on sys.path (a .pth), so a script run from the clone's
         # parent folder, which sees the clone folder itself as a namespace package "posenc",
         # still imports posenc/ (a regular package wins over a namespace one; setuptools' default

@@ -51,6 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REQ = ROOT / "requirements"
 TEST_LOCK = REQ / "test.txt"
 SERVICE_LOCK = REQ / "service.txt"
+TORCH_CUDA_LOCK = REQ / "torch-cuda.txt"
 PINS = REQ / "pins.in"
 EXTRA_IN = REQ / "pyproject-extra.in"
 
@@ -171,6 +172,50 @@ def lock(upgrade: bool) -> None:
     _compile(TEST_LOCK, TEST_EXTRAS, [pyproject, PINS, EXTRA_IN], *flags)
     lock_service(flags)
     EXTRA_IN.unlink()
+    lock_torch_cuda()
+
+
+def lock_torch_cuda() -> None:
+    """``requirements/torch-cuda.txt``: what the index's Linux build of the locked torch needs
+    besides the lock (its CUDA libraries, triton), hashed. The lock is resolved with the local
+    CPU build, which needs none of them; a machine without that build installs the index's,
+    and then this file (run.sh, the Dockerfile). pip resolves it from the index alone (the
+    machine's own configuration, with its local wheels, left out) without installing anything;
+    the wheels' metadata is read, not the wheels."""
+    torch = pins(TEST_LOCK)["torch"]
+    bare = REQ / "test-pins.txt"
+    bare.write_text("".join(f"{n}=={v}\n" for n, v in pins(TEST_LOCK).items() if n != "torch"))
+    report = Path(tempfile.mkdtemp(prefix="posenc-lock-")) / "report.json"
+    env = {**os.environ, "PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": ""}
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed",
+             "--report", str(report), "--constraint", str(bare), f"torch=={torch}"],
+            cwd=ROOT, check=True, env=env,
+        )  # fmt: skip
+    finally:
+        bare.unlink()
+    locked = pins(TEST_LOCK)
+    lines = [
+        "# Written by scripts/lock.py (./run.sh lock): what the index's Linux build of the locked",
+        f"# torch=={torch} needs besides requirements/test.txt and requirements/service.txt (the",
+        "# local CPU build needs none of it). run.sh and the Dockerfile install it, with",
+        "# --require-hashes --no-deps, only where torch came from the index.",
+    ]
+    for item in sorted(
+        json.loads(report.read_text())["install"], key=lambda i: i["metadata"]["name"].lower()
+    ):
+        name, version = (
+            canonicalize_name(item["metadata"]["name"]),
+            Version(item["metadata"]["version"]),
+        )
+        if name in locked:
+            continue
+        hashes = {f"sha256:{item['download_info']['archive_info']['hashes']['sha256']}"}
+        hashes |= _index_hashes(name, version)
+        lines.append(f'{name}=={version} ; platform_system == "Linux" \\')
+        lines.append(" \\\n".join(f"    --hash={h}" for h in sorted(hashes)))
+    TORCH_CUDA_LOCK.write_text("\n".join(lines) + "\n")
 
 
 def lock_service(flags: list[str]) -> None:
@@ -251,7 +296,7 @@ def check() -> list[str]:
                 problems.append(f"{lock_file.name}: {r} is not pinned")
             elif not r.specifier.contains(v, prereleases=True):
                 problems.append(f"{lock_file.name}: {r.name}=={v} does not satisfy {r}")
-    for lock_file in (TEST_LOCK, SERVICE_LOCK):
+    for lock_file in (TEST_LOCK, SERVICE_LOCK, TORCH_CUDA_LOCK):
         for line in lock_file.read_text().splitlines():
             if not line.startswith((" ", "#")) and " @ " in line:
                 problems.append(f"{lock_file.name}: {line!r} is a path or URL, not a pin")
