@@ -212,7 +212,9 @@ def test_torch_is_installed_first_as_container_check_requires():
     assert '"$TORCH_SPEC"' in first.args and first.args.count("pip install") == 3
     assert "${TORCH_SPEC:-$(grep -o -E '^torch==[^ ]+' requirements/service.txt)}" in first.args
     assert "--require-hashes --no-deps --no-index -r /tmp/torch.txt" in first.args
-    assert "--require-hashes --no-deps -r /tmp/torch.txt -r requirements/torch-cuda.txt" in first.args
+    assert (
+        "--require-hashes --no-deps -r /tmp/torch.txt -r requirements/torch-cuda.txt" in first.args
+    )
     arg_lines = {name: i.line for i in final.all("ARG") for name in [i.args.partition("=")[0]]}
     assert arg_lines["TORCH_SPEC"] < first.line and arg_lines["PIP_FIND_LINKS"] < first.line
 
