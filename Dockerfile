@@ -20,7 +20,7 @@
 #   VARIANT          cpu (the default, also when empty) or cuda: the base stage the image uses
 #   CPU_BASE_IMAGE   base of the cpu variant (python:3.11-slim)
 #   CUDA_BASE_IMAGE  base of the cuda variant (an nvidia/cuda *-runtime-ubuntu24.04 image)
-#   TORCH_SPEC       the torch requirement installed first (default: the lock's torch==X line)
+#   TORCH_SPEC       the torch requirement installed first (default: the lock's torch==X, hashed)
 #   TORCH_INDEX_URL  a PyTorch wheel index (cpu, cu126, cu128, ...); empty: PyPI
 #   PIP_FIND_LINKS   a folder of local wheels (container-check passes its CPU torch wheel here)
 #
@@ -67,23 +67,33 @@ RUN groupadd --system --gid 10001 posenc \
         --shell /usr/sbin/nologin posenc
 
 # Dependencies first, in their own layers, so that a code change does not reinstall torch.
-# torch alone first, from TORCH_SPEC (and PIP_FIND_LINKS / TORCH_INDEX_URL when given): by default
-# the release the lock pins, read from requirements/service.txt; the CUDA variant passes its own.
+# torch alone first: by default the release the lock pins, its block read from
+# requirements/service.txt and checked against the lock's hashes: the local CPU build when
+# PIP_FIND_LINKS gives it (--no-index: pip would prefer the index's file), else PyPI's, with its
+# CUDA libraries on Linux (requirements/torch-cuda.txt, hashed too). A TORCH_SPEC or
+# TORCH_INDEX_URL of your own (the CUDA variant's build) is another file than the lock's,
+# installed as asked.
 WORKDIR /app
-COPY requirements/service.txt ./requirements/
+COPY requirements/service.txt requirements/torch-cuda.txt ./requirements/
 ARG TORCH_SPEC=
 ARG TORCH_INDEX_URL=
 ARG PIP_FIND_LINKS
 RUN [ -n "$PIP_FIND_LINKS" ] || unset PIP_FIND_LINKS; \
-    TORCH_SPEC=${TORCH_SPEC:-$(grep -E '^torch==' requirements/service.txt)}; \
-    pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"
+    awk '/^torch==/ {on = 1} on {print; if ($0 !~ /\\$/) exit}' requirements/service.txt > /tmp/torch.txt; \
+    if [ -z "$TORCH_SPEC$TORCH_INDEX_URL" ]; then \
+        pip install --no-cache-dir --require-hashes --no-deps --no-index -r /tmp/torch.txt \
+        || pip install --no-cache-dir --require-hashes --no-deps -r /tmp/torch.txt -r requirements/torch-cuda.txt; \
+    else \
+        TORCH_SPEC=${TORCH_SPEC:-$(grep -o -E '^torch==[^ ]+' requirements/service.txt)}; \
+        pip install --no-cache-dir ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "$TORCH_SPEC"; \
+    fi
 
 # Then the rest, exactly as the lock pins it (requirements/service.txt, written by pip-compile
-# from pyproject.toml: the service, client and otel extras and the build requirements) with torch
-# left out, since it is installed above (the CUDA variant's build of it included).
+# from pyproject.toml: the service, client and otel extras and the build requirements), every
+# file checked against its sha256 there; --no-deps, since the lock is the whole closure (and torch
+# is installed already).
 RUN [ -n "$PIP_FIND_LINKS" ] || unset PIP_FIND_LINKS; \
-    grep -v -E '^torch==' requirements/service.txt > /tmp/requirements.txt \
- && pip install --no-cache-dir -r /tmp/requirements.txt
+    pip install --no-cache-dir --require-hashes --no-deps -r requirements/service.txt
 
 # The code, installed without dependencies (all there already) and without build isolation
 # (setuptools is there already, pinned by the lock), so this step needs no network.

@@ -2,15 +2,22 @@
 # posenc's entry points on a fresh machine with Python >= 3.11 and pip.
 #
 #   ./run.sh serve [ARGS]   start the service on the built-in default model (python -m service ARGS)
-#   ./run.sh test  [ARGS]   scripts/check (format, lint, types), then the whole suite (pytest ARGS)
+#   ./run.sh test  [ARGS]   scripts/check (lock, format, lint, types); without ARGS also
+#                           scripts/wheel_check (the built wheel in a fresh venv); then the whole
+#                           suite (pytest ARGS)
+#   ./run.sh fuzz  [ARGS]   the exploratory lane: every hypothesis test with new examples from a
+#                           seed it prints (POSENC_FUZZ_SEED=N replays it), 5x the examples
+#                           (POSENC_FUZZ_SCALE); ARGS as for pytest, e.g. a test file
 #   ./run.sh bench [ARGS]   the loopback benchmark (python -m bench ARGS)
 #   ./run.sh lock [--keep]  refresh the lock, requirements/*.txt, from pyproject.toml (scripts/lock.py)
 #   ./run.sh newest [ARGS]  the parity tests against the newest transformers and FastAPI, in .venv-newest
 #
-# Each command creates ./.venv when it is missing and installs into it exactly what the lock pins:
-# requirements/service.txt for serve, requirements/test.txt for test and bench (torch is pinned
-# there too: the local CPU build where one is on disk), then posenc itself without dependencies.
-# A stamp keyed on the lock file skips the install next time.
+# Each command creates ./.venv when it is missing and installs into it exactly what the lock pins,
+# every file checked against the lock's sha256 (--require-hashes): requirements/service.txt for
+# serve, requirements/test.txt for test and bench (torch is pinned there too, with the hashes of
+# the local CPU build where one is on disk and of PyPI's files), then posenc itself without
+# dependencies. A stamp keyed on the lock file skips the install next time; a changed lock
+# installs again (an older stamp is removed).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -22,18 +29,22 @@ ensure_env() {  # $1: the lock file to install (requirements/service.txt or requ
         "$PYTHON" -m venv "$VENV"
     fi
     local py="$VENV/bin/python"
-    # "compat": the install mode below; a venv installed before it is installed again once
-    local stamp="$VENV/.posenc-$(basename "$1" .txt)-compat-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
+    # "hashed": the install mode below; a venv installed before it is installed again once
+    local name stamp
+    name=$(basename "$1" .txt)
+    stamp="$VENV/.posenc-$name-hashed-$(cat "$1" pyproject.toml | sha1sum | cut -c1-12)"
     if [ ! -f "$stamp" ]; then
-        # torch first and alone: the pinned release from the lock (pip takes the local CPU build
-        # where the machine has one), so the rest never pulls another build of it
-        "$py" -m pip install -q "$(grep -E '^torch==' "$1")"
-        "$py" -m pip install -q -r "$1"
+        # torch first and alone (scripts/install_torch): the local CPU build where the machine
+        # has one, else the index's build and its CUDA libraries; then the rest, --no-deps (the
+        # lock is the whole closure)
+        scripts/install_torch "$py" "$1"
+        "$py" -m pip install -q --require-hashes --no-deps -r "$1"
         # compat: the clone's root goes on sys.path (a .pth), so a script run from the clone's
         # parent folder, which sees the clone folder itself as a namespace package "posenc",
         # still imports posenc/ (a regular package wins over a namespace one; setuptools' default
         # finder only runs after the namespace one is found)
         "$py" -m pip install -q --no-deps --no-build-isolation -e . --config-settings editable_mode=compat
+        rm -f "$VENV"/.posenc-"$name"-*
         touch "$stamp"
     fi
 }
@@ -66,7 +77,14 @@ case "$cmd" in
         ensure_chromium
         ensure_nginx
         PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
+        if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too
+            PYTHON="$VENV/bin/python" scripts/wheel_check
+        fi
         exec "$VENV/bin/python" -m pytest "$@"
+        ;;
+    fuzz)
+        ensure_env requirements/test.txt
+        POSENC_FUZZ=1 exec "$VENV/bin/python" -m pytest -p no:cacheprovider -m hypothesis "$@"
         ;;
     bench)
         ensure_env requirements/test.txt
@@ -87,7 +105,7 @@ case "$cmd" in
         exec "$VENV/bin/python" -m pytest -m "not slow" tests/lib tests/service "$@"
         ;;
     *)
-        echo "usage: ./run.sh serve|test|bench|lock|newest [ARGS]" >&2
+        echo "usage: ./run.sh serve|test|fuzz|bench|lock|newest [ARGS]" >&2
         exit 2
         ;;
 esac

@@ -23,6 +23,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# Methods whose routes here never read a body: their Content-Length is not a reason to refuse
+# (a route answers only the statuses service.statuses declares for it).
+_NO_BODY = ("GET", "HEAD", "OPTIONS")
+
 # Bodies with a limit of their own (service.bodies: from POSENC_MAX_ELEMENTS).
 BINARY_TYPES = (b"application/x-npy", b"application/vnd.safetensors")
 
@@ -62,7 +66,7 @@ class BodyLimitMiddleware:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope.get("method") in _NO_BODY:
             await self.app(scope, receive, send)
             return
         content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()

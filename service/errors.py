@@ -86,13 +86,6 @@ def posenc_error_body(exc: PosencError) -> dict[str, Any]:
     return body
 
 
-class UnsupportedMediaTypeBody(BaseModel):
-    """The 415 body (for the OpenAPI schema)."""
-
-    detail: str
-    accepted: list[str]
-
-
 class BadBody(Exception):
     """A request body that cannot be read at all (400), or of a media type the endpoint does
     not read (415, ``accepted`` lists the types it does)."""

@@ -10,6 +10,7 @@ by this process (no CDN, no internet), which renders only OpenAPI 3.0, so it loa
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from service.observability.request_id import PATTERN as REQUEST_ID_PATTERN
 __all__ = [
     "custom_openapi",
     "declare_request_id",
+    "drop_implicit_422",
     "hoist_inline_models",
     "install_docs",
     "json_schema_keywords",
@@ -244,6 +246,25 @@ def declare_request_id(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def drop_implicit_422(doc: dict[str, Any]) -> dict[str, Any]:
+    """Remove, in place, the 422 FastAPI adds to every operation with parameters that declares
+    none itself (``/v1/models/{name}``: its name is any string, it cannot be invalid): the
+    statuses of each route are those :mod:`service.statuses` derives, no more."""
+    for item in doc.get("paths", {}).values():
+        for method, operation in item.items():
+            if method not in _METHODS or not isinstance(operation, dict):
+                continue
+            implicit = operation.get("responses", {}).get("422", {})
+            ref = implicit.get("content", {}).get("application/json", {}).get("schema", {})
+            if ref.get("$ref", "").endswith("/HTTPValidationError"):
+                del operation["responses"]["422"]
+    schemas = doc.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unused
+        if f'#/components/schemas/{name}"' not in json.dumps(doc):
+            schemas.pop(name, None)
+    return doc
+
+
 def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, Any]]:
     """``app.openapi``: the generated document, with ``X-Request-ID`` declared on every
     operation and the bearer scheme when a key is set."""
@@ -257,6 +278,7 @@ def custom_openapi(app: FastAPI, settings: Settings) -> Callable[[], dict[str, A
                 routes=app.routes,
                 tags=app.openapi_tags,
             )
+            schema = drop_implicit_422(schema)
             schema = declare_request_id(hoist_inline_models(json_schema_keywords(schema)))
             if settings.api_key is not None:
                 components = schema.setdefault("components", {})

@@ -118,38 +118,3 @@ class Info(BaseModel):
 
 class Status(BaseModel):
     status: str
-
-
-class ErrorBody(BaseModel):
-    detail: str = Field(..., description="what is wrong, naming the offending field")
-    field: str | None = None
-
-
-class NotAcceptableBody(BaseModel):
-    detail: str
-    available: list[str] = Field(..., description="the media types this endpoint can produce")
-
-
-class TooLargeBody(BaseModel):
-    detail: str
-    field: str | None = None
-    limit: int = Field(..., description="POSENC_MAX_ELEMENTS")
-    requested: int = Field(..., description="elements the request would produce")
-
-
-class ValidationItem(BaseModel):
-    loc: list[str | int]
-    msg: str
-    type: str
-    input: Any | None = None
-    ctx: dict[str, Any] | None = None
-
-
-class ValidationErrorBody(BaseModel):
-    detail: list[ValidationItem] | str = Field(
-        ...,
-        description="FastAPI's list of validation errors, or one message that starts with the "
-        "offending field (e.g. input_ids[1][3])",
-    )
-    field: str | None = None
-    type: str | None = None

@@ -6,16 +6,31 @@
   that file in ``POSENC_MODELS``; waits for ``/readyz``, yields the base URL, terminates it.
 - ``app_client``: the same configuration in process, through ``TestClient`` (lifespan run).
 - ``api``: parametrised over both, so a contract test runs in process and over real HTTP.
+
+Hypothesis (and schemathesis, which runs on it) is set up here, whether ``CI`` is set or not:
+Hypothesis loads its own ``ci`` profile when it sees ``CI``, and that profile draws other
+examples, so CI and a user running ``./run.sh test`` once ran different tests (issue 28).
+
+- The default lane loads the ``posenc`` profile: ``derandomize`` (each test draws the same
+  examples on every run), no example database, no deadline and no timing health check (nothing
+  that depends on the machine's speed), schemathesis with the seed :data:`SEED`.
+- The exploratory lane, ``./run.sh fuzz`` (``POSENC_FUZZ=1``), loads ``posenc-fuzz``: new
+  examples each run from a seed it prints (``POSENC_FUZZ_SEED`` replays one), and every test's
+  ``max_examples`` times ``POSENC_FUZZ_SCALE`` (default 5). What it finds becomes an
+  ``@example`` or an explicit test in the default lane.
 """
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import torch
+from hypothesis import HealthCheck, settings
 
 from tests.helpers import (
     GPT2_NAME,
@@ -28,6 +43,57 @@ from tests.helpers import (
     stop_service,
     wait_ready,
 )
+
+FUZZ = os.environ.get("POSENC_FUZZ") == "1"
+SEED = (
+    int(os.environ.get("POSENC_FUZZ_SEED") or random.SystemRandom().randrange(2**32)) if FUZZ else 0
+)
+FUZZ_SCALE = int(os.environ.get("POSENC_FUZZ_SCALE", "5"))
+os.environ["POSENC_HYPOTHESIS_SEED"] = str(
+    SEED
+)  # schemathesis' seed (tests/service/test_schemathesis.py)
+
+_COMMON = {
+    "database": None,
+    "deadline": None,
+    "print_blob": True,
+    "suppress_health_check": [HealthCheck.too_slow],
+}
+settings.register_profile("posenc", derandomize=True, **_COMMON)
+settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)
+settings.load_profile("posenc-fuzz" if FUZZ else "posenc")
+
+
+def pytest_report_header() -> str:
+    if FUZZ:
+        return (
+            f"hypothesis: exploratory lane, POSENC_FUZZ_SEED={SEED}, max_examples x {FUZZ_SCALE} "
+            f"(replay: POSENC_FUZZ_SEED={SEED} ./run.sh fuzz)"
+        )
+    return "hypothesis: profile posenc (derandomized, the same examples with or without CI)"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """In the exploratory lane, every hypothesis test (schemathesis' too) draws from SEED and
+    runs FUZZ_SCALE times its examples; its own ``@settings`` would otherwise keep them."""
+    if not FUZZ:
+        return
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is None:
+            continue
+        test._hypothesis_internal_use_settings = settings(  # type: ignore[union-attr]
+            own, derandomize=False, max_examples=own.max_examples * FUZZ_SCALE
+        )
+        test._hypothesis_internal_use_seed = SEED  # type: ignore[union-attr]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if FUZZ:
+        terminalreporter.write_line(
+            f"exploratory lane seed: POSENC_FUZZ_SEED={SEED} (replay it with the same tests)"
+        )
 
 
 @pytest.fixture(scope="session")

@@ -48,7 +48,6 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
 from starlette.responses import Response
 
 if TYPE_CHECKING:
@@ -62,7 +61,6 @@ __all__ = [
     "ByteBudget",
     "HeldResponse",
     "Overloaded",
-    "OverloadedBody",
     "estimate_bytes",
     "tune_allocator",
 ]
@@ -219,17 +217,6 @@ class Overloaded(Exception):
             "queued": self.queued,
             "retry_after": self.retry_after,
         }
-
-
-class OverloadedBody(BaseModel):
-    """The JSON body of a 429 (OpenAPI)."""
-
-    detail: str = Field(..., description="names POSENC_MAX_INFLIGHT_BYTES and the numbers")
-    limit: int = Field(..., description="POSENC_MAX_INFLIGHT_BYTES")
-    requested: int = Field(..., description="estimated peak bytes of this response")
-    in_flight: int = Field(..., description="bytes held by responses in flight")
-    queued: int = Field(..., description="other requests waiting for room")
-    retry_after: int = Field(..., description="the Retry-After header's seconds")
 
 
 @dataclass

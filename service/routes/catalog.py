@@ -18,21 +18,11 @@ from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
 from posenc.presets import PRESETS, PresetKind, get_preset
 from service.models_loading import reload_models
-from service.schemas import (
-    ErrorBody,
-    ModelInfo,
-    ModelList,
-    PresetInfo,
-    PresetList,
-    ReloadAnswer,
-)
+from service.schemas import ModelInfo, ModelList, PresetInfo, PresetList, ReloadAnswer
 from service.state import ServiceState, State
+from service.statuses import Does, declared_responses
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
-
-_NOT_FOUND: dict[int | str, dict[str, Any]] = {
-    404: {"model": ErrorBody, "description": "no such name"}
-}
 
 
 def model_info(model: EmbeddingModel) -> dict[str, Any]:
@@ -96,26 +86,33 @@ def _model_list(state: ServiceState) -> dict[str, Any]:
     }
 
 
-@router.get("/models", response_model=ModelList, summary="Loaded embedding models")
+@router.get(
+    "/models",
+    response_model=ModelList,
+    responses=declared_responses("GET", "/v1/models", Does(state=True)),
+    summary="Loaded embedding models",
+)
 def list_models(state: State) -> dict[str, Any]:
     """The default model's name and every loaded model (built-in and `POSENC_MODELS`)."""
     return _model_list(state)
 
 
-_RELOAD_FAILED: dict[int | str, dict[str, Any]] = {
-    503: {
-        "model": ErrorBody,
-        "description": "some files could not be read (being written?): those models keep their "
-        "old weights; the body lists `models` and `errors` too, and `Retry-After` says when to "
-        "try again",
+def _reload_responses() -> dict[int | str, dict[str, Any]]:
+    """The reload's statuses: those of what it does, its 503 also when files are unreadable."""
+    out = declared_responses("POST", "/v1/models/reload", Does(raw_body=True, state=True))
+    out[503] = {
+        **out[503],
+        "description": "still starting (models loading); or some files could not be read "
+        "(being written?): those models keep their old weights, the body lists `models` and "
+        "`errors` too, and `Retry-After` says when to try again",
     }
-}
+    return out
 
 
 @router.post(
     "/models/reload",
     response_model=ReloadAnswer,
-    responses=_RELOAD_FAILED,
+    responses=_reload_responses(),
     summary="Read every model's files again",
 )
 async def reload(state: State, request: Request) -> Any:
@@ -137,7 +134,12 @@ async def reload(state: State, request: Request) -> Any:
     return JSONResponse({"detail": detail, **answer}, status_code=503, headers={"Retry-After": "5"})
 
 
-@router.get("/models/{name}", response_model=ModelInfo, responses=_NOT_FOUND, summary="One model")
+@router.get(
+    "/models/{name}",
+    response_model=ModelInfo,
+    responses=declared_responses("GET", "/v1/models/{name}", Does(path_name=True, state=True)),
+    summary="One model",
+)
 def get_model(name: str, state: State) -> dict[str, Any]:
     try:
         return model_info(state.model(name))
@@ -145,7 +147,12 @@ def get_model(name: str, state: State) -> dict[str, Any]:
         raise HTTPException(404, detail=f"name: {exc.message}") from None
 
 
-@router.get("/presets", response_model=PresetList, summary="Published model-family settings")
+@router.get(
+    "/presets",
+    response_model=PresetList,
+    responses=declared_responses("GET", "/v1/presets", Does(validates="an unknown kind")),
+    summary="Published model-family settings",
+)
 def list_presets(
     kind: PresetKind | None = Query(None, description="only presets of this kind"),
 ) -> dict[str, Any]:
@@ -160,7 +167,10 @@ def list_presets(
 
 
 @router.get(
-    "/presets/{name:path}", response_model=PresetInfo, responses=_NOT_FOUND, summary="One preset"
+    "/presets/{name:path}",
+    response_model=PresetInfo,
+    responses=declared_responses("GET", "/v1/presets/{name}", Does(path_name=True)),
+    summary="One preset",
 )
 def get_preset_by_name(name: str) -> dict[str, Any]:
     try:

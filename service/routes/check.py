@@ -20,9 +20,9 @@ from posenc import codec
 from posenc.check import CANDIDATES, MISTAKE_NAMES, MISTAKES, check_table
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
-from service.errors import BadBody, UnsupportedMediaTypeBody
-from service.schemas import ErrorBody, ValidationErrorBody
+from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.state import State
+from service.statuses import Does, declared_responses
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -118,6 +118,8 @@ def _read(body: bytes, content_type: str) -> tuple[CheckRequest, Any, Any]:
             raise BadBody("cos and sin are the safetensors tensors, not request fields")
         cos, sin = (_array(tensors[n]) for n in ("cos", "sin"))
         return req, cos, sin
+    if not is_json_media_type(content_type):
+        raise media_type_refusal(content_type, ["application/json", SAFETENSORS_TYPE])
     try:
         raw = json.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -162,16 +164,16 @@ def _rows(rows: list[list[float]], name: str) -> Any:
         + "), closest first; `diagnosis` names the known mistakes that reproduce it within "
         "1e-6, from a fixed vocabulary: " + ", ".join(MISTAKE_NAMES) + "."
     ),
-    responses={
-        400: {"model": ErrorBody, "description": "a body that cannot be read"},
-        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
-        415: {
-            "model": UnsupportedMediaTypeBody,
-            "description": "a body without Content-Type, or in another media type",
-        },
-        413: {"model": ErrorBody, "description": "more values than POSENC_MAX_ELEMENTS"},
-        422: {"model": ValidationErrorBody, "description": "an unreadable field or table"},
-    },
+    responses=declared_responses(
+        "POST",
+        "/v1/configs/check",
+        Does(
+            body=True,
+            validates="an unreadable field or table",
+            output_limit="more values compared than POSENC_MAX_ELEMENTS",
+            state=True,
+        ),
+    ),
     openapi_extra={
         "requestBody": {
             "required": True,

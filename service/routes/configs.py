@@ -16,8 +16,8 @@ from posenc.engines import compare_engines, positions_for_engine
 from posenc.hf_config import ModelPositions
 from posenc.query_scale import describe_query_scale
 from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
-from service.schemas import ErrorBody, ValidationErrorBody
 from service.state import State
+from service.statuses import Does, declared_responses
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -247,11 +247,11 @@ class EngineComparison(BaseModel):
         "file it is and which endpoint serves its positions. An unreadable config is a 422 "
         "naming the key."
     ),
-    responses={
-        400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
-        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
-        422: {"model": ValidationErrorBody, "description": "a key of the config is unreadable"},
-    },
+    responses=declared_responses(
+        "POST",
+        "/v1/configs/positions",
+        Does(body=True, validates="a key of the config is unreadable"),
+    ),
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
     if is_diffusers_config(body.config):
@@ -341,11 +341,16 @@ config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defi
         "one sentence per rule on which the engines disagree there (see docs/engines.md). "
         "Positions beyond vLLM's cache are named there and not compared. JSON only."
     ),
-    responses={
-        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
-        413: {"model": ErrorBody, "description": "more values than POSENC_MAX_ELEMENTS"},
-        422: {"model": ValidationErrorBody, "description": "an unreadable config or field"},
-    },
+    responses=declared_responses(
+        "POST",
+        "/v1/configs/compare",
+        Does(
+            body=True,
+            validates="an unreadable config or field",
+            output_limit="more values than POSENC_MAX_ELEMENTS",
+            state=True,
+        ),
+    ),
 )
 def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
     if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30

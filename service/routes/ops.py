@@ -11,8 +11,9 @@ from fastapi.responses import JSONResponse, Response
 
 import posenc
 from service.responses.formats import FORMAT_MEDIA_TYPES
-from service.schemas import ErrorBody, Info, Status
+from service.schemas import Info, Status
 from service.state import State
+from service.statuses import Does, declared_responses
 
 router = APIRouter()
 OPERATIONS: list[str | Enum] = ["operations"]
@@ -39,7 +40,7 @@ def healthz() -> dict[str, str]:
     "/readyz",
     response_model=Status,
     tags=OPERATIONS,
-    responses={503: {"model": ErrorBody, "description": "still starting"}},
+    responses=declared_responses("GET", "/readyz", Does(state=True)),
     summary="Readiness",
 )
 def readyz(request: Request) -> Any:
@@ -67,7 +68,13 @@ def metrics(request: Request) -> Response:
     return Response(content=body, media_type=content_type)
 
 
-@router.get("/v1/info", response_model=Info, tags=["catalog"], summary="Versions, device, limits")
+@router.get(
+    "/v1/info",
+    response_model=Info,
+    tags=["catalog"],
+    responses=declared_responses("GET", "/v1/info", Does(state=True)),
+    summary="Versions, device, limits",
+)
 def info(state: State) -> dict[str, Any]:
     """The posenc and torch versions, the device in use, CUDA availability and the limits."""
     settings = state.settings

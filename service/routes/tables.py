@@ -7,14 +7,13 @@ must see their annotations as objects, not as strings naming a local variable.)
 
 import copy
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel
 
-from service.admission.budget import OverloadedBody
-from service.errors import UnsupportedMediaTypeBody
 from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
     SCALARS_ONLY,
@@ -27,14 +26,9 @@ from service.query import (
 from service.responses.formats import FORMAT_MEDIA_TYPES
 from service.responses.plans import Plan
 from service.responses.respond import respond
-from service.schemas import (
-    ErrorBody,
-    NotAcceptableBody,
-    TensorBundleJSON,
-    TooLargeBody,
-    ValidationErrorBody,
-)
+from service.schemas import TensorBundleJSON
 from service.state import ServiceState, read_state
+from service.statuses import Does, declared_responses, with_ok
 
 PlanFn = Callable[[Any, ServiceState, Source], Plan]
 
@@ -52,8 +46,22 @@ _HEADERS = {
 }
 
 
-def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
-    """The documented responses of a compute endpoint whose tensors are ``names``."""
+# What a compute endpoint does (service.statuses): it validates its fields, counts its output,
+# is admitted by the byte budget, negotiates formats and sends an ETag; its POST takes a body.
+_OUTPUT_LIMIT = (
+    "output over POSENC_MAX_ELEMENTS elements (tables: JSON and PNG; raw, npy and safetensors "
+    "stream up to POSENC_MAX_STREAM_ELEMENTS)"
+)
+COMPUTE = Does(
+    validates=True, output_limit=_OUTPUT_LIMIT, budget=True, formats=True, etag=True, state=True
+)
+
+
+def compute_responses(
+    method: str, path: str, names: Sequence[str]
+) -> dict[int | str, dict[str, Any]]:
+    """The documented responses of ``method path``, a compute endpoint whose tensors are
+    ``names``."""
     primary = names[0]
     # application/octet-stream first: a generated client (openapi-python-client and the like)
     # parses a 200 by the first media type it knows, and JSON first made it call
@@ -62,46 +70,17 @@ def compute_responses(names: Sequence[str]) -> dict[int | str, dict[str, Any]]:
     # media type as Accept, so its copy of the document puts JSON first again (openapi_30).
     content: dict[str, Any] = {FORMAT_MEDIA_TYPES["raw"]: _BINARY, FORMAT_MEDIA_TYPES["json"]: {}}
     content.update({m: _BINARY for m in FORMAT_MEDIA_TYPES.values() if m not in content})
-    return {
-        200: {
-            "model": TensorBundleJSON,
-            "description": (
-                f"tensors {', '.join(names)}: JSON, safetensors (all tensors), or npy / raw / png "
-                f"of {primary}, chosen by ?format= or Accept"
-            ),
-            "content": content,
-            "headers": _HEADERS,
-        },
-        304: {"description": "GET with an If-None-Match that matches the ETag"},
-        400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
-        401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid bearer token"},
-        406: {"model": NotAcceptableBody, "description": "no acceptable format; lists the types"},
-        412: {"model": ErrorBody, "description": "POST with an If-None-Match that matches"},
-        415: {
-            "model": UnsupportedMediaTypeBody,
-            "description": "a body in a media type the endpoint does not read (or without "
-            "Content-Type); lists the types it reads",
-        },
-        413: {
-            "model": TooLargeBody,
-            "description": "output over POSENC_MAX_ELEMENTS elements (tables: JSON and PNG; "
-            "raw, npy and safetensors stream up to POSENC_MAX_STREAM_ELEMENTS), or a JSON body "
-            "over POSENC_MAX_BODY_BYTES",
-        },
-        422: {"model": ValidationErrorBody, "description": "a field is invalid"},
-        429: {
-            "model": OverloadedBody,
-            "description": "no room in POSENC_MAX_INFLIGHT_BYTES within POSENC_QUEUE_TIMEOUT "
-            "seconds; retry after Retry-After seconds",
-            "headers": {
-                "Retry-After": {
-                    "description": "whole seconds after which a retry is likely to be admitted",
-                    "schema": {"type": "integer", "minimum": 1},
-                }
-            },
-        },
-        503: {"model": ErrorBody, "description": "starting up, or out of device memory"},
+    ok = {
+        "model": TensorBundleJSON,
+        "description": (
+            f"tensors {', '.join(names)}: JSON, safetensors (all tensors), or npy / raw / png "
+            f"of {primary}, chosen by ?format= or Accept"
+        ),
+        "content": content,
+        "headers": _HEADERS,
     }
+    does = replace(COMPUTE, body=method == "POST")
+    return with_ok(ok, declared_responses(method, path, does))
 
 
 def add_post_route(
@@ -130,7 +109,7 @@ def add_post_route(
         methods=["POST"],
         summary=summary,
         description=description,
-        responses=compute_responses(names),
+        responses=compute_responses("POST", router.prefix + path, names),
         response_class=Response,
         openapi_extra=openapi_extra,
         operation_id=f"post_{stem}",
@@ -151,7 +130,6 @@ def add_compute_routes(
 ) -> None:
     """Register ``POST path`` (and ``GET path`` when ``get``, its list and JSON fields written
     in the query string as ``query`` says) computing ``plan(request)``."""
-    responses = compute_responses(names)
     stem = (router.prefix + path).strip("/").replace("/", "_").replace("-", "_")  # v1_embed
 
     # async handlers: the torch work (a cache miss) goes to the thread pool in respond(),
@@ -187,7 +165,7 @@ def add_compute_routes(
         description=description
         + "\n\nThe same fields as query parameters (lists of ints comma-separated, objects as "
         "JSON text); the same bytes as the POST, and cacheable.",
-        responses=responses,
+        responses=compute_responses("GET", router.prefix + path, names),
         response_class=Response,
         openapi_extra={
             "parameters": copy.deepcopy(OUTPUT_OPENAPI_PARAMETERS)

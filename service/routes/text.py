@@ -21,33 +21,21 @@ from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from posenc.errors import TooLarge
 from posenc.tokenizer import NoTokenizer, TextTokenizer, text_groups
-from service.errors import UnsupportedMediaTypeBody
-from service.schemas import ErrorBody, TooLargeBody, ValidationErrorBody
 from service.state import ServiceState, read_state
+from service.statuses import Does, declared_responses
 
 router = APIRouter(prefix="/v1", tags=["tokens"])
 
 _INT64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
 
-_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorBody, "description": "a body that cannot be read at all"},
-    401: {"model": ErrorBody, "description": "POSENC_API_KEY is set and no valid token"},
-    413: {
-        "model": TooLargeBody,
-        "description": "the answer would be over POSENC_MAX_ELEMENTS, or the body over "
-        "POSENC_MAX_BODY_BYTES",
-    },
-    422: {
-        "model": ValidationErrorBody,
-        "description": "a field is invalid, an unknown model or one without a tokenizer, an id "
-        "outside the tokenizer's vocabulary",
-    },
-    415: {
-        "model": UnsupportedMediaTypeBody,
-        "description": "a body that is not JSON (or without Content-Type)",
-    },
-    503: {"model": ErrorBody, "description": "starting up"},
-}
+# What both routes do (service.statuses): read a JSON body, validate it, count their answer.
+_DOES = Does(
+    body=True,
+    validates="a field is invalid, an unknown model or one without a tokenizer, an id outside "
+    "the tokenizer's vocabulary",
+    output_limit="the answer would be over POSENC_MAX_ELEMENTS",
+    state=True,
+)
 
 
 class TokenizeRequest(BaseModel):
@@ -110,7 +98,7 @@ def _json(body: dict[str, Any]) -> Response:
     "/tokenize",
     summary="Tokenize texts",
     response_model=TokenizeResponse,
-    responses=_ERRORS,
+    responses=declared_responses("POST", "/v1/tokenize", _DOES),
 )
 def tokenize(body: TokenizeRequest, request: Request) -> Response:
     """The model's tokenizer on each text: equal to `tokenizers`'
@@ -153,7 +141,7 @@ def tokenize(body: TokenizeRequest, request: Request) -> Response:
     "/detokenize",
     summary="Detokenize token ids",
     response_model=DetokenizeResponse,
-    responses=_ERRORS,
+    responses=declared_responses("POST", "/v1/detokenize", _DOES),
 )
 def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     """The model's tokenizer's `decode_batch(input_ids, skip_special_tokens=...)`. An id

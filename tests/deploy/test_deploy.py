@@ -201,7 +201,7 @@ def test_start_command_flags_exist_in_the_service_cli():
 def test_torch_is_installed_first_as_container_check_requires():
     """TORCH_SPEC and PIP_FIND_LINKS are declared, and torch is installed before anything else
     (../shared/tools/README.md: that is how the check builds with the local CPU wheel); with no
-    TORCH_SPEC the lock's own torch pin is installed."""
+    TORCH_SPEC the lock's own torch pin is installed, checked against the lock's hashes."""
     chain, final = final_stage()
     args = {i.args.partition("=")[0]: i.args.partition("=")[2] for i in final.all("ARG")}
     assert args.get("TORCH_SPEC") == ""
@@ -209,8 +209,12 @@ def test_torch_is_installed_first_as_container_check_requires():
     installs = [i for s in chain for i in s.all("RUN") if "pip install" in i.args]
     assert installs, "no pip install in the image's stages"
     first = installs[0]
-    assert '"$TORCH_SPEC"' in first.args and first.args.count("pip install") == 1
-    assert "${TORCH_SPEC:-$(grep -E '^torch==' requirements/service.txt)}" in first.args
+    assert '"$TORCH_SPEC"' in first.args and first.args.count("pip install") == 3
+    assert "${TORCH_SPEC:-$(grep -o -E '^torch==[^ ]+' requirements/service.txt)}" in first.args
+    assert "--require-hashes --no-deps --no-index -r /tmp/torch.txt" in first.args
+    assert (
+        "--require-hashes --no-deps -r /tmp/torch.txt -r requirements/torch-cuda.txt" in first.args
+    )
     arg_lines = {name: i.line for i in final.all("ARG") for name in [i.args.partition("=")[0]]}
     assert arg_lines["TORCH_SPEC"] < first.line and arg_lines["PIP_FIND_LINKS"] < first.line
 
@@ -266,6 +270,8 @@ def test_dependencies_are_installed_from_the_copied_lock_before_the_code():
             for target in targets:
                 if target == "-r" or target in from_lock or target == "$TORCH_SPEC":
                     continue
+                if target.startswith("requirements/") and target in copied:
+                    continue
                 if target == ".":
                     assert {"pyproject.toml", "posenc", "service"} <= set(copied)
                     project_installed_at = step.line
@@ -274,7 +280,8 @@ def test_dependencies_are_installed_from_the_copied_lock_before_the_code():
     assert from_lock, "dependencies are not read from the copied lock"
     assert project_installed_at is not None, "the project itself is never installed"
     code_copies = [s.line for s in steps if s.keyword == "COPY" and "posenc" in s.args]
-    dep_install = [s.line for s in steps if "-r /tmp/" in s.args]
+    dep_install = [s.line for s in steps if "-r requirements/service.txt" in s.args]
+    assert all("--require-hashes" in s.args for s in steps if " -r " in s.args)
     assert dep_install and code_copies and max(dep_install) < min(code_copies), (
         "the dependency layer must come before the code, so a code change keeps it cached"
     )

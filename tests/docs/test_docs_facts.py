@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from posenc.rope import ScalingType
-from service.admission.budget import OverloadedBody
-from service.schemas import TooLargeBody
+from service.error_bodies import OverloadedBody, TooLargeBody
 
 ROOT = Path(__file__).resolve().parents[2]
 
