@@ -140,7 +140,7 @@ class KindMethods(Generic[T]):
         frames: int | None = None,
         height: int | None = None,
         width: int | None = None,
-        precision: Literal["exact", "diffusers"] | None = None,
+        precision: Literal["exact", "engine", "diffusers"] | None = None,
         text_len: int | None = None,
         rope_interpolation_scale: Sequence[float] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
@@ -173,9 +173,10 @@ class KindMethods(Generic[T]):
             frames: latent frames in the transformer's patches (1 for an image) (default 1).
             height: latent rows in the transformer's patches.
             width: latent columns in the transformer's patches.
-            precision: exact: float64 positions and angles, cast once; diffusers: diffusers' own
-                arithmetic, in float32 where it computes in float32 (positions, frequencies,
-                angles) (default 'exact').
+            precision: exact: float64 positions and angles, cast once; engine (or diffusers, the
+                same): diffusers' own arithmetic, in float32 where it computes in float32
+                (positions, frequencies, angles), as precision engine means on every RoPE-family
+                table (default 'exact').
             text_len: text tokens, placed where the model places them (none for cross-attention
                 models) (default 0).
             rope_interpolation_scale: LTX-Video only: what the pipeline passes, (vae temporal
@@ -929,7 +930,7 @@ class KindMethods(Generic[T]):
         frames: int | None = None,
         height: int | None = None,
         width: int | None = None,
-        precision: Literal["exact", "diffusers"] | None = None,
+        precision: Literal["exact", "engine", "diffusers"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -957,9 +958,10 @@ class KindMethods(Generic[T]):
             frames: latent frames in the transformer's patches (1 for an image) (default 1).
             height: latent rows in the transformer's patches.
             width: latent columns in the transformer's patches.
-            precision: exact: float64 positions and angles, cast once; diffusers: diffusers' own
-                arithmetic, in float32 where it computes in float32 (positions, frequencies,
-                angles) (default 'exact').
+            precision: exact: float64 positions and angles, cast once; engine (or diffusers, the
+                same): diffusers' own arithmetic, in float32 where it computes in float32
+                (positions, frequencies, angles), as precision engine means on every RoPE-family
+                table (default 'exact').
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.

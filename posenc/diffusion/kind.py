@@ -67,7 +67,7 @@ def diffusion_rope_grid(p: Mapping[str, Any]) -> tuple[Reading, RopeGrid]:
         values["rope_interpolation_scale"] = list(scale)
     text_len = p.get("text_len") or 0
     grid = reading.rule.read(values, p.get("frames") or 1, p["height"], p["width"], text_len)
-    return reading, dataclasses.replace(grid, engine=p.get("precision") == "diffusers")
+    return reading, dataclasses.replace(grid, engine=p.get("precision") in ("engine", "diffusers"))
 
 
 def _rope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -147,10 +147,11 @@ _GRID_FIELDS = (
     kinds.FieldSpec(
         "precision",
         "str",
-        "exact: float64 positions and angles, cast once; diffusers: diffusers' own "
-        "arithmetic, in float32 where it computes in float32 (positions, frequencies, angles)",
+        "exact: float64 positions and angles, cast once; engine (or diffusers, the same): "
+        "diffusers' own arithmetic, in float32 where it computes in float32 (positions, "
+        "frequencies, angles), as precision engine means on every RoPE-family table",
         "exact",
-        choices=("exact", "diffusers"),
+        choices=("exact", "engine", "diffusers"),
     ),
 )
 
@@ -233,7 +234,7 @@ def sincos_grid(p: Mapping[str, Any]) -> tuple[Reading, SincosGrid]:
     _need_model_or_config(p)
     reading = read_sincos(p.get("model"), p.get("config"))
     grid = reading.rule.read(reading.values, p.get("frames") or 1, p["height"], p["width"])
-    return reading, dataclasses.replace(grid, engine=p.get("precision") == "diffusers")
+    return reading, dataclasses.replace(grid, engine=p.get("precision") in ("engine", "diffusers"))
 
 
 def _sincos_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:

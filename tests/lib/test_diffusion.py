@@ -386,3 +386,17 @@ def test_a_class_name_as_model_reads_the_class_defaults() -> None:
     assert (meta["model"], meta["source"]) == ("hunyuan-video", None)
     assert meta["defaulted"] == ["rope_axes_dim", "rope_theta"]
     assert meta["config_values"] == {"rope_axes_dim": [16, 56, 56], "rope_theta": 256.0}
+
+
+def test_precision_engine_is_diffusers_own_arithmetic() -> None:
+    """``precision: "engine"`` (the 1.3 vocabulary of every RoPE-family table) is diffusers'
+    own arithmetic, the same table as ``"diffusers"``, and not the exact one (LTX-Video forms
+    its angles in float32, far from the float64 table)."""
+    from posenc.resolve import compute, resolve_fields
+
+    def cos(precision: str) -> torch.Tensor:
+        body = {"model": "ltx-video", "frames": 2, "height": 3, "width": 4, "precision": precision}
+        return dict(compute(DIFFUSION_ROPE, resolve_fields(DIFFUSION_ROPE, body)))["cos"]
+
+    assert torch.equal(cos("engine"), cos("diffusers"))
+    assert not torch.equal(cos("engine"), cos("exact"))
