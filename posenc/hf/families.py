@@ -129,9 +129,9 @@ class Family:
         llamacpp_yarn_log_multiplier: llama.cpp's converter writes
             ``rope.scaling.yarn_log_multiplier`` from ``mscale_all_dim`` (DeepSeek V2/V3).
         polar_rotary: its transformers rotary module returns ``torch.polar(1, θ)`` (Llama 4).
-        vllm_window_rule: which layers vLLM's model code gives the config's ``sliding_window``
-            where it differs from transformers' layer types (:mod:`posenc.mask_engines`):
-            ``none`` (no layer: Qwen2, Gemma 2) or ``even_layers`` (gpt-oss).
+        vllm_window_rule: how vLLM's model code gives its layers the config's ``sliding_window``
+            (:mod:`posenc.mask_engines`): ``model_level`` (no per-layer window, so every layer
+            takes the model's: Qwen2) or ``even_layers`` (gpt-oss).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
@@ -190,7 +190,7 @@ class Family:
     llamacpp_rope: Literal["normal", "neox", "mrope", "imrope", "none"] | None = None
     llamacpp_yarn_log_multiplier: bool = False
     polar_rotary: bool = False
-    vllm_window_rule: Literal["none", "even_layers"] | None = None
+    vllm_window_rule: Literal["model_level", "even_layers"] | None = None
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -326,7 +326,6 @@ _RECORDS = (
         layer_rule="alternating",
         softmax_rule="query_pre_attn_scalar",
         embed_scale="sqrt_hidden",
-        vllm_window_rule="none",
     ),
     _f(
         "gemma3",
@@ -532,7 +531,7 @@ _RECORDS = (
         llamacpp_rope="neox",
         scheme="rope",
         layer_rule="qwen_sliding",
-        vllm_window_rule="none",
+        vllm_window_rule="model_level",
     ),
     _f(
         "qwen2_5_omni",
