@@ -214,6 +214,10 @@ def _layer_types(
     pattern = list(mp.layer_types) if mp is not None else []
     if any(t not in ("full_attention", "no_rope") for t in pattern) or "no_rope" in pattern:
         return pattern, window
+    if pattern and family(model_type).layer_rule == "qwen_sliding":
+        # Qwen2's config class: sliding only where i >= max_window_layers, so none when
+        # max_window_layers >= num_hidden_layers, whatever sliding_window says
+        return pattern, window
     n = n if n is not None else len(pattern)
     rule = family(model_type).layer_pattern
     if rule is not None:  # what these config classes build without layer_types

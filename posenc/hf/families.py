@@ -129,6 +129,9 @@ class Family:
         llamacpp_yarn_log_multiplier: llama.cpp's converter writes
             ``rope.scaling.yarn_log_multiplier`` from ``mscale_all_dim`` (DeepSeek V2/V3).
         polar_rotary: its transformers rotary module returns ``torch.polar(1, θ)`` (Llama 4).
+        vllm_window_rule: how vLLM's model code gives its layers the config's ``sliding_window``
+            (:mod:`posenc.mask_engines`): ``model_level`` (no per-layer window, so every layer
+            takes the model's: Qwen2) or ``even_layers`` (gpt-oss).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
@@ -187,6 +190,7 @@ class Family:
     llamacpp_rope: Literal["normal", "neox", "mrope", "imrope", "none"] | None = None
     llamacpp_yarn_log_multiplier: bool = False
     polar_rotary: bool = False
+    vllm_window_rule: Literal["model_level", "even_layers"] | None = None
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -415,6 +419,7 @@ _RECORDS = (
         layer_pattern="sliding_then_full",
         scheme="rope",
         default_theta=150000.0,
+        vllm_window_rule="even_layers",
     ),
     _f(
         "gptj",
@@ -521,7 +526,13 @@ _RECORDS = (
     _f("phi", llamacpp_rope="neox", scheme="rope", partial_rotary=0.5),
     _f("phi3", llamacpp_rope="neox", scheme="rope", original_max_default=4096),
     _f("phimoe", llamacpp_rope="neox", scheme="rope", default_theta=1000000.0),
-    _f("qwen2", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
+    _f(
+        "qwen2",
+        llamacpp_rope="neox",
+        scheme="rope",
+        layer_rule="qwen_sliding",
+        vllm_window_rule="model_level",
+    ),
     _f(
         "qwen2_5_omni",
         scheme="rope",

@@ -13,7 +13,9 @@ from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
 from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs, positions_for_own_engine
 from posenc.engines import compare_engines, positions_for_engine
+from posenc.errors import InvalidArgument
 from posenc.hf_config import ModelPositions
+from posenc.mask_engines import compare_mask_engines
 from posenc.query_scale import describe_query_scale
 from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
 from service.state import State
@@ -228,6 +230,21 @@ class EngineComparison(BaseModel):
         "softmax_scale, trend, differences}",
     )
     meta: dict[str, Any]
+    masks: dict[str, Any] | None = Field(
+        None,
+        description="each layer's mask as transformers and vLLM apply it: {engines, "
+        "window_convention, layers, differences (index, windows in keys, keys_differ_by, "
+        "first_position), agree}; null where the layers cannot be read",
+    )
+
+
+def _with_masks(answer: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """The 1.2 answer plus ``masks`` (issue 32), null where the layers cannot be read."""
+    try:
+        answer["masks"] = compare_mask_engines(config)
+    except InvalidArgument:
+        answer["masks"] = None
+    return answer
 
 
 @router.post(
@@ -354,22 +371,28 @@ config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defi
 )
 def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
     if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30
-        return compare_pairs(
+        return _with_masks(
+            compare_pairs(
+                body.config,
+                body.engines,
+                seq_len=body.seq_len,
+                positions=body.positions,
+                max_model_len=body.max_model_len,
+                layer_type=body.layer_type,
+                max_elements=state.settings.max_elements,
+            ),
             body.config,
-            body.engines,
+        )
+    return _with_masks(
+        compare_engines(
+            body.config,
             seq_len=body.seq_len,
             positions=body.positions,
             max_model_len=body.max_model_len,
             layer_type=body.layer_type,
             max_elements=state.settings.max_elements,
-        )
-    return compare_engines(
+        ),
         body.config,
-        seq_len=body.seq_len,
-        positions=body.positions,
-        max_model_len=body.max_model_len,
-        layer_type=body.layer_type,
-        max_elements=state.settings.max_elements,
     )
 
 
