@@ -31,14 +31,24 @@ NO_GGUF_TOKENIZER = (
 
 
 def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, Any] | None]:
-    """The RoPE llama.cpp applies, as a RopeSpec for ``/v1/models`` and its arguments, or
-    (None, None) where the architecture's rope is not known (a warning says so)."""
+    """The RoPE llama.cpp applies: a RopeSpec (``/v1/embed``'s cos/sin) where it is unscaled,
+    and its arguments (``/v1/models``); (None, None) where the architecture's rope is not
+    known. A scaled rope (``freq_scale``, YaRN, factor tensors) gives arguments only."""
     try:
         rope = read_rope(head)
     except (InvalidArgument, TypeError, ValueError, ZeroDivisionError) as exc:
         reason = exc.message if isinstance(exc, InvalidArgument) else str(exc)
         logger.warning("model %r (%s): positions not read: %s", name, where, reason)
         return None, None
+    scaled = (
+        rope.freq_scale != 1.0
+        or rope.ext_factor != 0.0
+        or rope.attn_factor != 1.0
+        or rope.freq_factors is not None
+        or rope.sections is not None
+    )
+    if scaled:
+        return None, rope.to_dict()
     heads = head.get("attention.head_count")
     heads = max(heads) if isinstance(heads, list) else heads
     head_dim = head.get("attention.key_length")
@@ -49,9 +59,8 @@ def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, 
         rotary_dim=rope.n_dims,
         base=rope.freq_base,
         layout=rope.layout,  # type: ignore[arg-type]
-        rope_type=str(head.get("rope.scaling.type", "none") or "none"),
+        rope_type="default",
         scaling=None,
-        attention_scaling=rope.attn_factor,
     )
     return spec, rope.to_dict()
 
@@ -82,8 +91,13 @@ def gguf_model_fields(
     ctx = head.get("context_length")
     file_type = head.metadata.get("general.file_type")
     warnings = [f"text: {NO_GGUF_TOKENIZER}"]
-    if rope is None:
+    if llamacpp is None:
         warnings.append(f"llama.cpp's rope for architecture {head.architecture!r} is not known")
+    elif rope is None:
+        warnings.append(
+            "llama.cpp scales this model's rope (see gguf.llamacpp_rope): /v1/embed gives no "
+            "cos/sin for it; /v1/configs/positions with the file gives llama.cpp's reading"
+        )
     logger.info("loaded GGUF model %r from %s: V=%d D=%d %s", name, where, vocab_size, d_model,
                 got.type_name)  # fmt: skip
     return dict(
@@ -97,7 +111,7 @@ def gguf_model_fields(
         source=f"gguf {where} (token_embd.weight, {got.type_name}, dequantized to float32)",
         token_table=torch.from_numpy(got.table).to(device),
         position_table=None,
-        position_scheme="rope" if rope is not None else "none",
+        position_scheme="rope" if llamacpp is not None else "none",
         rope=rope,
         family="GGUF",
         model_type=head.architecture or None,
