@@ -64,7 +64,7 @@ def _q4_0(blocks: np.ndarray) -> np.ndarray:
     d = _f16(d)
     qs = qs.reshape((n, -1, 1, 16)) >> np.array([0, 4], dtype=np.uint8).reshape((1, 1, 2, 1))
     q = (qs & np.uint8(0x0F)).reshape((n, -1)).astype(np.int8) - np.int8(8)
-    return d * q.astype(np.float32)  # type: ignore[no-any-return]
+    return d * q.astype(np.float32)
 
 
 def _q8_0(blocks: np.ndarray) -> np.ndarray:
@@ -125,7 +125,7 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     qh = qh.reshape((n, -1, 1, 32)) >> np.array([0, 2, 4, 6], dtype=np.uint8).reshape((1, 1, 4, 1))
     qh = (qh & np.uint8(0x03)).reshape((n, -1, 32))
     q = (ql | (qh << np.uint8(4))).astype(np.int8) - np.int8(32)
-    return (dd * q.reshape((n, QK_K // 16, -1)).astype(np.float32)).reshape((n, QK_K))  # type: ignore[no-any-return]
+    return (dd * q.reshape((n, QK_K // 16, -1)).astype(np.float32)).reshape((n, QK_K))
 
 
 _BLOCKS = {2: _q4_0, 8: _q8_0, 12: _q4_k, 13: _q5_k, 14: _q6_k}
@@ -247,7 +247,7 @@ def read_gguf_table(path: str | os.PathLike[str]) -> GgufTable:
     buf = np.empty(nbytes, dtype=np.uint8)
     with open(where, "rb") as f:
         f.seek(start)
-        got = f.readinto(memoryview(buf))
+        got = f.readinto(buf.data)
     if got != nbytes:
         raise _refuse(where, f"truncated while reading {TOKEN_TENSOR}: {got} of {nbytes} bytes")
     return GgufTable(head, info, name, dequantize(buf, info.ggml_type, info.shape))
