@@ -1,9 +1,9 @@
-"""A ``.gguf`` model file's fields of an :class:`~posenc.models.EmbeddingModel` for ``/v1/embed``.
+"""A ``.gguf`` model file as :class:`~posenc.models.EmbeddingModel` fields, for ``/v1/embed``.
 
 The token table is the file's ``token_embd.weight``, dequantized to float32 exactly as
 ``gguf``'s ``quants.dequantize`` does (:mod:`posenc.gguf_tensors`). Positions are read from the
-metadata as llama.cpp reads them (:func:`posenc.gguf.read_rope`): the architectures posenc
-knows all rotate by RoPE in attention, so nothing is added to the token part. The GGUF
+metadata as llama.cpp reads them (:func:`posenc.gguf.read_rope`): nothing is added to the token
+part, and where llama.cpp's rope is unscaled ``/v1/embed`` gives its ``cos``/``sin``. The GGUF
 vocabulary is not tokenized yet: text sent to such a model is a 422 saying so (``input_ids``
 work).
 """
