@@ -166,7 +166,8 @@ def dequantize(data: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.n
         values = (raw.view(np.int16).astype(np.int32) << 16).view(np.float32)
     else:
         size = GGML_TYPES[ggml_type][2]
-        values = _BLOCKS[ggml_type](raw.reshape((-1, size)))
+        with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN scales stay as stored
+            values = _BLOCKS[ggml_type](raw.reshape((-1, size)))
     return values.reshape(out_shape)
 
 

@@ -127,3 +127,19 @@ def test_llamacpp_converted_file_loads() -> None:
     start = got.head.data + got.info.offset  # type: ignore[operator]
     want = np.frombuffer(raw, dtype="<f4", count=64 * 32, offset=start).reshape(64, 32)
     assert np.array_equal(model.token_table.numpy(), want)
+
+
+@pytest.mark.parametrize("type_name", TYPES)
+def test_live_random_blocks_equal_gguf_where_importable(type_name: str) -> None:
+    """Where gguf is installed: 64 rows of seeded random blocks (any bytes, NaN and inf scales
+    included) dequantized by gguf now and by posenc, bit for bit."""
+    gguf = pytest.importorskip("gguf")
+    qtype = getattr(gguf.GGMLQuantizationType, type_name)
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    rows, width = 64, 2 * 256
+    raw = np.random.default_rng(7).integers(0, 256, (rows, width // block * size), np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = gguf.quants.dequantize(raw, qtype)
+    got = dequantize(raw.reshape(-1), qtype.value, (width, rows))
+    assert got.shape == want.shape == (rows, width)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
