@@ -52,6 +52,7 @@ GGML_TYPES: dict[int, tuple[str, int, int]] = {
 _OTHER_TYPES = {3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K", 15: "Q8_K"}
 TOKEN_TENSOR = "token_embd.weight"
 _FIRST_READ = 1 << 20
+_CHUNK_BLOCKS = 1 << 14
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -165,9 +166,16 @@ def dequantize(data: np.ndarray, ggml_type: int, shape: tuple[int, ...]) -> np.n
     elif ggml_type == 30:
         values = (raw.view(np.int16).astype(np.int32) << 16).view(np.float32)
     else:
-        size = GGML_TYPES[ggml_type][2]
+        _, block, size = GGML_TYPES[ggml_type]
+        blocks = raw.reshape((-1, size))
+        values = np.empty((blocks.shape[0], block), dtype=np.float32)
+        # a chunk of blocks at a time: the intermediates stay small (each value is computed
+        # on its own block, so the chunking changes no bit)
         with np.errstate(invalid="ignore", over="ignore"):  # inf or NaN scales stay as stored
-            values = _BLOCKS[ggml_type](raw.reshape((-1, size)))
+            for at in range(0, blocks.shape[0], _CHUNK_BLOCKS):
+                values[at : at + _CHUNK_BLOCKS] = _BLOCKS[ggml_type](
+                    blocks[at : at + _CHUNK_BLOCKS]
+                )
     return values.reshape(out_shape)
 
 
