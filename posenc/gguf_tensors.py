@@ -212,7 +212,7 @@ def read_gguf_file_head(path: str) -> tuple[GgufHead, int]:
             try:
                 head = read_gguf_head(prefix)
             except InvalidArgument as exc:
-                if len(prefix) < size and prefix[:4] == b"GGUF":
+                if len(prefix) < size and exc.message.startswith("GGUF truncated"):
                     want *= 2
                     continue
                 raise _refuse(path, exc.message) from None

@@ -144,3 +144,34 @@ def test_live_random_blocks_equal_gguf_where_importable(type_name: str) -> None:
     got = dequantize(raw.reshape(-1), qtype.value, (width, rows))
     assert got.shape == want.shape == (rows, width)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_head_larger_than_the_first_read_is_read_whole(tmp_path: Path) -> None:
+    """A key/value section past the first 1 MiB read (a large vocabulary) is read in larger
+    prefixes: a 3 MiB string added as one more key leaves the table as it was."""
+    data = (FIXTURES / "tiny-Q4_K.gguf").read_bytes()
+    n_kv = struct.unpack_from("<Q", data, 16)[0]
+    key, text = b"general.big", b"x" * (3 << 20)
+    extra = struct.pack("<Q", len(key)) + key + struct.pack("<IQ", 8, len(text)) + text
+    head = read_gguf_table(FIXTURES / "tiny-Q4_K.gguf").head
+    kv_end, data_start = head.kv_end, head.data
+    assert data_start is not None
+    record = 8 + len(b"token_embd.weight") + 4 + 8 * 2 + 4 + 8  # the one tensor's record
+    directory = data[kv_end : kv_end + record]
+    pad = -(kv_end + len(extra) + record) % 32
+    body = data[:16] + struct.pack("<Q", n_kv + 1) + data[24:kv_end] + extra
+    body += directory + b"\0" * pad + data[data_start:]
+    path = tmp_path / "big.gguf"
+    path.write_bytes(body)
+    got = read_gguf_table(path)
+    assert got.head.metadata["general.big"] == text.decode()
+    assert np.array_equal(got.table, np.load(FIXTURES / "tiny-Q4_K.npy"))
+
+
+def test_unknown_version_is_refused(tmp_path: Path) -> None:
+    data = bytearray((FIXTURES / "tiny-F32.gguf").read_bytes())
+    struct.pack_into("<I", data, 4, 9)
+    path = tmp_path / "v9.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InvalidArgument, match="version 9"):
+        read_gguf_table(path)
