@@ -24,6 +24,7 @@ from torch import Tensor
 from posenc.checkpoints import PositionScheme, RopeSpec, read_checkpoint
 from posenc.device import resolve_device
 from posenc.errors import InvalidArgument
+from posenc.gguf_model import gguf_model_fields
 from posenc.hf.families import is_known_model_type, unknown_model_type_warning
 from posenc.hf.reader import merged_text
 from posenc.learned import seeded_normal
@@ -73,6 +74,9 @@ class EmbeddingModel:
             a ``vocab_size`` that is not the table's rows), each a sentence; also logged.
         vision: a vision model folder's position table (ViT, DINOv2, CLIP, SigLIP): it has no
             token table and serves ``/v1/encodings/vision-learned`` only; else None.
+        gguf: a ``.gguf`` model's file facts (``file_type``, ``tensor_type``, the llama.cpp
+            rope arguments), for ``/v1/models``; else None.
+        no_tokenizer: why text is refused when ``tokenizer`` is None, if not the usual reason.
     """
 
     name: str
@@ -95,6 +99,8 @@ class EmbeddingModel:
     loaded_at: float = field(default_factory=time.time)
     warnings: tuple[str, ...] = ()
     vision: VisionCheckpoint | None = None
+    gguf: dict[str, Any] | None = None
+    no_tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         if self.position_scheme is None:
@@ -196,6 +202,8 @@ def load_safetensors_model(
 
     if not isinstance(name, str) or not name:
         raise InvalidArgument(f"model name must be a non-empty string, got {name!r}", field="name")
+    if os.fspath(path).lower().endswith(".gguf"):
+        return EmbeddingModel(**gguf_model_fields(name, path, _library_device(device)))
     dev = _library_device(device)
     vision = read_vision_checkpoint(path)
     if vision is not None:

@@ -308,19 +308,24 @@ def builtin_tokenizer() -> TextTokenizer:
 class NoTokenizer(InvalidArgument):
     """Text sent to a model without a tokenizer (HTTP 422); ``model`` is its name."""
 
-    def __init__(self, model: str, *, with_tokenizer: Sequence[str] = ()) -> None:
+    def __init__(
+        self, model: str, *, with_tokenizer: Sequence[str] = (), reason: str | None = None
+    ) -> None:
         message = (
             f"model {model!r} has no tokenizer (no tokenizer.json beside its weights), so it "
             "cannot read text; send input_ids, or name a model that has one"
         )
+        if reason:
+            message = f"model {model!r} cannot read text: {reason}; or name a model that has one"
         if with_tokenizer:
             message += f" ({', '.join(with_tokenizer)})"
         super().__init__(message, field="model")
         self.model = model
+        self.reason = reason
 
 
 def tokenizer_of(model: Any) -> TextTokenizer:
     """The model's tokenizer, or :class:`NoTokenizer`."""
     if getattr(model, "tokenizer", None) is None:
-        raise NoTokenizer(model.name)
+        raise NoTokenizer(model.name, reason=getattr(model, "no_tokenizer", None))
     return cast(TextTokenizer, model.tokenizer)

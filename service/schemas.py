@@ -68,6 +68,12 @@ class ModelInfo(BaseModel):
         "(model_type, tensor, table_rows, width, native_grid, class_token, resize, dtype), "
         "served by /v1/encodings/vision-learned; it has no token table (/v1/embed is a 422)",
     )
+    gguf: dict[str, Any] | None = Field(
+        None,
+        description="a .gguf model file: version, tensor_type (token_embd's ggml type, also "
+        "given as dtype; the table is dequantized to float32), file_type (general.file_type) "
+        "and llamacpp_rope (the rope arguments llama.cpp passes for it)",
+    )
 
 
 class ModelList(BaseModel):

@@ -41,7 +41,10 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
         "family": model.family,
         "model_type": model.model_type,
         "tokenizer": model.tokenizer is not None,
-        "dtype": str(model.token_table.dtype).removeprefix("torch."),
+        # a GGUF's table is stored in its ggml type (Q8_0 ...), dequantized to float32 here
+        "dtype": model.gguf["tensor_type"]
+        if model.gguf
+        else str(model.token_table.dtype).removeprefix("torch."),
         "shape": list(model.token_table.shape),
         "loaded_at": datetime.fromtimestamp(model.loaded_at, UTC).isoformat(
             timespec="microseconds"
@@ -49,6 +52,7 @@ def model_info(model: EmbeddingModel) -> dict[str, Any]:
         "warnings": list(model.warnings),
         "serves": _serves(model),
         "vision": None if model.vision is None else model.vision.describe(),
+        "gguf": model.gguf,
     }
 
 

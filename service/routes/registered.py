@@ -249,7 +249,9 @@ def _resolve(
     except MissingField as exc:
         raise missing(source, exc.field or "", f"Field required: {exc.message}") from None
     except NoTokenizer as exc:  # say which models do read text
-        raise NoTokenizer(exc.model, with_tokenizer=state.text_models()) from None
+        raise NoTokenizer(
+            exc.model, with_tokenizer=state.text_models(), reason=exc.reason
+        ) from None
 
 
 def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]:

@@ -86,7 +86,7 @@ def text_tokenizer(state: ServiceState, name: str | None) -> TextTokenizer:
     both 422, the latter naming the models that have one."""
     model = state.model(name)
     if model.tokenizer is None:
-        raise NoTokenizer(model.name, with_tokenizer=state.text_models())
+        raise NoTokenizer(model.name, with_tokenizer=state.text_models(), reason=model.no_tokenizer)
     return model.tokenizer
 
 

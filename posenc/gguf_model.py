@@ -1,0 +1,131 @@
+"""A ``.gguf`` model file as :class:`~posenc.models.EmbeddingModel` fields, for ``/v1/embed``.
+
+The token table is the file's ``token_embd.weight``, dequantized to float32 exactly as
+``gguf``'s ``quants.dequantize`` does (:mod:`posenc.gguf_tensors`). Positions are read from the
+metadata as llama.cpp reads them (:func:`posenc.gguf.read_rope`): nothing is added to the token
+part, and where llama.cpp's rope is unscaled ``/v1/embed`` gives its ``cos``/``sin``. The GGUF
+vocabulary is not tokenized yet: text sent to such a model is a 422 saying so (``input_ids``
+work).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import torch
+
+from posenc.checkpoints import RopeSpec
+from posenc.errors import InvalidArgument
+from posenc.gguf import read_rope
+from posenc.gguf_tensors import read_gguf_table
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["NO_GGUF_TOKENIZER", "gguf_model_fields"]
+
+NO_GGUF_TOKENIZER = (
+    "it is a GGUF file, and posenc does not tokenize GGUF vocabularies yet; send input_ids"
+)
+
+
+def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, Any] | None]:
+    """The RoPE llama.cpp applies: a RopeSpec (``/v1/embed``'s cos/sin) where it is unscaled,
+    and its arguments (``/v1/models``); (None, None) where the architecture's rope is not
+    known. A scaled rope (``freq_scale``, YaRN, factor tensors) gives arguments only."""
+    try:
+        rope = read_rope(head)
+    except (InvalidArgument, TypeError, ValueError, ZeroDivisionError) as exc:
+        reason = exc.message if isinstance(exc, InvalidArgument) else str(exc)
+        logger.warning("model %r (%s): positions not read: %s", name, where, reason)
+        return None, None
+    scaled = (
+        rope.freq_scale != 1.0
+        or rope.ext_factor != 0.0
+        or rope.attn_factor != 1.0
+        or rope.freq_factors is not None
+        or rope.sections is not None
+    )
+    if scaled:
+        return None, rope.to_dict()
+    heads = head.get("attention.head_count")
+    heads = max(heads) if isinstance(heads, list) else heads
+    head_dim = head.get("attention.key_length")
+    if head_dim is None and heads:
+        head_dim = int(head.get("embedding_length")) // int(heads)
+    spec = RopeSpec(
+        head_dim=int(head_dim or rope.n_dims),
+        rotary_dim=rope.n_dims,
+        base=rope.freq_base,
+        layout=rope.layout,  # type: ignore[arg-type]
+        rope_type="default",
+        scaling=None,
+    )
+    return spec, rope.to_dict()
+
+
+def gguf_model_fields(
+    name: str, path: str | os.PathLike[str], device: torch.device
+) -> dict[str, Any]:
+    """Read a GGUF file's token table and positions (plain reads, never mapped).
+
+    Args:
+        name: the model's name in requests.
+        path: the ``.gguf`` file.
+        device: where the table goes.
+
+    Returns:
+        The keyword arguments of :class:`~posenc.models.EmbeddingModel`: a a float32 ``(V, D)`` table, ``positional`` ``"rope"``
+        (``"none"`` for an architecture whose rope posenc does not know), no tokenizer.
+
+    Raises:
+        InvalidArgument: the file is not GGUF, is truncated, or its token table cannot be read
+            (:func:`posenc.gguf_tensors.read_gguf_table`).
+    """
+    where = os.fspath(path)
+    got = read_gguf_table(where)
+    head = got.head
+    rope, llamacpp = _rope(head, name, where)
+    vocab_size, d_model = got.table.shape
+    ctx = head.get("context_length")
+    file_type = head.metadata.get("general.file_type")
+    warnings = [f"text: {NO_GGUF_TOKENIZER}"]
+    if llamacpp is None:
+        warnings.append(f"llama.cpp's rope for architecture {head.architecture!r} is not known")
+    elif rope is None:
+        warnings.append(
+            "llama.cpp scales this model's rope (see gguf.llamacpp_rope): /v1/embed gives no "
+            "cos/sin for it; /v1/configs/positions with the file gives llama.cpp's reading"
+        )
+    logger.info("loaded GGUF model %r from %s: V=%d D=%d %s", name, where, vocab_size, d_model,
+                got.type_name)  # fmt: skip
+    return dict(
+        name=name,
+        vocab_size=int(vocab_size),
+        d_model=int(d_model),
+        max_positions=int(ctx) if isinstance(ctx, int) and ctx > 0 else 0,
+        positional="rope" if rope is not None else "none",
+        scale=False,
+        pad_token_id=_int_or_none(head.metadata.get("tokenizer.ggml.padding_token_id")),
+        source=f"gguf {where} (token_embd.weight, {got.type_name}, dequantized to float32)",
+        token_table=torch.from_numpy(got.table).to(device),
+        position_table=None,
+        position_scheme="rope" if llamacpp is not None else "none",
+        rope=rope,
+        family="GGUF",
+        model_type=head.architecture or None,
+        path=where,
+        warnings=tuple(warnings),
+        gguf={
+            "version": head.version,
+            "tensor_type": got.type_name,
+            "file_type": file_type,
+            "llamacpp_rope": llamacpp,
+        },
+        no_tokenizer=NO_GGUF_TOKENIZER,
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
