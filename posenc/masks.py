@@ -403,6 +403,33 @@ def mask_blocks(
     return TableBlocks(output, shape, out_dtype, fill, dev)
 
 
+def _sized_inputs(
+    what: str,
+    rule: MaskRule,
+    seq_len: int,
+    key_len: int | None,
+    attention_mask: Any,
+    token_type_ids: Any,
+    cu_seqlens: Sequence[int] | None,
+    max_elements: int | None,
+) -> MaskInputs:
+    """:func:`mask_inputs`, then the ``(B, T, S)`` size checked against ``max_elements``."""
+    inputs = mask_inputs(
+        rule,
+        seq_len,
+        key_len,
+        attention_mask=attention_mask,
+        token_type_ids=token_type_ids,
+        cu_seqlens=cu_seqlens,
+    )
+    check_elements(
+        inputs.batch * inputs.seq_len * inputs.key_len,
+        what=f"the {what} (B={inputs.batch}, T={inputs.seq_len}, S={inputs.key_len})",
+        max_elements=max_elements,
+    )
+    return inputs
+
+
 def attention_mask(
     rule: MaskRule,
     seq_len: int,
@@ -422,18 +449,8 @@ def attention_mask(
     Raises:
         InvalidArgument: see :func:`mask_inputs`; TooLarge past ``max_elements``.
     """
-    inputs = mask_inputs(
-        rule,
-        seq_len,
-        key_len,
-        attention_mask=attention_mask,
-        token_type_ids=token_type_ids,
-        cu_seqlens=cu_seqlens,
-    )
-    check_elements(
-        inputs.batch * inputs.seq_len * inputs.key_len,
-        what=f"the mask (B={inputs.batch}, T={inputs.seq_len}, S={inputs.key_len})",
-        max_elements=max_elements,
+    inputs = _sized_inputs(
+        "mask", rule, seq_len, key_len, attention_mask, token_type_ids, cu_seqlens, max_elements
     )
     return mask_blocks(rule, inputs, device=device).whole()
 
@@ -453,18 +470,8 @@ def attention_bias(
 ) -> Tensor:
     """The ``(B, T, S)`` additive bias: 0 where attention is allowed, −inf elsewhere
     (``masked_value="min"``: ``torch.finfo(dtype).min``, as transformers' ``eager_mask``)."""
-    inputs = mask_inputs(
-        rule,
-        seq_len,
-        key_len,
-        attention_mask=attention_mask,
-        token_type_ids=token_type_ids,
-        cu_seqlens=cu_seqlens,
-    )
-    check_elements(
-        inputs.batch * inputs.seq_len * inputs.key_len,
-        what=f"the bias (B={inputs.batch}, T={inputs.seq_len}, S={inputs.key_len})",
-        max_elements=max_elements,
+    inputs = _sized_inputs(
+        "bias", rule, seq_len, key_len, attention_mask, token_type_ids, cu_seqlens, max_elements
     )
     blocks = mask_blocks(
         rule, inputs, output="bias", dtype=dtype, masked_value=masked_value, device=device
