@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import socket
@@ -168,3 +169,34 @@ def safetensors_metadata(data: bytes) -> dict[str, str]:
 
     (n,) = struct.unpack("<Q", data[:8])
     return json.loads(data[8 : 8 + n]).get("__metadata__", {})
+
+
+@functools.lru_cache(maxsize=1)
+def transformers_model_classes() -> dict[type, list[type]]:
+    """Every base model class of the installed transformers, by its config class (the vision
+    sweeps' index; built once, since it imports every modeling module)."""
+    import importlib
+    import inspect
+    import pkgutil
+    import re
+
+    import transformers.models as tm
+    from transformers import PreTrainedModel
+
+    found: dict[type, list[type]] = {}
+    for info in pkgutil.iter_modules(tm.__path__):
+        try:
+            mod = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
+        except Exception:  # optional dependencies (natten, timm...)
+            continue
+        for name, obj in vars(mod).items():
+            if (
+                inspect.isclass(obj)
+                and issubclass(obj, PreTrainedModel)
+                and obj.__module__ == mod.__name__
+                and "PreTrained" not in name
+                and not re.search(r"For[A-Z]", name)
+                and getattr(obj, "config_class", None) is not None
+            ):
+                found.setdefault(obj.config_class, []).append(obj)
+    return found

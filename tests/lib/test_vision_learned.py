@@ -31,6 +31,7 @@ from posenc.vision_learned import (
     vision_learned_spec,
 )
 from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
+from tests.helpers import transformers_model_classes
 from tests.lib.vision_learned_reference import model_rows
 
 # Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
@@ -265,33 +266,6 @@ NOT_COVERED: dict[str, str] = {
 }
 
 
-def _model_classes() -> dict[type, list[type]]:
-    import importlib
-    import inspect
-    import pkgutil
-
-    import transformers.models as tm
-    from transformers import PreTrainedModel
-
-    found: dict[type, list[type]] = {}
-    for info in pkgutil.iter_modules(tm.__path__):
-        try:
-            mod = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
-        except Exception:  # optional dependencies (natten, timm...)
-            continue
-        for name, obj in vars(mod).items():
-            if (
-                inspect.isclass(obj)
-                and issubclass(obj, PreTrainedModel)
-                and obj.__module__ == mod.__name__
-                and "PreTrained" not in name
-                and not re.search(r"For[A-Z]", name)
-                and getattr(obj, "config_class", None) is not None
-            ):
-                found.setdefault(obj.config_class, []).append(obj)
-    return found
-
-
 def _image_configs(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
     """The config and its nested sub-configs that describe an image tower (a patch size)."""
     out: list[tuple[str, PreTrainedConfig]] = []
@@ -332,7 +306,7 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
     position table: the served ones equal the tower's forward (whole config and vision config
     alone, a non-square grid and the native one); the others are in NOT_COVERED with the
     reason. Fails on an unexplained one."""
-    classes = _model_classes()
+    classes = transformers_model_classes()
     covered: list[str] = []
     explained: list[str] = []
     failures: list[str] = []

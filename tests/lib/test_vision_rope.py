@@ -15,7 +15,6 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-import pkgutil
 import re
 from typing import Any
 
@@ -31,6 +30,7 @@ from posenc.vision_rope import (
     vision_rope_cos_sin,
     vision_rope_spec,
 )
+from tests.helpers import transformers_model_classes
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel  # noqa: E402
@@ -512,28 +512,6 @@ NOT_COVERED: dict[str, str] = {
 }
 
 
-def _model_classes() -> dict[type, list[type]]:
-    import transformers.models as tm
-
-    found: dict[type, list[type]] = {}
-    for info in pkgutil.iter_modules(tm.__path__):
-        try:
-            mod = importlib.import_module(f"transformers.models.{info.name}.modeling_{info.name}")
-        except Exception:  # optional dependencies (natten, timm...)
-            continue
-        for name, obj in vars(mod).items():
-            if (
-                inspect.isclass(obj)
-                and issubclass(obj, PreTrainedModel)
-                and obj.__module__ == mod.__name__
-                and "PreTrained" not in name
-                and not re.search(r"For[A-Z]", name)
-                and getattr(obj, "config_class", None) is not None
-            ):
-                found.setdefault(obj.config_class, []).append(obj)
-    return found
-
-
 def _vision_candidates(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
     """The config and its nested sub-configs that describe an image tower (a patch size)."""
     out: list[tuple[str, PreTrainedConfig]] = []
@@ -571,7 +549,7 @@ def test_sweep_of_vision_rotary_towers_in_transformers() -> None:
     """Every model type of transformers (default config) whose image tower holds a rotary
     module: covered ones equal the module (whole config and vision config alone); the others
     are listed in NOT_COVERED with the reason. Fails on an unexplained one."""
-    classes = _model_classes()
+    classes = transformers_model_classes()
     covered: list[str] = []
     explained: list[str] = []
     failures: list[str] = []
