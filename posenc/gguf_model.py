@@ -3,8 +3,10 @@
 The token table is the file's ``token_embd.weight``, dequantized to float32 exactly as
 ``gguf``'s ``quants.dequantize`` does (:mod:`posenc.gguf_tensors`). Positions are read from the
 metadata as llama.cpp reads them (:func:`posenc.gguf.read_rope`): nothing is added to the token
-part, and where llama.cpp's rope is unscaled ``/v1/embed`` gives its ``cos``/``sin``. The GGUF
-vocabulary is not tokenized yet: text sent to such a model is a 422 saying so (``input_ids``
+part, and where llama.cpp's rope is unscaled ``/v1/embed`` gives its ``cos``/``sin``. Text is
+tokenized with the file's own vocabulary, as llama.cpp tokenizes it
+(:func:`posenc.gguf_tokenizer.gguf_tokenizer`); a vocabulary posenc does not rebuild leaves the
+model without a tokenizer, and text sent to it is a 422 naming the tokenizer (``input_ids``
 work).
 """
 
@@ -20,14 +22,11 @@ from posenc.checkpoints import RopeSpec
 from posenc.errors import InvalidArgument
 from posenc.gguf import read_rope
 from posenc.gguf_tensors import read_gguf_table
+from posenc.gguf_tokenizer import UnsupportedGgufTokenizer, gguf_tokenizer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_GGUF_TOKENIZER", "gguf_model_fields"]
-
-NO_GGUF_TOKENIZER = (
-    "it is a GGUF file, and posenc does not tokenize GGUF vocabularies yet; send input_ids"
-)
+__all__ = ["gguf_model_fields"]
 
 
 def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, Any] | None]:
@@ -76,8 +75,9 @@ def gguf_model_fields(
         device: where the table goes.
 
     Returns:
-        The keyword arguments of :class:`~posenc.models.EmbeddingModel`: a a float32 ``(V, D)`` table, ``positional`` ``"rope"``
-        (``"none"`` for an architecture whose rope posenc does not know), no tokenizer.
+        The keyword arguments of :class:`~posenc.models.EmbeddingModel`: a float32 ``(V, D)``
+        table, ``positional`` ``"rope"`` (``"none"`` for an architecture whose rope posenc does
+        not know), the file's own tokenizer where posenc rebuilds it (else None and why).
 
     Raises:
         InvalidArgument: the file is not GGUF, is truncated, or its token table cannot be read
@@ -90,7 +90,8 @@ def gguf_model_fields(
     vocab_size, d_model = got.table.shape
     ctx = head.get("context_length")
     file_type = head.metadata.get("general.file_type")
-    warnings = [f"text: {NO_GGUF_TOKENIZER}"]
+    tokenizer, no_tokenizer = _tokenizer(head.metadata, name, where)
+    warnings = [f"text: {no_tokenizer}"] if no_tokenizer else []
     if llamacpp is None:
         warnings.append(f"llama.cpp's rope for architecture {head.architecture!r} is not known")
     elif rope is None:
@@ -123,8 +124,20 @@ def gguf_model_fields(
             "file_type": file_type,
             "llamacpp_rope": llamacpp,
         },
-        no_tokenizer=NO_GGUF_TOKENIZER,
+        tokenizer=tokenizer,
+        no_tokenizer=no_tokenizer,
     )
+
+
+def _tokenizer(metadata: dict[str, Any], name: str, where: str) -> tuple[Any, str | None]:
+    """The file's own tokenizer, or (None, why text is refused)."""
+    try:
+        return gguf_tokenizer(metadata, where), None
+    except ImportError as exc:  # the library runs without the tokenizers package
+        return None, str(exc)
+    except UnsupportedGgufTokenizer as exc:
+        logger.warning("model %r (%s): no tokenizer: %s", name, where, exc.message)
+        return None, f"{exc.message}; send input_ids"
 
 
 def _int_or_none(value: Any) -> int | None:

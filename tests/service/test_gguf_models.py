@@ -1,11 +1,15 @@
 """``.gguf`` files in ``POSENC_MODELS``: ``/v1/embed`` rows are the dequantized token table's
 rows (gguf's own ``quants.dequantize`` output, recorded beside each fixture), ``cos``/``sin``
 are llama.cpp's unscaled rope (normal mode: interleaved pairs, theta from the file) computed
-here in float64, ``/v1/models`` gives the ggml type, and text is a 422 that says why.
+here in float64, ``/v1/models`` gives the ggml type. Text is tokenized with the file's own
+vocabulary: ``/v1/tokenize`` and ``/v1/embed`` ids equal llama.cpp's ``llama_tokenize``
+(recorded in tests/fixtures/gguf/tokens.json by scripts/record_gguf_tokens.py); a file with no
+vocabulary, or one posenc does not rebuild, is a 422 that names it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +23,13 @@ from tests.helpers import clean_env, json_tensor, make_settings
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gguf"
 TYPES = [name for name, _, _ in GGML_TYPES.values()]
 IDS = [[0, 1, 2, 3], [3, 3, 1, 0]]
+ROOT = FIXTURES.parent.parent.parent
+TOKENS = json.loads((FIXTURES / "tokens.json").read_text("utf-8"))["files"]
+VOCABS = {
+    "v-spm": "tests/fixtures/gguf/vocab-spm.gguf",
+    "v-llama3": "tests/fixtures/gguf/vocab-bpe-llama-bpe.gguf",
+    "v-conv": "tests/fixtures/llamacpp/gguf/converted-llama3.gguf",
+}
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +38,10 @@ def api(gpt2_file: Path) -> Iterator[httpx.Client]:
 
     from service.app import create_app
 
-    models = ",".join(f"g-{t.lower()}={FIXTURES / f'tiny-{t}.gguf'}" for t in TYPES)
+    models = ",".join(
+        [f"g-{t.lower()}={FIXTURES / f'tiny-{t}.gguf'}" for t in TYPES]
+        + [f"{name}={ROOT / file}" for name, file in VOCABS.items()]
+    )
     with TestClient(create_app(make_settings(gpt2_file, models=models))) as client:
         yield client
 
@@ -63,9 +77,50 @@ def test_embed_rows_are_the_dequantized_rows(api: httpx.Client, type_name: str) 
 
 
 def test_text_is_a_422_that_names_gguf(api: httpx.Client) -> None:
+    """The tiny files hold a token table and no vocabulary."""
     r = api.post("/v1/embed", json={"text": ["hello"], "model": "g-q8_0"})
     assert r.status_code == 422, r.text
-    assert "GGUF" in r.text and "input_ids" in r.text
+    assert "GGUF" in r.text and "tokenizer.ggml.tokens" in r.text and "input_ids" in r.text
+    assert r.json()["field"] == "model"
+
+
+@pytest.mark.parametrize("name", list(VOCABS))
+def test_tokenize_and_embed_text_give_llama_cpp_ids(api: httpx.Client, name: str) -> None:
+    recorded = TOKENS[VOCABS[name]]
+    texts = [t for t in recorded if t]
+    r = api.post("/v1/tokenize", json={"text": texts, "model": name})
+    assert r.status_code == 200, r.text
+    assert r.json()["input_ids"] == [recorded[t] for t in texts]
+    listed = {m["name"]: m for m in api.get("/v1/models").json()["models"]}
+    assert listed[name]["tokenizer"] is True
+    for text in texts[:3]:  # text embeds as its llama.cpp ids do
+        by_text = api.post("/v1/embed", json={"text": [text], "model": name})
+        by_ids = api.post("/v1/embed", json={"input_ids": [recorded[text]], "model": name})
+        assert by_text.status_code == 200, by_text.text
+        got, want = by_text.json(), by_ids.json()
+        assert json_tensor(got, "input_ids").tolist() == [recorded[text]]
+        del got["tensors"]["input_ids"]
+        assert got == want
+
+
+def test_unsupported_gguf_tokenizer_is_a_422_naming_it(tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from tests.helpers import make_settings as settings
+
+    raw = (ROOT / VOCABS["v-llama3"]).read_bytes()
+    bert = tmp_path / "bert.gguf"  # tokenizer.ggml.model "gpt2" -> "bert", same length
+    bert.write_bytes(
+        raw.replace(b"\x04\x00\x00\x00\x00\x00\x00\x00gpt2", b"\x04" + b"\x00" * 7 + b"bert", 1)
+    )
+    models = f"b={bert}"
+    with TestClient(create_app(settings(FIXTURES / "tiny-F32.gguf", models=models))) as client:
+        r = client.post("/v1/tokenize", json={"text": ["hello"], "model": "b"})
+        assert r.status_code == 422, r.text
+        assert "'bert'" in r.json()["detail"] and r.json()["field"] == "model"
+        ok = client.post("/v1/embed", json={"input_ids": [[1, 2]], "model": "b"})
+        assert ok.status_code == 200, ok.text
 
 
 def test_truncated_gguf_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
