@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from posenc.errors import InvalidArgument
-from posenc.tokenizer import TextTokenizer, _import_tokenizers
+from posenc.tokenizer import TextTokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -196,7 +196,12 @@ def gguf_tokenizer(metadata: Mapping[str, Any], source: str) -> TextTokenizer:
             "it rebuilds 'llama' (SentencePiece-style) and 'gpt2' (byte-level BPE)",
             field="model",
         )
-    tk = _import_tokenizers()
+    try:
+        import tokenizers as tk
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "text needs Hugging Face's 'tokenizers' package (pip install 'posenc[service]')"
+        ) from exc
     tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(map(str, tokens))]
     if model == "llama":
         tokenizer, add_bos = _spm(tk, metadata, tokens)
