@@ -42,6 +42,10 @@ NOT_A_MODEL_TYPE = {
         for arch in ARCH_NAMES
     },
     ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
+    **{
+        ("posenc/gguf_tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
+        for name in ("llama", "gpt2", "qwen2", "mpt", "olmo")
+    },
 }
 
 
