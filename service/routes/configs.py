@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
@@ -399,13 +399,13 @@ _COMPARE_PNG = (
 def config_compare(
     body: CompareRequest,
     state: State,
+    request: Request,
     format: Annotated[
         str | None,
         Query(description="json (default) or png; wins over Accept (another: 406)"),
     ] = None,
-    accept: Annotated[str | None, Header()] = None,
 ) -> Any:
-    if negotiate(accept, format, ("json", "png")) == "png":
+    if negotiate(request.headers.get("accept"), format, ("json", "png")) == "png":
         return _compare_png(body, state)
     if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30
         return _with_masks(
