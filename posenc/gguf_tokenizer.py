@@ -22,7 +22,10 @@ add_special=True, parse_special=False)`` (llama.cpp's defaults):
   asks.
 
 Tokens of type USER_DEFINED (4) are found in the text before anything else, as llama.cpp does
-even with ``parse_special=False``; CONTROL tokens (``<s>``) in a text are read as text.
+even with ``parse_special=False``; CONTROL tokens (``<s>``) in a text are read as text, and so
+are the user-defined tokens llama.cpp makes CONTROL by their text (``</s>``, ``<|im_end|>``,
+FIM tokens: ``llama_vocab::impl::load``). In a file whose ``general.name`` says Phi-3, the
+whitespace after a user-defined token is dropped, as llama.cpp's RSTRIP attribute does.
 
 Limits (a clear :class:`UnsupportedGgufTokenizer` at load): other tokenizer models (``bert``,
 ``t5``, ``rwkv``, ...) and ``gpt2`` pre-tokenizers outside :data:`PRE_REGEXES`. Where two
@@ -72,6 +75,34 @@ PRE_REGEXES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
 
 #: ``tokenizer.ggml.token_type`` values (llama.cpp's ``llama_token_type``).
 _CONTROL, _USER_DEFINED, _BYTE = 3, 4, 6
+
+#: Token texts llama.cpp makes CONTROL whatever their type (``llama_vocab::impl::load``: the
+#: end-of-generation list), so that ``parse_special=False`` reads them as text.
+_EOG_TEXTS = frozenset(
+    {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+     "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]",
+     "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+     "<\uff5cend\u2581of\u2581sentence\uff5c>", "[e~["}
+)  # fmt: skip
+#: Token texts llama.cpp makes CONTROL when the file names no id of their kind (FIM tokens and
+#: end of turn), by ``tokenizer.ggml.*_token_id`` key.
+_BY_KIND: dict[str, frozenset[str]] = {
+    "eot": frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
+                      "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<end_of_utterance>",
+                      "<\uff5cend\u2581of\u2581sentence\uff5c>"}),
+    "eom": frozenset({"<|eom_id|>"}),
+    "fim_pre": frozenset({"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", "\u2581<PRE>",
+                          "<|code_prefix|>", "<|prefix|>", "<\uff5cfim\u2581begin\uff5c>"}),
+    "fim_suf": frozenset({"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", "\u2581<SUF>",
+                          "<|code_suffix|>", "<|suffix|>", "<\uff5cfim\u2581hole\uff5c>"}),
+    "fim_mid": frozenset({"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", "\u2581<MID>",
+                          "<|code_middle|>", "<|middle|>", "<\uff5cfim\u2581end\uff5c>"}),
+    "fim_pad": frozenset({"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"}),
+    "fim_rep": frozenset({"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"}),
+    "fim_sep": frozenset({"<|file_sep|>"}),
+}  # fmt: skip
+#: Tokens of a Phi-3 file (by ``general.name``) that keep the whitespace after them.
+_PHI3_KEEP_SPACE = frozenset({"<unk>", "<s>", "<|endoftext|>"})
 
 
 class UnsupportedGgufTokenizer(InvalidArgument):
@@ -172,6 +203,21 @@ def _post(tk: Any, tokenizer: Any, metadata: Mapping[str, Any], tokens: list[str
     )
 
 
+def _user_defined(metadata: Mapping[str, Any], tokens: list[str]) -> list[str]:
+    """The USER_DEFINED tokens that llama.cpp finds in text with ``parse_special=False``: not
+    those it makes CONTROL by their text (:data:`_EOG_TEXTS`, :data:`_BY_KIND`)."""
+    control = set(_EOG_TEXTS)
+    for kind, texts in _BY_KIND.items():
+        if f"tokenizer.ggml.{kind}_token_id" not in metadata:
+            control |= texts
+    types = metadata.get("tokenizer.ggml.token_type") or []
+    return [
+        tokens[i]
+        for i, t in enumerate(types[: len(tokens)])
+        if t == _USER_DEFINED and tokens[i] not in control
+    ]
+
+
 def gguf_tokenizer(metadata: Mapping[str, Any], source: str) -> TextTokenizer:
     """The tokenizer llama.cpp builds from a GGUF's ``tokenizer.ggml.*`` keys (module
     docstring).
@@ -209,14 +255,16 @@ def gguf_tokenizer(metadata: Mapping[str, Any], source: str) -> TextTokenizer:
     else:
         tokenizer, add_bos = _bpe(tk, metadata, tokens)
         bos_default = 11
-    types = metadata.get("tokenizer.ggml.token_type") or []
-    user = [tokens[i] for i, t in enumerate(types) if t == _USER_DEFINED and i < len(tokens)]
+    user = _user_defined(metadata, tokens)
     if user:
-        tokenizer.add_tokens([tk.AddedToken(t, normalized=False, special=False) for t in user])
-    control = [tokens[i] for i, t in enumerate(types) if t == _CONTROL and i < len(tokens)]
+        name = str(metadata.get("general.name", "")).lower()
+        phi3 = "phi-3" in name or "phi3" in name  # llama.cpp strips the space after them
+        tokenizer.add_tokens([tk.AddedToken(t, normalized=False, special=False,
+                                            rstrip=phi3 and t not in _PHI3_KEEP_SPACE)
+                              for t in user])  # fmt: skip
     _post(tk, tokenizer, metadata, tokens, bos_default, add_bos)
     logger.info(
-        "GGUF tokenizer %s: model %r, %d tokens, %d user-defined, %d control",
-        source, model, len(tokens), len(user), len(control),
+        "GGUF tokenizer %s: model %r, %d tokens, %d user-defined",
+        source, model, len(tokens), len(user),
     )  # fmt: skip
     return TextTokenizer(cast("Any", tokenizer), f"gguf {source} ({model})")

@@ -10,6 +10,9 @@ vocabularies are trained here on a seeded multilingual corpus:
 
 - ``vocab-spm.gguf``: a SentencePiece BPE model (``tokenizer.ggml.model = "llama"``) with byte
   fallback (``<0x00>``..``<0xFF>``), scores, token types and one user-defined token;
+- ``vocab-spm-phi3.gguf``: the same named "Phi-3 tiny", with ``</s>`` USER_DEFINED as Phi-3's
+  own file has it (llama.cpp makes it CONTROL by its text, and strips the whitespace after
+  Phi-3's user-defined tokens);
 - ``vocab-bpe-PRE.gguf``: one byte-level BPE vocabulary (``"gpt2"``, merges in order) under
   each pre-tokenizer PRE of :data:`PRES`, with ``<|begin_of_text|>`` as BOS.
 
@@ -55,6 +58,7 @@ TEXTS = (
     "a\u00a0b\u2003c",
     "<s> not special </s> <|begin_of_text|>",
     f"user token {USER_TOKEN} in text{USER_TOKEN}end",
+    f"a</s> b {USER_TOKEN}   spaces after{USER_TOKEN}\tx",
     "",
     " ",
     "zebra quack xylophone",
@@ -105,21 +109,24 @@ def _finish(w: gguf.GGUFWriter, vocab_size: int) -> None:
     w.close()
 
 
-def write_spm(folder: Path) -> Path:
-    """A SentencePiece BPE vocabulary with byte fallback and a user-defined token."""
+def write_spm(folder: Path, phi3: bool = False) -> Path:
+    """A SentencePiece BPE vocabulary with byte fallback and a user-defined token (with
+    ``phi3``: named Phi-3, ``</s>`` user-defined)."""
     import sentencepiece as spm
 
     spm.SentencePieceTrainer.train(
         input=str(_corpus(folder)),
-        model_prefix=str(folder / "spm"),
+        model_prefix=str(folder / ("spm-phi3" if phi3 else "spm")),
         vocab_size=400,
         model_type="bpe",
         byte_fallback=True,
         character_coverage=1.0,
-        user_defined_symbols=[USER_TOKEN],
+        user_defined_symbols=[USER_TOKEN, *(["<|endoftext|>"] if phi3 else [])],
         hard_vocab_limit=False,
     )
-    sp = spm.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+    sp = spm.SentencePieceProcessor(
+        model_file=str(folder / ("spm-phi3.model" if phi3 else "spm.model"))
+    )
     tokens, scores, types = [], [], []
     for i in range(sp.get_piece_size()):
         tokens.append(sp.id_to_piece(i))
@@ -133,9 +140,15 @@ def write_spm(folder: Path) -> Path:
             kind = gguf.TokenType.BYTE
         elif sp.id_to_piece(i) == USER_TOKEN:
             kind = gguf.TokenType.USER_DEFINED
+        if phi3 and sp.id_to_piece(i) == "</s>":
+            kind = gguf.TokenType.USER_DEFINED
+        if sp.id_to_piece(i) == "<|endoftext|>":  # llama.cpp looks it up in a Phi-3 file
+            kind = gguf.TokenType.CONTROL
         types.append(int(kind))
-    path = OUT / "vocab-spm.gguf"
+    path = OUT / ("vocab-spm-phi3.gguf" if phi3 else "vocab-spm.gguf")
     w = _writer(path, len(tokens))
+    if phi3:
+        w.add_name("Phi-3 tiny")
     w.add_tokenizer_model("llama")
     w.add_tokenizer_pre("default")
     w.add_token_list(tokens)
@@ -227,7 +240,7 @@ def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     folder = Path(tempfile.mkdtemp())
     files: dict[str, Any] = {}
-    for path in [write_spm(folder), *write_bpe(folder)]:
+    for path in [write_spm(folder), write_spm(folder, phi3=True), *write_bpe(folder)]:
         files[str(path.relative_to(ROOT))] = llama_cpp_ids(path, list(TEXTS))
     for path in sorted(CONVERTED.glob("converted-*.gguf")):
         files[str(path.relative_to(ROOT))] = llama_cpp_ids(path, _own_characters(path))

@@ -11,6 +11,7 @@ transformers models; the live test calls llama.cpp itself where it is installed.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,24 @@ def test_user_defined_tokens_are_found_and_control_tokens_are_text() -> None:
     assert ids.count(user) == 1 and ids[0] == 1 and ids.count(1) == 1  # only the BOS is <s>
 
 
+def test_phi3_files_read_end_of_text_as_text_and_strip_after_user_tokens() -> None:
+    """llama.cpp makes ``</s>`` CONTROL by its text although the Phi-3 file says USER_DEFINED,
+    and strips the whitespace after a Phi-3 file's user-defined tokens (by general.name)."""
+    text = "a</s> b <|tool|>   spaces after<|tool|>\tx"
+    pieces = {}
+    for file in ("tests/fixtures/gguf/vocab-spm.gguf", "tests/fixtures/gguf/vocab-spm-phi3.gguf"):
+        meta = _metadata(file)
+        tokens = meta["tokenizer.ggml.tokens"]
+        ids = gguf_tokenizer(meta, file).ids([text])[0]
+        assert ids == FILES[file][text]
+        pieces[file] = [tokens[i] for i in ids]
+    plain, phi3 = pieces.values()
+    assert "</s>" not in plain and "</s>" not in phi3
+    assert plain[plain.index("<|tool|>") + 1 : plain.index("<|tool|>") + 5] == ["▁"] * 4
+    assert phi3[phi3.index("<|tool|>") + 1 : phi3.index("<|tool|>") + 3] == ["▁", "s"]
+    assert phi3[-1] == "▁x"  # the tab after the second one is stripped too
+
+
 def _spm(tokens: list[str], scores: list[float], **extra: Any) -> dict[str, Any]:
     return {
         "tokenizer.ggml.model": "llama",
@@ -121,3 +140,26 @@ def test_live_llama_cpp() -> None:
         want = llama_cpp_ids(ROOT / file, [*FILES[file], *LIVE_TEXTS])
         tokenizer = gguf_tokenizer(_metadata(file), file)
         assert tokenizer.ids(list(want)) == list(want.values()), file
+
+
+#: llama.cpp's own test vocabularies (``models/ggml-vocab-NAME.gguf`` with ``.inp`` texts) that
+#: posenc rebuilds: Llama 2 and Phi-3 (SentencePiece), Llama 3, Qwen2, GPT-2 and MPT (BPE).
+REAL_VOCABS = ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "mpt")
+
+
+@pytest.mark.parametrize("name", REAL_VOCABS)
+def test_live_llama_cpp_test_vocabularies(name: str) -> None:
+    """Where llama-cpp-python imports and ``POSENC_LLAMA_CPP_SRC`` names a llama.cpp source
+    folder: its test vocabularies on their own test texts and on :data:`TEXTS`."""
+    pytest.importorskip("llama_cpp")
+    source = os.environ.get("POSENC_LLAMA_CPP_SRC")
+    if not source:
+        pytest.skip("POSENC_LLAMA_CPP_SRC is not set")
+    from scripts.record_gguf_tokens import TEXTS, llama_cpp_ids
+
+    path = Path(source) / "models" / f"ggml-vocab-{name}.gguf"
+    inp = path.with_name(path.name + ".inp")
+    texts = inp.read_text("utf-8").split("\n__ggml_vocab_test__\n") if inp.exists() else []
+    want = llama_cpp_ids(path, [*texts, *TEXTS, *LIVE_TEXTS])
+    head, _ = read_gguf_file_head(str(path))
+    assert gguf_tokenizer(head.metadata, str(path)).ids(list(want)) == list(want.values())

@@ -46,6 +46,7 @@ NOT_A_MODEL_TYPE = {
         ("posenc/gguf_tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
         for name in ("llama", "gpt2", "qwen2", "mpt", "olmo")
     },
+    ("posenc/gguf_tokenizer.py", "phi3"): "a part of general.name that llama.cpp looks for",
 }
 
 
