@@ -26,6 +26,8 @@ even with ``parse_special=False``; CONTROL tokens (``<s>``) in a text are read a
 are the user-defined tokens llama.cpp makes CONTROL by their text (``</s>``, ``<|im_end|>``,
 FIM tokens: ``llama_vocab::impl::load``). In a file whose ``general.name`` says Phi-3, the
 whitespace after a user-defined token is dropped, as llama.cpp's RSTRIP attribute does.
+CONTROL tokens are the tokenizer's special tokens with ``encode_special_tokens`` on: encoding
+reads them as text, and decoding with ``skip_special_tokens`` leaves them (BOS) out.
 
 Limits (a clear :class:`UnsupportedGgufTokenizer` at load): other tokenizer models (``bert``,
 ``t5``, ``rwkv``, ...) and ``gpt2`` pre-tokenizers outside :data:`PRE_REGEXES`. Where two
@@ -203,18 +205,35 @@ def _post(tk: Any, tokenizer: Any, metadata: Mapping[str, Any], tokens: list[str
     )
 
 
-def _user_defined(metadata: Mapping[str, Any], tokens: list[str]) -> list[str]:
-    """The USER_DEFINED tokens that llama.cpp finds in text with ``parse_special=False``: not
-    those it makes CONTROL by their text (:data:`_EOG_TEXTS`, :data:`_BY_KIND`)."""
+def _control_texts(metadata: Mapping[str, Any]) -> set[str]:
+    """Texts llama.cpp makes CONTROL whatever their type (:data:`_EOG_TEXTS`, :data:`_BY_KIND`)."""
     control = set(_EOG_TEXTS)
     for kind, texts in _BY_KIND.items():
         if f"tokenizer.ggml.{kind}_token_id" not in metadata:
             control |= texts
+    return control
+
+
+def _user_defined(metadata: Mapping[str, Any], tokens: list[str]) -> list[str]:
+    """The USER_DEFINED tokens that llama.cpp finds in text with ``parse_special=False``: not
+    those it makes CONTROL by their text."""
+    control = _control_texts(metadata)
     types = metadata.get("tokenizer.ggml.token_type") or []
     return [
         tokens[i]
         for i, t in enumerate(types[: len(tokens)])
         if t == _USER_DEFINED and tokens[i] not in control
+    ]
+
+
+def _control(metadata: Mapping[str, Any], tokens: list[str]) -> list[str]:
+    """The CONTROL tokens (by type, or made so by their text), which decoding skips."""
+    by_text = _control_texts(metadata)
+    types = metadata.get("tokenizer.ggml.token_type") or []
+    return [
+        tokens[i]
+        for i, t in enumerate(types[: len(tokens)])
+        if t == _CONTROL or (t == _USER_DEFINED and tokens[i] in by_text)
     ]
 
 
@@ -255,6 +274,12 @@ def gguf_tokenizer(metadata: Mapping[str, Any], source: str) -> TextTokenizer:
     else:
         tokenizer, add_bos = _bpe(tk, metadata, tokens)
         bos_default = 11
+    control = _control(metadata, tokens)
+    if control:  # known to decode (skip_special_tokens), read as text when encoding
+        tokenizer.add_special_tokens(
+            [tk.AddedToken(t, normalized=False, special=True) for t in control]
+        )
+        tokenizer.encode_special_tokens = True
     user = _user_defined(metadata, tokens)
     if user:
         name = str(metadata.get("general.name", "")).lower()

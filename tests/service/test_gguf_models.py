@@ -223,3 +223,14 @@ def test_llama3_gguf_divides_by_its_rope_freqs_tensor(scaled_api: httpx.Client) 
     np.testing.assert_allclose(json_tensor(body, "sin")[0], sin, rtol=0, atol=1e-5)
     assert not np.allclose(json_tensor(body, "cos")[0], _rope_closed_form(
         np.array(positions), inv, "interleaved")[0], atol=1e-2)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(VOCABS))
+def test_detokenize_gives_the_text_back(api: httpx.Client, name: str) -> None:
+    """Decoding llama.cpp's ids skips BOS (a control token) and gives each text back, but for
+    texts with a user-defined token (a SentencePiece vocabulary adds a space after one)."""
+    recorded = TOKENS[VOCABS[name]]
+    texts = [t for t in recorded if "<|tool|>" not in t]
+    r = api.post("/v1/detokenize", json={"input_ids": [recorded[t] for t in texts], "model": name})
+    assert r.status_code == 200, r.text
+    assert r.json()["text"] == texts
