@@ -73,6 +73,20 @@ PRE_REGEXES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
     **{p: ((_LLAMA3,), True, True) for p in ("llama3", "llama-v3", "llama-bpe", "falcon3")},
     **{p: ((_QWEN2,), False, False) for p in ("qwen2", "deepseek-r1-qwen")},
     **{p: ((_GPT2,), False, False) for p in ("gpt-2", "phi-2", "mpt", "olmo")},
+    **{
+        p: ((r"\p{N}", _GPT2), False, False)
+        for p in ("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone")
+    },
+    "stablelm2": ((_QWEN2,), False, False),
+    "falcon": (
+        (
+            r"[\p{P}\$\+<=>\^~\|`]+",
+            r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+            r"[0-9][0-9][0-9]",
+        ),
+        False,
+        False,
+    ),
 }
 
 #: ``tokenizer.ggml.token_type`` values (llama.cpp's ``llama_token_type``).

@@ -143,8 +143,20 @@ def test_live_llama_cpp() -> None:
 
 
 #: llama.cpp's own test vocabularies (``models/ggml-vocab-NAME.gguf`` with ``.inp`` texts) that
-#: posenc rebuilds: Llama 2 and Phi-3 (SentencePiece), Llama 3, Qwen2, GPT-2 and MPT (BPE).
-REAL_VOCABS = ("llama-spm", "phi-3", "llama-bpe", "qwen2", "gpt-2", "mpt")
+#: posenc rebuilds: Llama 2 and Phi-3 (SentencePiece); Llama 3, Qwen2, GPT-2, MPT, StarCoder,
+#: Refact, Command-R and Falcon (BPE).
+REAL_VOCABS = (
+    "llama-spm",
+    "phi-3",
+    "llama-bpe",
+    "qwen2",
+    "gpt-2",
+    "mpt",
+    "starcoder",
+    "refact",
+    "command-r",
+    "falcon",
+)
 
 
 @pytest.mark.parametrize("name", REAL_VOCABS)
