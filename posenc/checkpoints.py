@@ -51,6 +51,7 @@ from posenc.hf import families
 from posenc.hf.reader import merged_text
 from posenc.hf_config import ModelPositions, read_positions
 from posenc.rope import RopeLayout, RopeScaling
+from posenc.rope.llamacpp import LlamaCppRope
 from posenc.weights_file import read_index, read_tensor
 
 logger = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class RopeSpec:
         layer_type: for a config with RoPE parameters per layer type, the one these are (the
             first layer's); None where one set serves every layer.
         attention_scaling: the factor the model multiplies ``cos`` and ``sin`` by.
+        llamacpp: a GGUF model's scaled rope, as llama.cpp's arguments
+            (:class:`posenc.rope.llamacpp.LlamaCppRope`): its rule gives the tables; else None.
     """
 
     head_dim: int
@@ -123,6 +126,7 @@ class RopeSpec:
     scaling: RopeScaling | None
     layer_type: str | None = None
     attention_scaling: float = 1.0
+    llamacpp: LlamaCppRope | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-able form (for ``/v1/models``)."""
@@ -142,7 +146,7 @@ class RopeSpec:
             "scaling": scaling,
             "layer_type": self.layer_type,
             "attention_scaling": self.attention_scaling,
-        }
+        } | ({"llamacpp": self.llamacpp.to_dict()} if self.llamacpp is not None else {})
 
 
 @dataclass(frozen=True)

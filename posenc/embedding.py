@@ -50,6 +50,7 @@ from posenc.position_ids import (
     tokenize_text,
 )
 from posenc.rope import rope_cos_sin
+from posenc.rope.llamacpp import llamacpp_rope_tables
 from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
@@ -495,6 +496,15 @@ def _rope_at(p: Mapping[str, Any], ctx: kinds.Context, model: Any, position_ids:
     own rotary embedding (dynamic scaling depends on it): the whole batch's at once."""
     rope = model.rope
     unique, inverse = torch.unique(position_ids, return_inverse=True)  # (U,), (B, T)
+    index = inverse.to(ctx.device)
+    if rope.llamacpp is not None:  # a GGUF's scaled rope: llama.cpp's rule, float64
+        cos, sin = llamacpp_rope_tables(unique.cpu(), rope.llamacpp)  # (U, R/2) each
+        if rope.layout == "interleaved":
+            cos, sin = cos.repeat_interleave(2, -1), sin.repeat_interleave(2, -1)  # (U, R)
+        else:
+            cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)  # (U, R)
+        cos, sin = (t.to(device=ctx.device, dtype=ctx.dtype) for t in (cos, sin))
+        return cos[index], sin[index]  # (B, T, R) each
     tables = rope_cos_sin(
         unique.cpu(),
         rotary_dim=rope.rotary_dim,
@@ -504,7 +514,6 @@ def _rope_at(p: Mapping[str, Any], ctx: kinds.Context, model: Any, position_ids:
         device=ctx.device,
         dtype=ctx.dtype,
     )  # cos, sin (U, R)
-    index = inverse.to(ctx.device)
     return tables.cos[index], tables.sin[index]  # (B, T, R) each
 
 

@@ -127,6 +127,30 @@ def compare_pairs(
     Raises:
         InvalidArgument: bad engines or fields; TooLarge: too many values to compare.
     """
+    answer, _, _ = pair_curves(
+        config,
+        engines,
+        seq_len=seq_len,
+        positions=positions,
+        max_model_len=max_model_len,
+        layer_type=layer_type,
+        max_elements=max_elements,
+    )
+    return answer
+
+
+def pair_curves(
+    config: Mapping[str, Any],
+    engines: Sequence[Any],
+    *,
+    seq_len: int | None = None,
+    positions: Sequence[int] | None = None,
+    max_model_len: int | None = None,
+    layer_type: str | None = None,
+    max_elements: int | None = None,
+) -> tuple[dict[str, Any], Tensor, list[Tensor]]:
+    """:func:`compare_pairs`' answer, the positions compared ``(T,)`` and, per pair in the
+    answer's order, its largest |difference| of cos or sin at each position ``(T,)``."""
     parsed = parse_engines(list(engines))
     count = sequence_length(positions, seq_len)
     given: dict[str, Any] = {"config": dict(config), "dtype": "float64"}
@@ -169,7 +193,7 @@ def compare_pairs(
             rows = p["positions"]
             pos = torch.tensor(rows) if rows is not None else torch.arange(int(p["seq_len"]))
     assert pos is not None
-    pairs = []
+    pairs, deltas = [], []
     for (a, ea, pa), (b, eb, pb) in combinations(parsed, 2):
         ca, sa = tables[a]
         cb, sb = tables[b]
@@ -185,6 +209,7 @@ def compare_pairs(
             "differences": _sentences(config, (a, ea, pa), (b, eb, pb), notes, delta, pos, given),
         }
         pairs.append(pair)
+        deltas.append(delta)
     out: dict[str, Any] = {
         "engines": [label for label, _, _ in parsed],
         "pairs": pairs,
@@ -194,7 +219,7 @@ def compare_pairs(
         first = pairs[0]
         out.update({k: first[k] for k in ("cos", "sin", "attention_scaling", "softmax_scale")})
         out["differences"] = first["differences"]
-    return out
+    return out, pos, deltas
 
 
 def positions_for_own_engine(

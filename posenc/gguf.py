@@ -147,6 +147,8 @@ class GgufHead:
         kv_end: bytes up to the end of the key/value section.
         data: the tensor data's start when the directory was read, else None.
         raw: the bytes given (to read tensors whose data they hold).
+        loaded: F32 tensors' values read apart from ``raw`` (a model file's factor tensors,
+            read where they lie in the file), by name.
     """
 
     version: int
@@ -155,6 +157,7 @@ class GgufHead:
     kv_end: int = 0
     data: int | None = None
     raw: bytes = field(default=b"", repr=False)
+    loaded: dict[str, tuple[float, ...]] = field(default_factory=dict, repr=False)
 
     @property
     def architecture(self) -> str:
@@ -165,7 +168,10 @@ class GgufHead:
         return self.metadata.get(f"{self.architecture}.{key}", default)
 
     def f32_tensor(self, name: str) -> tuple[float, ...] | None:
-        """An F32 tensor's values when its data lies in the bytes given, else None."""
+        """An F32 tensor's values when its data lies in the bytes given (or was loaded), else
+        None."""
+        if name in self.loaded:
+            return self.loaded[name]
         info = self.tensors.get(name)
         if info is None or self.data is None or info.ggml_type != _F32:
             return None

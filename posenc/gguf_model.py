@@ -3,8 +3,13 @@
 The token table is the file's ``token_embd.weight``, dequantized to float32 exactly as
 ``gguf``'s ``quants.dequantize`` does (:mod:`posenc.gguf_tensors`). Positions are read from the
 metadata as llama.cpp reads them (:func:`posenc.gguf.read_rope`): nothing is added to the token
-part, and where llama.cpp's rope is unscaled ``/v1/embed`` gives its ``cos``/``sin``. The GGUF
-vocabulary is not tokenized yet: text sent to such a model is a 422 saying so (``input_ids``
+part, and ``/v1/embed`` gives llama.cpp's ``cos``/``sin``: posenc's default table where the rope
+is unscaled, else llama.cpp's rule in float64 with the file's scaling (linear ``freq_scale``,
+YaRN, the ``rope_freqs`` / ``rope_factors_long``/``short`` tensors read from the file, M-RoPE
+sections), cast once. Text is
+tokenized with the file's own vocabulary, as llama.cpp tokenizes it
+(:func:`posenc.gguf_tokenizer.gguf_tokenizer`); a vocabulary posenc does not rebuild leaves the
+model without a tokenizer, and text sent to it is a 422 naming the tokenizer (``input_ids``
 work).
 """
 
@@ -19,23 +24,23 @@ import torch
 from posenc.checkpoints import RopeSpec
 from posenc.errors import InvalidArgument
 from posenc.gguf import read_rope
-from posenc.gguf_tensors import read_gguf_table
+from posenc.gguf_tensors import read_factor_tensors, read_gguf_table
+from posenc.gguf_tokenizer import UnsupportedGgufTokenizer, gguf_tokenizer
+from posenc.rope.llamacpp import LlamaCppRope, llamacpp_inv_freq
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["NO_GGUF_TOKENIZER", "gguf_model_fields"]
-
-NO_GGUF_TOKENIZER = (
-    "it is a GGUF file, and posenc does not tokenize GGUF vocabularies yet; send input_ids"
-)
+__all__ = ["gguf_model_fields"]
 
 
 def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, Any] | None]:
-    """The RoPE llama.cpp applies: a RopeSpec (``/v1/embed``'s cos/sin) where it is unscaled,
-    and its arguments (``/v1/models``); (None, None) where the architecture's rope is not
-    known. A scaled rope (``freq_scale``, YaRN, factor tensors) gives arguments only."""
+    """The RoPE llama.cpp applies: a RopeSpec (``/v1/embed``'s cos/sin) and its arguments
+    (``/v1/models``); (None, None) where the architecture's rope is not known. An unscaled rope
+    is posenc's default table; a scaled one (``freq_scale``, YaRN, factor tensors, M-RoPE
+    sections) carries llama.cpp's arguments, whose exact rule gives the table
+    (:func:`posenc.rope.llamacpp.llamacpp_rope_tables`)."""
     try:
-        rope = read_rope(head)
+        rope = read_rope(read_factor_tensors(where, head))
     except (InvalidArgument, TypeError, ValueError, ZeroDivisionError) as exc:
         reason = exc.message if isinstance(exc, InvalidArgument) else str(exc)
         logger.warning("model %r (%s): positions not read: %s", name, where, reason)
@@ -47,8 +52,6 @@ def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, 
         or rope.freq_factors is not None
         or rope.sections is not None
     )
-    if scaled:
-        return None, rope.to_dict()
     heads = head.get("attention.head_count")
     heads = max(heads) if isinstance(heads, list) else heads
     head_dim = head.get("attention.key_length")
@@ -59,10 +62,23 @@ def _rope(head: Any, name: str, where: str) -> tuple[RopeSpec | None, dict[str, 
         rotary_dim=rope.n_dims,
         base=rope.freq_base,
         layout=rope.layout,  # type: ignore[arg-type]
-        rope_type="default",
+        rope_type=_scaling_name(head, rope) if scaled else "default",
         scaling=None,
+        attention_scaling=llamacpp_inv_freq(rope)[1] if scaled else 1.0,
+        llamacpp=rope if scaled else None,
     )
     return spec, rope.to_dict()
+
+
+def _scaling_name(head: Any, rope: LlamaCppRope) -> str:
+    """How the file scales its rope, by llama.cpp's keys and tensors."""
+    if rope.sections is not None:
+        return "mrope"
+    if "rope_factors_long.weight" in head.tensors or head.get("rope.scaling.type") == "longrope":
+        return "longrope"
+    if rope.freq_factors is not None:
+        return "llama3"
+    return "yarn" if rope.ext_factor != 0.0 else str(head.get("rope.scaling.type", "linear"))
 
 
 def gguf_model_fields(
@@ -76,8 +92,9 @@ def gguf_model_fields(
         device: where the table goes.
 
     Returns:
-        The keyword arguments of :class:`~posenc.models.EmbeddingModel`: a a float32 ``(V, D)`` table, ``positional`` ``"rope"``
-        (``"none"`` for an architecture whose rope posenc does not know), no tokenizer.
+        The keyword arguments of :class:`~posenc.models.EmbeddingModel`: a float32 ``(V, D)``
+        table, ``positional`` ``"rope"`` (``"none"`` for an architecture whose rope posenc does
+        not know), the file's own tokenizer where posenc rebuilds it (else None and why).
 
     Raises:
         InvalidArgument: the file is not GGUF, is truncated, or its token table cannot be read
@@ -90,14 +107,10 @@ def gguf_model_fields(
     vocab_size, d_model = got.table.shape
     ctx = head.get("context_length")
     file_type = head.metadata.get("general.file_type")
-    warnings = [f"text: {NO_GGUF_TOKENIZER}"]
+    tokenizer, no_tokenizer = _tokenizer(head.metadata, name, where)
+    warnings = [f"text: {no_tokenizer}"] if no_tokenizer else []
     if llamacpp is None:
         warnings.append(f"llama.cpp's rope for architecture {head.architecture!r} is not known")
-    elif rope is None:
-        warnings.append(
-            "llama.cpp scales this model's rope (see gguf.llamacpp_rope): /v1/embed gives no "
-            "cos/sin for it; /v1/configs/positions with the file gives llama.cpp's reading"
-        )
     logger.info("loaded GGUF model %r from %s: V=%d D=%d %s", name, where, vocab_size, d_model,
                 got.type_name)  # fmt: skip
     return dict(
@@ -123,8 +136,20 @@ def gguf_model_fields(
             "file_type": file_type,
             "llamacpp_rope": llamacpp,
         },
-        no_tokenizer=NO_GGUF_TOKENIZER,
+        tokenizer=tokenizer,
+        no_tokenizer=no_tokenizer,
     )
+
+
+def _tokenizer(metadata: dict[str, Any], name: str, where: str) -> tuple[Any, str | None]:
+    """The file's own tokenizer, or (None, why text is refused)."""
+    try:
+        return gguf_tokenizer(metadata, where), None
+    except ImportError as exc:  # the library runs without the tokenizers package
+        return None, str(exc)
+    except UnsupportedGgufTokenizer as exc:
+        logger.warning("model %r (%s): no tokenizer: %s", name, where, exc.message)
+        return None, f"{exc.message}; send input_ids"
 
 
 def _int_or_none(value: Any) -> int | None:

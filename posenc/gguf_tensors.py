@@ -260,3 +260,31 @@ def read_gguf_table(path: str | os.PathLike[str]) -> GgufTable:
     if got != nbytes:
         raise _refuse(where, f"truncated while reading {TOKEN_TENSOR}: {got} of {nbytes} bytes")
     return GgufTable(head, info, name, dequantize(buf, info.ggml_type, info.shape))
+
+
+#: The F32 tensors llama.cpp divides rope frequencies by (Llama 3's, LongRoPE's long and short).
+FACTOR_TENSORS = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+def read_factor_tensors(path: str | os.PathLike[str], head: GgufHead) -> GgufHead:
+    """``head`` with its RoPE factor tensors (:data:`FACTOR_TENSORS`) read from the file where
+    they lie (:attr:`~posenc.gguf.GgufHead.loaded`), so that :func:`posenc.gguf.read_rope`
+    applies them; tensors that are not F32 1-D, or lie past the file's end, are left out."""
+    where = os.fspath(path)
+    if head.data is None:
+        return head
+    loaded = dict(head.loaded)
+    size = os.path.getsize(where)
+    with open(where, "rb") as f:
+        for name in FACTOR_TENSORS:
+            info = head.tensors.get(name)
+            if info is None or info.ggml_type != 0 or len(info.shape) != 1:
+                continue
+            start, count = head.data + info.offset, int(info.shape[0])
+            if start + 4 * count > size:
+                continue
+            f.seek(start)
+            values = np.frombuffer(f.read(4 * count), dtype="<f4")
+            loaded[name] = tuple(float(v) for v in values)
+    return GgufHead(head.version, head.metadata, head.tensors, head.kv_end, head.data, head.raw,
+                    loaded)  # fmt: skip

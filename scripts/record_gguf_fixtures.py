@@ -10,6 +10,10 @@ For each ggml type posenc dequantizes it writes ``tests/fixtures/gguf/tiny-TYPE.
 BF16, Q8_0 and Q4_0 tables are ``gguf.quants.quantize`` of seeded normal values; gguf has no
 quantizer for the K-quants, so their blocks are seeded random bytes with finite float16 scales.
 tests/lib/test_gguf_tensors.py checks posenc's dequantization against the ``.npy`` bit for bit.
+
+It also writes ``scaled-linear.gguf``, ``scaled-yarn.gguf`` (``llama``) and ``scaled-mrope.gguf``
+(``qwen2vl``, ``rope.dimension_sections``): F32 token tables (8 x 64, 4 heads of 16) whose
+rope llama.cpp scales, for tests/service/test_gguf_models.py's cos/sin of scaled GGUF models.
 """
 
 from __future__ import annotations
@@ -63,12 +67,55 @@ def record(qtype: T, rng: np.random.Generator) -> None:
     np.save(OUT / f"tiny-{qtype.name}.npy", table)
 
 
+#: (file, architecture, rope keys) of the scaled-rope fixtures.
+SCALED = (
+    ("scaled-linear.gguf", "llama", {"rope.scaling.type": "linear", "rope.scaling.factor": 4.0}),
+    (
+        "scaled-yarn.gguf",
+        "llama",
+        {
+            "rope.scaling.type": "yarn",
+            "rope.scaling.factor": 4.0,
+            "rope.scaling.original_context_length": 4096,
+        },
+    ),
+    ("scaled-mrope.gguf", "qwen2vl", {"rope.dimension_sections": [2, 3, 3, 0]}),
+)
+
+
+def record_scaled(file: str, arch: str, keys: dict[str, object], rng: np.random.Generator) -> None:
+    writer = gguf.GGUFWriter(OUT / file, arch)
+    writer.add_context_length(16384)
+    writer.add_embedding_length(64)
+    writer.add_head_count(4)
+    writer.add_rope_freq_base(10000.0)
+    for key, value in keys.items():
+        name = f"{arch}.{key}"
+        if isinstance(value, str):
+            writer.add_string(name, value)
+        elif isinstance(value, float):
+            writer.add_float32(name, value)
+        elif isinstance(value, list):
+            writer.add_array(name, value)
+        else:
+            writer.add_uint32(name, int(value))  # type: ignore[call-overload]
+    writer.add_file_type(int(gguf.LlamaFileType.ALL_F32))
+    writer.add_tensor("token_embd.weight", rng.standard_normal((8, 64)).astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(30)
     for qtype in QUANTIZED + RANDOM_BLOCKS:
         record(qtype, rng)
         print(f"recorded tiny-{qtype.name}")
+    for file, arch, keys in SCALED:
+        record_scaled(file, arch, keys, rng)
+        print(f"recorded {file}")
 
 
 if __name__ == "__main__":

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from posenc.attention_layers import layers_summary
+from posenc.difference_plot import HEIGHT, WIDTH, difference_png
 from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
-from posenc.engine_pairs import DEFAULT_ENGINES, compare_pairs, positions_for_own_engine
+from posenc.engine_pairs import (
+    DEFAULT_ENGINES,
+    compare_pairs,
+    pair_curves,
+    positions_for_own_engine,
+)
 from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
 from posenc.hf_config import ModelPositions
 from posenc.mask_engines import compare_mask_engines
 from posenc.query_scale import describe_query_scale
 from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
+from service.responses.formats import FORMAT_MEDIA_TYPES, negotiate
 from service.state import State
-from service.statuses import Does, declared_responses
+from service.statuses import Does, declared_responses, with_ok
 
 router = APIRouter(prefix="/v1/configs", tags=["configs"])
 
@@ -345,6 +353,13 @@ def _diffusers(body: ConfigPositionsRequest) -> dict[str, Any]:
 config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defined]  # 422 hints
 
 
+_COMPARE_PNG = (
+    f"format=png (or Accept: image/png): a {WIDTH} x {HEIGHT} PNG of |difference| of cos and "
+    "sin (the larger at each position) against position, log scale, one line per pair in its "
+    "own colour; the PNG text chunk posenc:plot gives the box, decades and each pair's colour"
+)
+
+
 @router.post(
     "/compare",
     response_model=EngineComparison,
@@ -356,20 +371,42 @@ config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defi
         "one engine applies (llama_4_scaling_beta). Each gives max_abs_diff and first_position "
         "(the first requested position differing by more than 1e-6, or null); `differences` has "
         "one sentence per rule on which the engines disagree there (see docs/engines.md). "
-        "Positions beyond vLLM's cache are named there and not compared. JSON only."
+        "Positions beyond vLLM's cache are named there and not compared. JSON, or "
+        + _COMPARE_PNG
+        + "."
     ),
-    responses=declared_responses(
-        "POST",
-        "/v1/configs/compare",
-        Does(
-            body=True,
-            validates="an unreadable config or field",
-            output_limit="more values than POSENC_MAX_ELEMENTS",
-            state=True,
+    responses=with_ok(
+        {
+            "description": "the comparison as JSON, or " + _COMPARE_PNG,
+            "content": {
+                FORMAT_MEDIA_TYPES["json"]: {},
+                FORMAT_MEDIA_TYPES["png"]: {"schema": {"type": "string", "format": "binary"}},
+            },
+        },
+        declared_responses(
+            "POST",
+            "/v1/configs/compare",
+            Does(
+                body=True,
+                validates="an unreadable config or field",
+                output_limit="more values than POSENC_MAX_ELEMENTS",
+                formats=True,
+                state=True,
+            ),
         ),
     ),
 )
-def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
+def config_compare(
+    body: CompareRequest,
+    state: State,
+    request: Request,
+    format: Annotated[
+        str | None,
+        Query(description="json (default) or png; wins over Accept (another: 406)"),
+    ] = None,
+) -> Any:
+    if negotiate(request.headers.get("accept"), format, ("json", "png")) == "png":
+        return _compare_png(body, state)
     if body.engines is not None and list(body.engines) != list(DEFAULT_ENGINES):  # issue 30
         return _with_masks(
             compare_pairs(
@@ -394,6 +431,27 @@ def config_compare(body: CompareRequest, state: State) -> dict[str, Any]:
         ),
         body.config,
     )
+
+
+def _compare_png(body: CompareRequest, state: State) -> Response:
+    """Each pair's |difference| against position, drawn (posenc.difference_plot)."""
+    answer, positions, deltas = pair_curves(
+        body.config,
+        body.engines if body.engines is not None else list(DEFAULT_ENGINES),
+        seq_len=body.seq_len,
+        positions=body.positions,
+        max_model_len=body.max_model_len,
+        layer_type=body.layer_type,
+        max_elements=state.settings.max_elements,
+    )
+    labels = [f"{p['a']} vs {p['b']}" for p in answer["pairs"]]
+    model = body.config.get("model_type", "config")
+    png = difference_png(
+        positions.numpy(),
+        [(label, d.numpy()) for label, d in zip(labels, deltas, strict=True)],
+        title=f"|difference| of cos and sin against position ({model})",
+    )
+    return Response(png, media_type=FORMAT_MEDIA_TYPES["png"])
 
 
 config_compare.posenc_model = CompareRequest  # type: ignore[attr-defined]  # 422 hints

@@ -42,6 +42,21 @@ NOT_A_MODEL_TYPE = {
         for arch in ARCH_NAMES
     },
     ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
+    **{
+        ("posenc/gguf_tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
+        for name in (
+            "llama",
+            "gpt2",
+            "qwen2",
+            "mpt",
+            "olmo",
+            "falcon",
+            "starcoder",
+            "codeshell",
+            "exaone",
+        )
+    },
+    ("posenc/gguf_tokenizer.py", "phi3"): "a part of general.name that llama.cpp looks for",
 }
 
 
