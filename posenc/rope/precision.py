@@ -43,7 +43,14 @@ from posenc.rope.llamacpp import (
     llamacpp_rope_for,
     llamacpp_rope_tables,
 )
-from posenc.rope.mlx import MlxRope, mlx_exact_tables, mlx_rope_for, mlx_rope_tables
+from posenc.rope.mlx import (
+    MlxRope,
+    mlx_exact_tables,
+    mlx_magnitude,
+    mlx_rope_for,
+    mlx_rope_tables,
+    mlx_speeds,
+)
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
 from posenc.rope.vllm import VllmRope, vllm_for_fields
@@ -342,6 +349,14 @@ def _given_llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     return LlamaCppRope(**given)
 
 
+def _max_position_embeddings(p: Mapping[str, Any]) -> Any:
+    """The config's ``max_position_embeddings`` (the preset's config's), or None."""
+    mpe = p.get("config_max_position_embeddings")
+    if mpe is None:
+        mpe = _preset_text_config(p).get("max_position_embeddings")
+    return mpe
+
+
 def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
     """Resolved fields with ``engine: "llama.cpp"``: llama.cpp's arguments (``llamacpp``, a
     plain dict) and its layout."""
@@ -354,10 +369,7 @@ def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
             "llamacpp": rope.to_dict(),
             "llamacpp_notes": [],
         }
-    mpe = p.get("config_max_position_embeddings")
-    if mpe is None:
-        text = _preset_text_config(p)
-        mpe = text.get("max_position_embeddings")
+    mpe = _max_position_embeddings(p)
     rope = llamacpp_rope_for(
         model_type=model_type_of(p),
         rotary_dim=int(p["rotary_dim"]),
@@ -377,21 +389,24 @@ def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def mlx_complete(p: dict[str, Any]) -> dict[str, Any]:
-    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``nn.RoPE`` arguments (``mlx``)."""
+    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``initialize_rope`` arguments
+    (``mlx``)."""
     rope = mlx_rope_for(
         rotary_dim=int(p["rotary_dim"]),
         base=float(p["base"]),
         layout=p["layout"],
         scaling=p.get("scaling"),
+        max_position_embeddings=_max_position_embeddings(p),
     )
     return {**p, "layout": rope.layout, "mlx": rope.to_dict()}
 
 
-def _mlx_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+def _mlx_half(p: Mapping[str, Any], pos: Tensor, length: int | None) -> tuple[Tensor, Tensor]:
+    """MLX's ``(T, R/2)`` cos and sin (``length``: the call's ``T + offset``, for dynamic NTK)."""
     rope = MlxRope(**p["mlx"])
     if p.get("precision") == "engine":
-        return mlx_rope_tables(pos, rope)
-    return mlx_exact_tables(pos, rope)
+        return mlx_rope_tables(pos, rope, length)
+    return mlx_exact_tables(pos, rope, length)
 
 
 def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
@@ -410,7 +425,8 @@ def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     arguments, its magnitude and how it read the model."""
     out: dict[str, Any] = {"precision": p.get("precision", "exact")}
     if p.get("mlx") is not None:
-        out.update(mlx=dict(p["mlx"]), attention_scaling=1.0, layout=p["layout"])
+        magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
+        out.update(mlx=dict(p["mlx"]), attention_scaling=magnitude, layout=p["layout"])
     if p.get("llamacpp") is not None:
         _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
         out.update(
@@ -530,10 +546,13 @@ def engine_tables(
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
 
 
-def _llamacpp_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
-    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64."""
+def _llamacpp_half(
+    p: Mapping[str, Any], pos: Tensor, length: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64
+    (``length``: the whole table's ``max + 1``, default the rows')."""
     if p.get("mlx") is not None:
-        return _mlx_half(p, pos)
+        return _mlx_half(p, pos, length)
     rope = _llamacpp(p)
     if p.get("precision") == "engine":
         return ggml_rope_tables(pos, rope)
@@ -561,8 +580,9 @@ def _llamacpp_tables(
         pos = torch.tensor(list(p["positions"]), dtype=torch.int64)
     else:
         pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
-    cos, sin = _llamacpp_half(p, pos)
-    speed = _speeds(p)
+    length = int(pos.max()) + 1 if pos.numel() else 1
+    cos, sin = _llamacpp_half(p, pos, length)
+    speed = _speeds(p, length)
     layout = p["layout"]
     return {
         "cos": widen(cos, layout).to(device=device, dtype=dtype),
@@ -581,7 +601,7 @@ def engine_blocks(
     length = total if held is None else int(held.max()) + 1
     dev = torch.device("cpu") if device is None else torch.device(device)
     if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_blocks(p, held, total, dev, dtype)
+        return _llamacpp_blocks(p, held, total, length, dev, dtype)
     if p.get("engine") == "vllm":
         return _vllm_blocks(p, held, total, dev, dtype)
     kw = _arguments(p)
@@ -625,7 +645,12 @@ def _vllm_blocks(
 
 
 def _llamacpp_blocks(
-    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+    p: Mapping[str, Any],
+    held: Tensor | None,
+    total: int,
+    length: int,
+    dev: torch.device,
+    dtype: torch.dtype,
 ) -> dict[str, TableBlocks]:
     """llama.cpp's tables in row blocks (each position's row is computed alone)."""
     width = int(p["rotary_dim"])
@@ -633,22 +658,20 @@ def _llamacpp_blocks(
     def filler(which: str) -> Any:
         def fill(start: int, stop: int, out: Tensor) -> None:
             pos = torch.arange(start, stop) if held is None else held[start:stop]
-            cos, sin = _llamacpp_half(p, pos)
+            cos, sin = _llamacpp_half(p, pos, length)
             out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
 
         return fill
 
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
-    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p).to(dtype))
+    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p, length).to(dtype))
     return out
 
 
-def _speeds(p: Mapping[str, Any]) -> Tensor:
+def _speeds(p: Mapping[str, Any], length: int = 1) -> Tensor:
     """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
     if p.get("mlx") is not None:
-        rope = MlxRope(**p["mlx"])
-        i = torch.arange(rope.dims // 2, dtype=torch.float64)
-        return rope.scale * float(rope.base) ** (-2.0 * i / rope.dims)
+        return mlx_speeds(MlxRope(**p["mlx"]), length)
     speed, _scale = llamacpp_inv_freq(_llamacpp(p))
     return speed
 
