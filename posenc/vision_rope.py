@@ -756,10 +756,11 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     spec = _spec(p)
-    kw = {"device": ctx.device, "dtype": ctx.dtype, "precision": p.get("precision") or "exact"}
+    precision = p.get("precision") or "exact"
+    dev, dtype = ctx.device, ctx.dtype
     return {
-        "cos": vision_rope_blocks(spec, which="cos", **kw),
-        "sin": vision_rope_blocks(spec, which="sin", **kw),
+        "cos": vision_rope_blocks(spec, which="cos", device=dev, dtype=dtype, precision=precision),
+        "sin": vision_rope_blocks(spec, which="sin", device=dev, dtype=dtype, precision=precision),
         "position_ids": _position_blocks(spec, ctx.device),
     }
 

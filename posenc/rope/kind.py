@@ -522,8 +522,9 @@ ROPE: kinds.Kind = kinds.Kind(
             "exact (default: float64 angles from the engine's rule, cast once) or engine: the "
             "engine's own arithmetic in its own dtype and order of operations (transformers: "
             "float32 inv_freq, float32 position x inv_freq, torch's float32 cos/sin, bit for bit "
-            "its rotary module's output; vLLM: its float32 cache, plain classes; llama.cpp: "
-            "ggml's float32 rope within 2 ulp)",
+            "its rotary module's output; vLLM: its float32 cache, bit for bit, every class but "
+            "XD-RoPE's and Gemma 4's; llama.cpp: ggml's float32 rope, MLX: mx.fast.rope, "
+            "within 2 ulp)",
             "exact",
             choices=PRECISIONS,
         ),
