@@ -528,7 +528,7 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         return _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
     if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # always truncated
         truncated = dataclasses.replace(s, truncate=True)  # type: ignore[type-var]
-        return _yarn(rotary_dim, base, truncated)
+        return _yarn(rotary_dim, base, truncated)  # type: ignore[arg-type]
     if kind in ("longrope", "longrope_long"):
         factors = s.long_factor if kind == "longrope_long" else s.short_factor  # type: ignore[union-attr]
         ext = torch.tensor(factors, dtype=torch.float32)
