@@ -276,6 +276,12 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
                 field=name,
             )
     out["_rule"] = rule
+    if p.get("precision") == "engine" and rule is None:
+        raise InvalidArgument(
+            "precision \"engine\" follows a model's own arithmetic (Llama 4's or Ministral 3's "
+            "differ): give its config or a preset",
+            field="precision",
+        )
     layer = p.get("layer")
     if layer is not None:
         if rule is None:
@@ -365,12 +371,6 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
 def _check(p: Mapping[str, Any]) -> None:
     if p.get("seq_len") is not None and p.get("positions") is not None:
         check_seq_len_or_positions(p["seq_len"], p["positions"])
-    if p.get("precision") == "engine" and p.get("config") is None and p.get("preset") is None:
-        raise InvalidArgument(
-            "precision \"engine\" follows a model's own arithmetic (Llama 4's or Ministral 3's "
-            "differ): give its config or a preset",
-            field="precision",
-        )
 
 
 QUERY_SCALE: kinds.Kind = kinds.Kind(
