@@ -266,3 +266,28 @@ def test_meta_says_the_precision_and_vllm_proportional_is_refused() -> None:
     with pytest.raises(InvalidArgument) as err:
         resolve_fields(ROPE, fields)
     assert err.value.field == "precision"
+
+
+def test_vllm_engine_blocks_equal_the_whole_table() -> None:
+    """Row blocks of vLLM's dual-chunk key cache and LongRoPE's long cache (engine precision)
+    are the whole table's bytes."""
+    cases = [c for c in VLLM_CASES if c["name"].endswith("dual chunk k") or "131072" in c["name"]]
+    assert len(cases) == 2
+    for case in cases:
+        fields = {
+            "config": case["config"],
+            "seq_len": 3000,
+            "engine": "vllm",
+            "precision": "engine",
+        }
+        for name in ("max_model_len", "dual_chunk_cache"):
+            if case.get(name):
+                fields[name] = case[name]
+        p = resolve_fields(ROPE, fields)
+        whole = dict(compute(ROPE, p))
+        for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+            out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
+            for start in range(0, blocks.rows, 701):
+                stop = min(start + 701, blocks.rows)
+                blocks.fill_rows(start, stop, out[start:stop])
+            assert torch.equal(out.reshape(blocks.shape), whole[name]), (case["name"], name)
