@@ -15,7 +15,11 @@ period))`` for position ``p``:
   ``mistral4``).
 
 posenc divides in integers (``floor`` exact at any position) and takes the logarithm in float64,
-casting once at the end; transformers computes in float32.
+casting once at the end; transformers computes in float32. ``precision: "engine"`` gives
+transformers' own float32 arithmetic instead (:func:`query_scale_engine`), bit for bit: Llama 4's
+``log1p(floor((p.float() + 1.0) / floor_scale)) * attn_scale + 1.0`` and Ministral 3's
+``1 + beta * log(1 + floor(p / original_max_position_embeddings))`` (float32 true division),
+whose ``floor`` departs from the exact step once ``p + 1`` passes 2^24.
 
 Notation used for tensor shapes:
     T: number of positions.
@@ -94,6 +98,28 @@ def query_scale(
             field="alpha",
         )
     return scale
+
+
+def query_scale_engine(
+    positions: torch.Tensor, *, alpha: float, period: int, offset: int, rule: str
+) -> torch.Tensor:
+    """transformers' float32 query scale for ``rule``, bit for bit on the same torch build.
+
+    Args:
+        positions: ``(T,)`` int64 positions.
+        rule: ``llama4_temperature_tuning`` (``Llama4TextAttention.forward``:
+            ``log1p(floor((p.float() + offset) / period)) * alpha + 1.0``) or
+            ``llama_4_scaling_beta`` (``get_llama_4_attn_scale``: ``1 + alpha * log(1 +
+            floor((p + offset) / period))``, the int64 positions divided in float32).
+
+    Returns:
+        ``(T,)`` float32.
+    """
+    p = positions.to(torch.int64)
+    if rule == "llama4_temperature_tuning":
+        return torch.log1p(torch.floor((p.float() + float(offset)) / period)) * alpha + 1.0
+    shifted = p + offset if offset else p
+    return 1 + alpha * torch.log(1 + torch.floor(shifted / period))
 
 
 @dataclass(frozen=True)
@@ -204,6 +230,7 @@ __all__ = [
     "QueryScaleRule",
     "describe_query_scale",
     "query_scale",
+    "query_scale_engine",
     "query_scale_from_config",
 ]
 
@@ -249,6 +276,12 @@ def _merged(p: Mapping[str, Any]) -> dict[str, Any]:
                 field=name,
             )
     out["_rule"] = rule
+    if p.get("precision") == "engine" and rule is None:
+        raise InvalidArgument(
+            "precision \"engine\" follows a model's own arithmetic (Llama 4's or Ministral 3's "
+            "differ): give its config or a preset",
+            field="precision",
+        )
     layer = p.get("layer")
     if layer is not None:
         if rule is None:
@@ -299,6 +332,16 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor
         positions = torch.arange(n, dtype=torch.int64, device=ctx.device)
     if not _applies(m):  # a layer that scales no query (Llama 4's RoPE layers)
         return {"scale": torch.ones(n, dtype=ctx.dtype, device=ctx.device)}
+    if p.get("precision") == "engine":
+        rule: QueryScaleRule = m["_rule"]
+        scale = query_scale_engine(
+            positions.cpu(),
+            alpha=m["alpha"],
+            period=m["period"],
+            offset=m["offset"],
+            rule=rule.rule,
+        )
+        return {"scale": scale.to(device=ctx.device, dtype=ctx.dtype)}
     scale = query_scale(
         positions, alpha=m["alpha"], period=m["period"], offset=m["offset"], dtype=ctx.dtype
     )
@@ -321,6 +364,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "preset": p.get("preset"),
         "config_model_type": m["config_model_type"],
         "dtype": p["dtype"],
+        "precision": p.get("precision") or "exact",
     }
 
 
@@ -396,6 +440,14 @@ QUERY_SCALE: kinds.Kind = kinds.Kind(
             "Mistral 4 (rope_parameters.llama_4_scaling_beta, "
             "original_max_position_embeddings); alpha, period, offset override it",
             None,
+        ),
+        kinds.FieldSpec(  # issue 30
+            "precision",
+            "str",
+            "exact (default: integer floor, float64 logarithm, cast once) or engine: the "
+            "model's transformers attention in float32, bit for bit (needs config or preset)",
+            "exact",
+            choices=("exact", "engine"),
         ),
     ),
     tensors=(kinds.TensorSpec("scale", ("T",)),),

@@ -613,10 +613,51 @@ def _half_angles(spec: VisionRopeSpec, start: int, stop: int) -> Tensor:
     return torch.stack((x_angles, y_angles), dim=-1).flatten(1)  # w0, h0, w1, h1 ...
 
 
-def _fill(spec: VisionRopeSpec, which: str, start: int, stop: int, out: Tensor) -> None:
-    """Rows ``start … stop−1`` of ``cos`` or ``sin`` into ``out`` ``(N, Dh)``, cast once."""
-    angles = _half_angles(spec, start, stop).to(out.device)  # (N, Dh/2)
-    values = angles.cos() if which == "cos" else angles.sin()
+def _engine_angles(spec: VisionRopeSpec, start: int, stop: int) -> Tensor:
+    """transformers' float32 angles ``(N, Dh/2)`` of tokens ``start … stop−1``, each family's
+    operations in its module's order (``1.0 / (θ ** (arange(...).float() / d))``, one float32
+    product of position and frequency; DINOv3's float32 patch centres times ``2π`` then the
+    frequency), half a head in the model's order."""
+    row, col, h, w = _token_coordinates(spec, start, stop)
+    d, theta, family = spec.head_dim, spec.rope_theta, spec.rule.family
+    if family == "dinov3":  # DINOv3ViTRopePositionEmbedding, get_patches_center_coordinates
+        inv = 1 / theta ** torch.arange(0, 1, 4 / d, dtype=torch.float32)  # (Dh/4,)
+        coords = torch.stack(((row.float() + 0.5) / h, (col.float() + 0.5) / w), -1)  # (N, 2)
+        coords = 2.0 * coords - 1.0
+        return (2 * math.pi * coords[:, :, None] * inv[None, None, :]).flatten(1, 2)
+    if family == "llama4":  # Llama4VisionRotaryEmbedding._compute_freqs_ci
+        half = d // 2
+        freq = 1.0 / (theta ** (torch.arange(0, half, 2)[: half // 2].float() / half))
+        x = (col.to(torch.int32) + 1)[:, None] * freq[None, :]
+        y = (row.to(torch.int32) + 1)[:, None] * freq[None, :]
+        return torch.cat((x, y), -1).masked_fill((row < 0)[:, None], 0)
+    if family == "pixtral":  # compute_axial_rope_parameters: even | odd frequencies
+        inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))
+        f_h, f_w = inv[0::2], inv[1::2]
+    else:
+        inv = 1.0 / (theta ** (torch.arange(0, d // 2, 2, dtype=torch.float) / (d // 2)))
+        f_h = f_w = inv
+    y_angles = row.float()[:, None] * f_h  # (N, F)
+    x_angles = col.float()[:, None] * f_w  # (N, F)
+    if family == "pixtral" or spec.rule.order == "hw":
+        return torch.cat((y_angles, x_angles), dim=-1)
+    if spec.rule.order == "wh":
+        return torch.cat((x_angles, y_angles), dim=-1)
+    return torch.stack((x_angles, y_angles), dim=-1).flatten(1)  # w0, h0, w1, h1 ...
+
+
+def _fill(
+    spec: VisionRopeSpec, which: str, start: int, stop: int, out: Tensor, engine: bool = False
+) -> None:
+    """Rows ``start … stop−1`` of ``cos`` or ``sin`` into ``out`` ``(N, Dh)``, cast once (from
+    float64 angles, or with ``engine`` transformers' float32 ones and float32 cos/sin)."""
+    # (N, Dh/2): float32 on the CPU (the module's own numbers), or float64 where ``out`` is
+    angles = (
+        _engine_angles(spec, start, stop)
+        if engine
+        else _half_angles(spec, start, stop).to(out.device)
+    )
+    values = (angles.cos() if which == "cos" else angles.sin()).to(out.device)
     write_pair(out, values, values, spec.layout == "interleaved")
 
 
@@ -625,18 +666,21 @@ def vision_rope_cos_sin(
     *,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    precision: str = "exact",
 ) -> tuple[Tensor, Tensor]:
     """The tower's ``cos`` and ``sin`` ``(N, Dh)`` in the layout it applies them.
 
-    Angles in float64 and one cast to ``dtype``. ``half``: ``cat(v, v)`` of the half-head
-    values ``v``; ``interleaved``: each value twice in place.
+    ``precision`` ``exact``: angles in float64 and one cast to ``dtype``; ``engine``: the
+    rotary module's own float32 arithmetic (bit for bit its output on the same torch build),
+    then cast to ``dtype``. ``half``: ``cat(v, v)`` of the half-head values ``v``;
+    ``interleaved``: each value twice in place.
     """
     dev = torch.device("cpu") if device is None else torch.device(device)
     shape = (spec.tokens, spec.head_dim)
     cos = torch.empty(shape, dtype=dtype, device=dev)
     sin = torch.empty(shape, dtype=dtype, device=dev)
-    _fill(spec, "cos", 0, spec.tokens, cos)
-    _fill(spec, "sin", 0, spec.tokens, sin)
+    _fill(spec, "cos", 0, spec.tokens, cos, precision == "engine")
+    _fill(spec, "sin", 0, spec.tokens, sin, precision == "engine")
     return cos, sin
 
 
@@ -646,6 +690,7 @@ def vision_rope_blocks(
     which: str,
     device: torch.device | str | None = None,
     dtype: torch.dtype = torch.float32,
+    precision: str = "exact",
 ) -> TableBlocks:
     """``cos`` or ``sin`` ``(N, Dh)`` of :func:`vision_rope_cos_sin` in row blocks (the same
     arithmetic on each block's tokens)."""
@@ -654,7 +699,7 @@ def vision_rope_blocks(
     dev = torch.device("cpu") if device is None else torch.device(device)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
-        _fill(spec, which, start, stop, out)
+        _fill(spec, which, start, stop, out, precision == "engine")
 
     return TableBlocks(which, (spec.tokens, spec.head_dim), resolve_dtype(dtype), fill, dev)
 
@@ -703,15 +748,19 @@ def _shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
 
 def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     spec = _spec(p)
-    cos, sin = vision_rope_cos_sin(spec, device=ctx.device, dtype=ctx.dtype)
+    cos, sin = vision_rope_cos_sin(
+        spec, device=ctx.device, dtype=ctx.dtype, precision=p.get("precision") or "exact"
+    )
     return {"cos": cos, "sin": sin, "position_ids": vision_position_ids(spec).to(ctx.device)}
 
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     spec = _spec(p)
+    precision = p.get("precision") or "exact"
+    dev, dtype = ctx.device, ctx.dtype
     return {
-        "cos": vision_rope_blocks(spec, which="cos", device=ctx.device, dtype=ctx.dtype),
-        "sin": vision_rope_blocks(spec, which="sin", device=ctx.device, dtype=ctx.dtype),
+        "cos": vision_rope_blocks(spec, which="cos", device=dev, dtype=dtype, precision=precision),
+        "sin": vision_rope_blocks(spec, which="sin", device=dev, dtype=dtype, precision=precision),
         "position_ids": _position_blocks(spec, ctx.device),
     }
 
@@ -731,6 +780,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "class_token": _class_token(spec.rule),
         "defaulted": list(spec.defaulted),
         "dtype": p["dtype"],
+        "precision": p.get("precision") or "exact",
     }
 
 
@@ -763,6 +813,15 @@ VISION_ROPE: kinds.Kind = kinds.Kind(
             None,
             minimum=1,
             length=3,
+        ),
+        kinds.FieldSpec(  # issue 30
+            "precision",
+            "str",
+            "exact (default: float64 angles, cast once) or engine: the tower's rotary module's "
+            "own float32 arithmetic (float32 inv_freq, position x inv_freq, torch's float32 "
+            "cos/sin), bit for bit its output on the same torch build",
+            "exact",
+            choices=("exact", "engine"),
         ),
     ),
     tensors=(

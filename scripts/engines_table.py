@@ -5,9 +5,10 @@ exact one, for published configs, at positions 0 … 131,072.
 
 Each cell is the largest |difference| of cos and sin per (position, frequency), magnitude
 included, whatever the layouts (llama.cpp's normal mode interleaves). ``engine`` columns are
-the engine's own float32 arithmetic (transformers: bit for bit its module; llama.cpp: ggml's,
-within 2 ulp of libggml); ``exact`` columns its rule in float64. vLLM's cache stops at its rows
-(max_model_len): positions past it are left out of its column.
+the engine's own float32 arithmetic (transformers and vLLM: bit for bit their modules and
+caches; llama.cpp: ggml's, within 2 ulp of libggml; MLX: mx.fast.rope's, within 2 ulp);
+``exact`` columns its rule in float64. vLLM's cache stops at its rows (max_model_len):
+positions past it are left out of its column.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ COLUMNS = (
     ("vllm", "engine"),
     ("llama.cpp", "exact"),
     ("llama.cpp", "engine"),
+    ("mlx", "exact"),
+    ("mlx", "engine"),
 )
 
 

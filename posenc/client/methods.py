@@ -584,6 +584,7 @@ class KindMethods(Generic[T]):
         layer: int | None = None,
         preset: str | None = None,
         config: Mapping[str, Any] | None = None,
+        precision: Literal["exact", "engine"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -617,6 +618,9 @@ class KindMethods(Generic[T]):
                 (attn_temperature_tuning, attn_scale, floor_scale, no_rope_layers), Ministral 3
                 / Mistral 3 / Mistral 4 (rope_parameters.llama_4_scaling_beta,
                 original_max_position_embeddings); alpha, period, offset override it.
+            precision: exact (default: integer floor, float64 logarithm, cast once) or engine:
+                the model's transformers attention in float32, bit for bit (needs config or
+                preset) (default 'exact').
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -640,6 +644,7 @@ class KindMethods(Generic[T]):
             layer=layer,
             preset=preset,
             config=config,
+            precision=precision,
             dtype=dtype,
         )
 
@@ -853,13 +858,14 @@ class KindMethods(Generic[T]):
                 Qwen3-VL's interleaving.
             engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
                 the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
-                or mlx (mlx-lm's nn.RoPE: default and linear): see docs/engines.md (default
+                or mlx (mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md (default
                 'transformers').
             precision: exact (default: float64 angles from the engine's rule, cast once) or
                 engine: the engine's own arithmetic in its own dtype and order of operations
                 (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32
-                cos/sin, bit for bit its rotary module's output; vLLM: its float32 cache, plain
-                classes; llama.cpp: ggml's float32 rope within 2 ulp) (default 'exact').
+                cos/sin, bit for bit its rotary module's output; vLLM: its float32 cache, bit
+                for bit, every class but XD-RoPE's and Gemma 4's; llama.cpp: ggml's float32
+                rope, MLX: mx.fast.rope, within 2 ulp) (default 'exact').
             llamacpp: engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body
                 is read into them) instead of read from the preset or config; n_dims defaults to
                 rotary_dim.
@@ -1113,6 +1119,7 @@ class KindMethods(Generic[T]):
         *,
         config: Mapping[str, Any] | None = None,
         grid_thw: Sequence[Sequence[int]] | Any | None = None,
+        precision: Literal["exact", "engine"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -1138,6 +1145,10 @@ class KindMethods(Generic[T]):
             grid_thw: [t, h, w] of each image or video, in patches, as the image processor
                 reports them; h and w multiples of the merge size the tower uses. Optional where
                 the config fixes the grid (Llama 4; DINOv3 defaults to image_size / patch_size).
+            precision: exact (default: float64 angles, cast once) or engine: the tower's rotary
+                module's own float32 arithmetic (float32 inv_freq, position x inv_freq, torch's
+                float32 cos/sin), bit for bit its output on the same torch build (default
+                'exact').
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -1155,6 +1166,7 @@ class KindMethods(Generic[T]):
             extra=extra,
             config=config,
             grid_thw=grid_thw,
+            precision=precision,
             dtype=dtype,
         )
 

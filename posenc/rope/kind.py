@@ -131,7 +131,7 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         )
     if p["engine"] == "llama.cpp":  # issue 30: what llama.cpp passes ggml_rope_ext
         p = llamacpp_complete(p)
-    if p["engine"] == "mlx":  # issue 30: mlx-lm's nn.RoPE
+    if p["engine"] == "mlx":  # issue 30: mlx-lm's initialize_rope
         p = mlx_complete(p)
     if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
         p = vllm_complete(p, _rope_lengths(p)[1] - 1)
@@ -309,7 +309,7 @@ def _rope_from_config(
     fields = positions.rope_fields(layer_type)
     layer = positions.rope_for(layer_type)
     info = {"rope_type": layer.rope_type}
-    if given.get("engine") == "llama.cpp":  # issue 30: n_ctx_train for llama.cpp
+    if given.get("engine") in ("llama.cpp", "mlx"):  # issue 30: n_ctx_train, initialize_rope's
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
         deepseek = family(positions.model_type.removesuffix("_text")).vllm_deepseek_yarn
@@ -512,7 +512,7 @@ ROPE: kinds.Kind = kinds.Kind(
             "str",
             "whose tables: transformers (default), vllm (what vLLM's get_rope builds from the "
             "same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model) or mlx "
-            "(mlx-lm's nn.RoPE: default and linear): see docs/engines.md",
+            "(mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md",
             "transformers",
             choices=("transformers", "vllm", "llama.cpp", "mlx"),
         ),
@@ -522,8 +522,9 @@ ROPE: kinds.Kind = kinds.Kind(
             "exact (default: float64 angles from the engine's rule, cast once) or engine: the "
             "engine's own arithmetic in its own dtype and order of operations (transformers: "
             "float32 inv_freq, float32 position x inv_freq, torch's float32 cos/sin, bit for bit "
-            "its rotary module's output; vLLM: its float32 cache, plain classes; llama.cpp: "
-            "ggml's float32 rope within 2 ulp)",
+            "its rotary module's output; vLLM: its float32 cache, bit for bit, every class but "
+            "XD-RoPE's and Gemma 4's; llama.cpp: ggml's float32 rope, MLX: mx.fast.rope, "
+            "within 2 ulp)",
             "exact",
             choices=PRECISIONS,
         ),

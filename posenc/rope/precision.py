@@ -23,6 +23,7 @@ Notation: ``T`` positions, ``R`` rotary dimension.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
@@ -43,10 +44,17 @@ from posenc.rope.llamacpp import (
     llamacpp_rope_for,
     llamacpp_rope_tables,
 )
-from posenc.rope.mlx import MlxRope, mlx_exact_tables, mlx_rope_for, mlx_rope_tables
+from posenc.rope.mlx import (
+    MlxRope,
+    mlx_exact_tables,
+    mlx_magnitude,
+    mlx_rope_for,
+    mlx_rope_tables,
+    mlx_speeds,
+)
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
-from posenc.rope.vllm import VllmRope, vllm_for_fields
+from posenc.rope.vllm import VllmRope, default_max_position, vllm_for_fields
 
 Precision = Literal["exact", "engine"]
 PRECISIONS: tuple[str, ...] = get_args(Precision)
@@ -245,8 +253,24 @@ def transformers_cos_sin(
 
 
 #: vLLM's rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``): the base
-#: ``RotaryEmbedding`` and the three that only change its ``inv_freq`` or positions.
-VLLM_ENGINE_TYPES: frozenset[str] = frozenset({"default", "linear", "llama3", "yarn"})
+#: ``RotaryEmbedding`` and the classes that change its ``inv_freq``, positions or magnitude
+#: (DeepSeek's YaRN, LongRoPE, dynamic NTK, Hunyuan's alpha, fixed and mixed NTK, dual chunk).
+VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
+    {
+        "default",
+        "linear",
+        "llama3",
+        "yarn",
+        "deepseek_yarn",
+        "deepseek_llama_scaling",
+        "longrope",
+        "longrope_long",
+        "dynamic",
+        "dynamic_alpha",
+        "ntk",
+        "dual_chunk",
+    }
+)
 
 #: The engines whose tables this module computes (both precisions for llama.cpp).
 OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp", "mlx"})
@@ -342,6 +366,14 @@ def _given_llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     return LlamaCppRope(**given)
 
 
+def _max_position_embeddings(p: Mapping[str, Any]) -> Any:
+    """The config's ``max_position_embeddings`` (the preset's config's), or None."""
+    mpe = p.get("config_max_position_embeddings")
+    if mpe is None:
+        mpe = _preset_text_config(p).get("max_position_embeddings")
+    return mpe
+
+
 def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
     """Resolved fields with ``engine: "llama.cpp"``: llama.cpp's arguments (``llamacpp``, a
     plain dict) and its layout."""
@@ -354,10 +386,7 @@ def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
             "llamacpp": rope.to_dict(),
             "llamacpp_notes": [],
         }
-    mpe = p.get("config_max_position_embeddings")
-    if mpe is None:
-        text = _preset_text_config(p)
-        mpe = text.get("max_position_embeddings")
+    mpe = _max_position_embeddings(p)
     rope = llamacpp_rope_for(
         model_type=model_type_of(p),
         rotary_dim=int(p["rotary_dim"]),
@@ -377,21 +406,24 @@ def llamacpp_complete(p: dict[str, Any]) -> dict[str, Any]:
 
 
 def mlx_complete(p: dict[str, Any]) -> dict[str, Any]:
-    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``nn.RoPE`` arguments (``mlx``)."""
+    """Resolved fields with ``engine: "mlx"``: mlx-lm's ``initialize_rope`` arguments
+    (``mlx``)."""
     rope = mlx_rope_for(
         rotary_dim=int(p["rotary_dim"]),
         base=float(p["base"]),
         layout=p["layout"],
         scaling=p.get("scaling"),
+        max_position_embeddings=_max_position_embeddings(p),
     )
     return {**p, "layout": rope.layout, "mlx": rope.to_dict()}
 
 
-def _mlx_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
+def _mlx_half(p: Mapping[str, Any], pos: Tensor, length: int | None) -> tuple[Tensor, Tensor]:
+    """MLX's ``(T, R/2)`` cos and sin (``length``: the call's ``T + offset``, for dynamic NTK)."""
     rope = MlxRope(**p["mlx"])
     if p.get("precision") == "engine":
-        return mlx_rope_tables(pos, rope)
-    return mlx_exact_tables(pos, rope)
+        return mlx_rope_tables(pos, rope, length)
+    return mlx_exact_tables(pos, rope, length)
 
 
 def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
@@ -410,7 +442,8 @@ def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
     arguments, its magnitude and how it read the model."""
     out: dict[str, Any] = {"precision": p.get("precision", "exact")}
     if p.get("mlx") is not None:
-        out.update(mlx=dict(p["mlx"]), attention_scaling=1.0, layout=p["layout"])
+        magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
+        out.update(mlx=dict(p["mlx"]), attention_scaling=magnitude, layout=p["layout"])
     if p.get("llamacpp") is not None:
         _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
         out.update(
@@ -453,12 +486,10 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
         )
     if engine == "vllm":
         rope = vllm_for_fields(p)
-        if rope.rope_type not in VLLM_ENGINE_TYPES or p.get("mrope_section") is not None:
+        if rope.rope_type not in VLLM_ENGINE_TYPES:
             raise InvalidArgument(
                 f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
-                f"classes (plain RoPE); this config builds {rope.rope_type!r}"
-                + (" with M-RoPE" if p.get("mrope_section") is not None else "")
-                + '; ask precision "exact"',
+                f'classes; this config builds {rope.rope_type!r}; ask precision "exact"',
                 field="precision",
             )
     elif engine not in ("transformers", *OWN_ENGINES):
@@ -467,34 +498,105 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
         )
 
 
+def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
+    """``NTKScalingRotaryEmbedding._compute_inv_freq`` in float32: fixed (``base·factor``, then
+    ``/ factor ** (2/R)``) or mixed (``/ exp(a · m ** b)`` with a float32 ``a``)."""
+    inv = _default(dim, base * (factor if mixed_b is None else 1))
+    if mixed_b is None:
+        fixed: Tensor = inv / factor ** (2 / dim)
+        return fixed
+    a = torch.tensor(factor).log() / (dim / 2) ** mixed_b
+    lambda_1_m = (a * torch.arange(1, dim // 2 + 1).float() ** mixed_b).exp()
+    mixed: Tensor = inv / lambda_1_m
+    return mixed
+
+
+def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
+    """The float32 ``inv_freq`` of the vLLM class ``rope.rope_type`` (``_compute_inv_freq``),
+    ``(R/2,)``: the base class's ``1.0 / (base ** (arange(0, R, 2, dtype=float) / R))`` with
+    the class's base (dynamic NTK's ``base·((L·f/L) − (f − 1))^(R/(R−2))``, Hunyuan's
+    ``base·alpha^(R/(R−2))``, NTK's) and float32 edits (Llama 3's, YaRN's; DeepSeek's YaRN
+    always truncated; LongRoPE's factors; mixed NTK's ``exp``)."""
+    rotary_dim, base = int(p["rotary_dim"]), float(p["base"])
+    s = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+    vllm = dict(p.get("config_vllm") or {})
+    theta = float(vllm.get("rope_theta", base))
+    kind = rope.rope_type
+    if kind == "llama3":
+        return _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
+    if kind == "yarn":
+        return _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
+    if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # always truncated
+        truncated = dataclasses.replace(s, truncate=True)  # type: ignore[type-var]
+        return _yarn(rotary_dim, base, truncated)  # type: ignore[arg-type]
+    if kind in ("longrope", "longrope_long"):
+        factors = s.long_factor if kind == "longrope_long" else s.short_factor  # type: ignore[union-attr]
+        ext = torch.tensor(factors, dtype=torch.float32)
+        return 1.0 / (
+            ext * base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim)
+        )
+    if kind == "dynamic":
+        factor = float(s.factor)  # type: ignore[union-attr, arg-type]
+        length = p.get("config_max_position_embeddings") or default_max_position(
+            p["scaling"], p.get("max_model_len")
+        )
+        max_len = length * factor
+        new_base = base * ((max_len / length) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
+        return _default(rotary_dim, new_base)
+    if kind == "dynamic_alpha":
+        alpha = float(vllm["alpha"])
+        return _default(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+    if kind == "ntk":
+        mixed = vllm.get("mixed_b")
+        return _ntk(
+            rotary_dim, theta, float(vllm["factor"]), None if mixed is None else float(mixed)
+        )
+    return _default(rotary_dim, theta if kind == "dual_chunk" else base)
+
+
 def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
     """vLLM's float32 cache rows at ``positions``: ``(cos, sin)`` ``(T, R/2)`` and its float32
     ``inv_freq``.
 
-    ``RotaryEmbedding._compute_cos_sin_cache``: ``t = arange(rows).float()`` (divided by the
-    factor first in ``LinearScalingRotaryEmbedding``), ``einsum("i,j->ij", t, inv_freq)`` (one
-    float32 product), ``cos()`` (times ``mscale`` for YaRN). ``inv_freq`` is the base class's
-    ``1.0 / (base ** (arange(0, R, 2).float() / R))`` with Llama 3's and YaRN's float32 edits,
-    the same operations as transformers' init functions.
+    ``_compute_cos_sin_cache``: ``t = arange(rows).float()`` (divided by the factor first in
+    ``LinearScalingRotaryEmbedding``; ``DualChunkRotaryEmbedding``'s five caches hold remapped
+    positions, small integers exact in float32), ``einsum("i,j->ij", t, inv_freq)`` (one
+    float32 product), ``cos()``, times the class's magnitude (YaRN's, DeepSeek's ``mscale``,
+    LongRoPE's) where it has one. ``inv_freq``: :func:`vllm_inv_freq`.
     """
     rope: VllmRope = vllm_for_fields(p)
-    rotary_dim, base = int(p["rotary_dim"]), float(p["base"])
-    s = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
-    t = positions.to(torch.float)
+    inv = vllm_inv_freq(p, rope)
+    t = rope.angle_positions(positions.to(torch.int64)).to(torch.float)
     if rope.rope_type == "linear":
-        inv = _default(rotary_dim, base)
-        t = t / float(s.factor)  # type: ignore[union-attr, arg-type]
-    elif rope.rope_type == "llama3":
-        inv = _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
-    elif rope.rope_type == "yarn":
-        inv = _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
-    else:
-        inv = _default(rotary_dim, base)
+        t = t / float(p["scaling"]["factor"])
     freqs = t[:, None] * inv[None, :]
-    scale = rope.attention_scaling
-    if rope.rope_type == "yarn":
+    if rope.rope_type in _VLLM_MAGNITUDE_TYPES:
+        scale = rope.attention_scaling
         return freqs.cos() * scale, freqs.sin() * scale, inv
     return freqs.cos(), freqs.sin(), inv
+
+
+#: vLLM's classes that multiply their cache by a magnitude (``mscale``).
+_VLLM_MAGNITUDE_TYPES = frozenset(
+    {"yarn", "deepseek_yarn", "deepseek_llama_scaling", "longrope", "longrope_long"}
+)
+
+
+def _vllm_mrope(
+    p: Mapping[str, Any], rows: Sequence[Sequence[int]]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """``MRotaryEmbedding.forward_native``: the cache rows of the three position rows
+    ``(3, T, R/2)``, each frequency taken from its axis (``split(mrope_section)``, or
+    ``apply_interleaved_rope``): ``(cos, sin)`` ``(T, R/2)`` and ``inv_freq``."""
+    pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+    parts = [vllm_half_tables(pos[i], p) for i in range(pos.shape[0])]
+    cos = torch.stack([c for c, _s, _i in parts])  # (3, T, R/2)
+    sin = torch.stack([s for _c, s, _i in parts])
+    axes = mrope_channel_axes(
+        int(p["rotary_dim"]), p["mrope_section"], interleaved=bool(p["mrope_interleaved"])
+    )
+    index = axes[None, None, :].expand(1, cos.shape[1], -1)
+    return cos.gather(0, index)[0], sin.gather(0, index)[0], parts[0][2]
 
 
 def engine_tables(
@@ -510,8 +612,11 @@ def engine_tables(
         return _llamacpp_tables(p, rows, device=device, dtype=dtype)
     if p.get("engine") == "vllm":
         held = p.get("positions")
-        pos = torch.tensor(held) if held is not None else torch.arange(int(p["seq_len"]))
-        cos, sin, inv = vllm_half_tables(pos, p)
+        if rows is not None:  # MRotaryEmbedding: each frequency from its axis's cache row
+            cos, sin, inv = _vllm_mrope(p, rows)
+        else:
+            pos = torch.tensor(held) if held is not None else torch.arange(int(p["seq_len"]))
+            cos, sin, inv = vllm_half_tables(pos, p)
         layout = p["layout"]
         return {
             "cos": widen(cos, layout).to(device=device, dtype=dtype),
@@ -530,10 +635,13 @@ def engine_tables(
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
 
 
-def _llamacpp_half(p: Mapping[str, Any], pos: Tensor) -> tuple[Tensor, Tensor]:
-    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64."""
+def _llamacpp_half(
+    p: Mapping[str, Any], pos: Tensor, length: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """llama.cpp's (or MLX's) ``(T, R/2)`` cos and sin: the engine's float32 or exact float64
+    (``length``: the whole table's ``max + 1``, default the rows')."""
     if p.get("mlx") is not None:
-        return _mlx_half(p, pos)
+        return _mlx_half(p, pos, length)
     rope = _llamacpp(p)
     if p.get("precision") == "engine":
         return ggml_rope_tables(pos, rope)
@@ -561,8 +669,9 @@ def _llamacpp_tables(
         pos = torch.tensor(list(p["positions"]), dtype=torch.int64)
     else:
         pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
-    cos, sin = _llamacpp_half(p, pos)
-    speed = _speeds(p)
+    length = int(pos.max()) + 1 if pos.numel() else 1
+    cos, sin = _llamacpp_half(p, pos, length)
+    speed = _speeds(p, length)
     layout = p["layout"]
     return {
         "cos": widen(cos, layout).to(device=device, dtype=dtype),
@@ -581,7 +690,7 @@ def engine_blocks(
     length = total if held is None else int(held.max()) + 1
     dev = torch.device("cpu") if device is None else torch.device(device)
     if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_blocks(p, held, total, dev, dtype)
+        return _llamacpp_blocks(p, held, total, length, dev, dtype)
     if p.get("engine") == "vllm":
         return _vllm_blocks(p, held, total, dev, dtype)
     kw = _arguments(p)
@@ -625,7 +734,12 @@ def _vllm_blocks(
 
 
 def _llamacpp_blocks(
-    p: Mapping[str, Any], held: Tensor | None, total: int, dev: torch.device, dtype: torch.dtype
+    p: Mapping[str, Any],
+    held: Tensor | None,
+    total: int,
+    length: int,
+    dev: torch.device,
+    dtype: torch.dtype,
 ) -> dict[str, TableBlocks]:
     """llama.cpp's tables in row blocks (each position's row is computed alone)."""
     width = int(p["rotary_dim"])
@@ -633,22 +747,20 @@ def _llamacpp_blocks(
     def filler(which: str) -> Any:
         def fill(start: int, stop: int, out: Tensor) -> None:
             pos = torch.arange(start, stop) if held is None else held[start:stop]
-            cos, sin = _llamacpp_half(p, pos)
+            cos, sin = _llamacpp_half(p, pos, length)
             out.copy_(widen(cos if which == "cos" else sin, p["layout"]).to(dtype))
 
         return fill
 
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
-    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p).to(dtype))
+    out["inv_freq"] = tensor_blocks("inv_freq", _speeds(p, length).to(dtype))
     return out
 
 
-def _speeds(p: Mapping[str, Any]) -> Tensor:
+def _speeds(p: Mapping[str, Any], length: int = 1) -> Tensor:
     """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
     if p.get("mlx") is not None:
-        rope = MlxRope(**p["mlx"])
-        i = torch.arange(rope.dims // 2, dtype=torch.float64)
-        return rope.scale * float(rope.base) ** (-2.0 * i / rope.dims)
+        return mlx_speeds(MlxRope(**p["mlx"]), length)
     speed, _scale = llamacpp_inv_freq(_llamacpp(p))
     return speed
 
@@ -672,5 +784,6 @@ __all__ = [
     "transformers_half_tables",
     "transformers_inv_freq",
     "vllm_half_tables",
+    "vllm_inv_freq",
     "widen",
 ]

@@ -208,29 +208,21 @@ def test_blocks_equal_the_whole_table() -> None:
 VLLM_FIXTURE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json").read_text()
 )
-VLLM_PLAIN = [
-    c
-    for c in VLLM_FIXTURE["cases"]
-    if c["vllm_class"]
-    in (
-        "RotaryEmbedding",
-        "LinearScalingRotaryEmbedding",
-        "Llama3RotaryEmbedding",
-        "YaRNScalingRotaryEmbedding",
-    )
-]
+#: Every recorded vLLM class but XD-RoPE's (HunyuanOCR: precision "engine" refuses XD-RoPE).
+VLLM_CASES = [c for c in VLLM_FIXTURE["cases"] if c["name"] != "hunyuan-ocr"]
 
 
-@pytest.mark.parametrize("case", VLLM_PLAIN, ids=[c["name"] for c in VLLM_PLAIN])
+@pytest.mark.parametrize("case", VLLM_CASES, ids=[c["name"] for c in VLLM_CASES])
 def test_vllm_engine_precision_equals_its_recorded_cache(case: dict) -> None:
     """vLLM 0.32's own float32 cache rows (tests/fixtures/vllm, recorded by
-    scripts/record_vllm_tables.py) for its plain classes: bit for bit."""
+    scripts/record_vllm_tables.py with vLLM's get_rope on the CPU), bit for bit: the plain
+    classes, DeepSeek's YaRN, LongRoPE (short and long), dynamic NTK, Hunyuan's alpha, fixed
+    and mixed NTK and the five dual-chunk caches, at positions up to the cache's rows."""
     pos = [q for q in case["positions"] if q < case["rows"]]
     fields = {"config": case["config"], "positions": pos, "engine": "vllm", "precision": "engine"}
-    if case["layer_type"]:
-        fields["layer_type"] = case["layer_type"]
-    if case["max_model_len"]:
-        fields["max_model_len"] = case["max_model_len"]
+    for name in ("layer_type", "max_model_len", "dual_chunk_cache"):
+        if case.get(name):
+            fields[name] = case[name]
     p = resolve_fields(ROPE, {"dtype": "float32", **fields})
     out = dict(compute(ROPE, p))
     half = out["cos"].shape[1] // 2
@@ -238,18 +230,64 @@ def test_vllm_engine_precision_equals_its_recorded_cache(case: dict) -> None:
     assert torch.equal(cos, torch.tensor(case["cos"][: len(pos)], dtype=torch.float32))
     sin = out["sin"][:, :half] if p["layout"] == "half" else out["sin"][:, 0::2]
     assert torch.equal(sin, torch.tensor(case["sin"][: len(pos)], dtype=torch.float32))
+    exact = dict(compute(ROPE, resolve_fields(ROPE, {**fields, "precision": "exact"})))
+    if max(pos) >= 1000:  # float32 angles depart from the exact table
+        assert not torch.equal(exact["cos"], out["cos"])
 
 
-def test_meta_says_the_precision_and_vllm_longrope_is_refused() -> None:
+def test_vllm_mrope_engine_is_the_cache_rows_per_axis() -> None:
+    """MRotaryEmbedding gathers each frequency from its axis's row of the base class's cache:
+    with Qwen2.5-VL's sections and Qwen3-VL's interleaved ones, the same float32 values as
+    transformers' rotary module (whose own bit-for-bit test is above)."""
+    from posenc.model_configs import model_config
+
+    rows = [[0, 1, 2, 3, 4, 5000, 100000], [0, 1, 1, 2, 9, 5000, 3], [0, 2, 1, 7, 4, 5000, 77]]
+    for preset in ("qwen2.5-vl-7b", "qwen3-vl-8b"):
+        fields = {"config": model_config(preset), "positions": rows, "precision": "engine"}
+        hf = dict(compute(ROPE, resolve_fields(ROPE, fields)))
+        vllm = dict(compute(ROPE, resolve_fields(ROPE, {**fields, "engine": "vllm"})))
+        assert torch.equal(hf["cos"], vllm["cos"]) and torch.equal(hf["sin"], vllm["sin"])
+
+
+def test_meta_says_the_precision_and_vllm_proportional_is_refused() -> None:
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4, "precision": "engine"})
     assert ROPE.meta(p)["precision"] == "engine"  # type: ignore[misc]
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4})
     assert ROPE.meta(p)["precision"] == "exact"  # type: ignore[misc]
     from posenc.errors import InvalidArgument
 
+    fields = {
+        "head_dim": 64,
+        "scaling": {"type": "proportional", "partial_rotary_factor": 0.5},
+        "seq_len": 4,
+        "engine": "vllm",
+        "precision": "engine",
+    }
     with pytest.raises(InvalidArgument) as err:
-        resolve_fields(
-            ROPE,
-            {"preset": "phi-3.5-mini", "seq_len": 4, "precision": "engine", "engine": "vllm"},
-        )
+        resolve_fields(ROPE, fields)
     assert err.value.field == "precision"
+
+
+def test_vllm_engine_blocks_equal_the_whole_table() -> None:
+    """Row blocks of vLLM's dual-chunk key cache and LongRoPE's long cache (engine precision)
+    are the whole table's bytes."""
+    cases = [c for c in VLLM_CASES if c["name"].endswith("dual chunk k") or "131072" in c["name"]]
+    assert len(cases) == 2
+    for case in cases:
+        fields = {
+            "config": case["config"],
+            "seq_len": 3000,
+            "engine": "vllm",
+            "precision": "engine",
+        }
+        for name in ("max_model_len", "dual_chunk_cache"):
+            if case.get(name):
+                fields[name] = case[name]
+        p = resolve_fields(ROPE, fields)
+        whole = dict(compute(ROPE, p))
+        for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+            out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
+            for start in range(0, blocks.rows, 701):
+                stop = min(start + 701, blocks.rows)
+                blocks.fill_rows(start, stop, out[start:stop])
+            assert torch.equal(out.reshape(blocks.shape), whole[name]), (case["name"], name)

@@ -123,7 +123,41 @@ def test_llama4_matches_llama4_text_attention() -> None:
         want = llama4_reference_scale(config, layer, 300)
         got = table({"config": as_file, "seq_len": 300, "layer": layer})["scale"]
         assert_close(got, want, rtol=1e-6, atol=1e-6)
+        fields = {"config": as_file, "seq_len": 300, "layer": layer, "precision": "engine"}
+        assert torch.equal(table(fields)["scale"], want)  # issue 30: bit for bit
     assert table({"config": as_file, "seq_len": 300, "layer": 0})["scale"].eq(1).all()
+
+
+def test_engine_precision_is_the_float32_floor_past_2_24() -> None:
+    """transformers rounds ``p`` to float32 before its floor: at p = 2^25 − 2 Llama 4's step
+    is 4,096 where the exact one is 4,095, and at 3·2^24 − 1 Ministral 3's is 3,072 (exact
+    3,071). ``precision: "engine"`` gives transformers' numbers there, bit for bit."""
+    from transformers import Ministral3Config
+    from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
+
+    positions = [0, 8191, 100_000, 2**25 - 2]
+    engine = table({"config": SCOUT, "positions": positions, "precision": "engine"})["scale"]
+    p = torch.tensor(positions)
+    want = torch.log1p(torch.floor((p.float() + 1.0) / 8192)) * 0.1 + 1.0  # Llama4TextAttention
+    assert torch.equal(engine, want)
+    exact = table({"config": SCOUT, "positions": positions, "dtype": "float64"})["scale"]
+    assert float(exact[-1]) == 1 + 0.1 * math.log1p(4095)
+    assert float(engine[-1]) == float(torch.tensor(1 + 0.1 * math.log1p(4096)).float())
+    rope = dict(Ministral3Config().rope_parameters)
+    as_file = {"model_type": "ministral3", "rope_parameters": rope}
+    positions = [0, 16383, 16384, 3 * 2**24 - 1]
+    engine = table({"config": as_file, "positions": positions, "precision": "engine"})["scale"]
+    want = get_llama_4_attn_scale(
+        torch.tensor([positions]),
+        rope["llama_4_scaling_beta"],
+        rope["original_max_position_embeddings"],
+    )[0, 0, :, 0]
+    assert torch.equal(engine, want)
+    exact = table({"config": as_file, "positions": positions})["scale"]
+    assert not torch.equal(engine, exact)
+    with pytest.raises(InvalidArgument) as err:
+        table({"seq_len": 4, "alpha": 0.1, "period": 2, "precision": "engine"})
+    assert err.value.field == "precision"
 
 
 def test_llama4_scout_config() -> None:
@@ -156,6 +190,8 @@ def test_ministral3_matches_get_llama_4_attn_scale() -> None:
     )[0, 0, :, 0]
     got = table({"config": as_file, "positions": positions[0].tolist()})["scale"]
     assert_close(got, want, rtol=1e-6, atol=1e-6)
+    fields = {"config": as_file, "positions": positions[0].tolist(), "precision": "engine"}
+    assert torch.equal(table(fields)["scale"], want)  # issue 30: bit for bit
     rule = query_scale_from_config(as_file)
     assert rule is not None and rule.offset == 0 and rule.layers == tuple(range(34))
 

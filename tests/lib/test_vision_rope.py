@@ -291,6 +291,9 @@ def _compare(
         assert torch.equal(vision_position_ids(spec), ids.long())
     torch.testing.assert_close(cos, cos_hf.float(), rtol=0, atol=ATOL)
     torch.testing.assert_close(sin, sin_hf.float(), rtol=0, atol=ATOL)
+    # precision "engine": the module's own float32 arithmetic, bit for bit (issue 30)
+    cos_e, sin_e = vision_rope_cos_sin(spec, precision="engine")
+    assert torch.equal(cos_e, cos_hf.float()) and torch.equal(sin_e, sin_hf.float())
     return float((cos - cos_hf).abs().max()), float((sin - sin_hf).abs().max())
 
 
@@ -428,14 +431,35 @@ def test_float64_exact_at_large_positions(model_type: str) -> None:
     assert float((rows32.double() - rows64).abs().max()) < 1e-6
 
 
+@pytest.mark.parametrize("precision", ["exact", "engine"])
 @pytest.mark.parametrize("model_type", ["qwen2_5_vl_vision", "llama4_vision_model", "dinov3_vit"])
-def test_row_blocks_equal_the_whole_table(model_type: str) -> None:
+def test_row_blocks_equal_the_whole_table(model_type: str, precision: str) -> None:
     grids = _grids_for(model_type)
     spec = vision_rope_spec({"model_type": model_type}, grids)
-    cos, sin = vision_rope_cos_sin(spec, dtype=torch.float16)
+    cos, sin = vision_rope_cos_sin(spec, dtype=torch.float16, precision=precision)
     for which, whole in (("cos", cos), ("sin", sin)):
-        blocks = vision_rope_blocks(spec, which=which, dtype=torch.float16)
+        blocks = vision_rope_blocks(spec, which=which, dtype=torch.float16, precision=precision)
         assert torch.equal(blocks.whole(max_block_bytes=7 * spec.head_dim * 2), whole)
+
+
+def test_engine_precision_through_the_kind_on_a_large_grid() -> None:
+    """``precision: "engine"`` through the kind: the module's float32 numbers, which depart
+    from the exact table on a grid of 256 × 256 patches (float32 row · f)."""
+    from posenc.resolve import compute, resolve_fields
+    from posenc.vision_rope import VISION_ROPE
+
+    cfg = CONFIG_MAPPING["qwen2_5_vl_vision"]()
+    grids = [[1, 256, 256]]
+    fields = {"config": {"model_type": "qwen2_5_vl_vision"}, "grid_thw": grids}
+    engine = dict(
+        compute(VISION_ROPE, resolve_fields(VISION_ROPE, {**fields, "precision": "engine"}))
+    )
+    exact = dict(compute(VISION_ROPE, resolve_fields(VISION_ROPE, fields)))
+    module = getattr(_modeling(cfg), VISION_RULES["qwen2_5_vl_vision"].reference)(cfg)
+    ids = engine["position_ids"]  # (N, 2): rows, columns
+    cos_hf, sin_hf = module(torch.zeros(1), ids)
+    assert torch.equal(engine["cos"], cos_hf) and torch.equal(engine["sin"], sin_hf)
+    assert float((engine["cos"] - exact["cos"]).abs().max()) > 1e-6
 
 
 def test_grid_not_a_multiple_of_the_merge_size_names_grid_thw() -> None:

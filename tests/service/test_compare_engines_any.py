@@ -83,8 +83,17 @@ def test_positions_read_by_llamacpp_and_mlx(api: httpx.Client) -> None:
         "traditional": False,
         "base": 1000000.0,
         "scale": 0.125,
+        "rope_type": "linear",
+        "scaling_config": {"factor": 8.0},
+        "max_position_embeddings": None,  # the quoted config gives none
     }
     r = api.post(
         "/v1/configs/positions", json={"config": model_config("llama-3.1-8b"), "engine": "mlx"}
     )
-    assert r.status_code == 422 and r.json()["field"] == "engine"
+    mlx = r.json()["rope"]["full_attention"]["mlx"]
+    assert (mlx["rope_type"], mlx["scale"], mlx["max_position_embeddings"]) == (
+        "llama3",
+        1.0,
+        131072,
+    )
+    assert mlx["scaling_config"]["factor"] == 8.0

@@ -85,3 +85,24 @@ def test_configs_positions_describes_query_scale_and_relative(app_client: httpx.
     }
     swin = app_client.post("/v1/configs/positions", json={"config": SWIN_TINY}).json()
     assert swin["relative"] == {"bucketing": "swin", "window_size": 7}
+
+
+def test_precision_engine_over_http(app_client: httpx.Client) -> None:
+    """``precision: "engine"`` (issue 30): Llama4TextAttention's float32 numbers, bit for bit,
+    past 2^24 where the exact step differs; without a config it is a 422 naming precision."""
+    import torch
+
+    positions = [0, 8191, 2**25 - 2]
+    body = {"config": SCOUT, "positions": positions, "precision": "engine"}
+    r = app_client.post("/v1/encodings/query-scale", json=body)
+    assert r.status_code == 200, r.text
+    p = torch.tensor(positions)
+    want = (torch.log1p(torch.floor((p.float() + 1.0) / 8192)) * 0.1 + 1.0).numpy()
+    got = np.asarray(json_tensor(r.json(), "scale"), dtype=np.float32)
+    assert np.array_equal(got, want) and r.json()["meta"]["precision"] == "engine"
+    r = app_client.post(
+        "/v1/encodings/query-scale",
+        json={"seq_len": 3, "alpha": 0.1, "period": 2, "precision": "engine"},
+    )
+    assert r.status_code == 422, r.text
+    assert r.json()["field"] == "precision", r.json()

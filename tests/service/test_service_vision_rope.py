@@ -194,6 +194,31 @@ def test_streams_over_the_element_limit(
     np.testing.assert_allclose(np.load(io.BytesIO(streamed.content)), cos, rtol=0, atol=1e-6)
 
 
+def test_precision_engine_streams_the_modules_float32_bytes(
+    small_client: httpx.Client, app_client: httpx.Client
+) -> None:
+    """``precision: "engine"`` (issue 30): Qwen2_5_VLVisionRotaryEmbedding's float32 cos, bit
+    for bit, streamed or whole; the exact table differs from it by float32 angle error."""
+    import torch
+    from transformers import Qwen2_5_VLConfig
+    from transformers.models.qwen2_5_vl import modeling_qwen2_5_vl as m
+
+    body = {"config": QWEN25, "grid_thw": [[1, 8, 8], [3, 4, 6]], "precision": "engine"}
+    streamed = small_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
+    whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.content == whole.content
+    ids = json_tensor(app_client.post(ROUTE, json=body).json(), "position_ids")
+    vision = Qwen2_5_VLConfig(vision_config=QWEN25["vision_config"]).vision_config
+    module = m.Qwen2_5_VLVisionRotaryEmbedding(vision)
+    pos = torch.from_numpy(np.asarray(ids, dtype=np.int64))  # (N, 2)
+    cos_hf, _sin_hf = module(torch.zeros(1), pos)
+    assert np.array_equal(np.load(io.BytesIO(whole.content)), cos_hf.numpy())
+    exact = app_client.post(ROUTE, params={"format": "npy"}, json={**body, "precision": "exact"})
+    assert exact.content != whole.content
+
+
 def test_configs_positions_describes_the_vision_tower(api: httpx.Client) -> None:
     whole = {  # with the text keys of the same file, which the text reader needs
         **QWEN25,
