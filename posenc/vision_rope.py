@@ -406,8 +406,8 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
     top = config.get("model_type")
     if top not in VISION_RULES and isinstance(config.get("detector_config"), Mapping):
         # SAM 3 Video: the detector's vision tower (its tracker shares the same backbone)
-        vision, own, where = _vision_config(config["detector_config"])
-        return vision, own, where.replace("config", "config.detector_config", 1)
+        tower, tower_type, path = _vision_config(config["detector_config"])
+        return tower, tower_type, path.replace("config", "config.detector_config", 1)
     found = vision_part(config)
     if found is not None:
         holder, where, outer = found
