@@ -22,6 +22,14 @@ Four families of frequencies, each in float64 here and cast once at the end:
 - ``dinov3``: ``f_i = θ^(−4i/Dh)``, angles ``2π·c·f_i`` of the patch centre ``c = 2(k + ½)/n − 1``
   of row ``k`` of ``n`` (then column), as the model computes them in eval mode (no jitter).
 
+The ``axial`` rules also take the towers with their own id rules: 1-based positions (Muse
+Spark and Muse Glimmer turn ``(column + 1, row + 1)``; Inkling2 ``(row + 1, column + 1)`` with a
+class token first at angle 0), tokens in ``pos_emb_height``-patch windows (Muse), a frame axis
+(MiniMax-M3-VL: ``F = ⌊Dh/3⌋ // 2`` frequencies each for the frame, the row and the column, over
+``6F`` of the head), a merge size per grid (Video-LLaMA 3's ``merge_sizes``), the ``split``
+layout (Gemma 4: columns rotate the first half of the head and rows the second, each half
+rotate_half on its own) and positions scaled by ``window_size / w`` (SAM 3's ViT).
+
 Tokens come in the order the tower computes its table: each grid's ``t`` frames one after the
 other; in a frame, ``m × m`` blocks row-major and row-major inside a block, ``m`` the merge size
 the tower passes to its position ids (the config's ``spatial_merge_size`` for Qwen-VL and GLM-4V,
@@ -706,6 +714,7 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
         "rope_theta": spec.rope_theta,
         "layout": spec.layout,
         "merge_size": spec.merge,
+        "rotary_dim": spec.rotary_dim,
         "grid": list(spec.grids[0]) if spec.grids else None,
         "reference": rule.reference,
         "class_token": _class_token(rule),
