@@ -21,8 +21,10 @@ from typing import Any
 import pytest
 import torch
 
+from posenc import kinds
 from posenc.errors import InvalidArgument
 from posenc.vision_rope import (
+    VISION_ROPE,
     VISION_RULES,
     VisionRopeSpec,
     vision_position_ids,
@@ -514,14 +516,30 @@ def test_float64_exact_at_large_positions(model_type: str) -> None:
     assert float((rows32.double() - rows64).abs().max()) < 1e-6
 
 
-@pytest.mark.parametrize("model_type", ["qwen2_5_vl_vision", "llama4_vision_model", "dinov3_vit"])
-def test_row_blocks_equal_the_whole_table(model_type: str) -> None:
+@pytest.mark.parametrize(
+    ("model_type", "extra"),
+    [
+        ("qwen2_5_vl_vision", {}),
+        ("llama4_vision_model", {}),
+        ("dinov3_vit", {}),
+        ("muse_spark_vision", {"pos_emb_height": 3}),
+        ("inkling2_vision", {}),
+        ("minimax_m3_vl_vision", {}),
+        ("gemma4_vision", {}),
+        ("sam3_vit_model", {"image_size": 168}),
+    ],
+)
+def test_row_blocks_equal_the_whole_table(model_type: str, extra: dict) -> None:
     grids = _grids_for(model_type)
-    spec = vision_rope_spec({"model_type": model_type}, grids)
+    spec = vision_rope_spec({"model_type": model_type, **extra}, grids)
     cos, sin = vision_rope_cos_sin(spec, dtype=torch.float16)
     for which, whole in (("cos", cos), ("sin", sin)):
         blocks = vision_rope_blocks(spec, which=which, dtype=torch.float16)
         assert torch.equal(blocks.whole(max_block_bytes=7 * spec.head_dim * 2), whole)
+    params = {"config": {"model_type": model_type, **extra}, "grid_thw": grids, "dtype": "float16"}
+    ctx = kinds.Context(device=torch.device("cpu"), dtype=torch.float16, models={})
+    ids = VISION_ROPE.blocks(params, ctx)["position_ids"].whole(max_block_bytes=7 * 8 * spec.axes)
+    assert torch.equal(ids, vision_position_ids(spec))
 
 
 def test_grid_not_a_multiple_of_the_merge_size_names_grid_thw() -> None:
