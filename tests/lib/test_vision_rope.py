@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import kinds
 from posenc.errors import InvalidArgument
+from posenc.resolve import context
 from posenc.vision_rope import (
     VISION_ROPE,
     VISION_RULES,
@@ -349,6 +349,7 @@ def _model_ids(spec: VisionRopeSpec) -> torch.Tensor:
         return ids.flip(-1)
     if mt == "sam3_vit_model":  # (x, y) · window_size / w
         w = spec.grids[0][2]
+        assert spec.scale is not None
         return ids.flip(-1).float() * (spec.scale / w)
     return ids
 
@@ -537,7 +538,8 @@ def test_row_blocks_equal_the_whole_table(model_type: str, extra: dict) -> None:
         blocks = vision_rope_blocks(spec, which=which, dtype=torch.float16)
         assert torch.equal(blocks.whole(max_block_bytes=7 * spec.head_dim * 2), whole)
     params = {"config": {"model_type": model_type, **extra}, "grid_thw": grids, "dtype": "float16"}
-    ctx = kinds.Context(device=torch.device("cpu"), dtype=torch.float16, models={})
+    ctx = context(params)  # CPU, float16
+    assert VISION_ROPE.blocks is not None
     ids = VISION_ROPE.blocks(params, ctx)["position_ids"].whole(max_block_bytes=7 * 8 * spec.axes)
     assert torch.equal(ids, vision_position_ids(spec))
 
@@ -707,7 +709,8 @@ def test_bad_keys_are_422_naming_them(config: dict, field: str) -> None:
 def test_muse_window_order_with_small_windows(model_type: str) -> None:
     """pos_emb_height 2: 2×2-patch windows, edge windows cut (h 5, w 3), a 2-frame video: the
     tower's get_vision_window_index order of (column + 1, row + 1)."""
-    cfg = CONFIG_MAPPING[model_type](pos_emb_height=2)
+    cfg = CONFIG_MAPPING[model_type]()
+    cfg.pos_emb_height = 2
     grids = [[1, 5, 3], [2, 4, 6]]
     spec = vision_rope_spec(cfg.to_dict(), grids)
     assert spec.window == 2

@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import kinds
 from posenc.blocks import TableBlocks
 from posenc.errors import InvalidArgument
+from posenc.resolve import context
 from posenc.vision_rope import VISION_ROPE
 from posenc.vision_timm import (
     timm_position_ids,
@@ -113,9 +113,10 @@ def test_mixed_rows_run_over_blocks_heads_tokens() -> None:
 
 def test_row_blocks_equal_the_whole_table() -> None:
     config = {"rope_type": "cat", "dim": 64, "num_heads": 2, "in_pixels": False}
-    params = {"config": config, "grid_thw": [[1, 5, 7], [1, 3, 2]], "engine": "timm"}
-    params |= {"dtype": "float16", "merge_sizes": None}
-    ctx = kinds.Context(device=torch.device("cpu"), dtype=torch.float16, models={})
+    params: dict[str, Any] = {"config": config, "grid_thw": [[1, 5, 7], [1, 3, 2]]}
+    params |= {"engine": "timm", "dtype": "float16", "merge_sizes": None}
+    ctx = context(params)  # CPU, float16
+    assert VISION_ROPE.blocks is not None and VISION_ROPE.meta is not None
     whole = VISION_ROPE.compute(params, ctx)
     blocks = VISION_ROPE.blocks(params, ctx)
     for name in ("cos", "sin", "position_ids"):
