@@ -22,6 +22,14 @@ Four families of frequencies, each in float64 here and cast once at the end:
 - ``dinov3``: ``f_i = θ^(−4i/Dh)``, angles ``2π·c·f_i`` of the patch centre ``c = 2(k + ½)/n − 1``
   of row ``k`` of ``n`` (then column), as the model computes them in eval mode (no jitter).
 
+The ``axial`` rules also take the towers with their own id rules: 1-based positions (Muse
+Spark and Muse Glimmer turn ``(column + 1, row + 1)``; Inkling2 ``(row + 1, column + 1)`` with a
+class token first at angle 0), tokens in ``pos_emb_height``-patch windows (Muse), a frame axis
+(MiniMax-M3-VL: ``F = ⌊Dh/3⌋ // 2`` frequencies each for the frame, the row and the column, over
+``6F`` of the head), a merge size per grid (Video-LLaMA 3's ``merge_sizes``), the ``split``
+layout (Gemma 4: columns rotate the first half of the head and rows the second, each half
+rotate_half on its own) and positions scaled by ``window_size / w`` (SAM 3's ViT).
+
 Tokens come in the order the tower computes its table: each grid's ``t`` frames one after the
 other; in a frame, ``m × m`` blocks row-major and row-major inside a block, ``m`` the merge size
 the tower passes to its position ids (the config's ``spatial_merge_size`` for Qwen-VL and GLM-4V,
@@ -50,6 +58,14 @@ from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
 from posenc.hf.reader import vision_part
+from posenc.vision_timm import (
+    TIMM_MODULES,
+    TimmRopeSpec,
+    timm_position_ids,
+    timm_rope_cos_sin,
+    timm_rope_fill,
+    timm_rope_spec,
+)
 
 __all__ = [
     "VISION_ALIASES",
@@ -66,7 +82,8 @@ __all__ = [
 
 Family = Literal["axial", "pixtral", "llama4", "dinov3"]
 Order = Literal["hw", "wh", "wh_pairs"]
-Layout = Literal["half", "interleaved"]
+Layout = Literal["half", "interleaved", "split"]
+ClassToken = Literal["", "first", "last"]
 
 
 @dataclass(frozen=True)
@@ -75,8 +92,21 @@ class VisionRule:
 
     Attributes:
         family: ``axial``, ``pixtral``, ``llama4`` or ``dinov3`` (module docstring).
-        layout: ``half`` (rotate_half) or ``interleaved`` (adjacent pairs).
+        layout: ``half`` (rotate_half), ``interleaved`` (adjacent pairs) or ``split`` (each
+            half of the head rotate_half on its own, the first axis in the first half: Gemma 4's
+            ``apply_multidimensional_rope``).
         order: ``axial`` only: how rows and columns fill half a head.
+        offset: added to each row and column before the angles (Muse Spark's and Inkling2's
+            1-based positions); a class token stays at angle 0.
+        window: the config key whose value is the side, in patches, of the square windows the
+            tower orders its tokens by (Muse Spark: ``pos_emb_height``); None: no reordering.
+        scale: the config key ``s`` of positions scaled by ``s / w`` (SAM 3's ViT: each
+            layer's grid is stretched to ``window_size``); None: no scaling.
+        temporal: the frame index is a third axis (MiniMax-M3-VL): ``F = ⌊Dh/3⌋ // 2``
+            frequencies per axis, ``[t | h | w]`` in half of the ``6F`` rotated channels, the
+            rest of the head passes through.
+        merge_per_grid: the merge size is a forward input per image or video (Video-LLaMA 3's
+            ``merge_sizes``), taken from the request.
         merge: the merge size the tower passes to its position ids: ``None`` for the config's
             ``spatial_merge_size``, else this number.
         width: the config key that, divided by the heads, gives ``Dh`` when ``head_dim`` is
@@ -85,7 +115,8 @@ class VisionRule:
             out, and must be that grid if given.
         default_grid: a grid from ``image_size / patch_size`` when ``grid_thw`` is absent
             (DINOv3, which also takes other sizes).
-        class_token: a class token at angle 0 ends each grid's tokens (Llama 4).
+        class_token: a class token at angle 0 ends (``last``: Llama 4) or starts (``first``:
+            Inkling2) each grid's tokens; ``""``: none.
         learned_class_token: the tower puts a class token first whose angles are a trained
             parameter (MLCD's ``class_pos_emb``), not a position: it is not in the table, and
             ``meta.class_token`` says so.
@@ -103,9 +134,14 @@ class VisionRule:
     width: str = "hidden_size"
     fixed_grid: bool = False
     default_grid: bool = False
-    class_token: bool = False
+    class_token: ClassToken = ""
     learned_class_token: bool = False
     images_only: bool = False
+    offset: int = 0
+    window: str | None = None
+    scale: str | None = None
+    temporal: bool = False
+    merge_per_grid: bool = False
 
 
 def _axial(reference: str, hidden: int, heads: int, **extra: Any) -> VisionRule:
@@ -172,7 +208,7 @@ VISION_RULES: dict[str, VisionRule] = {
         },
         merge=1,
         fixed_grid=True,
-        class_token=True,
+        class_token="last",
         images_only=True,
     ),
     "dinov3_vit": VisionRule(
@@ -203,6 +239,71 @@ VISION_RULES["mlcd_vision_model"] = _axial(
     learned_class_token=True,
     images_only=True,
     defaults={"image_size": 336, "patch_size": 14},
+)
+# Muse Spark and Muse Glimmer: axial frequencies turned by (column + 1, row + 1) (the tower
+# flips get_vision_position_ids' (h, w) and adds 1), rotate_half, ids made with merge size 1
+# (the merge is a pixel shuffle after the blocks), tokens in the tower's window order
+# (get_vision_window_index over pos_emb_height-patch windows).
+for _type, _module in (
+    ("muse_spark_vision", "MuseSparkVisionRotaryEmbedding"),
+    ("muse_glimmer_vision", "MuseGlimmerVisionRotaryEmbedding"),
+):
+    VISION_RULES[_type] = _axial(
+        _module,
+        1536,
+        16,
+        merge=1,
+        order="wh",
+        offset=1,
+        window="pos_emb_height",
+        defaults={"pos_emb_height": 32},
+    )
+# Inkling2: a class token first in each image at (0, 0) (angle 0), patches at (row + 1,
+# column + 1) in spatial-merge block order; (w | h) angles, each repeated for an interleaved pair.
+VISION_RULES["inkling2_vision"] = _axial(
+    "Inkling2VisionRotaryEmbedding",
+    1024,
+    16,
+    layout="interleaved",
+    order="wh",
+    offset=1,
+    class_token="first",
+)
+# MiniMax-M3-VL: get_vision_position_ids(include_temporal=True): (t, h, w) in spatial-merge
+# block order, each axis turning F = ⌊Dh/3⌋ // 2 frequencies; rotate_half over 6F channels.
+VISION_RULES["minimax_m3_vl_vision"] = _axial(
+    "MiniMaxM3VLVisionRotaryEmbedding", 1280, 16, temporal=True
+)
+# Video-LLaMA 3: Qwen-VL's axial table with a merge size per image or video (merge_sizes).
+VISION_RULES["video_llama_3_vision"] = _axial(
+    "VideoLlama3VisionRotaryEmbedding", 768, 12, merge_per_grid=True
+)
+# Gemma 4: the image processor's (x, y) patch positions row-major; columns rotate the first
+# half of the head, rows the second, each half rotate_half on its own (H-H-W-W in the module's
+# names, whose "h" is the processor's x).
+VISION_RULES["gemma4_vision"] = _axial(
+    "Gemma4VisionRotaryEmbedding",
+    768,
+    12,
+    merge=1,
+    order="wh",
+    layout="split",
+    images_only=True,
+    defaults={"head_dim": 64, "rope_theta": 100.0},
+)
+# SAM 3's ViT: each layer's grid (its window_size windows, or image_size / patch_size for the
+# global layers) row-major, positions (column, row) scaled by window_size / w, interleaved.
+VISION_RULES["sam3_vit_model"] = _axial(
+    "Sam3ViTRotaryEmbedding",
+    1024,
+    16,
+    merge=1,
+    order="wh",
+    layout="interleaved",
+    scale="window_size",
+    default_grid=True,
+    images_only=True,
+    defaults={"window_size": 24, "image_size": 1008, "patch_size": 14},
 )
 # Sapiens2 copies DINOv3's module (Sapiens2RopePositionEmbedding) with other defaults.
 VISION_RULES["sapiens2"] = dataclasses.replace(
@@ -259,15 +360,42 @@ class VisionRopeSpec:
     merge: int
     grids: tuple[tuple[int, int, int], ...]
     defaulted: tuple[str, ...] = ()
+    merges: tuple[int, ...] = ()
+    window: int | None = None
+    scale: float | None = None
 
     @property
     def layout(self) -> Layout:
         return self.rule.layout
 
     @property
+    def grid_merges(self) -> tuple[int, ...]:
+        """The merge size of each grid's position ids."""
+        return self.merges or (self.merge,) * len(self.grids)
+
+    @property
+    def frequencies(self) -> int:
+        """``F``: the frequencies each axis turns."""
+        if self.rule.family == "pixtral":
+            return self.head_dim // 4
+        if self.rule.temporal:
+            return (self.head_dim // 3) // 2
+        return self.head_dim // 4
+
+    @property
+    def rotary_dim(self) -> int:
+        """The columns of the tables: ``Dh``, or ``6F`` for a 3-D partial rotary."""
+        return 6 * self.frequencies if self.rule.temporal else self.head_dim
+
+    @property
+    def axes(self) -> int:
+        """Columns of ``position_ids``: 2 ``(row, column)``, 3 ``(frame, row, column)``."""
+        return 3 if self.rule.temporal else 2
+
+    @property
     def tokens_per_grid(self) -> list[int]:
         """Tokens of each grid: ``t·h·w`` (+1 with a class token)."""
-        extra = 1 if self.rule.class_token else 0
+        extra = 1 if self.rule.class_token else 0  # "" is no class token
         return [t * h * w + extra for t, h, w in self.grids]
 
     @property
@@ -284,9 +412,17 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
             field="config",
         )
     top = config.get("model_type")
+    if top not in VISION_RULES and isinstance(config.get("detector_config"), Mapping):
+        # SAM 3 Video: the detector's vision tower (its tracker shares the same backbone)
+        tower, tower_type, path = _vision_config(config["detector_config"])
+        return tower, tower_type, path.replace("config", "config.detector_config", 1)
     found = vision_part(config)
     if found is not None:
         holder, where, outer = found
+        backbone = holder.get("backbone_config")
+        if holder.get("model_type") not in VISION_RULES and isinstance(backbone, Mapping):
+            # SAM 3's vision model: the rotary ViT is its backbone
+            holder, where = backbone, f"{where}.backbone_config"
         own = holder.get("model_type")
         own = VISION_ALIASES.get(str(own), own)
         if own is None or (own in (outer, top) and own not in VISION_RULES):
@@ -407,8 +543,74 @@ def _grids(
     return tuple(out)
 
 
+def _config_grid(
+    vision: Mapping[str, Any], rule: VisionRule, where: str
+) -> tuple[int, int, int] | None:
+    """The grid ``image_size / patch_size`` where the config fixes or defaults it, else None."""
+    if not (rule.fixed_grid or rule.default_grid):
+        return None
+    image = vision.get("image_size", rule.defaults["image_size"])
+    patch = vision.get("patch_size", rule.defaults["patch_size"])
+    image_h, image_w = image if isinstance(image, list | tuple) else (image, image)
+    patch_h, patch_w = patch if isinstance(patch, list | tuple) else (patch, patch)
+    for name, value in (
+        ("image_size", image_h),
+        ("image_size", image_w),
+        ("patch_size", patch_h),
+        ("patch_size", patch_w),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgument(
+                f"{where}.{name} must be a positive int, got {value!r}",
+                field=f"{where}.{name}",
+            )
+    if rule.family == "llama4":
+        side = image_h // patch_h
+        return (1, side, side)
+    return (1, image_h // patch_h, image_w // patch_w)
+
+
+def _grid_merges(
+    merge_sizes: Any, rule: VisionRule, grids: tuple[tuple[int, int, int], ...]
+) -> tuple[int, ...]:
+    """The merge size of each grid of a tower that takes them per image (Video-LLaMA 3): the
+    request's ``merge_sizes``, else its processors' defaults (1 for an image, 2 for a video)."""
+    if not rule.merge_per_grid:
+        if merge_sizes is not None:
+            raise InvalidArgument(
+                "merge_sizes is only for a vision tower that takes a merge size per image "
+                "(Video-LLaMA 3); this tower's merge size comes from its config",
+                field="merge_sizes",
+            )
+        return ()
+    if merge_sizes is None:
+        return tuple(1 if t == 1 else 2 for t, _, _ in grids)
+    merges = tuple(merge_sizes)
+    if len(merges) != len(grids):
+        raise InvalidArgument(
+            f"merge_sizes must give one merge size per grid: {len(grids)} grids, got "
+            f"{len(merges)} merge sizes",
+            field="merge_sizes",
+        )
+    for i, ((t, h, w), m) in enumerate(zip(grids, merges, strict=True)):
+        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
+            raise InvalidArgument(
+                f"merge_sizes[{i}] must be a positive int, got {m!r}", field="merge_sizes"
+            )
+        if h % m or w % m:
+            raise InvalidArgument(
+                f"grid_thw[{i}] = {[t, h, w]}: h and w must be multiples of its merge size {m}",
+                field="grid_thw",
+            )
+    return merges
+
+
 def vision_rope_spec(
-    config: Mapping[str, Any], grid_thw: Any = None, *, need_grid: bool = True
+    config: Mapping[str, Any],
+    grid_thw: Any = None,
+    *,
+    need_grid: bool = True,
+    merge_sizes: Any = None,
 ) -> VisionRopeSpec:
     """Read a config's vision tower and check the grids against it (numbers only).
 
@@ -417,6 +619,7 @@ def vision_rope_spec(
             Omni models), or a vision config sent alone.
         grid_thw: ``[t, h, w]`` rows, or None where the config fixes the grid.
         need_grid: False: no grid_thw is no grids (the tower described, no table).
+        merge_sizes: one merge size per grid, for a tower that takes them (Video-LLaMA 3).
 
     Raises:
         InvalidArgument: a tower without a rotary embedding (the message says what it uses),
@@ -435,49 +638,41 @@ def vision_rope_spec(
     else:
         width = _int_key(vision, (rule.width,), rule, where, used)
         head_dim = width // heads
-    if head_dim % 4:
+    if rule.temporal and head_dim < 6:
+        raise InvalidArgument(
+            f"{where}: the head dimension {head_dim} must be at least 6 (three axes of "
+            "rotate-half pairs)",
+            field=f"{where}.num_heads",
+        )
+    if not rule.temporal and head_dim % 4:
         raise InvalidArgument(
             f"{where}: the head dimension {head_dim} must be a multiple of 4 (two axes of "
             "rotate-half pairs)",
             field=f"{where}.num_heads",
         )
     theta = _theta(vision, rule, where, used)
-    merge = rule.merge
+    merge = 1 if rule.merge_per_grid else rule.merge
     if merge is None:
         merge = _int_key(vision, ("spatial_merge_size",), rule, where, used)
-    fixed = None
-    if rule.fixed_grid or rule.default_grid:
-        image = vision.get("image_size", rule.defaults["image_size"])
-        patch = vision.get("patch_size", rule.defaults["patch_size"])
-        if isinstance(image, list | tuple):
-            image_h, image_w = image
-        else:
-            image_h = image_w = image
-        if isinstance(patch, list | tuple):
-            patch_h, patch_w = patch
-        else:
-            patch_h = patch_w = patch
-        for name, value in (("image_size", image_h), ("patch_size", patch_h)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidArgument(
-                    f"{where}.{name} must be a positive int, got {value!r}",
-                    field=f"{where}.{name}",
-                )
-        if rule.family == "llama4":
-            side = image_h // patch_h
-            fixed = (1, side, side)
-        else:
-            fixed = (1, image_h // patch_h, image_w // patch_w)
+    window = None if rule.window is None else _int_key(vision, (rule.window,), rule, where, used)
+    scale = None if rule.scale is None else _int_key(vision, (rule.scale,), rule, where, used)
+    fixed = _config_grid(vision, rule, where)
+    grids = (
+        ()
+        if grid_thw is None and fixed is None and not need_grid
+        else _grids(grid_thw, rule, merge, fixed)
+    )
     return VisionRopeSpec(
         model_type=model_type,
         rule=rule,
         head_dim=head_dim,
         rope_theta=theta,
         merge=merge,
-        grids=()
-        if grid_thw is None and fixed is None and not need_grid
-        else (_grids(grid_thw, rule, merge, fixed)),
+        grids=grids,
         defaulted=tuple(used),
+        merges=_grid_merges(merge_sizes, rule, grids),
+        window=window,
+        scale=None if scale is None else float(scale),
     )
 
 
@@ -519,6 +714,7 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
         "rope_theta": spec.rope_theta,
         "layout": spec.layout,
         "merge_size": spec.merge,
+        "rotary_dim": spec.rotary_dim,
         "grid": list(spec.grids[0]) if spec.grids else None,
         "reference": rule.reference,
         "class_token": _class_token(rule),
@@ -529,7 +725,7 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
 def _class_token(rule: VisionRule) -> str | None:
     """What ``meta.class_token`` says of the tower's class token (None: none is rotated)."""
     if rule.class_token:
-        return "last row of each grid, at angle 0, position_ids (-1, -1)"
+        return f"{rule.class_token} row of each grid, at angle 0, position_ids (-1, -1)"
     if rule.learned_class_token:
         return (
             "the tower puts a class token first, rotated by its trained class_pos_emb (weights, "
@@ -538,11 +734,22 @@ def _class_token(rule: VisionRule) -> str | None:
     return None
 
 
-def _token_coordinates(
-    spec: VisionRopeSpec, start: int, stop: int
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Rows, columns, and the grid's h and w, ``(N,)`` int64 each, of tokens ``start … stop−1``
-    (row and column −1 for a class token)."""
+def _in_windows(within: Tensor, h: Tensor, w: Tensor, side: int) -> tuple[Tensor, Tensor]:
+    """Row and column ``(N,)`` of the token at ``within`` in a frame ordered by ``side × side``
+    windows, row-major over the windows and inside each (edge windows are cut to the frame:
+    transformers' ``get_vision_window_index`` with merge size 1)."""
+    band = within // (side * w)  # (N,) the row of windows
+    rest = within - band * side * w
+    band_h = torch.minimum(h - band * side, torch.full_like(h, side))  # rows in this band
+    win = rest // (band_h * side)  # (N,) the window in its band
+    rest = rest - win * band_h * side
+    win_w = torch.minimum(w - win * side, torch.full_like(w, side))  # columns in this window
+    return band * side + rest // win_w, win * side + rest % win_w
+
+
+def _token_coordinates(spec: VisionRopeSpec, start: int, stop: int) -> tuple[Tensor, ...]:
+    """Frame, row, column, and the grid's h and w, ``(N,)`` int64 each, of tokens
+    ``start … stop−1`` (frame, row and column −1 for a class token)."""
     counts = torch.tensor(spec.tokens_per_grid, dtype=torch.int64)  # (G,)
     ends = torch.cumsum(counts, 0)  # (G,)
     index = torch.arange(start, stop, dtype=torch.int64)  # (N,)
@@ -550,26 +757,35 @@ def _token_coordinates(
     local = index - (ends - counts)[grid]  # (N,) index inside its grid
     sizes = torch.tensor([[h, w] for _, h, w in spec.grids], dtype=torch.int64)  # (G, 2)
     h, w = sizes[grid, 0], sizes[grid, 1]  # (N,)
-    m = spec.merge
+    cls = torch.zeros_like(local, dtype=torch.bool)
+    if spec.rule.class_token == "first":
+        cls = local == 0
+        local = (local - 1).clamp(min=0)
+    elif spec.rule.class_token == "last":
+        cls = local == counts[grid] - 1
+    frame = local // (h * w)
     within = local % (h * w)  # (N,) index inside its frame
-    blocks_w = w // m
-    in_col = within % m
-    in_row = (within // m) % m
-    block_col = (within // (m * m)) % blocks_w
-    block_row = within // (m * m * blocks_w)
-    row = block_row * m + in_row
-    col = block_col * m + in_col
-    if spec.rule.class_token:
-        cls = local == h * w  # the last token of its grid
-        row = torch.where(cls, -1, row)
-        col = torch.where(cls, -1, col)
-    return row, col, h, w
+    if spec.window is not None:
+        row, col = _in_windows(within, h, w, spec.window)
+    else:
+        m = torch.tensor(spec.grid_merges, dtype=torch.int64)[grid]  # (N,)
+        blocks_w = w // m
+        in_col = within % m
+        in_row = (within // m) % m
+        block_col = (within // (m * m)) % blocks_w
+        block_row = within // (m * m * blocks_w)
+        row = block_row * m + in_row
+        col = block_col * m + in_col
+    frame, row, col = (torch.where(cls, -1, v) for v in (frame, row, col))
+    return frame, row, col, h, w
 
 
 def vision_position_ids(spec: VisionRopeSpec) -> Tensor:
-    """``(N, 2)`` int64: each token's ``(row, column)``, ``(−1, −1)`` for a class token."""
-    row, col, _, _ = _token_coordinates(spec, 0, spec.tokens)
-    return torch.stack((row, col), dim=-1)
+    """``(N, 2)`` int64: each token's ``(row, column)``, ``(−1, −1)`` for a class token;
+    ``(N, 3)`` ``(frame, row, column)`` for a 3-D rotary (MiniMax-M3-VL)."""
+    frame, row, col, _, _ = _token_coordinates(spec, 0, spec.tokens)
+    axes = (frame, row, col) if spec.axes == 3 else (row, col)
+    return torch.stack(axes, dim=-1)
 
 
 def _frequencies(spec: VisionRopeSpec) -> tuple[Tensor, Tensor]:
@@ -583,81 +799,103 @@ def _frequencies(spec: VisionRopeSpec) -> tuple[Tensor, Tensor]:
     if family == "dinov3":
         inv = theta ** (-torch.arange(0, d // 4, dtype=torch.float64) * 4 / d)  # (Dh/4,)
         return inv, inv
-    s = d // 2
-    inv = theta ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)  # (Dh/4,)
+    s = 2 * spec.frequencies  # Dh/2, or 2·(⌊Dh/3⌋ // 2) for a 3-D rotary
+    inv = theta ** (-torch.arange(0, s, 2, dtype=torch.float64) / s)  # (F,)
     return inv, inv
 
 
 def _half_angles(spec: VisionRopeSpec, start: int, stop: int) -> Tensor:
-    """float64 angles ``(N, Dh/2)`` of tokens ``start … stop−1``, half a head in the model's
-    order (the other half, or the other slot of each pair, repeats them)."""
-    row, col, h, w = _token_coordinates(spec, start, stop)
+    """float64 angles ``(N, R/2)`` of tokens ``start … stop−1``, half the rotated channels in
+    the model's order (the other half, or the other slot of each pair, repeats them)."""
+    frame, row, col, h, w = _token_coordinates(spec, start, stop)
     f_h, f_w = _frequencies(spec)
-    family = spec.rule.family
-    if family == "dinov3":
+    rule = spec.rule
+    if rule.family == "dinov3":
         # patch centres in [-1, 1], times 2π (DINOv3ViTRopePositionEmbedding, eval mode)
         y = 2.0 * (row.to(torch.float64) + 0.5) / h - 1.0
         x = 2.0 * (col.to(torch.float64) + 0.5) / w - 1.0
         return torch.cat((2 * math.pi * y[:, None] * f_h, 2 * math.pi * x[:, None] * f_w), -1)
-    if family == "llama4":
+    if rule.family == "llama4":
         cls = row < 0
         y = torch.where(cls, 0, row + 1).to(torch.float64)
         x = torch.where(cls, 0, col + 1).to(torch.float64)
         return torch.cat((x[:, None] * f_w, y[:, None] * f_h), dim=-1)
-    y_angles = row.to(torch.float64)[:, None] * f_h  # (N, F)
-    x_angles = col.to(torch.float64)[:, None] * f_w  # (N, F)
-    if family == "pixtral" or spec.rule.order == "hw":
+    cls = row < 0  # a class token: angle 0
+    y = torch.where(cls, 0, row + rule.offset).to(torch.float64)
+    x = torch.where(cls, 0, col + rule.offset).to(torch.float64)
+    if spec.scale is not None:  # SAM 3: the grid stretched to window_size
+        y, x = y * (spec.scale / w), x * (spec.scale / w)
+    t = torch.where(cls, 0, frame).to(torch.float64)
+    return _arranged(spec, t, y, x, f_h, f_w)
+
+
+def _arranged(
+    spec: VisionRopeSpec, t: Tensor, y: Tensor, x: Tensor, f_h: Tensor, f_w: Tensor
+) -> Tensor:
+    """The angles ``(N, R/2)`` of positions ``t``, ``y``, ``x`` ``(N,)`` and frequencies
+    ``f_h``, ``f_w`` ``(F,)``, in the model's order of the channels."""
+    rule = spec.rule
+    y_angles = y[:, None] * f_h  # (N, F)
+    x_angles = x[:, None] * f_w  # (N, F)
+    if rule.temporal:
+        return torch.cat((t[:, None] * f_h, y_angles, x_angles), dim=-1)
+    if rule.family == "pixtral" or rule.order == "hw":
         return torch.cat((y_angles, x_angles), dim=-1)
-    if spec.rule.order == "wh":
+    if rule.order == "wh":
         return torch.cat((x_angles, y_angles), dim=-1)
     return torch.stack((x_angles, y_angles), dim=-1).flatten(1)  # w0, h0, w1, h1 ...
 
 
 def _engine_angles(spec: VisionRopeSpec, start: int, stop: int) -> Tensor:
-    """transformers' float32 angles ``(N, Dh/2)`` of tokens ``start … stop−1``, each family's
+    """transformers' float32 angles ``(N, R/2)`` of tokens ``start … stop−1``, each family's
     operations in its module's order (``1.0 / (θ ** (arange(...).float() / d))``, one float32
     product of position and frequency; DINOv3's float32 patch centres times ``2π`` then the
-    frequency), half a head in the model's order."""
-    row, col, h, w = _token_coordinates(spec, start, stop)
-    d, theta, family = spec.head_dim, spec.rope_theta, spec.rule.family
-    if family == "dinov3":  # DINOv3ViTRopePositionEmbedding, get_patches_center_coordinates
+    frequency), half the rotated channels in the model's order."""
+    frame, row, col, h, w = _token_coordinates(spec, start, stop)
+    d, theta, rule = spec.head_dim, spec.rope_theta, spec.rule
+    if rule.family == "dinov3":  # DINOv3ViTRopePositionEmbedding, get_patches_center_coordinates
         inv = 1 / theta ** torch.arange(0, 1, 4 / d, dtype=torch.float32)  # (Dh/4,)
         coords = torch.stack(((row.float() + 0.5) / h, (col.float() + 0.5) / w), -1)  # (N, 2)
         coords = 2.0 * coords - 1.0
         return (2 * math.pi * coords[:, :, None] * inv[None, None, :]).flatten(1, 2)
-    if family == "llama4":  # Llama4VisionRotaryEmbedding._compute_freqs_ci
+    if rule.family == "llama4":  # Llama4VisionRotaryEmbedding._compute_freqs_ci
         half = d // 2
         freq = 1.0 / (theta ** (torch.arange(0, half, 2)[: half // 2].float() / half))
         x = (col.to(torch.int32) + 1)[:, None] * freq[None, :]
         y = (row.to(torch.int32) + 1)[:, None] * freq[None, :]
         return torch.cat((x, y), -1).masked_fill((row < 0)[:, None], 0)
-    if family == "pixtral":  # compute_axial_rope_parameters: even | odd frequencies
+    if rule.family == "pixtral":  # compute_axial_rope_parameters: even | odd frequencies
         inv = 1.0 / (theta ** (torch.arange(0, d, 2, dtype=torch.float) / d))
         f_h, f_w = inv[0::2], inv[1::2]
     else:
-        inv = 1.0 / (theta ** (torch.arange(0, d // 2, 2, dtype=torch.float) / (d // 2)))
-        f_h = f_w = inv
-    y_angles = row.float()[:, None] * f_h  # (N, F)
-    x_angles = col.float()[:, None] * f_w  # (N, F)
-    if family == "pixtral" or spec.rule.order == "hw":
-        return torch.cat((y_angles, x_angles), dim=-1)
-    if spec.rule.order == "wh":
-        return torch.cat((x_angles, y_angles), dim=-1)
-    return torch.stack((x_angles, y_angles), dim=-1).flatten(1)  # w0, h0, w1, h1 ...
+        s = 2 * spec.frequencies
+        f_h = f_w = 1.0 / (theta ** (torch.arange(0, s, 2, dtype=torch.float) / s))
+    cls = row < 0  # a class token: angle 0
+    y = torch.where(cls, 0, row + rule.offset).float()
+    x = torch.where(cls, 0, col + rule.offset).float()
+    if spec.scale is not None:  # SAM 3: the grid stretched to window_size
+        y, x = y * (spec.scale / w), x * (spec.scale / w)
+    t = torch.where(cls, 0, frame).float()
+    return _arranged(spec, t, y, x, f_h, f_w)
 
 
 def _fill(
     spec: VisionRopeSpec, which: str, start: int, stop: int, out: Tensor, engine: bool = False
 ) -> None:
-    """Rows ``start … stop−1`` of ``cos`` or ``sin`` into ``out`` ``(N, Dh)``, cast once (from
+    """Rows ``start … stop−1`` of ``cos`` or ``sin`` into ``out`` ``(N, R)``, cast once (from
     float64 angles, or with ``engine`` transformers' float32 ones and float32 cos/sin)."""
-    # (N, Dh/2): float32 on the CPU (the module's own numbers), or float64 where ``out`` is
+    # (N, R/2): float32 on the CPU (the module's own numbers), or float64 where ``out`` is
     angles = (
         _engine_angles(spec, start, stop)
         if engine
         else _half_angles(spec, start, stop).to(out.device)
     )
     values = (angles.cos() if which == "cos" else angles.sin()).to(out.device)
+    if spec.layout == "split":  # [a, a | b, b]: each half of the head rotate_half on its own
+        half = values.shape[-1] // 2
+        write_pair(out[:, : 2 * half], values[:, :half], values[:, :half], False)
+        write_pair(out[:, 2 * half :], values[:, half:], values[:, half:], False)
+        return
     write_pair(out, values, values, spec.layout == "interleaved")
 
 
@@ -676,7 +914,7 @@ def vision_rope_cos_sin(
     ``interleaved``: each value twice in place.
     """
     dev = torch.device("cpu") if device is None else torch.device(device)
-    shape = (spec.tokens, spec.head_dim)
+    shape = (spec.tokens, spec.rotary_dim)
     cos = torch.empty(shape, dtype=dtype, device=dev)
     sin = torch.empty(shape, dtype=dtype, device=dev)
     _fill(spec, "cos", 0, spec.tokens, cos, precision == "engine")
@@ -701,16 +939,16 @@ def vision_rope_blocks(
     def fill(start: int, stop: int, out: Tensor) -> None:
         _fill(spec, which, start, stop, out, precision == "engine")
 
-    return TableBlocks(which, (spec.tokens, spec.head_dim), resolve_dtype(dtype), fill, dev)
+    return TableBlocks(which, (spec.tokens, spec.rotary_dim), resolve_dtype(dtype), fill, dev)
 
 
 def _position_blocks(spec: VisionRopeSpec, device: torch.device) -> TableBlocks:
     def fill(start: int, stop: int, out: Tensor) -> None:
-        row, col, _, _ = _token_coordinates(spec, start, stop)
-        out[:, 0].copy_(row)
-        out[:, 1].copy_(col)
+        frame, row, col, _, _ = _token_coordinates(spec, start, stop)
+        for i, axis in enumerate((frame, row, col)[3 - spec.axes :]):
+            out[:, i].copy_(axis)
 
-    return TableBlocks("position_ids", (spec.tokens, 2), torch.int64, fill, device)
+    return TableBlocks("position_ids", (spec.tokens, spec.axes), torch.int64, fill, device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -730,23 +968,49 @@ _EXAMPLE_CONFIG = {
 
 
 def _spec(p: Mapping[str, Any]) -> VisionRopeSpec:
-    return vision_rope_spec(p["config"], p["grid_thw"])
+    return vision_rope_spec(p["config"], p["grid_thw"], merge_sizes=p.get("merge_sizes"))
+
+
+def _timm(p: Mapping[str, Any]) -> TimmRopeSpec | None:
+    """timm's spec where ``engine`` is ``timm``, else None (transformers' towers)."""
+    if p.get("engine", "transformers") != "timm":
+        return None
+    if p.get("merge_sizes") is not None:
+        raise InvalidArgument(
+            "merge_sizes is only for a transformers vision tower that takes them (Video-LLaMA 3)",
+            field="merge_sizes",
+        )
+    return timm_rope_spec(p["config"], p["grid_thw"])
 
 
 def _complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     """The config read and the grids checked (a 422 before any tensor); the spec, not the raw
     config, is what the tables depend on."""
+    if _timm(p) is not None:
+        return p
     spec = _spec(p)
-    return {**p, "grid_thw": [list(g) for g in spec.grids]}
+    merges = list(spec.merges) or None
+    return {**p, "grid_thw": [list(g) for g in spec.grids], "merge_sizes": merges}
 
 
 def _shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    timm = _timm(p)
+    if timm is not None:
+        return {
+            "cos": (timm.tokens, timm.width),
+            "sin": (timm.tokens, timm.width),
+            "position_ids": (timm.tokens, 2),
+        }
     spec = _spec(p)
-    n, d = spec.tokens, spec.head_dim
-    return {"cos": (n, d), "sin": (n, d), "position_ids": (n, 2)}
+    n, d = spec.tokens, spec.rotary_dim
+    return {"cos": (n, d), "sin": (n, d), "position_ids": (n, spec.axes)}
 
 
 def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    timm = _timm(p)
+    if timm is not None:
+        cos, sin = timm_rope_cos_sin(timm, device=ctx.device, dtype=ctx.dtype)
+        return {"cos": cos, "sin": sin, "position_ids": timm_position_ids(timm).to(ctx.device)}
     spec = _spec(p)
     cos, sin = vision_rope_cos_sin(
         spec, device=ctx.device, dtype=ctx.dtype, precision=p.get("precision") or "exact"
@@ -754,7 +1018,32 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     return {"cos": cos, "sin": sin, "position_ids": vision_position_ids(spec).to(ctx.device)}
 
 
+def _timm_blocks(timm: TimmRopeSpec, ctx: kinds.Context) -> dict[str, Any]:
+    def table(which: str) -> TableBlocks:
+        def fill(start: int, stop: int, out: Tensor) -> None:
+            timm_rope_fill(timm, which, start, stop, out)
+
+        shape = (timm.tokens, timm.width)
+        return TableBlocks(which, shape, resolve_dtype(ctx.dtype), fill, ctx.device)
+
+    ids = timm_position_ids(timm)  # (N, 2) int64: 16 bytes a row, next to 4F values a row
+
+    def fill_ids(start: int, stop: int, out: Tensor) -> None:
+        out.copy_(ids[start:stop])
+
+    return {
+        "cos": table("cos"),
+        "sin": table("sin"),
+        "position_ids": TableBlocks(
+            "position_ids", (timm.tokens, 2), torch.int64, fill_ids, ctx.device
+        ),
+    }
+
+
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    timm = _timm(p)
+    if timm is not None:
+        return _timm_blocks(timm, ctx)
     spec = _spec(p)
     precision = p.get("precision") or "exact"
     dev, dtype = ctx.device, ctx.dtype
@@ -765,16 +1054,41 @@ def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     }
 
 
+def _timm_meta(timm: TimmRopeSpec, p: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": "vision_rope",
+        "engine": "timm",
+        "rope_type": timm.rope_type,
+        "reference": TIMM_MODULES[timm.rope_type],
+        "head_dim": timm.head_dim,
+        "rotary_dim": timm.width,
+        "layout": timm.layout,
+        "grids": [[1, h, w] for h, w in timm.grids],
+        "tokens": timm.tokens,
+        "rows": "blocks, then heads, then tokens" if timm.rope_type == "mixed" else "tokens",
+        "config": dict(timm.args),
+        "dtype": p["dtype"],
+    }
+
+
 def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    timm = _timm(p)
+    if timm is not None:
+        return _timm_meta(timm, p)
     spec = _spec(p)
     return {
         "kind": "vision_rope",
+        "engine": "transformers",
         "model_type": spec.model_type,
         "head_dim": spec.head_dim,
         "rope_theta": spec.rope_theta,
         "layout": spec.layout,
         "grids": [list(g) for g in spec.grids],
         "merge_size": spec.merge,
+        "merge_sizes": list(spec.grid_merges),
+        "rotary_dim": spec.rotary_dim,
+        "position_axes": ["frame", "row", "column"][3 - spec.axes :],
+        "window": spec.window,
         "tokens": spec.tokens,
         "reference": spec.rule.reference,
         "class_token": _class_token(spec.rule),
@@ -782,6 +1096,11 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "dtype": p["dtype"],
         "precision": p.get("precision") or "exact",
     }
+
+
+def _row_elements(p: Mapping[str, Any]) -> int:
+    timm = _timm(p)
+    return timm.width if timm is not None else _spec(p).rotary_dim
 
 
 VISION_ROPE: kinds.Kind = kinds.Kind(
@@ -793,8 +1112,10 @@ VISION_ROPE: kinds.Kind = kinds.Kind(
     "module computes them for the position ids its tower makes from `grid_thw`: one row per "
     "patch token of all the grids, in the tower's order (spatial-merge blocks for Qwen-VL, "
     "before Qwen2.5-VL's window reordering), laid out as the model applies them "
-    "(`meta.layout`). `position_ids` gives each token's (row, column), (−1, −1) for Llama 4's "
-    "class token. `config` is the model's config.json (its `vision_config`, under "
+    "(`meta.layout`: `half`, `interleaved`, or `split` for Gemma 4's halves). `position_ids` "
+    "gives each token's (row, column), (−1, −1) for a class token (Llama 4, Inkling2), and "
+    "(frame, row, column) for MiniMax-M3-VL's 3-D rotary, whose tables are its `meta.rotary_dim` "
+    "rotated channels. `config` is the model's config.json (its `vision_config`, under "
     "`thinker_config` for the Omni models) or the vision config alone.",
     fields=(
         kinds.FieldSpec(
@@ -823,6 +1144,23 @@ VISION_ROPE: kinds.Kind = kinds.Kind(
             "exact",
             choices=("exact", "engine"),
         ),
+        kinds.FieldSpec(
+            "engine",
+            "str",
+            "whose tables: transformers (default: the vision tower of a transformers config) or "
+            "timm (config is the arguments of timm's create_rope_embed: EVA's and ROPE-ViT's "
+            "axial cat/base, ROPE-ViT's mixed, DINOv3's; see docs/engines.md)",
+            "transformers",
+            choices=("transformers", "timm"),
+        ),
+        kinds.FieldSpec(
+            "merge_sizes",
+            "ints",
+            "the merge size of each grid, for a tower that takes one per image or video "
+            "(Video-LLaMA 3; default 1 for an image, 2 for a video, as its processors do)",
+            None,
+            minimum=1,
+        ),
     ),
     tensors=(
         kinds.TensorSpec("cos", ("N", "Dh")),
@@ -833,7 +1171,7 @@ VISION_ROPE: kinds.Kind = kinds.Kind(
     compute=_compute,
     meta=_meta,
     blocks=_blocks,
-    row_elements=lambda p: _spec(p).head_dim,
+    row_elements=_row_elements,
     complete=_complete,
     examples=({"config": _EXAMPLE_CONFIG, "grid_thw": [[1, 4, 6]]},),
 )

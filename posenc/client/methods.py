@@ -1120,6 +1120,8 @@ class KindMethods(Generic[T]):
         config: Mapping[str, Any] | None = None,
         grid_thw: Sequence[Sequence[int]] | Any | None = None,
         precision: Literal["exact", "engine"] | None = None,
+        engine: Literal["transformers", "timm"] | None = None,
+        merge_sizes: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
         as_: ArrayKind | None = None,
@@ -1133,10 +1135,12 @@ class KindMethods(Generic[T]):
         The 2-D (axial) rotary cos/sin of a vision encoder, as its transformers rotary module
         computes them for the position ids its tower makes from `grid_thw`: one row per patch
         token of all the grids, in the tower's order (spatial-merge blocks for Qwen-VL, before
-        Qwen2.5-VL's window reordering), laid out as the model applies them (`meta.layout`).
-        `position_ids` gives each token's (row, column), (−1, −1) for Llama 4's class token.
-        `config` is the model's config.json (its `vision_config`, under `thinker_config` for the
-        Omni models) or the vision config alone.
+        Qwen2.5-VL's window reordering), laid out as the model applies them (`meta.layout`:
+        `half`, `interleaved`, or `split` for Gemma 4's halves). `position_ids` gives each
+        token's (row, column), (−1, −1) for a class token (Llama 4, Inkling2), and (frame, row,
+        column) for MiniMax-M3-VL's 3-D rotary, whose tables are its `meta.rotary_dim` rotated
+        channels. `config` is the model's config.json (its `vision_config`, under
+        `thinker_config` for the Omni models) or the vision config alone.
 
         Args:
             config: the model's config.json (whole, or its vision config alone): the vision
@@ -1149,6 +1153,13 @@ class KindMethods(Generic[T]):
                 module's own float32 arithmetic (float32 inv_freq, position x inv_freq, torch's
                 float32 cos/sin), bit for bit its output on the same torch build (default
                 'exact').
+            engine: whose tables: transformers (default: the vision tower of a transformers
+                config) or timm (config is the arguments of timm's create_rope_embed: EVA's and
+                ROPE-ViT's axial cat/base, ROPE-ViT's mixed, DINOv3's; see docs/engines.md)
+                (default 'transformers').
+            merge_sizes: the merge size of each grid, for a tower that takes one per image or
+                video (Video-LLaMA 3; default 1 for an image, 2 for a video, as its processors
+                do).
             dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
                 cannot be npy (default 'float32').
             format, as_, device, method, query, extra: as for ``compute``.
@@ -1167,6 +1178,8 @@ class KindMethods(Generic[T]):
             config=config,
             grid_thw=grid_thw,
             precision=precision,
+            engine=engine,
+            merge_sizes=merge_sizes,
             dtype=dtype,
         )
 

@@ -377,6 +377,7 @@ _RECORDS = (
         sliding_pattern=6,
         last_layer_full=True,
         softmax_rule="unit",
+        vision_tower="gemma4_vision",
     ),
     _f("gemma4_text", scheme="rope"),
     _f("glm", scheme="rope", layout="interleaved", partial_rotary=0.5, checkpoint_scheme="rope"),
@@ -717,6 +718,18 @@ _RECORDS = (
     _f("starcoder", llamacpp_rope="normal"),
     _f("xverse", llamacpp_rope="normal"),
     _f("zamba2", mixer="state_space", mixer_name="Mamba-2", rope_switch=("use_mem_rope", True)),
+    # Models whose vision tower has a rotary embedding of posenc.vision_rope (issue 33).
+    _f("diffusion_gemma", vision_tower="gemma4_vision"),
+    _f("inkling2", vision_tower="inkling2_vision"),
+    _f("inkling2_loop", vision_tower="inkling2_vision"),
+    _f("minimax_m3_vl", vision_tower="minimax_m3_vl_vision"),
+    _f("muse_glimmer", vision_tower="muse_glimmer_vision"),
+    _f("muse_spark", vision_tower="muse_spark_vision"),
+    _f("sam3", vision_tower="sam3_vit_model"),
+    _f("sam3_lite_text", vision_tower="sam3_vit_model"),
+    _f("sam3_tracker", vision_tower="sam3_vit_model"),
+    _f("sam3_tracker_video", vision_tower="sam3_vit_model"),
+    _f("video_llama_3", vision_tower="video_llama_3_vision"),
 )
 
 #: Every record, by ``model_type``.

@@ -22,7 +22,9 @@ import pytest
 import torch
 
 from posenc.errors import InvalidArgument
+from posenc.resolve import context
 from posenc.vision_rope import (
+    VISION_ROPE,
     VISION_RULES,
     VisionRopeSpec,
     vision_position_ids,
@@ -208,6 +210,11 @@ def _one_block(cfg: PreTrainedConfig) -> PreTrainedConfig:
     return cfg
 
 
+def _merge_sizes(grids: list[list[int]]) -> list[int]:
+    """Video-LLaMA 3's processors' merge sizes: 1 for an image, 2 for a video."""
+    return [1 if t == 1 else 2 for t, _, _ in grids]
+
+
 def _tower_inputs(cfg: PreTrainedConfig, grids: list[list[int]]) -> tuple[tuple, dict]:
     """Random patches shaped as each tower's forward takes them."""
     ps = cfg.patch_size
@@ -215,6 +222,17 @@ def _tower_inputs(cfg: PreTrainedConfig, grids: list[list[int]]) -> tuple[tuple,
     grid = torch.tensor(grids)
     n = int(grid.prod(-1).sum())
     mt = cfg.model_type
+    if mt in ("muse_spark_vision", "muse_glimmer_vision"):  # patches of 2 frames, flattened
+        return (torch.randn(n, ch * 2 * ps * ps),), {"grid_thw": grid}
+    if mt == "inkling2_vision":  # one (m·ps, m·ps, C) patch per merged token; grids merged
+        m = cfg.spatial_merge_size
+        merged = grid // torch.tensor([1, m, m])
+        return (torch.randn(n // m**2, m * ps, m * ps, ch),), {"image_grid_thw": merged}
+    if mt == "video_llama_3_vision":
+        return (torch.randn(n, ch * ps * ps),), {
+            "grid_thw": grid,
+            "merge_sizes": torch.tensor(_merge_sizes(grids)),
+        }
     if mt == "kimi_k25_vision":
         return (torch.randn(n, ch, ps, ps),), {"grid_thw": grid}
     if mt == "paddleocr_vl_vision":
@@ -239,6 +257,8 @@ def reference_tables(
     if rule.family == "llama4":
         freqs = module_cls(cfg)(torch.zeros(1))[:, 0, :]  # (N, Dh/2) complex, pairs interleaved
         return freqs.real.repeat_interleave(2, -1), freqs.imag.repeat_interleave(2, -1), None
+    if cfg.model_type in MODULE_ONLY:
+        return MODULE_ONLY[cfg.model_type](cfg, grids)
     if rule.family == "dinov3":
         side = cfg.image_size // cfg.patch_size
         ((_, h, w),) = grids or [[1, side, side]]
@@ -261,13 +281,82 @@ def reference_tables(
     with torch.no_grad(), pytest.raises(_Stop):
         tower(*args, **kwargs)
     cos, sin = seen["out"]
-    ids = seen["ids"].reshape(-1, 2)
+    ids = seen["ids"].reshape(-1, seen["ids"].shape[-1])
     return cos.reshape(ids.shape[0], -1), sin.reshape(ids.shape[0], -1), ids
+
+
+def _gemma4_reference(cfg: PreTrainedConfig, grids: list[list[int]] | None) -> Reference:
+    """Gemma 4: the ids its image processor makes (Gemma4ImageProcessor, step 5: a
+    ``meshgrid(arange(w), arange(h), indexing="xy")`` of (x, y) per patch, row-major), through
+    the tower's encoder with a hook on Gemma4VisionRotaryEmbedding."""
+    assert grids is not None
+    ((_, h, w),) = grids
+    xs, ys = torch.meshgrid(torch.arange(w), torch.arange(h), indexing="xy")
+    ids = torch.stack((xs, ys), dim=-1).reshape(1, h * w, 2)
+    return _hooked_module(
+        cfg, ids, lambda tower: tower(torch.randn(1, h * w, 3 * cfg.patch_size**2), ids)
+    )
+
+
+def _sam3_reference(cfg: PreTrainedConfig, grids: list[list[int]] | None) -> Reference:
+    """SAM 3's ViT: the positions a layer precomputes (Sam3ViTLayer.precompute_positions, the
+    window grid for window_size, the global grid image_size / patch_size for 0) through
+    Sam3ViTRotaryEmbedding."""
+    modeling = _modeling(cfg)
+    side = cfg.image_size // cfg.patch_size
+    ((_, h, w),) = grids or [[1, side, side]]
+    window = 0 if (h, w) == (side, side) else cfg.window_size
+    assert window == 0 or (h, w) == (window, window), (h, w)
+    ids = modeling.Sam3ViTLayer.precompute_positions(cfg, window)
+    cos, sin = modeling.Sam3ViTRotaryEmbedding(cfg)(torch.zeros(1), ids)
+    return cos.reshape(h * w, -1), sin.reshape(h * w, -1), ids
+
+
+def _hooked_module(cfg: PreTrainedConfig, ids: torch.Tensor, run: Any) -> Reference:
+    torch.manual_seed(0)
+    tower = _tower_class(cfg)(_one_block(cfg)).eval()
+    rule = VISION_RULES[cfg.model_type]
+    (rotary,) = [m for m in tower.modules() if type(m).__name__ == rule.reference]
+    seen: dict[str, Any] = {}
+
+    def hook(_module: Any, args: tuple, out: Any) -> None:
+        seen["ids"], seen["out"] = args[1], out
+        raise _Stop
+
+    rotary.register_forward_hook(hook)
+    with torch.no_grad(), pytest.raises(_Stop):
+        run(tower)
+    assert torch.equal(seen["ids"], ids)
+    cos, sin = seen["out"]
+    n = ids.shape[-2]
+    return cos.reshape(n, -1), sin.reshape(n, -1), ids.reshape(n, -1)
+
+
+# Towers whose reference is built outside a whole tower's forward (ids made by the image
+# processor, or precomputed per layer).
+MODULE_ONLY = {"gemma4_vision": _gemma4_reference, "sam3_vit_model": _sam3_reference}
+
+
+def _model_ids(spec: VisionRopeSpec) -> torch.Tensor:
+    """The ids the tower hands its rotary module, from our 0-based (row, column)."""
+    ids = vision_position_ids(spec)
+    mt = spec.model_type
+    if mt in ("muse_spark_vision", "muse_glimmer_vision"):  # .flip(-1) + 1
+        return ids.flip(-1) + 1
+    if mt == "inkling2_vision":  # + 1, the class token at (0, 0)
+        return torch.where(ids < 0, 0, ids + 1)
+    if mt == "gemma4_vision":  # the processor's (x, y)
+        return ids.flip(-1)
+    if mt == "sam3_vit_model":  # (x, y) · window_size / w
+        w = spec.grids[0][2]
+        assert spec.scale is not None
+        return ids.flip(-1).float() * (spec.scale / w)
+    return ids
 
 
 def _grids_for(rule_name: str) -> list[list[int]] | None:
     rule = VISION_RULES[rule_name]
-    if rule.fixed_grid:
+    if rule.fixed_grid or rule_name == "sam3_vit_model":
         return None
     if rule.family == "dinov3":
         return [[1, 4, 6]]
@@ -288,7 +377,7 @@ def _compare(
     cos, sin = vision_rope_cos_sin(spec)
     assert cos.shape == cos_hf.shape, (cos.shape, cos_hf.shape)
     if ids is not None:
-        assert torch.equal(vision_position_ids(spec), ids.long())
+        assert torch.equal(_model_ids(spec), ids if ids.is_floating_point() else ids.long())
     torch.testing.assert_close(cos, cos_hf.float(), rtol=0, atol=ATOL)
     torch.testing.assert_close(sin, sin_hf.float(), rtol=0, atol=ATOL)
     # precision "engine": the module's own float32 arithmetic, bit for bit (issue 30)
@@ -432,14 +521,31 @@ def test_float64_exact_at_large_positions(model_type: str) -> None:
 
 
 @pytest.mark.parametrize("precision", ["exact", "engine"])
-@pytest.mark.parametrize("model_type", ["qwen2_5_vl_vision", "llama4_vision_model", "dinov3_vit"])
-def test_row_blocks_equal_the_whole_table(model_type: str, precision: str) -> None:
+@pytest.mark.parametrize(
+    ("model_type", "extra"),
+    [
+        ("qwen2_5_vl_vision", {}),
+        ("llama4_vision_model", {}),
+        ("dinov3_vit", {}),
+        ("muse_spark_vision", {"pos_emb_height": 3}),
+        ("inkling2_vision", {}),
+        ("minimax_m3_vl_vision", {}),
+        ("gemma4_vision", {}),
+        ("sam3_vit_model", {"image_size": 168}),
+    ],
+)
+def test_row_blocks_equal_the_whole_table(model_type: str, extra: dict, precision: str) -> None:
     grids = _grids_for(model_type)
-    spec = vision_rope_spec({"model_type": model_type}, grids)
+    spec = vision_rope_spec({"model_type": model_type, **extra}, grids)
     cos, sin = vision_rope_cos_sin(spec, dtype=torch.float16, precision=precision)
     for which, whole in (("cos", cos), ("sin", sin)):
         blocks = vision_rope_blocks(spec, which=which, dtype=torch.float16, precision=precision)
         assert torch.equal(blocks.whole(max_block_bytes=7 * spec.head_dim * 2), whole)
+    params = {"config": {"model_type": model_type, **extra}, "grid_thw": grids, "dtype": "float16"}
+    ctx = context(params)  # CPU, float16
+    assert VISION_ROPE.blocks is not None
+    ids = VISION_ROPE.blocks(params, ctx)["position_ids"].whole(max_block_bytes=7 * 8 * spec.axes)
+    assert torch.equal(ids, vision_position_ids(spec))
 
 
 def test_engine_precision_through_the_kind_on_a_large_grid() -> None:
@@ -508,23 +614,7 @@ ROTARY_NAME = re.compile(r"(Rotary|Rope)(Embedding|PositionEmbedding)", re.I)
 
 # Vision towers with a rotary module that the rules do not cover, and why.
 NOT_COVERED: dict[str, str] = {
-    "gemma4_vision": "rows and columns rotate separate halves of the head (H-H-W-W, each half "
-    "rotate_half on its own): neither the half nor the interleaved layout",
-    "minimax_m3_vl_vision": "3-D (t, h, w) partial rotary: the frame index is a third axis",
-    "inkling2_vision": "ids (row+1, col+1) scattered over a runtime patch_index, 0 for padding "
-    "tokens",
-    "muse_spark_vision": "ids (col+1, row+1) gathered in a runtime window order",
-    "muse_glimmer_vision": "ids (col+1, row+1) gathered in a runtime window order",
-    "video_llama_3_vision": "the merge size of each image is a forward input (merge_sizes), not "
-    "in the config",
     "deepseek_ocr2_vision": "1-D RoPE of a Qwen2 encoder over its query tokens, not 2-D",
-    "sam3_vit_model": "windowed ViT: rotary over fixed window and global feature grids per "
-    "layer, not a token list of grid_thw",
-    "sam3_vision_model": "windowed ViT (SAM 3 backbone): per-layer window grids",
-    "sam3": "windowed ViT (SAM 3 backbone): per-layer window grids",
-    "sam3_lite_text": "windowed ViT (SAM 3 backbone): per-layer window grids",
-    "sam3_tracker_video": "memory attention over a feature map, not a vision tower's patches",
-    "sam3_video": "memory attention over a feature map, not a vision tower's patches",
     "sam2_video": "memory attention over a feature map, not a vision tower's patches",
     "edgetam_video": "memory attention over a feature map, not a vision tower's patches",
     "vjepa2": "3-D rotary inside the attention over (t, h, w) video tubelets",
@@ -617,7 +707,7 @@ def test_sweep_of_vision_rotary_towers_in_transformers() -> None:
     print("covered:", ", ".join(covered))
     print("not covered:\n  " + "\n  ".join(explained))
     assert not failures, "\n".join(failures)
-    assert len(covered) >= 60  # transformers 5.24: 60 covered of 84 found
+    assert len(covered) >= 81  # transformers 5.24: 81 covered of 84 found
 
 
 @pytest.mark.parametrize(
@@ -632,3 +722,96 @@ def test_bad_keys_are_422_naming_them(config: dict, field: str) -> None:
     with pytest.raises(InvalidArgument) as err:
         vision_rope_spec(config, [[1, 2, 2]])
     assert err.value.field is not None and err.value.field.endswith(field)
+
+
+# ---------------------------------------------------------------------------------------------
+# Towers with their own id rules (Muse, Inkling2, MiniMax-M3-VL, Video-LLaMA 3, Gemma 4, SAM 3)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model_type", ["muse_spark_vision", "muse_glimmer_vision"])
+def test_muse_window_order_with_small_windows(model_type: str) -> None:
+    """pos_emb_height 2: 2×2-patch windows, edge windows cut (h 5, w 3), a 2-frame video: the
+    tower's get_vision_window_index order of (column + 1, row + 1)."""
+    cfg = CONFIG_MAPPING[model_type]()
+    cfg.pos_emb_height = 2
+    grids = [[1, 5, 3], [2, 4, 6]]
+    spec = vision_rope_spec(cfg.to_dict(), grids)
+    assert spec.window == 2
+    assert vision_position_ids(spec)[:8].tolist() == [
+        [0, 0], [0, 1], [1, 0], [1, 1], [0, 2], [1, 2], [2, 0], [2, 1]
+    ]  # fmt: skip
+    _compare(spec, cfg)
+
+
+def test_sam3_window_grid_and_global_grid() -> None:
+    """The 24×24 window grid of the windowed layers (positions as they are) and the default
+    72×72 global grid (positions · 24/72), against Sam3ViTLayer's precomputed positions."""
+    cfg = CONFIG_MAPPING["sam3_vit_model"]()
+    window = vision_rope_spec(cfg.to_dict(), [[1, 24, 24]])
+    assert window.tokens == 576 and window.scale == 24.0
+    _compare(window, cfg)
+    whole = vision_rope_spec(CONFIG_MAPPING["sam3"]().to_dict())
+    assert whole.grids == ((1, 72, 72),) and whole.model_type == "sam3_vit_model"
+    _compare(whole, cfg)
+
+
+def test_video_llama3_merge_sizes_from_the_request() -> None:
+    """merge_sizes given per grid (2 for an image too) equal the tower fed the same."""
+    cfg = CONFIG_MAPPING["video_llama_3_vision"]()
+    grids = [[1, 4, 6], [3, 2, 2]]
+    spec = vision_rope_spec(cfg.to_dict(), grids, merge_sizes=[2, 1])
+    assert spec.grid_merges == (2, 1)
+    torch.manual_seed(0)
+    tower = _tower_class(cfg)(_one_block(cfg)).eval()
+    seen: dict[str, Any] = {}
+
+    def hook(_module: Any, args: tuple, out: Any) -> None:
+        seen["ids"], seen["out"] = args[1], out
+        raise _Stop
+
+    (rotary,) = [m for m in tower.modules() if type(m).__name__.endswith("RotaryEmbedding")]
+    rotary.register_forward_hook(hook)
+    with torch.no_grad(), pytest.raises(_Stop):
+        tower(torch.randn(36, 3 * 16 * 16), torch.tensor(grids), torch.tensor([2, 1]))
+    assert torch.equal(vision_position_ids(spec), seen["ids"])
+    cos, _sin = vision_rope_cos_sin(spec)
+    torch.testing.assert_close(cos, seen["out"][0], rtol=0, atol=ATOL)
+    with pytest.raises(InvalidArgument, match="one merge size per grid") as err:
+        vision_rope_spec(cfg.to_dict(), grids, merge_sizes=[2])
+    assert err.value.field == "merge_sizes"
+    with pytest.raises(InvalidArgument, match="multiples of its merge size 4") as err:
+        vision_rope_spec(cfg.to_dict(), grids, merge_sizes=[4, 1])
+    assert err.value.field == "grid_thw"
+    with pytest.raises(InvalidArgument, match="Video-LLaMA 3") as err:
+        vision_rope_spec(PUBLISHED["qwen2.5-vl-7b"], [[1, 4, 4]], merge_sizes=[2])
+    assert err.value.field == "merge_sizes"
+
+
+def test_hand_worked_split_temporal_and_class_first() -> None:
+    """Gemma 4 (Dh 8, θ 100: f = (1, 0.1)): [x·f, x·f, y·f, y·f]; MiniMax-M3-VL (Dh 12: F = 2,
+    f = (1, 0.01), 12 rotated channels): [t·f, y·f, x·f] twice; Inkling2 (Dh 8): the class token
+    first at angle 0, then (x + 1, y + 1) interleaved."""
+    gemma = vision_rope_spec({"model_type": "gemma4_vision", "head_dim": 8}, [[1, 1, 2]])
+    cos, _ = vision_rope_cos_sin(gemma, dtype=torch.float64)
+    expect = [[math.cos(a) for a in (x, 0.1 * x, x, 0.1 * x, 0, 0, 0, 0)] for x in (0, 1)]
+    torch.testing.assert_close(cos, torch.tensor(expect, dtype=torch.float64), rtol=0, atol=0)
+    minimax = vision_rope_spec(
+        {"model_type": "minimax_m3_vl_vision", "hidden_size": 12, "num_attention_heads": 1},
+        [[2, 2, 2]],
+    )
+    assert (minimax.rotary_dim, minimax.axes) == (12, 3)
+    _, sin = vision_rope_cos_sin(minimax, dtype=torch.float64)
+    t, y, x = vision_position_ids(minimax)[7].tolist()
+    assert (t, y, x) == (1, 1, 1)
+    half = [t, 0.01 * t, y, 0.01 * y, x, 0.01 * x]
+    torch.testing.assert_close(sin[7], torch.tensor([math.sin(a) for a in half * 2]).double())
+    inkling = vision_rope_spec(
+        {"model_type": "inkling2_vision", "hidden_size": 8, "num_attention_heads": 1}, [[1, 2, 2]]
+    )
+    cos, _ = vision_rope_cos_sin(inkling, dtype=torch.float64)
+    assert vision_position_ids(inkling).tolist() == [[-1, -1], [0, 0], [0, 1], [1, 0], [1, 1]]
+    assert torch.equal(cos[0], torch.ones(8, dtype=torch.float64))
+    y, x = 2, 2  # the last patch, (1, 1) + 1
+    pairs = [a for a in (x, 0.01 * x, y, 0.01 * y) for a in (a, a)]
+    torch.testing.assert_close(cos[4], torch.tensor([math.cos(a) for a in pairs]).double())

@@ -325,3 +325,96 @@ def test_configs_positions_describes_a_non_rotary_tower_sent_alone(api: httpx.Cl
         "learned": False,
         "uses": "a MobileNet-v5 convolutional tower (no position embeddings)",
     }
+
+
+# ---------------------------------------------------------------------------------------------
+# Issue 33: per-grid merge sizes, a 3-D tower, and engine timm
+# ---------------------------------------------------------------------------------------------
+
+
+def test_video_llama3_merge_sizes_per_grid(api: httpx.Client) -> None:
+    """Each grid's ids in blocks of its own merge size (the Qwen-VL rule per grid)."""
+    config = {"model_type": "video_llama_3", "vision_config": {"hidden_size": 768}}
+    grids, merges = [[1, 4, 6], [2, 2, 4]], [2, 1]
+    r = api.post(ROUTE, json={"config": config, "grid_thw": grids, "merge_sizes": merges})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    parts = [qwen_reference([g], 64, m) for g, m in zip(grids, merges, strict=True)]
+    cos = np.concatenate([p[0] for p in parts])
+    ids = np.concatenate([p[2] for p in parts])
+    np.testing.assert_allclose(json_tensor(body, "cos"), cos, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(json_tensor(body, "position_ids"), ids)
+    assert body["meta"]["merge_sizes"] == merges
+    bad = api.post(ROUTE, json={"config": QWEN25, "grid_thw": GRIDS, "merge_sizes": [2, 2]})
+    assert bad.status_code == 422 and bad.json()["field"] == "merge_sizes"
+
+
+def test_minimax_m3_three_axes_and_partial_width(api: httpx.Client) -> None:
+    """Dh 80: F = ⌊80/3⌋ // 2 = 13 per axis, 78 rotated channels; ids (frame, row, column)."""
+    config = {"model_type": "minimax_m3_vl", "vision_config": {}}
+    r = api.post(ROUTE, json={"config": config, "grid_thw": [[2, 2, 2]]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    ids = json_tensor(body, "position_ids")
+    assert ids.shape == (8, 3) and ids[-1].tolist() == [1, 1, 1]
+    f = 1e4 ** (-np.arange(0, 26, 2, dtype=np.float64) / 26)  # (13,)
+    half = np.concatenate([ids[:, :1] * f, ids[:, 1:2] * f, ids[:, 2:] * f], axis=1)
+    np.testing.assert_allclose(
+        json_tensor(body, "sin"), np.sin(np.concatenate([half, half], 1)), rtol=0, atol=1e-6
+    )
+    assert body["meta"]["rotary_dim"] == 78 and body["meta"]["position_axes"][0] == "frame"
+
+
+TIMM_FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "timm"
+
+
+@pytest.mark.parametrize("name", ["rope_vit_base_patch16_axial", "vit_small_patch16_dinov3"])
+def test_engine_timm_equals_timms_recorded_tables(api: httpx.Client, name: str) -> None:
+    """The service's engine timm against timm's own tables (tests/fixtures/timm)."""
+    case = json.loads((TIMM_FIXTURES / "cases.json").read_text())["cases"][name]
+    r = api.post(
+        ROUTE,
+        params={"format": "safetensors"},
+        json={"engine": "timm", "config": case["config"], "grid_thw": case["grid_thw"]},
+    )
+    assert r.status_code == 200, r.text
+    got = st_load(r.content)
+    timm = st_load((TIMM_FIXTURES / "tables.safetensors").read_bytes())
+    np.testing.assert_allclose(got["cos"], timm[f"{name}/cos"], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(got["sin"], timm[f"{name}/sin"], rtol=0, atol=2e-6)
+
+
+def test_engine_timm_axial_closed_form_and_meta(api: httpx.Client) -> None:
+    """ROPE-ViT axial, θ 100, Dh 8 (F = 2, f = (1, 0.1)), xy: (x, x, 0.1x, 0.1x, y, y, ...)."""
+    config = {"rope_type": "cat", "dim": 16, "num_heads": 2, "in_pixels": False}
+    config |= {"temperature": 100.0, "grid_indexing": "xy"}
+    r = api.post(ROUTE, json={"engine": "timm", "config": config, "grid_thw": [[1, 3, 4]]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    rows, cols = np.divmod(np.arange(12), 4)
+    f = np.array([1.0, 0.1])
+    half = np.concatenate([cols[:, None] * f, rows[:, None] * f], axis=1)
+    np.testing.assert_allclose(
+        json_tensor(body, "cos"), np.cos(np.repeat(half, 2, axis=1)), rtol=0, atol=1e-6
+    )
+    np.testing.assert_array_equal(json_tensor(body, "position_ids"), np.stack([rows, cols], 1))
+    meta = body["meta"]
+    assert (meta["engine"], meta["layout"], meta["rotary_dim"]) == ("timm", "interleaved", 8)
+    assert meta["reference"].endswith("RotaryEmbeddingCat")
+    bad = api.post(
+        ROUTE, json={"engine": "timm", "config": {"rope_type": "xy"}, "grid_thw": [[1, 2, 2]]}
+    )
+    assert bad.status_code == 422 and bad.json()["field"] == "config.rope_type"
+
+
+def test_engine_timm_mixed_streams_like_the_whole_table(
+    small_client: httpx.Client, app_client: httpx.Client
+) -> None:
+    config = {"rope_type": "mixed", "dim": 64, "num_heads": 2, "depth": 3, "seed": 5}
+    body = {"engine": "timm", "config": config, "grid_thw": [[1, 4, 5]]}  # 120 rows x 32
+    streamed = small_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.status_code == 200, streamed.text
+    assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
+    whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert streamed.content == whole.content
+    assert np.load(io.BytesIO(whole.content)).shape == (120, 32)
