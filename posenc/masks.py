@@ -67,6 +67,7 @@ __all__ = [
     "MaskRule",
     "attention_bias",
     "attention_mask",
+    "flex_mask_mod",
     "kernel_spellings",
     "mask_blocks",
     "mask_inputs",
@@ -506,6 +507,58 @@ def _plain_kind(rule: MaskRule, key_len: int) -> str | None:
     return None
 
 
+_FLEX_BASE = {
+    "causal": "causal_mask_function",
+    "sliding": "sliding_window_causal_mask_function({window})",
+    "chunked": "chunked_causal_mask_function({chunk}, left_padding)",
+    "bidirectional": "bidirectional_mask_function",
+    "sliding_bidirectional": "sliding_window_bidirectional_mask_function({window})",
+}
+
+
+def flex_mask_mod(rule: MaskRule, inputs: MaskInputs) -> str:
+    """The FlexAttention ``mask_mod`` transformers composes for this mask, as an expression in
+    ``masking_utils``' own names, in the order its ``create_*_mask`` and
+    ``flex_attention_mask`` compose them.
+
+    The base is the kind's function (``causal_mask_function``,
+    ``sliding_window_causal_mask_function(W)`` = ``and_masks(sliding_window_overlay(W),
+    causal_mask_function)``, ``chunked_causal_mask_function(C, left_padding)``,
+    ``bidirectional_mask_function``, ``sliding_window_bidirectional_mask_function(W)``). Then:
+
+    - image spans (Gemma 3's ``create_masks_for_vision_model``): full layers
+      ``or_masks(causal_mask_function, blockwise_overlay(block_sequence_ids))``, sliding layers
+      that ``and_masks(…, sliding_window_overlay(W))``;
+    - packed documents: ``and_masks(remap_positions_for_packed_sequence(base, position_ids),
+      packed_sequence_mask_function(packed_sequence_mask))``;
+    - padding (a row with a 0): ``and_masks(…, padding_mask_function(padding_mask))``;
+    - a cache (``S > T``): ``add_offsets_to_mask_function(…, S − T, 0)``, as
+      ``flex_attention_mask`` adds the query offset.
+
+    The free names are tensors of the request: ``left_padding`` ``(B,)`` (leading padded keys,
+    zeros without padding), ``padding_mask`` ``(B, S)`` bool (``attention_mask == 1``),
+    ``block_sequence_ids`` ``(B, S)`` (each image run numbered from 0 in its row, −1 for text),
+    ``position_ids`` ``(1, T)`` (positions inside each document) and ``packed_sequence_mask``
+    ``(1, T)`` (each token's document).
+    """
+    w, c = rule.window, rule.chunk_size
+    mod = _FLEX_BASE[rule.kind].format(window=w, chunk=c)
+    if inputs.image_block is not None:
+        mod = "or_masks(causal_mask_function, blockwise_overlay(block_sequence_ids))"
+        if rule.kind == "sliding":
+            mod = f"and_masks({mod}, sliding_window_overlay({w}))"
+    if inputs.document is not None:
+        mod = (
+            f"and_masks(remap_positions_for_packed_sequence({mod}, position_ids), "
+            "packed_sequence_mask_function(packed_sequence_mask))"
+        )
+    if inputs.key_valid is not None and not bool(inputs.key_valid.all()):
+        mod = f"and_masks({mod}, padding_mask_function(padding_mask))"
+    if inputs.key_len > inputs.seq_len:
+        mod = f"add_offsets_to_mask_function({mod}, {inputs.key_len - inputs.seq_len}, 0)"
+    return mod
+
+
 def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
     """The same mask as each kernel is told it.
 
@@ -522,6 +575,8 @@ def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
       ``W``; its flash-attn backend turns it into ``(W − 1, 0)``); None without a window.
     - ``vllm_attention_chunk_size``: vLLM's chunked local attention (Llama 4), or None.
     - ``transformers_function``: the ``masking_utils`` function that builds it.
+    - ``flex_attention_mask_mod``: FlexAttention's ``mask_mod`` in ``masking_utils``' names
+      (:func:`flex_mask_mod`).
     """
     w = rule.window
     windows: dict[str, list[int] | None] = {
@@ -547,6 +602,7 @@ def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
         "vllm_sliding_window": w if rule.kind == "sliding" else None,
         "vllm_attention_chunk_size": rule.chunk_size,
         "transformers_function": _TRANSFORMERS_FUNCTIONS[rule.kind],
+        "flex_attention_mask_mod": flex_mask_mod(rule, inputs),
     }
 
 
