@@ -56,6 +56,14 @@ from posenc.blocks import TableBlocks
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
+from posenc.position_bias import (
+    ALIBI_FORMS,
+    POSITION_BIASES,
+    PositionBias,
+    bias_rows,
+    check_position_bias,
+    position_bias,
+)
 from posenc.position_ids import check_cu_seqlens, max_seqlen
 
 __all__ = [
@@ -67,6 +75,7 @@ __all__ = [
     "MaskRule",
     "attention_bias",
     "attention_mask",
+    "combined_blocks",
     "flex_mask_mod",
     "kernel_spellings",
     "mask_blocks",
@@ -404,6 +413,56 @@ def mask_blocks(
     return TableBlocks(output, shape, out_dtype, fill, dev)
 
 
+def combined_blocks(
+    rule: MaskRule,
+    inputs: MaskInputs,
+    bias: PositionBias,
+    *,
+    dtype: torch.dtype = torch.float32,
+    masked_value: MaskedValue = "-inf",
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """The mask and a position bias as the model adds them to its scores: ``(B, H, T, S)``,
+    the bias (:func:`posenc.position_bias.bias_rows`) where the mask allows attention and −inf
+    (``masked_value="min"``: ``finfo(dtype).min``) elsewhere, in blocks of its ``B·H·T`` rows.
+
+    transformers' eager attention adds ``bias + finfo.min`` where masked, which is
+    ``finfo.min`` itself in float32, bfloat16 and float16 for any bias below ``2**100``; so
+    with ``masked_value="min"`` this is the sum BLOOM, MPT and T5 pass to their softmax.
+    T5's buckets (``relative``) go both ways on bidirectional layers (its encoder), one way
+    otherwise.
+    """
+    check_choice("masked_value", masked_value, MASKED_VALUES)
+    dev = device_or_cpu(device)
+    out_dtype = resolve_dtype(dtype)
+    heads, t, s = bias.num_heads, inputs.seq_len, inputs.key_len
+    shape = (inputs.batch, heads, t, s)
+    bidirectional = _bidirectional(rule.kind)
+    fill_value = float("-inf") if masked_value == "-inf" else torch.finfo(out_dtype).min
+    key_pos = torch.arange(s, device=dev)[None, :]  # (1, S)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        rows = torch.arange(start, stop, device=dev)  # (N,) (b·H + h)·T + i
+        i = rows % t
+        bh = torch.div(rows, t, rounding_mode="floor")
+        b, head = torch.div(bh, heads, rounding_mode="floor"), bh % heads
+        allowed = mask_rows(rule, inputs, b * t + i)  # (N, S)
+        real = inputs.key_valid.to(dev)[b] if inputs.key_valid is not None else None
+        values = bias_rows(
+            bias,
+            head,
+            (i + (s - t))[:, None],
+            key_pos,
+            key_len=s,
+            real_keys=real,
+            bidirectional=bidirectional,
+        ).to(out_dtype)  # (N, S), cast once
+        masked = torch.tensor(fill_value, dtype=out_dtype, device=dev)
+        out.copy_(torch.where(allowed, values, masked))
+
+    return TableBlocks("combined", shape, out_dtype, fill, dev)
+
+
 def _sized_inputs(
     what: str,
     rule: MaskRule,
@@ -638,6 +697,9 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             if p[name] is not None:
                 raise InvalidArgument(f"{name} needs config (a model's config.json)", field=name)
     rule = _rule_dict(mask_rule(kind or "causal", window=window, chunk_size=chunk))
+    bias = _bias_of(p)  # a 422 before any work
+    if bias is not None:
+        check_position_bias(bias, bidirectional=_bidirectional(rule["kind"]))
     if p["cu_seqlens"] is not None and all(
         p[name] is None for name in ("position_ids", "attention_mask", "token_type_ids")
     ):
@@ -648,6 +710,43 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     else:
         _inputs({**p, "rule": rule})  # every input checked before any work
     return {**p, "rule": rule, "layer_info": layer_info}
+
+
+def _bidirectional(kind: str) -> bool:
+    """Whether a layer of this mask kind sees both ways (T5's encoder buckets)."""
+    return kind in ("bidirectional", "sliding_bidirectional")
+
+
+def _bias_of(p: Mapping[str, Any]) -> PositionBias | None:
+    """The position bias ``as: "combined"`` adds (None for a mask or bias alone).
+
+    Raises:
+        InvalidArgument: ``combined`` without ``position_bias``, or ``position_bias`` with
+            another ``as``.
+    """
+    kind = p["position_bias"]
+    if p["as"] != "combined":
+        if kind is not None:
+            raise InvalidArgument(
+                f"position_bias ({kind}) is added to the mask with as: combined, not with "
+                f"as: {p['as']}",
+                field="position_bias",
+            )
+        return None
+    if kind is None:
+        raise InvalidArgument(
+            "as: combined needs position_bias (alibi or relative) and num_heads",
+            field="position_bias",
+        )
+    return position_bias(
+        kind,
+        num_heads=p["num_heads"],
+        max_bias=p["max_bias"],
+        alibi_form=p["alibi_form"],
+        num_buckets=p["num_buckets"],
+        max_distance=p["max_distance"],
+        seed=p["seed"],
+    )
 
 
 def _rule_dict(rule: MaskRule) -> dict[str, Any]:
@@ -672,10 +771,22 @@ def _masks_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     for name in ("attention_mask", "token_type_ids"):
         if p[name] is not None:
             batch = kinds.batch_shape(p[name])[0]
+    if p["as"] == "combined":
+        return {"combined": (batch, p["num_heads"], t, s)}
     return {p["as"]: (batch, t, s)}
 
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> TableBlocks:
+    bias = _bias_of(p)
+    if bias is not None:
+        return combined_blocks(
+            _rule_of(p),
+            _inputs(p),
+            bias,
+            dtype=ctx.dtype,
+            masked_value=p["masked_value"],
+            device=ctx.device,
+        )
     return mask_blocks(
         _rule_of(p),
         _inputs(p),
@@ -710,8 +821,24 @@ def _masks_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "layer": p["layer_info"],
         **kernel_spellings(rule, inputs),
     }
-    if p["as"] == "bias":
+    if p["as"] in ("bias", "combined"):
         meta.update(dtype=p["dtype"], masked_value=p["masked_value"])
+    bias = _bias_of(p)
+    if bias is not None:
+        meta["position_bias"] = {
+            "kind": bias.kind,
+            "num_heads": bias.num_heads,
+            **(
+                {"max_bias": bias.max_bias, "alibi_form": bias.alibi_form}
+                if bias.kind == "alibi"
+                else {
+                    "num_buckets": bias.num_buckets,
+                    "max_distance": bias.max_distance,
+                    "seed": bias.seed,
+                    "bidirectional": _bidirectional(rule.kind),
+                }
+            ),
+        }
     if inputs.document is not None:
         cu = p["cu_seqlens"] or packed_documents(p["position_ids"])
         meta.update(cu_seqlens=cu, max_seqlen=max_seqlen(cu))
@@ -808,10 +935,51 @@ MASKS: kinds.Kind = kinds.Kind(
             "as",
             "str",
             "mask: the tensor `mask` (B, T, S) bool, true where attention is allowed; bias: "
-            "the tensor `bias`, 0 or −inf, in dtype",
+            "the tensor `bias`, 0 or −inf, in dtype; combined: the tensor `combined` "
+            "(B, H, T, S), the position_bias where allowed and −inf elsewhere, as the model "
+            "adds them to its scores",
             "mask",
-            choices=("mask", "bias"),
+            choices=("mask", "bias", "combined"),
             python_name="output",
+        ),
+        kinds.FieldSpec(
+            "position_bias",
+            "str",
+            "with as: combined, the bias the model adds beside the mask: alibi (its form in "
+            "alibi_form) or relative (T5's bucketed table: both ways on bidirectional layers, "
+            "its encoder; one way otherwise, its decoder)",
+            None,
+            choices=POSITION_BIASES,
+        ),
+        kinds.FieldSpec(
+            "num_heads", "int", "H of position_bias (required with it)", None, minimum=1
+        ),
+        kinds.FieldSpec(
+            "max_bias",
+            "float",
+            "ALiBi's slope exponent scale (MPT's alibi_bias_max)",
+            8.0,
+            exclusive_minimum=0,
+        ),
+        kinds.FieldSpec(
+            "alibi_form",
+            "str",
+            "paper: −m·|q − k|; key_index: m·(the key's index among the real tokens), as "
+            "BLOOM's build_alibi_tensor; from_last: m·(k − S + 1), as MPT's "
+            "build_mpt_alibi_tensor",
+            "paper",
+            choices=ALIBI_FORMS,
+        ),
+        kinds.FieldSpec("num_buckets", "int", "T5's relative_attention_num_buckets", 32, minimum=1),
+        kinds.FieldSpec(
+            "max_distance", "int", "T5's relative_attention_max_distance", 128, minimum=1
+        ),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "T5's table: torch.manual_seed(seed); nn.Embedding(num_buckets, num_heads).weight",
+            0,
+            minimum=0,
         ),
         kinds.FieldSpec(
             "masked_value",
@@ -825,6 +993,7 @@ MASKS: kinds.Kind = kinds.Kind(
     tensors=(
         kinds.TensorSpec("mask", ("B", "T", "S"), integer=True),
         kinds.TensorSpec("bias", ("B", "T", "S")),
+        kinds.TensorSpec("combined", ("B", "H", "T", "S")),
     ),
     shapes=_masks_shapes,
     compute=_masks_compute,
@@ -837,6 +1006,7 @@ MASKS: kinds.Kind = kinds.Kind(
         {"seq_len": 6, "kind": "sliding", "window": 3},
         {"seq_len": 5, "attention_mask": [[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]], "as": "bias"},
         {"seq_len": 6, "cu_seqlens": [0, 2, 6]},
+        {"seq_len": 4, "as": "combined", "position_bias": "alibi", "num_heads": 2},
     ),
 )
 """The masks endpoint kind (see :mod:`posenc.kinds`)."""
