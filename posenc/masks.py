@@ -60,6 +60,7 @@ from posenc.position_bias import (
     ALIBI_FORMS,
     POSITION_BIASES,
     PositionBias,
+    bias_parameters,
     bias_rows,
     check_position_bias,
     position_bias,
@@ -440,6 +441,7 @@ def combined_blocks(
     bidirectional = _bidirectional(rule.kind)
     fill_value = float("-inf") if masked_value == "-inf" else torch.finfo(out_dtype).min
     key_pos = torch.arange(s, device=dev)[None, :]  # (1, S)
+    parameters = bias_parameters(bias, device=dev)  # slopes (H,) or T5's table (NB, H)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         rows = torch.arange(start, stop, device=dev)  # (N,) (b·H + h)·T + i
@@ -450,6 +452,7 @@ def combined_blocks(
         real = inputs.key_valid.to(dev)[b] if inputs.key_valid is not None else None
         values = bias_rows(
             bias,
+            parameters,
             head,
             (i + (s - t))[:, None],
             key_pos,

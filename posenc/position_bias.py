@@ -39,14 +39,17 @@ from torch import Tensor
 from posenc._validate import check_choice, check_int, is_number
 from posenc.alibi import alibi_slopes
 from posenc.errors import InvalidArgument
+from posenc.limits import check_elements
 from posenc.relative import relative_bias_table, relative_position_bucket
 
 __all__ = [
     "ALIBI_FORMS",
+    "MAX_TABLE_ELEMENTS",
     "POSITION_BIASES",
     "AlibiForm",
     "PositionBias",
     "PositionBiasKind",
+    "bias_parameters",
     "bias_rows",
     "check_position_bias",
     "position_bias",
@@ -125,8 +128,15 @@ def check_position_bias(bias: PositionBias, *, bidirectional: bool) -> None:
 
     Raises:
         InvalidArgument: ``max_distance`` within the exact buckets, or too few buckets.
+        TooLarge: a table of more than :data:`MAX_TABLE_ELEMENTS` values.
     """
     if bias.kind == "relative":
+        check_elements(
+            bias.num_buckets * bias.num_heads,
+            what=f"T5's bias table (NB={bias.num_buckets}, H={bias.num_heads})",
+            max_elements=MAX_TABLE_ELEMENTS,
+            field="num_buckets",
+        )
         relative_position_bucket(
             torch.zeros(1, dtype=torch.int64),
             bidirectional=bidirectional,
@@ -150,8 +160,21 @@ def _alibi_rows(
     return slope * counted.to(torch.float64)
 
 
+# T5's table is made whole (its rows come from one random stream): at most this many values
+MAX_TABLE_ELEMENTS = 2**24
+
+
+def bias_parameters(bias: PositionBias, *, device: torch.device) -> Tensor:
+    """What every row reads, made once: ALiBi's slopes ``(H,)`` float64, or T5's seeded table
+    ``(NB, H)`` float32."""
+    if bias.kind == "alibi":
+        return alibi_slopes(bias.num_heads, bias.max_bias, device=device, dtype=torch.float64)
+    return relative_bias_table(bias.num_buckets, bias.num_heads, seed=bias.seed).to(device)
+
+
 def bias_rows(
     bias: PositionBias,
+    parameters: Tensor,
     head: Tensor,
     q: Tensor,
     k: Tensor,
@@ -164,6 +187,7 @@ def bias_rows(
 
     Args:
         bias: the position bias.
+        parameters: :func:`bias_parameters` of ``bias``.
         head: each row's head.
         q: ``(N, 1)`` int64, each row's query position among the keys.
         k: ``(1, S)`` or ``(N, S)`` int64, the keys' positions.
@@ -172,15 +196,12 @@ def bias_rows(
             without padding.
         bidirectional: T5's buckets both ways (its encoder) or one way (its decoder).
     """
-    dev = head.device
     if bias.kind == "alibi":
-        slopes = alibi_slopes(bias.num_heads, bias.max_bias, device=dev, dtype=torch.float64)
-        return _alibi_rows(bias, slopes[head][:, None], q, k, key_len, real_keys)
-    table = relative_bias_table(bias.num_buckets, bias.num_heads, seed=bias.seed).to(dev)
+        return _alibi_rows(bias, parameters[head][:, None], q, k, key_len, real_keys)
     buckets = relative_position_bucket(
         k - q,
         bidirectional=bidirectional,
         num_buckets=bias.num_buckets,
         max_distance=bias.max_distance,
     )  # (N, S)
-    return table[buckets, head[:, None]].to(torch.float64)
+    return parameters[buckets, head[:, None]].to(torch.float64)

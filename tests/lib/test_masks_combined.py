@@ -235,3 +235,14 @@ def test_bad_requests_name_the_field(fields: dict[str, Any], field: str) -> None
     with pytest.raises(InvalidArgument) as e:
         resolve.compute(MASKS, resolve.resolve_fields(MASKS, {"seq_len": 4, **fields}))
     assert e.value.field == field
+
+
+def test_a_huge_table_is_refused_before_it_is_made() -> None:
+    from posenc.errors import TooLarge
+
+    fields = {"seq_len": 2, "as": "combined", "position_bias": "relative", "num_heads": 4,
+              "num_buckets": 2**30}  # fmt: skip
+    with pytest.raises(TooLarge) as e:
+        resolve.resolve_fields(MASKS, fields)
+        resolve.compute(MASKS, resolve.resolve_fields(MASKS, fields))
+    assert e.value.field == "num_buckets"

@@ -135,3 +135,10 @@ def test_combined_mask_and_alibi(app_client: httpx.Client) -> None:
     assert meta == {"kind": "alibi", "num_heads": 2, "max_bias": 8.0, "alibi_form": "key_index"}
     bad = app_client.post("/v1/masks", json={"seq_len": 4, "as": "combined"})
     assert bad.status_code == 422 and "position_bias" in bad.text
+
+
+def test_combined_huge_bias_table_is_413(app_client: httpx.Client) -> None:
+    body = {"seq_len": 2, "as": "combined", "position_bias": "relative", "num_heads": 4,
+            "num_buckets": 2**30}  # fmt: skip
+    r = app_client.post("/v1/masks", json=body)
+    assert r.status_code == 413, r.text
