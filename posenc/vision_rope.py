@@ -94,7 +94,7 @@ class VisionRule:
         images_only: ``t`` must be 1 (the tower takes images, not videos).
         segments: what one attention segment of the packed tower is (``cu_seqlens``):
             ``frame`` (each frame of each grid alone, ``vision_utils.get_vision_cu_seqlens``
-            as Qwen-VL and GLM-4V call it) or ``clip`` (a video's frames together,
+            as Qwen-VL and GLM-4V call it) or ``video`` (a video's frames together,
             ``merge_temporal=True``: Kimi-K2.5). A tower with a class token attends each
             grid with its class token.
         defaults: transformers' config-class defaults of the keys read.
@@ -113,7 +113,7 @@ class VisionRule:
     class_token: bool = False
     learned_class_token: bool = False
     images_only: bool = False
-    segments: Literal["frame", "clip"] = "frame"
+    segments: Literal["frame", "video"] = "frame"
 
 
 def _axial(reference: str, hidden: int, heads: int, **extra: Any) -> VisionRule:
@@ -156,7 +156,7 @@ VISION_RULES: dict[str, VisionRule] = {
     ),
     "paddleocr_vl_vision": _axial("PaddleOCRVisionRotaryEmbedding", 1152, 16, merge=1),
     "kimi_k25_vision": _axial(
-        "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs", segments="clip"
+        "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs", segments="video"
     ),
     "step3p5_vision": _axial(
         "Step3p7VisionRotaryEmbedding", 1536, 16, merge=1, order="wh", images_only=True
@@ -583,7 +583,7 @@ def vision_cu_seqlens(spec: VisionRopeSpec) -> list[int]:
     tensor is made."""
     ends = [0]
     for (t, h, w), tokens in zip(spec.grids, spec.tokens_per_grid, strict=True):
-        whole = spec.rule.class_token or spec.rule.segments == "clip"
+        whole = spec.rule.class_token or spec.rule.segments == "video"
         for n in [tokens] if whole else [h * w] * t:
             ends.append(ends[-1] + n)
     return ends
@@ -742,7 +742,7 @@ def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
 def _segments(spec: VisionRopeSpec) -> dict[str, Any]:
     """``cu_seqlens`` and ``max_seqlen`` of the packed grids, when there are few enough segments
     to list (a grid of 2**20 frames is answered without them)."""
-    frames = sum(1 if spec.rule.segments == "clip" else t for t, _, _ in spec.grids)
+    frames = sum(1 if spec.rule.segments == "video" else t for t, _, _ in spec.grids)
     if frames > _MAX_LISTED_SEGMENTS:
         return {"cu_seqlens": None, "max_seqlen": None, "segments": spec.rule.segments}
     cu = vision_cu_seqlens(spec)

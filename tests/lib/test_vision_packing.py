@@ -75,7 +75,7 @@ def test_cu_seqlens_are_the_towers_own(model_type: str) -> None:
     spec = vision_rope_spec(config, grids)
     hf = CONFIG_MAPPING[model_type]()
     hf._attn_implementation = "flash_attention_2"
-    merge_temporal = VISION_RULES[model_type].segments == "clip"
+    merge_temporal = VISION_RULES[model_type].segments == "video"
     cu, longest = vision_utils.get_vision_attention_seqlens(
         torch.tensor(grids), hf, merge_temporal=merge_temporal
     )
