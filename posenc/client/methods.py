@@ -380,8 +380,9 @@ class KindMethods(Generic[T]):
         window_size (W − 1, 0)), chunked (Llama 4), bidirectional; Gemma 3's image spans
         (`token_type_ids`) both ways; padding (`attention_mask`) removes keys; packed documents
         (`cu_seqlens`) see only their own keys. The queries are the last T of the S positions.
-        `meta` spells the same mask for flash-attn, SDPA and vLLM. A layer without attention
-        (Mamba, linear attention) is a 422 that says what it is.
+        `meta` spells the same mask for flash-attn, SDPA, FlexAttention and vLLM. `as: combined`
+        adds a position bias (ALiBi, T5) where the mask allows, as the model adds them. A layer
+        without attention (Mamba, linear attention) is a 422 that says what it is.
 
         Args:
             seq_len: T, the number of queries.
