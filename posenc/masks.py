@@ -56,6 +56,15 @@ from posenc.blocks import TableBlocks
 from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
+from posenc.position_bias import (
+    ALIBI_FORMS,
+    POSITION_BIASES,
+    PositionBias,
+    bias_parameters,
+    bias_rows,
+    check_position_bias,
+    position_bias,
+)
 from posenc.position_ids import check_cu_seqlens, max_seqlen
 
 __all__ = [
@@ -67,6 +76,8 @@ __all__ = [
     "MaskRule",
     "attention_bias",
     "attention_mask",
+    "combined_blocks",
+    "flex_mask_mod",
     "kernel_spellings",
     "mask_blocks",
     "mask_inputs",
@@ -403,6 +414,58 @@ def mask_blocks(
     return TableBlocks(output, shape, out_dtype, fill, dev)
 
 
+def combined_blocks(
+    rule: MaskRule,
+    inputs: MaskInputs,
+    bias: PositionBias,
+    *,
+    dtype: torch.dtype = torch.float32,
+    masked_value: MaskedValue = "-inf",
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """The mask and a position bias as the model adds them to its scores: ``(B, H, T, S)``,
+    the bias (:func:`posenc.position_bias.bias_rows`) where the mask allows attention and −inf
+    (``masked_value="min"``: ``finfo(dtype).min``) elsewhere, in blocks of its ``B·H·T`` rows.
+
+    transformers' eager attention adds ``bias + finfo.min`` where masked, which is
+    ``finfo.min`` itself in float32, bfloat16 and float16 for any bias below ``2**100``; so
+    with ``masked_value="min"`` this is the sum BLOOM, MPT and T5 pass to their softmax.
+    T5's buckets (``relative``) go both ways on bidirectional layers (its encoder), one way
+    otherwise.
+    """
+    check_choice("masked_value", masked_value, MASKED_VALUES)
+    dev = device_or_cpu(device)
+    out_dtype = resolve_dtype(dtype)
+    heads, t, s = bias.num_heads, inputs.seq_len, inputs.key_len
+    shape = (inputs.batch, heads, t, s)
+    bidirectional = _bidirectional(rule.kind)
+    fill_value = float("-inf") if masked_value == "-inf" else torch.finfo(out_dtype).min
+    key_pos = torch.arange(s, device=dev)[None, :]  # (1, S)
+    parameters = bias_parameters(bias, device=dev)  # slopes (H,) or T5's table (NB, H)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        rows = torch.arange(start, stop, device=dev)  # (N,) (b·H + h)·T + i
+        i = rows % t
+        bh = torch.div(rows, t, rounding_mode="floor")
+        b, head = torch.div(bh, heads, rounding_mode="floor"), bh % heads
+        allowed = mask_rows(rule, inputs, b * t + i)  # (N, S)
+        real = inputs.key_valid.to(dev)[b] if inputs.key_valid is not None else None
+        values = bias_rows(
+            bias,
+            parameters,
+            head,
+            (i + (s - t))[:, None],
+            key_pos,
+            key_len=s,
+            real_keys=real,
+            bidirectional=bidirectional,
+        ).to(out_dtype)  # (N, S), cast once
+        masked = torch.tensor(fill_value, dtype=out_dtype, device=dev)
+        out.copy_(torch.where(allowed, values, masked))
+
+    return TableBlocks("combined", shape, out_dtype, fill, dev)
+
+
 def _sized_inputs(
     what: str,
     rule: MaskRule,
@@ -506,6 +569,58 @@ def _plain_kind(rule: MaskRule, key_len: int) -> str | None:
     return None
 
 
+_FLEX_BASE = {
+    "causal": "causal_mask_function",
+    "sliding": "sliding_window_causal_mask_function({window})",
+    "chunked": "chunked_causal_mask_function({chunk}, left_padding)",
+    "bidirectional": "bidirectional_mask_function",
+    "sliding_bidirectional": "sliding_window_bidirectional_mask_function({window})",
+}
+
+
+def flex_mask_mod(rule: MaskRule, inputs: MaskInputs) -> str:
+    """The FlexAttention ``mask_mod`` transformers composes for this mask, as an expression in
+    ``masking_utils``' own names, in the order its ``create_*_mask`` and
+    ``flex_attention_mask`` compose them.
+
+    The base is the kind's function (``causal_mask_function``,
+    ``sliding_window_causal_mask_function(W)`` = ``and_masks(sliding_window_overlay(W),
+    causal_mask_function)``, ``chunked_causal_mask_function(C, left_padding)``,
+    ``bidirectional_mask_function``, ``sliding_window_bidirectional_mask_function(W)``). Then:
+
+    - image spans (Gemma 3's ``create_masks_for_vision_model``): full layers
+      ``or_masks(causal_mask_function, blockwise_overlay(block_sequence_ids))``, sliding layers
+      that ``and_masks(…, sliding_window_overlay(W))``;
+    - packed documents: ``and_masks(remap_positions_for_packed_sequence(base, position_ids),
+      packed_sequence_mask_function(packed_sequence_mask))``;
+    - padding (a row with a 0): ``and_masks(…, padding_mask_function(padding_mask))``;
+    - a cache (``S > T``): ``add_offsets_to_mask_function(…, S − T, 0)``, as
+      ``flex_attention_mask`` adds the query offset.
+
+    The free names are tensors of the request: ``left_padding`` ``(B,)`` (leading padded keys,
+    zeros without padding), ``padding_mask`` ``(B, S)`` bool (``attention_mask == 1``),
+    ``block_sequence_ids`` ``(B, S)`` (each image run numbered from 0 in its row, −1 for text),
+    ``position_ids`` ``(1, T)`` (positions inside each document) and ``packed_sequence_mask``
+    ``(1, T)`` (each token's document).
+    """
+    w, c = rule.window, rule.chunk_size
+    mod = _FLEX_BASE[rule.kind].format(window=w, chunk=c)
+    if inputs.image_block is not None:
+        mod = "or_masks(causal_mask_function, blockwise_overlay(block_sequence_ids))"
+        if rule.kind == "sliding":
+            mod = f"and_masks({mod}, sliding_window_overlay({w}))"
+    if inputs.document is not None:
+        mod = (
+            f"and_masks(remap_positions_for_packed_sequence({mod}, position_ids), "
+            "packed_sequence_mask_function(packed_sequence_mask))"
+        )
+    if inputs.key_valid is not None and not bool(inputs.key_valid.all()):
+        mod = f"and_masks({mod}, padding_mask_function(padding_mask))"
+    if inputs.key_len > inputs.seq_len:
+        mod = f"add_offsets_to_mask_function({mod}, {inputs.key_len - inputs.seq_len}, 0)"
+    return mod
+
+
 def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
     """The same mask as each kernel is told it.
 
@@ -522,6 +637,8 @@ def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
       ``W``; its flash-attn backend turns it into ``(W − 1, 0)``); None without a window.
     - ``vllm_attention_chunk_size``: vLLM's chunked local attention (Llama 4), or None.
     - ``transformers_function``: the ``masking_utils`` function that builds it.
+    - ``flex_attention_mask_mod``: FlexAttention's ``mask_mod`` in ``masking_utils``' names
+      (:func:`flex_mask_mod`).
     """
     w = rule.window
     windows: dict[str, list[int] | None] = {
@@ -547,6 +664,7 @@ def kernel_spellings(rule: MaskRule, inputs: MaskInputs) -> dict[str, Any]:
         "vllm_sliding_window": w if rule.kind == "sliding" else None,
         "vllm_attention_chunk_size": rule.chunk_size,
         "transformers_function": _TRANSFORMERS_FUNCTIONS[rule.kind],
+        "flex_attention_mask_mod": flex_mask_mod(rule, inputs),
     }
 
 
@@ -582,6 +700,9 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             if p[name] is not None:
                 raise InvalidArgument(f"{name} needs config (a model's config.json)", field=name)
     rule = _rule_dict(mask_rule(kind or "causal", window=window, chunk_size=chunk))
+    bias = _bias_of(p)  # a 422 before any work
+    if bias is not None:
+        check_position_bias(bias, bidirectional=_bidirectional(rule["kind"]))
     if p["cu_seqlens"] is not None and all(
         p[name] is None for name in ("position_ids", "attention_mask", "token_type_ids")
     ):
@@ -592,6 +713,43 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     else:
         _inputs({**p, "rule": rule})  # every input checked before any work
     return {**p, "rule": rule, "layer_info": layer_info}
+
+
+def _bidirectional(kind: str) -> bool:
+    """Whether a layer of this mask kind sees both ways (T5's encoder buckets)."""
+    return kind in ("bidirectional", "sliding_bidirectional")
+
+
+def _bias_of(p: Mapping[str, Any]) -> PositionBias | None:
+    """The position bias ``as: "combined"`` adds (None for a mask or bias alone).
+
+    Raises:
+        InvalidArgument: ``combined`` without ``position_bias``, or ``position_bias`` with
+            another ``as``.
+    """
+    kind = p["position_bias"]
+    if p["as"] != "combined":
+        if kind is not None:
+            raise InvalidArgument(
+                f"position_bias ({kind}) is added to the mask with as: combined, not with "
+                f"as: {p['as']}",
+                field="position_bias",
+            )
+        return None
+    if kind is None:
+        raise InvalidArgument(
+            "as: combined needs position_bias (alibi or relative) and num_heads",
+            field="position_bias",
+        )
+    return position_bias(
+        kind,
+        num_heads=p["num_heads"],
+        max_bias=p["max_bias"],
+        alibi_form=p["alibi_form"],
+        num_buckets=p["num_buckets"],
+        max_distance=p["max_distance"],
+        seed=p["seed"],
+    )
 
 
 def _rule_dict(rule: MaskRule) -> dict[str, Any]:
@@ -616,10 +774,22 @@ def _masks_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     for name in ("attention_mask", "token_type_ids"):
         if p[name] is not None:
             batch = kinds.batch_shape(p[name])[0]
+    if p["as"] == "combined":
+        return {"combined": (batch, p["num_heads"], t, s)}
     return {p["as"]: (batch, t, s)}
 
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> TableBlocks:
+    bias = _bias_of(p)
+    if bias is not None:
+        return combined_blocks(
+            _rule_of(p),
+            _inputs(p),
+            bias,
+            dtype=ctx.dtype,
+            masked_value=p["masked_value"],
+            device=ctx.device,
+        )
     return mask_blocks(
         _rule_of(p),
         _inputs(p),
@@ -654,8 +824,24 @@ def _masks_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "layer": p["layer_info"],
         **kernel_spellings(rule, inputs),
     }
-    if p["as"] == "bias":
+    if p["as"] in ("bias", "combined"):
         meta.update(dtype=p["dtype"], masked_value=p["masked_value"])
+    bias = _bias_of(p)
+    if bias is not None:
+        meta["position_bias"] = {
+            "kind": bias.kind,
+            "num_heads": bias.num_heads,
+            **(
+                {"max_bias": bias.max_bias, "alibi_form": bias.alibi_form}
+                if bias.kind == "alibi"
+                else {
+                    "num_buckets": bias.num_buckets,
+                    "max_distance": bias.max_distance,
+                    "seed": bias.seed,
+                    "bidirectional": _bidirectional(rule.kind),
+                }
+            ),
+        }
     if inputs.document is not None:
         cu = p["cu_seqlens"] or packed_documents(p["position_ids"])
         meta.update(cu_seqlens=cu, max_seqlen=max_seqlen(cu))
@@ -676,7 +862,9 @@ MASKS: kinds.Kind = kinds.Kind(
     "flash-attn's window_size (W − 1, 0)), chunked (Llama 4), bidirectional; Gemma 3's image "
     "spans (`token_type_ids`) both ways; padding (`attention_mask`) removes keys; packed "
     "documents (`cu_seqlens`) see only their own keys. The queries are the last T of the S "
-    "positions. `meta` spells the same mask for flash-attn, SDPA and vLLM. A layer without "
+    "positions. `meta` spells the same mask for flash-attn, SDPA, FlexAttention and vLLM. "
+    "`as: combined` adds a position bias (ALiBi, T5) where the mask allows, as the model "
+    "adds them. A layer without "
     "attention (Mamba, linear attention) is a 422 that says what it is.",
     fields=(
         kinds.FieldSpec("seq_len", "int", "T, the number of queries", minimum=1, example=6),
@@ -752,10 +940,51 @@ MASKS: kinds.Kind = kinds.Kind(
             "as",
             "str",
             "mask: the tensor `mask` (B, T, S) bool, true where attention is allowed; bias: "
-            "the tensor `bias`, 0 or −inf, in dtype",
+            "the tensor `bias`, 0 or −inf, in dtype; combined: the tensor `combined` "
+            "(B, H, T, S), the position_bias where allowed and −inf elsewhere, as the model "
+            "adds them to its scores",
             "mask",
-            choices=("mask", "bias"),
+            choices=("mask", "bias", "combined"),
             python_name="output",
+        ),
+        kinds.FieldSpec(
+            "position_bias",
+            "str",
+            "with as: combined, the bias the model adds beside the mask: alibi (its form in "
+            "alibi_form) or relative (T5's bucketed table: both ways on bidirectional layers, "
+            "its encoder; one way otherwise, its decoder)",
+            None,
+            choices=POSITION_BIASES,
+        ),
+        kinds.FieldSpec(
+            "num_heads", "int", "H of position_bias (required with it)", None, minimum=1
+        ),
+        kinds.FieldSpec(
+            "max_bias",
+            "float",
+            "ALiBi's slope exponent scale (MPT's alibi_bias_max)",
+            8.0,
+            exclusive_minimum=0,
+        ),
+        kinds.FieldSpec(
+            "alibi_form",
+            "str",
+            "paper: −m·|q − k|; key_index: m·(the key's index among the real tokens), as "
+            "BLOOM's build_alibi_tensor; from_last: m·(k − S + 1), as MPT's "
+            "build_mpt_alibi_tensor",
+            "paper",
+            choices=ALIBI_FORMS,
+        ),
+        kinds.FieldSpec("num_buckets", "int", "T5's relative_attention_num_buckets", 32, minimum=1),
+        kinds.FieldSpec(
+            "max_distance", "int", "T5's relative_attention_max_distance", 128, minimum=1
+        ),
+        kinds.FieldSpec(
+            "seed",
+            "int",
+            "T5's table: torch.manual_seed(seed); nn.Embedding(num_buckets, num_heads).weight",
+            0,
+            minimum=0,
         ),
         kinds.FieldSpec(
             "masked_value",
@@ -769,6 +998,7 @@ MASKS: kinds.Kind = kinds.Kind(
     tensors=(
         kinds.TensorSpec("mask", ("B", "T", "S"), integer=True),
         kinds.TensorSpec("bias", ("B", "T", "S")),
+        kinds.TensorSpec("combined", ("B", "H", "T", "S")),
     ),
     shapes=_masks_shapes,
     compute=_masks_compute,
@@ -781,6 +1011,7 @@ MASKS: kinds.Kind = kinds.Kind(
         {"seq_len": 6, "kind": "sliding", "window": 3},
         {"seq_len": 5, "attention_mask": [[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]], "as": "bias"},
         {"seq_len": 6, "cu_seqlens": [0, 2, 6]},
+        {"seq_len": 4, "as": "combined", "position_bias": "alibi", "num_heads": 2},
     ),
 )
 """The masks endpoint kind (see :mod:`posenc.kinds`)."""

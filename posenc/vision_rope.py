@@ -44,6 +44,7 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``Dh`` head dime
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -73,6 +74,7 @@ __all__ = [
     "VISION_RULES",
     "VisionRopeSpec",
     "VisionRule",
+    "vision_cu_seqlens",
     "vision_position_ids",
     "vision_rope_blocks",
     "vision_rope_cos_sin",
@@ -121,6 +123,11 @@ class VisionRule:
             parameter (MLCD's ``class_pos_emb``), not a position: it is not in the table, and
             ``meta.class_token`` says so.
         images_only: ``t`` must be 1 (the tower takes images, not videos).
+        segments: what one attention segment of the packed tower is (``cu_seqlens``):
+            ``frame`` (each frame of each grid alone, ``vision_utils.get_vision_cu_seqlens``
+            as Qwen-VL and GLM-4V call it) or ``video`` (a video's frames together,
+            ``merge_temporal=True``: Kimi-K2.5). A tower with a class token attends each
+            grid with its class token.
         defaults: transformers' config-class defaults of the keys read.
         reference: the transformers class whose table this is.
     """
@@ -142,6 +149,7 @@ class VisionRule:
     scale: str | None = None
     temporal: bool = False
     merge_per_grid: bool = False
+    segments: Literal["frame", "video"] = "frame"
 
 
 def _axial(reference: str, hidden: int, heads: int, **extra: Any) -> VisionRule:
@@ -183,7 +191,9 @@ VISION_RULES: dict[str, VisionRule] = {
         "Lfm3VlVisionRotaryEmbedding", 1024, 16, defaults={"rope_theta": 1000000.0}
     ),
     "paddleocr_vl_vision": _axial("PaddleOCRVisionRotaryEmbedding", 1152, 16, merge=1),
-    "kimi_k25_vision": _axial("Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs"),
+    "kimi_k25_vision": _axial(
+        "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs", segments="video"
+    ),
     "step3p5_vision": _axial(
         "Step3p7VisionRotaryEmbedding", 1536, 16, merge=1, order="wh", images_only=True
     ),
@@ -780,6 +790,19 @@ def _token_coordinates(spec: VisionRopeSpec, start: int, stop: int) -> tuple[Ten
     return frame, row, col, h, w
 
 
+def vision_cu_seqlens(spec: VisionRopeSpec) -> list[int]:
+    """The packed tower's attention segments, as flash-attn's varlen calls take them: 0, then
+    the end of each segment (``spec.rule.segments``: each frame of each grid, or each grid), so
+    the tokens of all the grids attend as each image or frame would alone. Numbers only: no
+    tensor is made."""
+    ends = [0]
+    for (t, h, w), tokens in zip(spec.grids, spec.tokens_per_grid, strict=True):
+        whole = spec.rule.class_token or spec.rule.segments == "video"
+        for n in [tokens] if whole else [h * w] * t:
+            ends.append(ends[-1] + n)
+    return ends
+
+
 def vision_position_ids(spec: VisionRopeSpec) -> Tensor:
     """``(N, 2)`` int64: each token's ``(row, column)``, ``(−1, −1)`` for a class token;
     ``(N, 3)`` ``(frame, row, column)`` for a 3-D rotary (MiniMax-M3-VL)."""
@@ -1071,6 +1094,21 @@ def _timm_meta(timm: TimmRopeSpec, p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def _segments(spec: VisionRopeSpec) -> dict[str, Any]:
+    """``cu_seqlens`` and ``max_seqlen`` of the packed grids, when there are few enough segments
+    to list (a grid of 2**20 frames is answered without them)."""
+    frames = sum(1 if spec.rule.segments == "video" else t for t, _, _ in spec.grids)
+    if frames > _MAX_LISTED_SEGMENTS:
+        return {"cu_seqlens": None, "max_seqlen": None, "segments": spec.rule.segments}
+    cu = vision_cu_seqlens(spec)
+    longest = max((b - a for a, b in itertools.pairwise(cu)), default=0)
+    return {"cu_seqlens": cu, "max_seqlen": longest, "segments": spec.rule.segments}
+
+
+# meta lists cu_seqlens up to this many segments (one per frame)
+_MAX_LISTED_SEGMENTS = 65536
+
+
 def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
     timm = _timm(p)
     if timm is not None:
@@ -1090,6 +1128,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "position_axes": ["frame", "row", "column"][3 - spec.axes :],
         "window": spec.window,
         "tokens": spec.tokens,
+        **_segments(spec),
         "reference": spec.rule.reference,
         "class_token": _class_token(spec.rule),
         "defaulted": list(spec.defaulted),

@@ -356,7 +356,14 @@ class KindMethods(Generic[T]):
         token_type_ids: Sequence[Sequence[int]] | Any | None = None,
         cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
         position_ids: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
-        output: Literal["mask", "bias"] | None = None,
+        output: Literal["mask", "bias", "combined"] | None = None,
+        position_bias: Literal["alibi", "relative"] | None = None,
+        num_heads: int | None = None,
+        max_bias: float | None = None,
+        alibi_form: Literal["paper", "key_index", "from_last"] | None = None,
+        num_buckets: int | None = None,
+        max_distance: int | None = None,
+        seed: int | None = None,
         masked_value: Literal["-inf", "min"] | None = None,
         dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
         format: Format | None = None,
@@ -373,8 +380,9 @@ class KindMethods(Generic[T]):
         window_size (W − 1, 0)), chunked (Llama 4), bidirectional; Gemma 3's image spans
         (`token_type_ids`) both ways; padding (`attention_mask`) removes keys; packed documents
         (`cu_seqlens`) see only their own keys. The queries are the last T of the S positions.
-        `meta` spells the same mask for flash-attn, SDPA and vLLM. A layer without attention
-        (Mamba, linear attention) is a 422 that says what it is.
+        `meta` spells the same mask for flash-attn, SDPA, FlexAttention and vLLM. `as: combined`
+        adds a position bias (ALiBi, T5) where the mask allows, as the model adds them. A layer
+        without attention (Mamba, linear attention) is a 422 that says what it is.
 
         Args:
             seq_len: T, the number of queries.
@@ -400,7 +408,21 @@ class KindMethods(Generic[T]):
                 starts wherever a position is not the previous plus 1, as transformers detects
                 packing.
             output: mask: the tensor `mask` (B, T, S) bool, true where attention is allowed;
-                bias: the tensor `bias`, 0 or −inf, in dtype (default 'mask') (sent as as).
+                bias: the tensor `bias`, 0 or −inf, in dtype; combined: the tensor `combined`
+                (B, H, T, S), the position_bias where allowed and −inf elsewhere, as the model
+                adds them to its scores (default 'mask') (sent as as).
+            position_bias: with as: combined, the bias the model adds beside the mask: alibi
+                (its form in alibi_form) or relative (T5's bucketed table: both ways on
+                bidirectional layers, its encoder; one way otherwise, its decoder).
+            num_heads: H of position_bias (required with it).
+            max_bias: ALiBi's slope exponent scale (MPT's alibi_bias_max) (default 8.0).
+            alibi_form: paper: −m·|q − k|; key_index: m·(the key's index among the real tokens),
+                as BLOOM's build_alibi_tensor; from_last: m·(k − S + 1), as MPT's
+                build_mpt_alibi_tensor (default 'paper').
+            num_buckets: T5's relative_attention_num_buckets (default 32).
+            max_distance: T5's relative_attention_max_distance (default 128).
+            seed: T5's table: torch.manual_seed(seed); nn.Embedding(num_buckets,
+                num_heads).weight (default 0).
             masked_value: the bias where attention is masked: -inf, or min
                 (torch.finfo(dtype).min, as transformers' eager attention adds it) (default
                 '-inf').
@@ -409,7 +431,8 @@ class KindMethods(Generic[T]):
             format, as_, device, method, query, extra: as for ``compute``.
 
         Returns:
-            A TensorResult with ``mask`` (B, T, S), ``bias`` (B, T, S).
+            A TensorResult with ``mask`` (B, T, S), ``bias`` (B, T, S), ``combined`` (B, H, T,
+            S).
         """
         return self.compute(
             "masks",
@@ -431,6 +454,13 @@ class KindMethods(Generic[T]):
             token_type_ids=token_type_ids,
             cu_seqlens=cu_seqlens,
             position_ids=position_ids,
+            position_bias=position_bias,
+            num_heads=num_heads,
+            max_bias=max_bias,
+            alibi_form=alibi_form,
+            num_buckets=num_buckets,
+            max_distance=max_distance,
+            seed=seed,
             masked_value=masked_value,
             dtype=dtype,
             **{"as": output},

@@ -131,7 +131,10 @@ class Family:
         polar_rotary: its transformers rotary module returns ``torch.polar(1, θ)`` (Llama 4).
         vllm_window_rule: how vLLM's model code gives its layers the config's ``sliding_window``
             (:mod:`posenc.mask_engines`): ``model_level`` (no per-layer window, so every layer
-            takes the model's: Qwen2) or ``even_layers`` (gpt-oss).
+            takes the model's: Qwen2), ``even_layers`` (gpt-oss) or ``plus_one`` (the sliding
+            layers of ``layer_types`` get ``sliding_window + 1``: Cohere 2's
+            ``CohereAttention.__init__`` in vLLM's ``commandr.py``, Cohere 2 MoE's in
+            ``cohere2_moe.py``).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
     """
@@ -190,7 +193,7 @@ class Family:
     llamacpp_rope: Literal["normal", "neox", "mrope", "imrope", "none"] | None = None
     llamacpp_yarn_log_multiplier: bool = False
     polar_rotary: bool = False
-    vllm_window_rule: Literal["model_level", "even_layers"] | None = None
+    vllm_window_rule: Literal["model_level", "even_layers", "plus_one"] | None = None
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -248,8 +251,9 @@ _RECORDS = (
         layer_rule="every_nth",
         sliding_pattern=4,
         full_is_no_rope=True,
+        vllm_window_rule="plus_one",
     ),
-    _f("cohere2_moe", scheme="rope", layout="interleaved"),
+    _f("cohere2_moe", scheme="rope", layout="interleaved", vllm_window_rule="plus_one"),
     _f("cohere_compass", mrope_section=(24, 20, 20), vision_tower="cohere_compass_vision"),
     _f("colqwen2", vision_tower="qwen2_vl_vision"),
     _f("cosmos3_edge", mrope_section=(24, 20, 20), mrope_interleaved=True),

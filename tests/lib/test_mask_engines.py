@@ -150,3 +150,75 @@ def test_alternating_transformers_side_is_transformers_own_layer_types(name: str
         "sliding" if t == "sliding_attention" else "causal" for t in own
     ]
     assert out["agree"] is True  # vLLM slides the same layers: no difference
+
+
+def test_cohere2_vllm_slides_one_key_more() -> None:
+    """vLLM's ``CohereAttention.__init__`` (commandr.py) passes ``sliding_window + 1`` to the
+    sliding layers of ``layer_types``; transformers' Cohere 2 slides W keys."""
+    cfg = {"model_type": "cohere2", "num_hidden_layers": 4, "sliding_window": 4096,
+           "sliding_window_pattern": 4, "head_dim": 128}  # fmt: skip
+    out = compare_mask_engines(cfg)
+    assert [x["transformers"] for x in out["layers"]] == [_sliding(4096)] * 3 + [CAUSAL]
+    assert [x["vllm"] for x in out["layers"]] == [_sliding(4097)] * 3 + [CAUSAL]
+    assert [d["index"] for d in out["differences"]] == [0, 1, 2]
+    d = out["differences"][0]
+    assert (d["keys_differ_by"], d["first_position"]) == (1, 4096)
+    assert out["agree"] is False
+
+
+def test_cohere2_transformers_side_is_transformers_own_layer_types() -> None:
+    from transformers import Cohere2Config
+
+    own = Cohere2Config(num_hidden_layers=8, sliding_window=64).layer_types
+    cfg = {"model_type": "cohere2", "num_hidden_layers": 8, "sliding_window": 64,
+           "head_dim": 64}  # fmt: skip
+    vllm = vllm_layer_masks(cfg)
+    assert [x["window"] for x in vllm] == [65 if t == "sliding_attention" else None for t in own]
+
+
+def test_embedding_gemma_encoder_windows_agree() -> None:
+    """EmbeddingGemma: transformers' config class stores W // 2 + 1, vLLM's encoder-only
+    flash-attn window is (W' − 1, W' − 1) = (W // 2, W // 2): |q − k| <= W // 2 in both."""
+    cfg = {"model_type": "gemma3_text", "num_hidden_layers": 6, "sliding_window": 512,
+           "sliding_window_pattern": 6, "use_bidirectional_attention": True,
+           "head_dim": 256}  # fmt: skip
+    out = compare_mask_engines(cfg)
+    bidi = {"mask": "sliding_bidirectional", "window": 256, "chunk_size": None}
+    full = {"mask": "bidirectional", "window": None, "chunk_size": None}
+    assert [x["vllm"] for x in out["layers"]] == [bidi] * 5 + [full]
+    assert out["agree"] is True  # no difference
+
+
+def test_encoder_only_window_is_one_key_narrower_each_way_in_vllm() -> None:
+    """is_causal: false on a Llama with sliding layers: transformers' |q − k| <= W, vLLM's
+    encoder-only (W − 1, W − 1); a query with keys on both sides sees 2 keys more."""
+    cfg = {"model_type": "llama", "num_hidden_layers": 2, "sliding_window": 8,
+           "layer_types": ["sliding_attention", "full_attention"], "is_causal": False,
+           "head_dim": 64}  # fmt: skip
+    out = compare_mask_engines(cfg)
+    assert out["layers"][0]["transformers"]["window"] == 8
+    assert out["layers"][0]["vllm"] == {"mask": "sliding_bidirectional", "window": 7,
+                                        "chunk_size": None}  # fmt: skip
+    (d,) = out["differences"]
+    assert (d["index"], d["keys_differ_by"], d["first_position"]) == (0, 2, 0)
+
+
+def test_sliding_window_zero_is_no_window_in_vllm() -> None:
+    """ModelConfig.__post_init__: a window of 0 means none (Qwen2 with use_sliding_window)."""
+    cfg = {"model_type": "qwen2", "num_hidden_layers": 2, "sliding_window": 0,
+           "use_sliding_window": True, "max_window_layers": 2, "head_dim": 64}  # fmt: skip
+    assert vllm_layer_masks(cfg) == [CAUSAL] * 2
+
+
+@pytest.mark.parametrize(("longest", "cap"), [(32768, 4096), (4096, None), (None, 4096)])
+def test_disable_sliding_window_caps_vllm_max_model_len(
+    longest: int | None, cap: int | None
+) -> None:
+    """_get_and_verify_max_len: under disable_sliding_window, max_model_len is capped to a
+    window below the model's maximum, so no query reaches the position where masks part."""
+    cfg = {"model_type": "mistral", "num_hidden_layers": 2, "sliding_window": 4096,
+           "head_dim": 128}  # fmt: skip
+    if longest is not None:
+        cfg["max_position_embeddings"] = longest
+    assert compare_mask_engines(cfg, disable_sliding_window=True)["vllm_max_model_len"] == cap
+    assert compare_mask_engines(cfg)["vllm_max_model_len"] is None

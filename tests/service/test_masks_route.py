@@ -115,3 +115,30 @@ def test_a_huge_packed_row_is_413_before_anything_is_made(app_client: httpx.Clie
     assert r.status_code == 413, r.text
     bad = app_client.post("/v1/masks", json={"seq_len": 2**40, "cu_seqlens": [0, 5, 2**39]})
     assert bad.status_code == 422 and "cu_seqlens[2]" in bad.text
+
+
+def test_combined_mask_and_alibi(app_client: httpx.Client) -> None:
+    """as: combined: (B, H, T, S), the bias where the mask allows, with its meta."""
+    padding = [[0, 1, 1, 1, 1], [1, 1, 1, 1, 1]]
+    body = {"seq_len": 5, "attention_mask": padding, "as": "combined",
+            "position_bias": "alibi", "num_heads": 2, "alibi_form": "key_index"}  # fmt: skip
+    r = app_client.post("/v1/masks", json=body)
+    assert r.status_code == 200, r.text
+    got = _tensor(r.json(), "combined")
+    assert got.shape == (2, 2, 5, 5)
+    mask = attention_mask(mask_rule("causal"), 5, attention_mask=padding).numpy()
+    real = np.array([[0, 0, 1, 2, 3], [0, 1, 2, 3, 4]], dtype=np.float64)
+    slopes = np.array([2.0**-4, 2.0**-8])
+    want = np.where(mask[:, None], slopes[None, :, None, None] * real[:, None, None, :], -np.inf)
+    np.testing.assert_array_equal(got, want)
+    meta = r.json()["meta"]["position_bias"]
+    assert meta == {"kind": "alibi", "num_heads": 2, "max_bias": 8.0, "alibi_form": "key_index"}
+    bad = app_client.post("/v1/masks", json={"seq_len": 4, "as": "combined"})
+    assert bad.status_code == 422 and "position_bias" in bad.text
+
+
+def test_combined_huge_bias_table_is_413(app_client: httpx.Client) -> None:
+    body = {"seq_len": 2, "as": "combined", "position_bias": "relative", "num_heads": 4,
+            "num_buckets": 2**30}  # fmt: skip
+    r = app_client.post("/v1/masks", json=body)
+    assert r.status_code == 413, r.text

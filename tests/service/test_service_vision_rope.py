@@ -418,3 +418,18 @@ def test_engine_timm_mixed_streams_like_the_whole_table(
     whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
     assert streamed.content == whole.content
     assert np.load(io.BytesIO(whole.content)).shape == (120, 32)
+
+
+def test_packed_grids_give_cu_seqlens(app_client: httpx.Client) -> None:
+    """docs/configs.md's example: one image of 24 patches, a two-frame video of 8 each."""
+    body = {
+        "config": {"model_type": "qwen2_5_vl",
+                   "vision_config": {"hidden_size": 1280, "num_heads": 16,
+                                     "spatial_merge_size": 2}},
+        "grid_thw": [[1, 4, 6], [2, 2, 4]],
+    }  # fmt: skip
+    r = app_client.post("/v1/encodings/vision-rope", json=body)
+    assert r.status_code == 200, r.text
+    meta = r.json()["meta"]
+    assert meta["cu_seqlens"] == [0, 24, 32, 40] and meta["max_seqlen"] == 24
+    assert meta["segments"] == "frame"

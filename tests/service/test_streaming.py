@@ -31,8 +31,15 @@ from safetensors.numpy import load as st_load_numpy
 from safetensors.torch import load as st_load
 
 from posenc import alibi_bias, alibi_slopes, learned_table, sinusoidal_table
-from posenc.masks import attention_bias, attention_mask, mask_rule
+from posenc.masks import (
+    attention_bias,
+    attention_mask,
+    combined_blocks,
+    mask_inputs,
+    mask_rule,
+)
 from posenc.model_configs import model_config
+from posenc.position_bias import position_bias
 from posenc.relative import (
     deberta_relative_positions,
     num_relative_buckets,
@@ -219,6 +226,30 @@ def _cases() -> list[tuple[str, str, dict[str, Any], dict[str, torch.Tensor]]]:
                     cu_seqlens=[0, 9, 40, 70],
                     dtype=torch.float16,
                 )
+            },
+        ),
+        (
+            "masks-combined-relative",
+            "/v1/masks",
+            {
+                "seq_len": 40,
+                "key_len": 60,
+                "kind": "sliding",
+                "window": 7,
+                "attention_mask": _MASK_PADDING,
+                "as": "combined",
+                "position_bias": "relative",
+                "num_heads": 3,
+                "seed": 2,
+            },
+            {
+                "combined": combined_blocks(
+                    mask_rule("sliding", window=7),
+                    mask_inputs(
+                        mask_rule("sliding", window=7), 40, 60, attention_mask=_MASK_PADDING
+                    ),
+                    position_bias("relative", num_heads=3, seed=2),
+                ).whole()
             },
         ),
         (
