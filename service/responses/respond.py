@@ -89,7 +89,7 @@ def choose(request: Request, state: ServiceState, plan: Plan, out: OutputOptions
         prepared.body = streamed_body(plan, prepared.fmt, state.settings.max_elements)
         prepared.nbytes = prepared.body.held_bytes()
         return prepared
-    elif (body := kept_body(request, state, plan, prepared)) is not None:
+    if (body := kept_body(request, state, plan, prepared)) is not None:
         prepared.path, prepared.body = "kept", body
     prepared.nbytes = estimate_bytes(  # the estimated peak of compute + encode (+ the body)
         plan.elements,
