@@ -152,17 +152,10 @@ def alibi_bias(
         what=f"the ALiBi bias (H={num_heads}, T={seq_len}, S={key_len})",
         max_elements=max_elements,
     )
-    check_choice("mode", mode, ALIBI_MODES)
-    max_bias = _check_max_bias(max_bias)
-    dtype = resolve_dtype(dtype)
-    dev = device_or_cpu(device)
-
-    slopes = _slopes64(num_heads, max_bias).to(dev)  # (H,) float64
-    query_pos = torch.arange(seq_len, device=dev) + (key_len - seq_len)  # (T,) int64
-    key_pos = torch.arange(key_len, device=dev)  # (S,) int64
-    rel = key_pos[None, :] - query_pos[:, None]  # (T, S) int64: j - i'
-    bias = alibi_values(slopes[:, None, None], rel[None], mode == "causal")  # (H, T, S)
-    return bias.to(dtype)
+    blocks = alibi_bias_blocks(
+        num_heads, seq_len, key_len, mode=mode, max_bias=max_bias, device=device, dtype=dtype
+    )
+    return blocks.whole()  # (H, T, S): one block of all the H·T rows
 
 
 def alibi_values(slopes: torch.Tensor, rel: torch.Tensor, causal: bool) -> torch.Tensor:

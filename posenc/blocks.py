@@ -181,15 +181,23 @@ class TableBlocks:
             yield self.fill(start, stop)
 
     def whole(self, max_block_bytes: int | None = None) -> Tensor:
-        """The whole table, shaped :attr:`shape`, in one new tensor.
+        """The whole table, shaped :attr:`shape`, in one new tensor on :attr:`device`: what
+        each convention's whole-table function returns (``sinusoidal_table`` is
+        ``sinusoidal_blocks(...).whole()``), so a table and its row blocks are one formula.
 
         Args:
             max_block_bytes: ``None`` computes all rows at once; a size fills the table block
                 by block, so the float64 scratch stays that small (in cache, and reused)
-                whatever the table's size.
+                whatever the table's size (on the CPU; a device fills all rows at once).
         """
         self._next_row = 0
-        if self.device.type != "cpu" or max_block_bytes is None:
+        if self.device.type != "cpu":  # filled where it is computed, not staged on the CPU
+            out = torch.empty(self.rows, self.row_elements, dtype=self.dtype, device=self.device)
+            if self.rows:
+                self.fill_rows(0, self.rows, out)
+            self._next_row = self.rows
+            return out.reshape(self.shape)
+        if max_block_bytes is None:
             return self.fill(0, self.rows).reshape(self.shape)
         out = torch.empty(self.rows, self.row_elements, dtype=self.dtype)
         for start, stop in self.ranges(max_block_bytes):

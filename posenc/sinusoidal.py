@@ -203,16 +203,18 @@ def sinusoidal_table(
             what=f"the sinusoidal table (T={length}, D={d_model})",
             max_elements=max_elements,
         )
-    pos = _positions_tensor(positions, seq_len, offset)
-    freqs = sinusoidal_frequencies(d_model, base, layout, max_elements=max_elements)
-    dev = device_or_cpu(device)
-    freqs = freqs.to(dev)
-    table = torch.empty(pos.numel(), d_model, dtype=dtype, device=dev)  # (T, D)
-    if positions is None:
-        write_rows(table, freqs, layout == "interleaved", first=offset)
-    else:
-        write_rows(table, freqs, layout == "interleaved", positions=pos.to(dev, torch.float64))
-    return table
+    sinusoidal_frequencies(d_model, base, layout, max_elements=max_elements)  # validates
+    blocks = sinusoidal_blocks(
+        positions,
+        seq_len=seq_len,
+        d_model=d_model,
+        base=base,
+        layout=layout,
+        offset=offset,
+        device=device,
+        dtype=dtype,
+    )
+    return blocks.whole()  # (T, D): one block of all the rows
 
 
 class SinusoidalPositionalEncoding(nn.Module):

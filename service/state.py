@@ -31,19 +31,14 @@ class ServiceState:
     fingerprints: dict[str, str] = field(default_factory=dict)
     default_model: str = ""
     ready: bool = False
-    _budget: ByteBudget | None = field(default=None, repr=False)
+    # The in-flight byte budget (service.admission.budget), built from the settings, shared by
+    # every request of this app: a plain attribute, read on every miss.
+    budget: ByteBudget = field(init=False, repr=False)
 
-    @property
-    def budget(self) -> ByteBudget:
-        """The in-flight byte budget (:mod:`service.admission.budget`), built from the settings on
-        first use (on the event loop), shared by every request of this app."""
-        if self._budget is None:
-            self._budget = ByteBudget(
-                self.settings.max_inflight_bytes,
-                self.settings.queue_timeout,
-                metrics=self.metrics,
-            )
-        return self._budget
+    def __post_init__(self) -> None:
+        self.budget = ByteBudget(
+            self.settings.max_inflight_bytes, self.settings.queue_timeout, metrics=self.metrics
+        )
 
     def text_models(self) -> list[str]:
         """The names of the loaded models that have a tokenizer."""

@@ -18,9 +18,11 @@ plan (:func:`estimate_bytes`), and takes them from a :class:`ByteBudget` of
 
 A cache hit takes no bytes: its body is already counted by the cache's own budget.
 
-Streaming responses take a block's bytes at a time: ``await budget.acquire(n)`` before building
-a block and ``budget.release(n)`` once it has been sent (or ``async with budget.hold(n):``), so a
-streamed response counts only the rows it holds.
+Every response path takes its bytes the same way, ``async with budget.reserve(n) as held:``
+(:func:`service.responses.respond.respond`): a whole or kept miss its estimated peak, shrunk to
+its body once computed; a streamed one the few blocks it holds at once, shrunk to its output
+buffers once the last block is computed. ``held.until_sent(response)`` hands the bytes to the
+response (:class:`HeldResponse`), released after the last byte.
 
 The estimate is ``elements x BYTES_PER_ELEMENT[(format, dtype)] + REQUEST_OVERHEAD``, plus
 ``BYTES_PER_JSON_INT`` for each integer of a token batch sent as JSON, with a larger per-element
@@ -48,7 +50,9 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
+
+from posenc import kinds
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send
@@ -61,7 +65,9 @@ __all__ = [
     "ByteBudget",
     "HeldResponse",
     "Overloaded",
+    "Reservation",
     "estimate_bytes",
+    "json_ints",
     "tune_allocator",
 ]
 
@@ -101,6 +107,18 @@ _BINARY_FORMATS = frozenset({"safetensors", "npy", "raw"})
 # 63-71 bytes per integer (position ids of 1-8 Mi tokens, ids below 30000); binary bodies (npy,
 # safetensors) cost nothing here, their tensors are a few bytes per element of the output.
 BYTES_PER_JSON_INT = 96
+
+
+def json_ints(params: Mapping[str, Any]) -> int:
+    """The integers of the lists a JSON body gave (token rows ``input_ids``,
+    ``attention_mask``, ``position_ids``; a table's ``positions``): what the request holds as
+    Python lists while it computes (``BYTES_PER_JSON_INT`` each)."""
+    total = 0
+    for name in kinds.int_list_fields():  # binary bodies leave them out of the params
+        rows = params.get(name)
+        if isinstance(rows, list):
+            total += sum(len(row) if isinstance(row, list) else 1 for row in rows)
+    return total
 
 
 def estimate_bytes(
@@ -374,14 +392,29 @@ class ByteBudget:
         return keep
 
     @asynccontextmanager
+    async def reserve(
+        self, nbytes: int, timeout: float | None = None
+    ) -> AsyncIterator[Reservation]:
+        """``async with budget.reserve(n) as held:`` take ``n`` bytes (waiting in FIFO order,
+        :class:`Overloaded` after ``timeout``), the one way the service takes bytes.
+
+        Inside, ``held.shrink(keep)`` gives back what a compute no longer holds, and
+        ``held.until_sent(response)`` hands the rest to the response, which releases it after
+        its last byte (:class:`HeldResponse`). Leaving the block with an exception, or without
+        handing the bytes over, releases them."""
+        waited = await self.acquire(nbytes, timeout)
+        held = Reservation(self, nbytes, waited=waited)
+        try:
+            yield held
+        finally:
+            if not held.handed:
+                held.release()
+
+    @asynccontextmanager
     async def hold(self, nbytes: int, timeout: float | None = None) -> AsyncIterator[None]:
         """``async with budget.hold(n):`` acquire ``n`` bytes, release them on leaving."""
-        await self.acquire(nbytes, timeout)
-        start = self.clock()
-        try:
+        async with self.reserve(nbytes, timeout):
             yield
-        finally:
-            self.release(nbytes, held_s=self.clock() - start)
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -411,37 +444,113 @@ class ByteBudget:
         return exc
 
 
-class HeldResponse(Response):
-    """A finished :class:`Response` (same status, headers, body) that holds budget bytes until
-    its body has been sent.
+class Reservation:
+    """Bytes taken from a :class:`ByteBudget` by :meth:`ByteBudget.reserve`.
 
-    The bytes are released once the server's transport has (nearly) drained the body into the
-    socket, or when sending fails, is cancelled or the client has gone: whichever way
-    ``__call__`` ends (and, failing all of those, when the response is dropped unsent). The body
-    goes as one message, then an empty last one that uvicorn accepts only after its write
-    buffer drained: uvloop's transport (``uvicorn[standard]``) keeps a reference to the body,
-    not a copy, and slicing it would make each slice wait for the socket (measured slower).
+    Attributes:
+        budget: where they came from.
+        nbytes: the bytes held now.
+        waited: seconds the reservation waited for them.
+        since: the budget's clock when they were taken.
+        handed: whether a response holds them now (:meth:`until_sent`).
     """
 
-    def __init__(self, inner: Response, budget: ByteBudget, nbytes: int, since: float) -> None:
-        # No Response.__init__: the body and headers are the inner response's, as they are.
-        self.status_code = inner.status_code
-        self.body = inner.body
-        self.raw_headers = inner.raw_headers
-        self.background = inner.background
-        self.media_type = inner.media_type
-        self.budget, self.nbytes, self.since = budget, nbytes, since
-        self._loop = asyncio.get_running_loop()
+    def __init__(
+        self, budget: ByteBudget, nbytes: int, *, waited: float = 0.0, since: float | None = None
+    ) -> None:
+        self.budget, self.nbytes, self.waited = budget, nbytes, waited
+        self.since = budget.clock() if since is None else since
+        self.handed = False
         self._released = False
+        self._loop = asyncio.get_running_loop()
+
+    def shrink(self, keep: int) -> None:
+        """Keep only ``keep`` of the bytes (e.g. the body, once the compute's buffers are gone)."""
+        if not self._released:
+            self.nbytes = self.budget.shrink(self.nbytes, keep)
 
     def release(self) -> None:
-        """Give the bytes back (idempotent)."""
+        """Give the bytes back (idempotent; on the budget's event loop)."""
         if not self._released:
             self._released = True
             self.budget.release(self.nbytes, held_s=self.budget.clock() - self.since)
 
+    def release_soon(self) -> None:
+        """:meth:`release` from any thread (a finalizer), on the budget's loop."""
+        try:
+            self._loop.call_soon_threadsafe(self.release)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            self._released = True
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def until_sent(self, response: Response) -> HeldResponse:
+        """``response``, holding these bytes until its last byte has been sent: a whole body
+        keeps only its own bytes (and ``REQUEST_OVERHEAD``), its compute's buffers are gone; a
+        streaming one shrinks them itself as its last block is computed."""
+        if not isinstance(response, StreamingResponse):
+            self.shrink(len(response.body) + REQUEST_OVERHEAD)
+        self.handed = True
+        return HeldResponse(response, self)
+
+
+class HeldResponse(Response):
+    """A finished :class:`Response` (same status, headers, body), or a streaming one, that
+    holds budget bytes until its body has been sent.
+
+    The bytes are released once the server's transport has (nearly) drained the body into the
+    socket, or when sending fails, is cancelled or the client has gone: whichever way
+    ``__call__`` ends (and, failing all of those, when the response is dropped unsent). A whole
+    body goes as one message, then an empty last one that uvicorn accepts only after its write
+    buffer drained: uvloop's transport (``uvicorn[standard]``) keeps a reference to the body,
+    not a copy, and slicing it would make each slice wait for the socket (measured slower). A
+    streaming response sends itself.
+
+    Args:
+        inner: the response.
+        held: the :class:`Reservation` it holds, or the budget its ``nbytes`` were acquired
+            from at ``since`` (budget clock).
+    """
+
+    def __init__(
+        self,
+        inner: Response,
+        held: Reservation | ByteBudget,
+        nbytes: int = 0,
+        since: float | None = None,
+    ) -> None:
+        # No Response.__init__: the body and headers are the inner response's, as they are.
+        if isinstance(held, ByteBudget):
+            held = Reservation(held, nbytes, since=since)
+            held.handed = True
+        self.held = held
+        self.inner = inner
+        self.status_code = inner.status_code
+        self.body = getattr(inner, "body", b"")  # a streaming response has none
+        self.raw_headers = inner.raw_headers
+        self.background = inner.background
+        self.media_type = inner.media_type
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self.held.budget
+
+    @property
+    def nbytes(self) -> int:
+        return self.held.nbytes
+
+    def release(self) -> None:
+        """Give the bytes back (idempotent)."""
+        self.held.release()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
+            if isinstance(self.inner, StreamingResponse):
+                self.inner.background = self.background
+                await self.inner(scope, receive, send)
+                return
             await send(
                 {
                     "type": "http.response.start",
@@ -462,11 +571,9 @@ class HeldResponse(Response):
     def __del__(self) -> None:
         # Never sent (a middleware answered instead, or the app was torn down): release on the
         # budget's loop, the only thread that may touch it.
-        if not getattr(self, "_released", True):
+        held = getattr(self, "held", None)
+        if held is not None and not held.released:
             logger.warning(
-                "a held response was dropped unsent; releasing its %d bytes", self.nbytes
+                "a held response was dropped unsent; releasing its %d bytes", held.nbytes
             )
-            try:
-                self._loop.call_soon_threadsafe(self.release)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                self._released = True
+            held.release_soon()

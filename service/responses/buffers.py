@@ -1,7 +1,7 @@
 """Body buffers that are reused instead of page-faulted afresh: :data:`BODY_BUFFERS`.
 
 A cold table of a few MiB sent as raw is written into a new buffer each request (its body is
-kept in the cache afterwards, see :func:`service.responses.streaming.respond_kept`). A new buffer of 1 MiB
+kept in the cache afterwards, see :func:`service.responses.streaming.kept_response`). A new buffer of 1 MiB
 or more is fresh memory from the kernel (glibc's mmap threshold, :mod:`service.admission.budget`),
 and writing it page-faults once per 4 KiB page: about as long as computing a sinusoidal table
 of the same size. Here a buffer is an anonymous ``mmap`` of ordinary pages handed out as a NumPy ``uint8`` array over it; when

@@ -38,23 +38,31 @@ from typing import Any
 import numpy as np
 import orjson
 import torch
+from starlette.responses import Response
 
 from posenc import codec
 from posenc.heatmap import heatmap_png
+from service.observability.timing import server_timing
 
 __all__ = [
     "FORMAT_MEDIA_TYPES",
+    "STREAM_FORMATS",
     "Bundle",
     "Encoded",
     "NotAcceptable",
     "bundle_nbytes",
     "dtype_name",
     "encode_bundle",
+    "http_response",
     "meta_text",
     "negotiate",
     "no_bfloat16_npy",
     "tensor_nbytes",
 ]
+
+# The formats a table is sent in as its row blocks are computed (streamed past max_elements, or
+# kept): their bytes are the tensors' rows in order, behind a header worked out from the shapes.
+STREAM_FORMATS = ("raw", "npy", "safetensors")
 
 FORMAT_MEDIA_TYPES: dict[str, str] = {
     "json": "application/json",
@@ -472,3 +480,28 @@ def _encode_png(bundle: Bundle, *, index: int | None) -> Encoded:
     name, tensor = bundle.primary_name, bundle.primary
     body = heatmap_png(name, tensor, bundle.meta, index)
     return Encoded(body, FORMAT_MEDIA_TYPES["png"], {"X-Tensor-Name": name})
+
+
+_SUFFIXES = {"safetensors": "safetensors", "npy": "npy", "raw": "bin", "png": "png"}
+
+
+def http_response(
+    encoded: Encoded,
+    fmt: str,
+    route: str,
+    names: Sequence[str],
+    headers: Mapping[str, str],
+    cache: str,
+    **seconds: float,
+) -> Response:
+    """The response of an encoded body: ``headers`` (ETag, Vary ...), ``Server-Timing`` (the
+    ``cache`` state and the phases' ``seconds``), the body's own headers, and a file name
+    (``sinusoidal-pe.npy`` for the primary of the tensors ``names``; the route's last segment
+    for safetensors, which holds them all)."""
+    headers = {**headers, "Server-Timing": server_timing(cache, **seconds), **encoded.headers}
+    if fmt != "json":
+        stem = route.rstrip("/").rsplit("/", 1)[-1]
+        if fmt != "safetensors" and names:
+            stem = f"{stem}-{names[0]}"
+        headers["Content-Disposition"] = f'inline; filename="{stem}.{_SUFFIXES[fmt]}"'
+    return Response(content=encoded.body, media_type=encoded.media_type, headers=headers)

@@ -1,25 +1,24 @@
-"""Plans: a validated request as a :class:`Plan`, and the whole path that turns one into a
-negotiated, cached, ETagged response (:func:`prepare`, then :func:`finish` in the thread pool).
+"""Plans: a validated request as a :class:`Plan` (its kind and its parameters), the one place
+an output is refused as too large (:func:`check_output`), and the cheap first half of every
+response (:func:`prepare`): sizes, format, ETag, cache.
 
-A compute route only builds a :class:`Plan` (the normalised params, the output element count
-and a closure that calls posenc) and hands it to :func:`service.responses.respond.respond`, which in order
+A compute route only builds a :class:`Plan` (the kind, the resolved parameters and a closure
+that calls posenc) and hands it to :func:`service.responses.respond.respond`, which in order
 
-1. refuses a plan larger than ``max_elements`` with 413 (nothing is allocated yet), or hands a
-   table over it to :mod:`service.responses.streaming`;
+1. refuses a plan larger than ``max_elements`` with 413 (nothing is allocated yet), unless it
+   is a table with row blocks, streamed up to ``max_stream_elements`` (:func:`check_plan`);
 2. negotiates the format (406 lists what the endpoint can give);
 3. derives the ETag from a canonical key of the request (route, params after the preset or
    config merge, format, encoding, index, model fingerprint, device, version) and answers a
    matching ``If-None-Match`` with 304 (GET) or 412 (other methods), without computing;
-4. serves the encoded body from the cache; on a miss takes the response's estimated bytes from
-   the in-flight budget (:mod:`service.admission.budget`: 429 when none frees up in time), then
-   computes (or takes the cached tensors) and encodes in the thread pool;
-5. caches the body, and sets ``Vary``, ``ETag``, ``Server-Timing``.
+4. serves the encoded body from the cache, or, on a miss, looks for the computed tensors and
+   estimates the bytes the miss takes from the in-flight budget;
+5. chooses the path (:func:`service.responses.respond.choose`) and serves it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,80 +31,181 @@ from fastapi.responses import Response
 import posenc
 from posenc import kinds
 from posenc.errors import TooLarge
-from service.observability import tracing
-from service.observability.timing import server_timing
+from service.admission.budget import json_ints
+from service.config import Settings
 from service.query import OutputOptions
-from service.responses.formats import Bundle, Encoded, encode_bundle, negotiate
-from service.responses.threads import ONE_THREAD_ELEMENTS, one_thread_if
+from service.responses.formats import STREAM_FORMATS, Bundle, http_response, negotiate
 from service.state import ServiceState
+
+__all__ = [
+    "Plan",
+    "Prepared",
+    "check_output",
+    "check_plan",
+    "check_row",
+    "check_size",
+    "json_ints",
+    "prepare",
+]
 
 
 @dataclass
 class Plan:
-    """A validated request, ready to run.
+    """A validated request, ready to run: its kind and its parameters, and how to compute them.
+
+    What the response path needs to know of the request (its route, tensor names, sizes, model,
+    whether its tensors are cached, its widest row, its compute's working bytes) is read from
+    the kind and the parameters (the properties below), never copied.
 
     Attributes:
-        route: the route template (``/v1/encodings/sinusoidal``): part of the cache key.
-        params: the normalised request after the preset merge (JSON-able): the rest of the key.
-        elements: elements of all output tensors together (checked against ``max_elements``).
+        kind: the registered kind (:mod:`posenc.kinds`).
+        params: the fields resolved by the library (preset or config merged, tensors of a
+            binary body included).
         compute: builds the bundle; called only on a cache miss.
-        names: the tensor names, primary first (for the 413 message).
-        allocations: other element counts the compute allocates (e.g. a bias table), each
-            checked against ``max_elements`` too.
-        model: the model the output depends on (its fingerprint joins the key), if any.
-        cache_tensors: keep the computed bundle in the cache (tables: yes; token batches: no).
+        stream: tables only: the bundle as row blocks (a
+            :class:`service.responses.streaming.StreamBundle`), for a table sent as it is
+            computed (kept) or over ``max_elements`` (streamed); None where the kind has no row
+            blocks for these parameters.
+        tensors_key: a binary body's tensors by their digest (part of the cache key), if any.
     """
 
-    route: str
+    kind: kinds.Kind
     params: dict[str, Any]
-    elements: int
     compute: Callable[[], Bundle]
-    names: Sequence[str] = ()
-    allocations: Mapping[str, int] = field(default_factory=dict)
-    model: str | None = None
-    cache_tensors: bool = True
-    # tables only: the bundle as row blocks (a service.responses.streaming.StreamBundle), used when the
-    # output is over max_elements and asked as raw, npy or safetensors
     stream: Callable[[], Any] | None = None
-    # the widest row of the tables (their last dimension: d_model, rotary_dim, key_len): a
-    # stream computes at least one row at a time, so a row over max_elements is not streamed
-    row_elements: int = 0
-    # peak bytes per output element the compute holds beyond its outputs (the kind's own figure)
-    work_bytes_per_element: int = 0
+    tensors_key: str | None = None
+    # worked out once, from the numbers alone, when the plan is made (nothing is allocated):
+    # each output tensor's shape, their elements together (checked against max_elements), and
+    # the integers of the JSON lists the request holds (service.admission.budget.json_ints)
+    shapes: kinds.Shapes = field(init=False)
+    names: tuple[str, ...] = field(init=False)
+    elements: int = field(init=False)
+    allocations: Mapping[str, int] = field(init=False)
+    row_elements: int = field(init=False)
+    json_ints: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        kind, params = self.kind, self.params
+        self.shapes = kind.shapes(params)
+        self.names = tuple(self.shapes)  # primary first
+        self.elements = kinds.elements(self.shapes)
+        # other element counts the compute allocates (e.g. a bias table), checked too
+        self.allocations = kind.allocations(params) if kind.allocations is not None else {}
+        # the widest row of a streamed table's tensors (their last dimension: d_model,
+        # rotary_dim, key_len): a stream computes at least one row at a time
+        widest = kind.row_elements
+        self.row_elements = widest(params) if widest is not None and self.stream else 0
+        self.json_ints = json_ints(self.params)
+
+    @property
+    def route(self) -> str:
+        """The route template (``/v1/encodings/sinusoidal``): part of the cache key."""
+        return self.kind.path
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The parameters as a cache key (JSON-able): a binary body's tensors by their digest.
+        A config merged by the kind's sources is None here (what was read of it stands in); a
+        kind that reads its config itself keeps it, whole: two configs give two tables."""
+        key = {k: v for k, v in self.params.items() if not isinstance(v, torch.Tensor)}
+        if self.tensors_key is not None:
+            key["tensors"] = self.tensors_key
+        return key
+
+    @property
+    def model(self) -> str | None:
+        """The model the output depends on (its fingerprint joins the key), if any."""
+        field_name = self.kind.model_field
+        return self.params.get(field_name) if field_name is not None else None
 
 
-def json_ints(params: Mapping[str, Any]) -> int:
-    """The integers of the lists a JSON body gave (token rows ``input_ids``,
-    ``attention_mask``, ``position_ids``; a table's ``positions``): what the request holds as
-    Python lists while it computes."""
-    total = 0
-    for name in kinds.int_list_fields():  # binary bodies leave them out of the params
-        rows = params.get(name)
-        if isinstance(rows, list):
-            total += sum(len(row) if isinstance(row, list) else 1 for row in rows)
-    return total
+def check_output(
+    requested: int,
+    limit: int,
+    what: str = "the output",
+    *,
+    names: Sequence[str] = (),
+    field: str | None = None,
+    over: str = "the limit",
+    setting: str = "POSENC_MAX_ELEMENTS",
+    advice: str = "",
+    message: str | None = None,
+) -> None:
+    """The one place the service refuses an output as too large: TooLarge (413) when
+    ``requested`` elements exceed ``limit``, before anything is allocated.
+
+    The message reads ``{what} would have {requested} elements ({names}), over {over} of
+    {limit} elements ({setting}){advice}``; ``message`` replaces it where the numbers are not
+    elements of the output (a body's declared bytes, a text's characters)."""
+    if requested <= limit:
+        return
+    if message is None:
+        listed = f" ({' + '.join(names)})" if names else ""
+        message = (
+            f"{what} would have {requested} elements{listed}, over {over} of {limit} elements "
+            f"({setting}){advice}"
+        )
+    raise TooLarge(message, limit=limit, requested=requested, field=field)
 
 
 def check_size(plan: Plan, limit: int) -> None:
     """TooLarge (413) when the output, or anything computed on the way, exceeds ``limit``."""
-    if plan.elements > limit:
-        raise TooLarge(
-            f"the output would have {plan.elements} elements "
-            f"({' + '.join(plan.names) or 'all tensors'}), over the limit of {limit} elements "
-            "(POSENC_MAX_ELEMENTS); ask for fewer positions, heads or a smaller batch",
-            limit=limit,
-            requested=plan.elements,
-            field=None,
-        )
+    check_output(
+        plan.elements,
+        limit,
+        names=plan.names or ("all tensors",),
+        advice="; ask for fewer positions, heads or a smaller batch",
+    )
     for what, count in plan.allocations.items():
-        if count > limit:
-            raise TooLarge(
-                f"{what} would have {count} elements, over the limit of {limit} elements "
-                "(POSENC_MAX_ELEMENTS)",
-                limit=limit,
-                requested=count,
-                field=what,
-            )
+        check_output(count, limit, what, field=what)
+
+
+def check_row(name: str, row_elements: int, limit: int) -> None:
+    """TooLarge (413) for a table whose one row (its last dimension) is wider than ``limit``
+    elements: a block holds at least one row, computed in float64, so such a row would take
+    the memory streaming is meant to bound (``d_model`` 2**30 with ``seq_len`` 1, say)."""
+    check_output(
+        row_elements,
+        limit,
+        f"one row of {name}",
+        advice=" for a row of a streamed table; streaming splits tables by rows (positions), "
+        "so ask for a smaller d_model, head_dim or key_len",
+    )
+
+
+def check_plan(plan: Plan, settings: Settings, fmt: str | None, *, streams: bool) -> None:
+    """Every size check of a plan, before anything is allocated: TooLarge (413) over
+    ``max_elements``; for a table streamed past it (``streams``), a format that does not
+    stream, over ``max_stream_elements``, an allocation over it, or a row over ``max_elements``.
+    """
+    if not streams:
+        check_size(plan, settings.max_elements)
+        return
+    names = plan.names or ("all tensors",)
+    if fmt not in STREAM_FORMATS:
+        check_output(
+            plan.elements,
+            settings.max_elements,
+            names=names,
+            field="format",
+            advice=f" for {fmt}; raw, npy and safetensors stream tables up to "
+            f"{settings.max_stream_elements} elements (POSENC_MAX_STREAM_ELEMENTS): ask for "
+            "?format=raw, npy or safetensors, or fewer positions",
+        )
+    check_output(
+        plan.elements,
+        settings.max_stream_elements,
+        names=names,
+        over="the streaming limit",
+        setting="POSENC_MAX_STREAM_ELEMENTS",
+        advice="; ask for fewer positions, heads or a shorter key length",
+    )
+    for what, count in plan.allocations.items():
+        check_output(count, settings.max_stream_elements, what, field=what)
+    # before the stream is built: building it may make a row's worth of frequencies
+    check_row(
+        plan.names[0] if plan.names else "the table", plan.row_elements, settings.max_elements
+    )
 
 
 def _canonical(obj: Any) -> str:
@@ -123,8 +223,9 @@ def _etag_matches(if_none_match: str, etag: str) -> bool:
 
 @dataclass
 class Prepared:
-    """What :func:`prepare` worked out: a finished response (304, 412, cache hit), or what
-    :func:`finish` needs to compute and encode."""
+    """What :func:`prepare` worked out: a finished response (304, 412, cache hit), or what a
+    miss needs: its format, keys and headers, the cached tensors if any, and the path
+    :func:`service.responses.respond.choose` gave it."""
 
     response: Response | None
     fmt: str = "json"
@@ -133,6 +234,13 @@ class Prepared:
     table_text: str = ""
     body_key: tuple[str, str] = ("body", "")
     headers: dict[str, str] = field(default_factory=dict)
+    # the computed tensors, found in the cache (the whole path encodes them)
+    bundle: Bundle | None = None
+    # "whole", "kept" or "streamed"; the bytes it takes from the in-flight budget; kept and
+    # streamed: the body's row blocks (a service.responses.streaming.Body)
+    path: str = "whole"
+    nbytes: int = 0
+    body: Any = None
     # seconds of the miss, for Server-Timing and the access log (service.observability.timing)
     queue_s: float = 0.0
     compute_s: float = 0.0
@@ -140,31 +248,31 @@ class Prepared:
 
 
 def prepare(
-    request: Request,
-    state: ServiceState,
-    plan: Plan,
-    out: OutputOptions,
-    *,
-    limit: int | None = None,
+    request: Request, state: ServiceState, plan: Plan, out: OutputOptions, *, streams: bool
 ) -> Prepared:
-    """The cheap steps 1–4 of the module docstring (no tensor is made here): safe on the event
-    loop. Raises TooLarge (413) over ``limit`` (default ``max_elements``) or NotAcceptable (406)."""
-    check_size(plan, state.settings.max_elements if limit is None else limit)
-    fmt = negotiate(request.headers.get("accept"), out.format)
-    base64 = fmt == "json" and out.encoding == "base64"
-    index = out.index if fmt == "png" else None
+    """Steps 1-4 of the module docstring, for a plan that is (``streams``) or is not streamed
+    past ``max_elements``: no tensor is made here, safe on the event loop.
 
+    Raises:
+        TooLarge: (413) see :func:`check_plan`; a streamed plan's format is negotiated first.
+        NotAcceptable: (406) no acceptable format.
+    """
+    accept = request.headers.get("accept")
     table_key = {
-        "route": plan.route,
-        "params": plan.params,
+        "route": plan.kind.path,
+        "params": plan.key,
         "model": state.fingerprints.get(plan.model) if plan.model else None,
         "device": str(state.device),
         "version": posenc.__version__,
     }
     table_text = _canonical(table_key)
+    fmt = negotiate(accept, out.format) if streams else None
+    check_plan(plan, state.settings, fmt, streams=streams)
+    fmt = fmt or negotiate(accept, out.format)
+    base64 = fmt == "json" and out.encoding == "base64"
+    index = out.index if fmt == "png" else None
     body_text = _canonical({"table": table_text, "format": fmt, "base64": base64, "index": index})
-    digest = hashlib.blake2b(body_text.encode(), digest_size=16).hexdigest()
-    etag = f'"{digest}"'
+    etag = f'"{hashlib.blake2b(body_text.encode(), digest_size=16).hexdigest()}"'
 
     headers = {"ETag": etag, "Vary": "Accept"}
     if request.method == "GET":
@@ -187,53 +295,16 @@ def prepare(
         )
 
     body_key = ("body", body_text)
-    cached = state.cache.get(body_key)
-    state.metrics.record_cache("body", cached is not None)
-    if cached is not None:
-        headers["Server-Timing"] = server_timing("hit", compute=0.0, encode=0.0)
-        return Prepared(_response(cached, fmt, plan, headers), fmt, body_key=body_key)
-    return Prepared(None, fmt, base64, index, table_text, body_key, headers)
-
-
-def finish(state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
-    """Compute (or take the cached tensors), encode, cache the body: the thread-pool part (or the
-    event loop's, for a small miss). Sets ``prepared.compute_s`` and ``encode_s``."""
     cache, metrics = state.cache, state.metrics
-    compute_s = 0.0
+    cached = cache.get(body_key)
+    metrics.record_cache("body", cached is not None)
+    if cached is not None:
+        hit = http_response(
+            cached, fmt, plan.kind.path, plan.names, headers, "hit", compute=0.0, encode=0.0
+        )
+        return Prepared(hit, fmt, body_key=body_key)
     bundle = None
-    tensor_key = ("tensors", prepared.table_text)
-    if plan.cache_tensors:
-        bundle = cache.get(tensor_key)
+    if plan.kind.cache_tensors and not streams:  # another format of it may have computed them
+        bundle = cache.get(("tensors", table_text))
         metrics.record_cache("tensors", bundle is not None)
-    if bundle is None:
-        t0 = time.perf_counter()
-        with (
-            tracing.span("posenc.compute", **{"posenc.route": plan.route}),
-            one_thread_if(plan.elements <= ONE_THREAD_ELEMENTS and state.device.type == "cpu"),
-        ):
-            bundle = plan.compute()
-            if state.device.type == "cuda":
-                torch.cuda.synchronize(state.device)
-        compute_s = time.perf_counter() - t0
-        if plan.cache_tensors:
-            cache.put(tensor_key, bundle, bundle.nbytes)
-    t0 = time.perf_counter()
-    with tracing.span("posenc.encode", **{"posenc.format": prepared.fmt}):
-        encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
-    encode_s = time.perf_counter() - t0
-    cache.put(prepared.body_key, encoded, len(encoded.body))
-    prepared.compute_s, prepared.encode_s = compute_s, encode_s
-    timing = server_timing("miss", queue=prepared.queue_s, compute=compute_s, encode=encode_s)
-    headers = {**prepared.headers, "Server-Timing": timing}
-    return _response(encoded, prepared.fmt, plan, headers)
-
-
-def _response(encoded: Encoded, fmt: str, plan: Plan, headers: dict[str, str]) -> Response:
-    headers = {**headers, **encoded.headers}
-    if fmt != "json":
-        suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin", "png": "png"}[fmt]
-        stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
-        if fmt != "safetensors" and plan.names:
-            stem = f"{stem}-{plan.names[0]}"
-        headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
-    return Response(content=encoded.body, media_type=encoded.media_type, headers=headers)
+    return Prepared(None, fmt, base64, index, table_text, body_key, headers, bundle)

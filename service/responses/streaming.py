@@ -3,7 +3,7 @@
 A table endpoint's :class:`~service.responses.plans.Plan` may carry ``stream``: a function giving
 a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
-negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streamed` answers with a
+negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`streamed_response` answers with a
 :class:`~starlette.responses.StreamingResponse`:
 
 1. sizes are checked from the request's numbers before anything is allocated (413 above
@@ -22,20 +22,20 @@ negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`respond_streame
 Memory stays bounded by a few blocks (and their float64 scratch) whatever the table's size.
 Streamed bodies are never cached.
 
-Admission hook: when ``app.state.posenc_stream_hold`` is set, it is called as
-``hold(nbytes)`` for each block and must return an async context manager; the block is computed
-and sent inside it, so an in-flight byte budget can count a streamed response by the rows it
-holds (see ``service/admission/budget.py``).
+Admission: a streamed response holds bytes of the in-flight budget
+(:meth:`service.admission.budget.ByteBudget.reserve`, taken by
+:func:`service.responses.respond.respond`) for the blocks it holds at once
+(:func:`Body.held_bytes`), shrunk to its buffers once the last block is computed and given back
+when the last byte has been sent, or the client has gone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -48,20 +48,18 @@ from starlette.responses import StreamingResponse
 
 from posenc import codec
 from posenc.blocks import TableBlocks
-from posenc.errors import TooLarge
-from service.admission.budget import REQUEST_OVERHEAD, HeldResponse, estimate_bytes
+from service.admission.budget import REQUEST_OVERHEAD
 from service.observability import timing, tracing
-from service.query import OutputOptions
 from service.responses.buffers import BODY_BUFFERS, SIZE_CLASS
 from service.responses.formats import (
     FORMAT_MEDIA_TYPES,
+    STREAM_FORMATS,
     Encoded,
     dtype_name,
     meta_text,
-    negotiate,
     no_bfloat16_npy,
 )
-from service.responses.plans import Plan, Prepared, prepare
+from service.responses.plans import Plan, Prepared, check_row
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.threads import computes_on_loop, one_intra_op_thread, one_thread_if
 from service.state import ServiceState
@@ -71,17 +69,21 @@ __all__ = [
     "KEEP_MIN_BYTES",
     "STREAM_BLOCK_BYTES",
     "STREAM_FORMATS",
+    "STREAM_HELD_BLOCKS",
+    "Body",
     "StreamBundle",
-    "check_row_width",
-    "keeps",
-    "respond_kept",
-    "respond_streamed",
+    "kept_body",
+    "kept_response",
     "stream_parts",
+    "streamed_body",
+    "streamed_response",
 ]
 
-STREAM_FORMATS = ("raw", "npy", "safetensors")
 # Output bytes of one block: the transport holds at most a few of these per response.
 STREAM_BLOCK_BYTES = 8 * 1024 * 1024
+# Output buffers a stream holds at once, at most (the block being computed, the one being sent,
+# one the transport still holds): what its reservation of the in-flight budget counts.
+STREAM_HELD_BLOCKS = 3
 
 
 @dataclass(frozen=True)
@@ -107,28 +109,54 @@ _BLOCK_THREADS = ThreadPoolExecutor(
     max_workers=4, thread_name_prefix="posenc-stream", initializer=one_intra_op_thread
 )
 
-# A part of a body: bytes as they are, or rows [start, stop) of a table.
-Part = bytes | tuple[TableBlocks, int, int]
+
+@dataclass(frozen=True)
+class Rows:
+    """Rows ``[start, stop)`` of a table, and what writing them takes (read from the table once,
+    when the body is planned).
+
+    Attributes:
+        table: the table's row blocks.
+        start, stop: the rows.
+        row_elements: elements per row.
+        dtype: the table's dtype.
+        element_size: bytes per element.
+        nbytes: bytes of the rows.
+    """
+
+    table: TableBlocks
+    start: int
+    stop: int
+    row_elements: int
+    dtype: torch.dtype
+    element_size: int
+    nbytes: int
+
+
+# A part of a body: bytes as they are, or rows of a table.
+Part = bytes | Rows
 
 
 def stream_parts(
     bundle: StreamBundle, fmt: str, block_bytes: int = STREAM_BLOCK_BYTES
 ) -> list[Part]:
     """The body of ``fmt`` as parts: headers as bytes, then each table's row blocks."""
-
-    def rows(table: TableBlocks) -> list[Part]:
-        return [(table, start, stop) for start, stop in table.ranges(block_bytes)]
-
     primary = bundle.primary
+    parts: list[Part] = []
     if fmt == "raw":
-        return rows(primary)
-    if fmt == "npy":
-        return [codec.npy_header(primary.shape, primary.dtype), *rows(primary)]
-    specs = {name: (t.shape, t.dtype) for name, t in bundle.tensors.items()}
-    header, order = codec.safetensors_header(specs, {"meta": meta_text(bundle.meta)})
-    parts: list[Part] = [header]
-    for name in order:
-        parts += rows(bundle.tensors[name])
+        tables = [primary]
+    elif fmt == "npy":
+        tables = [primary]
+        parts.append(codec.npy_header(primary.shape, primary.dtype))
+    else:
+        specs = {name: (t.shape, t.dtype) for name, t in bundle.tensors.items()}
+        header, order = codec.safetensors_header(specs, {"meta": meta_text(bundle.meta)})
+        tables = [bundle.tensors[name] for name in order]
+        parts.append(header)
+    for table in tables:
+        row, dtype, size = table.row_elements, table.dtype, table.element_size
+        for start, stop in table.ranges(block_bytes):
+            parts.append(Rows(table, start, stop, row, dtype, size, (stop - start) * row * size))
     return parts
 
 
@@ -164,12 +192,11 @@ def _part_bytes(part: Part, pool: _BufferPool) -> memoryview | bytes:
     are returned without a copy."""
     if isinstance(part, bytes):
         return part
-    table, start, stop = part
-    nbytes = _part_size(part)
+    nbytes = part.nbytes
     buf, arr = pool.take()
-    out = buf[:nbytes].view(table.dtype).view(stop - start, table.row_elements)
-    table.fill(start, stop, out)  # (N, row) on the CPU
-    if sys.byteorder == "big" and table.element_size > 1:
+    out = buf[:nbytes].view(part.dtype).view(part.stop - part.start, part.row_elements)
+    part.table.fill(part.start, part.stop, out)  # (N, row) on the CPU
+    if sys.byteorder == "big" and part.element_size > 1:
         return out.numpy().byteswap().reshape(-1).view(np.uint8).data
     return arr.data[:nbytes]
 
@@ -181,30 +208,20 @@ def _timed_part(part: Part, pool: _BufferPool) -> tuple[memoryview | bytes, floa
 
 
 def _part_size(part: Part) -> int:
-    if isinstance(part, bytes):
-        return len(part)
-    table, start, stop = part
-    return (stop - start) * table.row_elements * table.element_size
+    return len(part) if isinstance(part, bytes) else part.nbytes
 
 
 async def _body(
-    parts: list[Part], hold: Callable[[int], Any] | None, scope: MutableMapping[str, Any]
+    parts: list[Part], held: Any, scope: MutableMapping[str, Any]
 ) -> AsyncIterator[Any]:
     """Each part in order; the next block is computed in a thread while this one is sent (the
-    compute time of each is added to the request's ``compute`` phase)."""
+    compute time of each is added to the request's ``compute`` phase). Once the last block is
+    computed, ``held`` keeps only the output buffers still being sent."""
     loop = asyncio.get_running_loop()
     pending: asyncio.Future[Any] | None = None
-    pool = _BufferPool(max((_part_size(p) for p in parts if not isinstance(p, bytes)), default=0))
+    pool = _BufferPool(max((p.nbytes for p in parts if isinstance(p, Rows)), default=0))
     try:
         for k, part in enumerate(parts):
-            if hold is not None:
-                async with hold(_part_size(part)):
-                    chunk, seconds = await loop.run_in_executor(
-                        _BLOCK_THREADS, _timed_part, part, pool
-                    )
-                    timing.add(scope, "compute", seconds)
-                    yield chunk
-                continue
             if pending is None:
                 pending = loop.run_in_executor(_BLOCK_THREADS, _timed_part, part, pool)
             chunk, seconds = await pending
@@ -212,90 +229,88 @@ async def _body(
             pending = None
             if k + 1 < len(parts):
                 pending = loop.run_in_executor(_BLOCK_THREADS, _timed_part, parts[k + 1], pool)
+            else:  # computed: the float64 scratch is gone, the buffers being sent stay
+                held.shrink(STREAM_HELD_BLOCKS * pool.nbytes + REQUEST_OVERHEAD)
             yield chunk
     finally:
         if pending is not None:  # the client went away: drop the block being computed
             pending.cancel()
 
 
-def _too_large(plan: Plan, state: ServiceState, fmt: str) -> TooLarge:
-    settings = state.settings
-    names = " + ".join(plan.names) or "all tensors"
-    return TooLarge(
-        f"the output would have {plan.elements} elements ({names}), over the limit of "
-        f"{settings.max_elements} elements (POSENC_MAX_ELEMENTS) for {fmt}; raw, npy and "
-        f"safetensors stream tables up to {settings.max_stream_elements} elements "
-        "(POSENC_MAX_STREAM_ELEMENTS): ask for ?format=raw, npy or safetensors, or fewer positions",
-        limit=settings.max_elements,
-        requested=plan.elements,
-        field="format",
-    )
+@dataclass(frozen=True)
+class Body:
+    """A body sent as its row blocks are computed (streamed or kept).
+
+    Attributes:
+        primary: the bundle's primary tensor (raw and npy carry it; its name, shape and dtype
+            go in ``X-Tensor-*``).
+        parts: the body in order (headers as bytes, then row blocks).
+        length: its bytes (``Content-Length``).
+    """
+
+    primary: TableBlocks
+    parts: list[Part]
+    length: int
+
+    def held_bytes(self) -> int:
+        """What a stream holds at most at once: :data:`STREAM_HELD_BLOCKS` output buffers of
+        its largest block, the float64 scratch of the block being computed (16 bytes per
+        element) and :data:`~service.admission.budget.REQUEST_OVERHEAD`."""
+        largest = elements = 0
+        for part in self.parts:
+            if isinstance(part, Rows):
+                largest = max(largest, part.nbytes)
+                elements = max(elements, part.nbytes // part.element_size)
+        return STREAM_HELD_BLOCKS * largest + 16 * elements + REQUEST_OVERHEAD
 
 
-def check_row_width(name: str, row_elements: int, limit: int) -> None:
-    """TooLarge (413) for a table whose one row (its last dimension) is wider than ``limit``
-    elements: a block holds at least one row, computed in float64, so such a row would take
-    the memory streaming is meant to bound (``d_model`` 2**30 with ``seq_len`` 1, say)."""
-    if row_elements > limit:
-        raise TooLarge(
-            f"one row of {name} would have {row_elements} elements, over the limit of {limit} "
-            "elements (POSENC_MAX_ELEMENTS) for a row of a streamed table; streaming splits "
-            "tables by rows (positions), so ask for a smaller d_model, head_dim or key_len",
-            limit=limit,
-            requested=row_elements,
-            field=None,
-        )
+def _body_of(bundle: StreamBundle, fmt: str, block_bytes: int) -> Body:
+    primary = bundle.primary
+    parts = stream_parts(bundle, fmt, block_bytes)
+    length = 0
+    for part in parts:
+        length += len(part) if isinstance(part, bytes) else part.nbytes
+    return Body(primary, parts, length)
 
 
-def respond_streamed(
-    request: Request, state: ServiceState, plan: Plan, out: OutputOptions
-) -> Response:
-    """Answer a plan over ``max_elements`` that has ``stream``: cheap, safe on the event loop
-    (the rows are computed later, in threads, as the body is sent).
+def streamed_body(plan: Plan, fmt: str, max_elements: int) -> Body:
+    """The row blocks of a table over ``max_elements`` (its sizes checked by
+    :func:`~service.responses.plans.check_plan`): cheap, nothing is computed yet.
 
     Raises:
-        TooLarge: (413) JSON or PNG asked; over ``max_stream_elements``; an allocation over
-            ``max_elements``.
-        NotAcceptable: (406) no acceptable format, or npy of bfloat16.
+        TooLarge: (413) one row of a tensor over ``max_elements``.
+        NotAcceptable: (406) npy of bfloat16.
     """
-    settings = state.settings
-    fmt = negotiate(request.headers.get("accept"), out.format)
-    if fmt not in STREAM_FORMATS:
-        raise _too_large(plan, state, fmt)
-    if plan.elements > settings.max_stream_elements:
-        raise TooLarge(
-            f"the output would have {plan.elements} elements "
-            f"({' + '.join(plan.names) or 'all tensors'}), over the streaming limit of "
-            f"{settings.max_stream_elements} elements (POSENC_MAX_STREAM_ELEMENTS); ask for "
-            "fewer positions, heads or a shorter key length",
-            limit=settings.max_stream_elements,
-            requested=plan.elements,
-            field=None,
-        )
-    prepared = prepare(request, state, plan, out, limit=settings.max_stream_elements)
-    if prepared.response is not None:  # 304 / 412 (streamed bodies are never in the cache)
-        return prepared.response
     if plan.stream is None:
-        raise TypeError(f"plan for {plan.route} has no stream")
-    # before the stream is built: building it may make a row's worth of frequencies
-    check_row_width(
-        plan.names[0] if plan.names else "the table", plan.row_elements, settings.max_elements
-    )
+        raise TypeError(f"plan for {plan.kind.path} has no stream")
     bundle: StreamBundle = plan.stream()
-    for blocks in bundle.tensors.values():
-        check_row_width(blocks.name, blocks.row_elements, settings.max_elements)
-    primary = bundle.primary
-    if fmt == "npy" and primary.dtype == torch.bfloat16:
-        raise no_bfloat16_npy(primary.name)
-    parts = stream_parts(bundle, fmt)
-    length = sum(_part_size(p) for p in parts)
+    body = _body_of(bundle, fmt, STREAM_BLOCK_BYTES)
+    name, widest = body.primary.name, 0
+    for part in body.parts:  # a block holds at least one row
+        if isinstance(part, Rows) and part.row_elements > widest:
+            name, widest = part.table.name, part.row_elements
+    if widest > plan.row_elements:  # wider than the kind said (checked already)
+        check_row(name, widest, max_elements)
+    if fmt == "npy" and body.primary.dtype == torch.bfloat16:
+        raise no_bfloat16_npy(body.primary.name)
+    return body
+
+
+def streamed_response(request: Request, plan: Plan, prepared: Prepared, held: Any) -> Response:
+    """A table over ``max_elements`` as a :class:`StreamingResponse`: the headers first, with
+    the exact ``Content-Length``, then the row blocks, each computed in a worker thread while
+    the one before it is sent. ``held`` (a :class:`~service.admission.budget.Reservation`) is
+    shrunk to the output buffers once the last block has been computed."""
+    body: Body = prepared.body
+    headers, _ = _headers(plan, prepared.fmt, body.primary, prepared.headers, body.length, "")
+    timing.add(request.scope, "queue", prepared.queue_s)
     # no compute or encode entries: the headers go before the first row is computed, and a
     # zero there would read as measured (ASGI servers send no HTTP trailers to put them in)
-    server = timing.server_timing("stream")
-    headers, _ = _headers(plan, fmt, primary, prepared.headers, length, server)
-    hold = getattr(request.app.state, "posenc_stream_hold", None)
+    headers["Server-Timing"] = timing.server_timing("stream")
     return StreamingResponse(
-        _body(parts, hold, request.scope), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers
+        _body(body.parts, held, request.scope),
+        media_type=FORMAT_MEDIA_TYPES[prepared.fmt],
+        headers=headers,
     )
 
 
@@ -304,7 +319,7 @@ def respond_streamed(
 # ---------------------------------------------------------------------------------------------
 
 # A cache miss whose raw, npy or safetensors body has at least this many bytes is sent as its
-# row blocks are computed, then kept (respond_kept): every one, whatever its size, so that a
+# row blocks are computed, then kept (kept_response): every one, whatever its size, so that a
 # binary miss has one path (tests raise it to compare with the whole path's answer).
 KEEP_MIN_BYTES = 0
 # Output bytes of one block of a kept miss: the first block goes out after about 1/6 of a
@@ -338,31 +353,28 @@ def _traced_fill(route: str, parts: list[Part], body: np.ndarray) -> float:
 
 
 async def _one_block(
-    request: Request,
-    state: ServiceState,
-    plan: Plan,
-    prepared: Prepared,
-    primary: TableBlocks,
-    parts: list[Part],
-    length: int,
-    queue_s: float,
+    request: Request, state: ServiceState, plan: Plan, prepared: Prepared
 ) -> Response:
     """A kept miss of at most one block: computed (on the event loop when small,
     :func:`~service.responses.threads.computes_on_loop`, else in a block thread), kept, and
     answered whole, its compute in ``Server-Timing``."""
+    primary, parts, length = prepared.body.primary, prepared.body.parts, prepared.body.length
     body = _body_buffer(length)
     if computes_on_loop(plan.elements, state.device):
         with one_thread_if(True):
-            compute_s = _traced_fill(plan.route, parts, body)
+            compute_s = _traced_fill(plan.kind.path, parts, body)
     else:
         loop = asyncio.get_running_loop()
         context = contextvars.copy_context()  # the request's span, in the block thread
         compute_s = await loop.run_in_executor(
-            _BLOCK_THREADS, context.run, _traced_fill, plan.route, parts, body
+            _BLOCK_THREADS, context.run, _traced_fill, plan.kind.path, parts, body
         )
+    headers, own = _headers(plan, prepared.fmt, primary, prepared.headers, length, "")
+    timing.add(request.scope, "queue", prepared.queue_s)
     timing.add(request.scope, "compute", compute_s)
-    server = timing.server_timing("miss", queue=queue_s, compute=compute_s)
-    headers, own = _headers(plan, prepared.fmt, primary, prepared.headers, length, server)
+    headers["Server-Timing"] = timing.server_timing(
+        "miss", queue=prepared.queue_s, compute=compute_s
+    )
     del headers["Content-Length"]  # the Response sets it
     _keep(request, state, prepared, Encoded(body.data, FORMAT_MEDIA_TYPES[prepared.fmt], own))
     return Response(body.data, media_type=FORMAT_MEDIA_TYPES[prepared.fmt], headers=headers)
@@ -375,21 +387,32 @@ def _keep(request: Request, state: ServiceState, prepared: Prepared, encoded: En
         request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
 
 
-def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
-    """Whether a cache miss of ``plan`` as ``fmt`` goes through :func:`respond_kept`: a table
-    (not a token batch: ``cache_tensors``) with row blocks, asked as raw, npy or safetensors, up to ``max_elements``, of any size
-    (:data:`KEEP_MIN_BYTES`), whose tensors are not in the cache already (encoding those costs
-    less than computing), on a little-endian machine, computed on the CPU."""
-    return (
+def kept_body(request: Request, state: ServiceState, plan: Plan, prepared: Prepared) -> Body | None:
+    """The row blocks of a cache miss that is sent as they are computed, then kept
+    (:func:`kept_response`); None where the whole path serves it (better).
+
+    Kept: a table (not a token batch: ``cache_tensors``) with row blocks, asked as raw, npy or
+    safetensors, up to ``max_elements``, of at least :data:`KEEP_MIN_BYTES` (any size), whose
+    tensors are not in the cache already (encoding those costs less than computing), on a
+    little-endian machine, computed on the CPU, and not npy of bfloat16 (the whole path's 406).
+    """
+    if not (
         plan.stream is not None
-        and plan.cache_tensors  # token batches: whole under the limit, streamed only past it
-        and fmt in STREAM_FORMATS
+        and plan.kind.cache_tensors  # token batches: whole under the limit, streamed past it
+        and prepared.fmt in STREAM_FORMATS
         and request.method in ("GET", "POST")
         and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element
         and plan.elements <= state.settings.max_elements
         and sys.byteorder == "little"
         and state.device.type == "cpu"  # not measured on a GPU: there the whole path stays
-    )
+        and prepared.bundle is None
+    ):
+        return None
+    bundle: StreamBundle = plan.stream()
+    if prepared.fmt == "npy" and bundle.primary.dtype == torch.bfloat16:
+        return None
+    body = _body_of(bundle, prepared.fmt, KEEP_BLOCK_BYTES)
+    return body if body.length >= KEEP_MIN_BYTES else None
 
 
 def _headers(
@@ -406,7 +429,7 @@ def _headers(
         }
     headers = {**base, "Content-Length": str(length), "Server-Timing": server, **own}
     suffix = {"safetensors": "safetensors", "npy": "npy", "raw": "bin"}[fmt]
-    stem = plan.route.rstrip("/").rsplit("/", 1)[-1]
+    stem = plan.kind.path.rstrip("/").rsplit("/", 1)[-1]
     if fmt != "safetensors":
         stem = f"{stem}-{primary.name}"
     headers["Content-Disposition"] = f'inline; filename="{stem}.{suffix}"'
@@ -420,105 +443,53 @@ def _fill_part(part: Part, body: np.ndarray, offset: int) -> memoryview:
     if isinstance(part, bytes):
         view[:] = np.frombuffer(part, dtype=np.uint8)
     else:
-        table, start, stop = part
-        if offset % table.element_size == 0:  # always, but for safetensors' odd tensor sizes
-            out = torch.from_numpy(view).view(table.dtype).view(stop - start, table.row_elements)
-            table.fill(start, stop, out)
+        start, stop = part.start, part.stop
+        if offset % part.element_size == 0:  # always, but for safetensors' odd tensor sizes
+            out = torch.from_numpy(view).view(part.dtype).view(stop - start, part.row_elements)
+            part.table.fill(start, stop, out)
         else:
-            rows = table.fill(start, stop)
+            rows = part.table.fill(start, stop)
             view[:] = rows.reshape(-1).view(torch.uint8).numpy()
     return view.data
 
 
-class _KeptResponse(StreamingResponse):
-    """A :class:`StreamingResponse` that gives its in-flight budget bytes back once it has
-    been sent, has failed or was dropped unsent (as :class:`~service.admission.budget.HeldResponse`)."""
-
-    def __init__(self, content: Any, release: Callable[[], None], **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self._release, self._loop = release, asyncio.get_running_loop()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            self._release()
-
-    def __del__(self) -> None:
-        # the loop is closed (RuntimeError): nobody is waiting any more
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._release)  # idempotent
-
-
-async def respond_kept(
-    request: Request, state: ServiceState, plan: Plan, prepared: Prepared
-) -> Response | None:
-    """Answer a cache miss (see :func:`keeps`) as its row blocks are computed, and keep it.
+async def kept_response(
+    request: Request, state: ServiceState, plan: Plan, prepared: Prepared, held: Any
+) -> Response:
+    """Answer a cache miss (see :func:`kept_body`) as its row blocks are computed, and keep it.
 
     The body is one buffer of its exact size: each block is computed into its place in a
     worker thread while the block before it is being sent, and once the last block has gone
-    the whole buffer goes into the body cache under the key and ETag :func:`prepare` derived
-    from the request, with the headers a hit carries. So the first request for a table costs
-    about its compute or its transfer, whichever is longer, instead of their sum, and the next
-    one is a hit (or a replay) of the same bytes. ``Server-Timing`` gives the queue time and
-    ``cache;desc="miss"``: the compute is not over when the headers go (the access log has its
-    time). A body of one block (:data:`KEEP_BLOCK_BYTES`) is computed first, on the event loop
-    when small, and sent in one write with its compute time. Returns None where the whole path
-    serves the request better (its tensors cached already, npy of bfloat16: its 406).
+    the whole buffer goes into the body cache under the key and ETag
+    :func:`~service.responses.plans.prepare` derived from the request, with the headers a hit
+    carries. So the first request for a table costs about its compute or its transfer,
+    whichever is longer, instead of their sum, and the next one is a hit (or a replay) of the
+    same bytes. ``Server-Timing`` gives the queue time and ``cache;desc="miss"``: the compute
+    is not over when the headers go (the access log has its time). A body of one block
+    (:data:`KEEP_BLOCK_BYTES`) is computed first, on the event loop when small, and sent in one
+    write with its compute time. ``held`` (a :class:`~service.admission.budget.Reservation`)
+    keeps only the body's bytes once the last block is computed.
     """
-    fmt = prepared.fmt
-    if ("tensors", prepared.table_text) in state.cache or plan.stream is None:
-        return None
-    bundle: StreamBundle = plan.stream()
-    primary = bundle.primary
-    if fmt == "npy" and primary.dtype == torch.bfloat16:
-        return None
-    parts = stream_parts(bundle, fmt, KEEP_BLOCK_BYTES)
-    sizes = [_part_size(p) for p in parts]
-    length = sum(sizes)
-    if length < KEEP_MIN_BYTES:
-        return None
-    budget = state.budget
-    nbytes = estimate_bytes(plan.elements, fmt, dtype=plan.params.get("dtype", ""))
-    queued = time.perf_counter()
-    await budget.acquire(nbytes)
-    since = time.monotonic()
-    queue_s = time.perf_counter() - queued
-    timing.add(request.scope, "queue", queue_s)
-    if length <= KEEP_BLOCK_BYTES:  # one block: computed, then sent in one write, and kept
-        try:
-            one = await _one_block(request, state, plan, prepared, primary, parts, length, queue_s)
-            return HeldResponse(
-                one, budget, budget.shrink(nbytes, length + REQUEST_OVERHEAD), since
-            )
-        except BaseException:
-            budget.release(nbytes, held_s=time.monotonic() - since)
-            raise
+    fmt, body = prepared.fmt, prepared.body
+    if body.length <= KEEP_BLOCK_BYTES:  # one block: computed, then sent in one write, and kept
+        return await _one_block(request, state, plan, prepared)
+    parts, length = body.parts, body.length
+    offsets = [0]
+    for part in parts:
+        offsets.append(offsets[-1] + (len(part) if isinstance(part, bytes) else part.nbytes))
+    headers, own = _headers(plan, fmt, body.primary, prepared.headers, length, "")
+    timing.add(request.scope, "queue", prepared.queue_s)
     # no compute or encode entries: not over when the headers go (the access log has them)
-    server = timing.server_timing("miss", queue=queue_s)
-    headers, own = _headers(plan, fmt, primary, prepared.headers, length, server)
-    released = False
-
-    def release() -> None:
-        nonlocal released
-        if not released:
-            released = True
-            budget.release(nbytes, held_s=time.monotonic() - since)
-
-    offsets = [0, *np.cumsum(sizes).tolist()]
-    body: list[np.ndarray] = []  # the (length,) uint8 buffer, taken by the first block's thread
+    headers["Server-Timing"] = timing.server_timing("miss", queue=prepared.queue_s)
+    buffer: list[np.ndarray] = []  # the (length,) uint8 buffer, taken by the first block's thread
 
     def fill(k: int) -> tuple[memoryview, float]:
         t0 = time.perf_counter()
-        with tracing.span("posenc.compute", **{"posenc.route": plan.route, "posenc.block": k}):
-            if not body:  # off the event loop: a new buffer is mapped and populated here
-                body.append(BODY_BUFFERS.take(length))
-            view = _fill_part(parts[k], body[0], offsets[k])
+        with tracing.span("posenc.compute", **{"posenc.route": plan.kind.path, "posenc.block": k}):
+            if not buffer:  # off the event loop: a new buffer is mapped and populated here
+                buffer.append(BODY_BUFFERS.take(length))
+            view = _fill_part(parts[k], buffer[0], offsets[k])
         return view, time.perf_counter() - t0
-
-    def keep() -> None:
-        _keep(request, state, prepared, Encoded(body[0].data, FORMAT_MEDIA_TYPES[fmt], own))
-        BODY_BUFFERS.prefill(length)  # the next miss of this size finds a buffer ready
 
     async def chunks() -> AsyncIterator[memoryview]:
         loop = asyncio.get_running_loop()
@@ -536,10 +507,14 @@ async def respond_kept(
                 pending = None
                 if k + 1 < len(parts):
                     following = pending = start(k + 1)
+                else:  # computed: kept whole; the float64 scratch is gone, the body stays
+                    encoded = Encoded(buffer[0].data, FORMAT_MEDIA_TYPES[fmt], own)
+                    _keep(request, state, prepared, encoded)
+                    BODY_BUFFERS.prefill(length)  # the next miss of this size finds one ready
+                    held.shrink(length + REQUEST_OVERHEAD)
                 yield chunk
-            keep()
         finally:
             if pending is not None:  # the client went away: drop the block being computed
                 pending.cancel()
 
-    return _KeptResponse(chunks(), release, media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers)
+    return StreamingResponse(chunks(), media_type=FORMAT_MEDIA_TYPES[fmt], headers=headers)

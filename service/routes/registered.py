@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Annotated, Any, Literal, cast
 
-import torch
 from fastapi import APIRouter
 from pydantic import (
     BaseModel,
@@ -254,17 +253,6 @@ def _resolve(
         ) from None
 
 
-def _key(params: dict[str, Any], tensors: TokenTensors | None) -> dict[str, Any]:
-    """The resolved fields as a cache key, the tensors of a binary body by their digest. A
-    config merged by the kind's sources is None here (what was read of it stands in); a kind
-    that reads its config itself (vision-rope, query-scale, relative-sinusoidal) keeps it, whole:
-    two configs that differ give two tables."""
-    key = {k: v for k, v in params.items() if not isinstance(v, torch.Tensor)}
-    if tensors is not None:
-        key["tensors"] = tensors.key
-    return key
-
-
 def _plan_for(kind: registry.Kind) -> Any:
     def plan(
         req: BaseModel,
@@ -290,7 +278,6 @@ def _plan_for(kind: registry.Kind) -> Any:
             params = _resolve(kind, given, state, source)
         dtype = resolve_dtype(params.get("dtype"))
         ctx = registry.Context(device=state.device, dtype=dtype, models=state.model)
-        shapes = kind.shapes(params)  # numbers only: nothing is allocated before the 413 check
         meta = functools.cache(partial(kind.make_meta, params))  # once the size is accepted
 
         def compute() -> Bundle:
@@ -308,19 +295,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         if kind.blocks is not None and kind.streamable(params):  # for a table over max_elements
             stream = partial(_stream_bundle, kind.blocks, params, ctx, meta)
 
-        return Plan(
-            route=kind.path,
-            params=_key(params, tensors),
-            elements=registry.elements(shapes),
-            compute=compute,
-            names=tuple(shapes),
-            allocations=kind.allocations(params) if kind.allocations is not None else {},
-            model=params.get(kind.model_field) if kind.model_field is not None else None,
-            cache_tensors=kind.cache_tensors,
-            stream=stream,
-            row_elements=kind.row_elements(params) if kind.row_elements is not None else 0,
-            work_bytes_per_element=kind.work_bytes_per_element,
-        )
+        return Plan(kind, params, compute, stream, tensors.key if tensors is not None else None)
 
     return plan
 

@@ -19,8 +19,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from posenc.errors import TooLarge
 from posenc.tokenizer import NoTokenizer, TextTokenizer, text_groups
+from service.responses.plans import check_output
 from service.state import ServiceState, read_state
 from service.statuses import Does, declared_responses
 
@@ -118,15 +118,14 @@ def tokenize(body: TokenizeRequest, request: Request) -> Response:
             texts[start:stop], add_special_tokens=body.add_special_tokens, first_row=start
         )
         tokens += sum(len(e) for e in encodings)
-        if 4 * tokens > limit:
-            raise TooLarge(
-                f"the answer would have at least {4 * tokens} elements ({tokens} tokens x id, "
-                f"token, start, end), over the limit of {limit} elements (POSENC_MAX_ELEMENTS); "
-                "send fewer texts",
-                limit=limit,
-                requested=4 * tokens,
-                field="text",
-            )
+        check_output(
+            4 * tokens,
+            limit,
+            field="text",
+            message=f"the answer would have at least {4 * tokens} elements ({tokens} tokens x "
+            f"id, token, start, end), over the limit of {limit} elements (POSENC_MAX_ELEMENTS); "
+            "send fewer texts",
+        )
         parts["input_ids"].append(orjson.dumps([e.ids for e in encodings])[1:-1])
         parts["tokens"].append(orjson.dumps([e.tokens for e in encodings])[1:-1])
         parts["offsets"].append(orjson.dumps([e.offsets for e in encodings])[1:-1])
@@ -153,14 +152,13 @@ def detokenize(body: DetokenizeRequest, request: Request) -> Response:
     limit = state.settings.max_elements
     ids = sum(len(r) for r in rows)
     chars = tokenizer.text_size(rows)
-    if ids + chars > limit:
-        raise TooLarge(
-            f"the answer would hold up to {chars} characters for {ids} ids, {ids + chars} "
-            f"elements, over the limit of {limit} elements (POSENC_MAX_ELEMENTS)",
-            limit=limit,
-            requested=int(ids + chars),
-            field="input_ids",
-        )
+    check_output(
+        int(ids + chars),
+        limit,
+        field="input_ids",
+        message=f"the answer would hold up to {chars} characters for {ids} ids, {ids + chars} "
+        f"elements, over the limit of {limit} elements (POSENC_MAX_ELEMENTS)",
+    )
     return _json({"text": tokenizer.decode(rows, skip_special_tokens=body.skip_special_tokens)})
 
 

@@ -31,7 +31,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from posenc import codec
-from posenc.errors import InvalidArgument, TooLarge
+from posenc.errors import InvalidArgument
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
     OutputOptions,
@@ -42,7 +42,7 @@ from service.query import (
     validation_error,
 )
 from service.responses.formats import NotAcceptable, negotiate
-from service.responses.plans import Plan
+from service.responses.plans import Plan, check_output
 from service.responses.respond import respond
 from service.responses.streaming import STREAM_FORMATS
 from service.routes.tables import add_post_route
@@ -216,15 +216,16 @@ def _check_declared_length(request: Request) -> None:
         return
     limit = read_state(request).settings.max_elements
     most = 12 * limit + codec.MAX_SAFETENSORS_HEADER + 8
-    if int(declared) > most:
-        raise TooLarge(
-            f"the body declares {declared} bytes (Content-Length); a binary body can hold at most "
-            f"{limit // 2} tokens within the output limit of {limit} elements "
-            f"(POSENC_MAX_ELEMENTS), at most {most} bytes",
-            limit=limit,
-            requested=2 * (int(declared) // 24),
-            field="body",
-        )
+    # the body's tokens make at least one output element per 12 bytes past the headers (24
+    # bytes a token at most, 2 elements a token): over the limit exactly when it is over `most`
+    check_output(
+        -(-(int(declared) - codec.MAX_SAFETENSORS_HEADER - 8) // 12),
+        limit,
+        field="body",
+        message=f"the body declares {declared} bytes (Content-Length); a binary body can hold "
+        f"at most {limit // 2} tokens within the output limit of {limit} elements "
+        f"(POSENC_MAX_ELEMENTS), at most {most} bytes",
+    )
 
 
 def _digest(tensors: dict[str, torch.Tensor]) -> str:

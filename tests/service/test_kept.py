@@ -1,4 +1,4 @@
-"""Stream and keep (service.responses.streaming.respond_kept): every cache miss of a table asked as
+"""Stream and keep (service.responses.streaming.kept_response): every cache miss of a table asked as
 raw, npy or safetensors is sent as its row blocks are computed (one block: computed, then sent
 whole), then kept in the body cache. Checked here:
 

@@ -626,42 +626,34 @@ def test_info_gives_the_stream_limit(client: httpx.Client) -> None:
     assert limits["max_elements"] == MAX_ELEMENTS and limits["max_stream_elements"] == 2**31
 
 
-def test_admission_hook_holds_each_block(gpt2_file: Path) -> None:
-    """``app.state.posenc_stream_hold(nbytes)`` wraps each part of a streamed body: the parts
-    sum to Content-Length, none is over the block size, and each is released after use."""
-    import contextlib
-
+def test_a_stream_holds_its_blocks_from_the_budget(gpt2_file: Path) -> None:
+    """A streamed table takes the bytes of the blocks it holds at once from the in-flight
+    budget (the one ``budget.reserve``: three output buffers of its largest block, the float64
+    scratch of one block, the request's overhead), not the table's; they are all given back
+    once the body has been sent."""
     from fastapi.testclient import TestClient
 
+    from service.admission.budget import REQUEST_OVERHEAD
     from service.app import create_app
-    from service.responses.streaming import STREAM_BLOCK_BYTES
+    from service.responses.streaming import STREAM_BLOCK_BYTES, STREAM_HELD_BLOCKS
     from tests.helpers import make_settings
 
-    held: list[int] = []
-    inside = [0]
-
-    @contextlib.asynccontextmanager
-    async def hold(nbytes: int):  # type: ignore[no-untyped-def]
-        held.append(nbytes)
-        inside[0] += 1
-        try:
-            yield
-        finally:
-            inside[0] -= 1
-
     app = create_app(make_settings(gpt2_file, max_elements=MAX_ELEMENTS))
-    app.state.posenc_stream_hold = hold
     with TestClient(app) as c:
         r = c.post(
             "/v1/encodings/sinusoidal",
             params={"format": "npy"},
             json={"seq_len": 2**15, "d_model": 256},
         )
+        budget = app.state.posenc.budget
+        assert (budget.in_flight, budget.holders) == (0, 0)
     assert r.status_code == 200
-    assert sum(held) == len(r.content) == int(r.headers["content-length"])
-    assert len(held) >= 5 and max(held) <= STREAM_BLOCK_BYTES and inside[0] == 0
     want = sinusoidal_table(seq_len=2**15, d_model=256).numpy()
     np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want)
+    rows = STREAM_BLOCK_BYTES // (256 * 4)  # rows of the largest block (4 blocks here)
+    block = rows * 256
+    assert budget.peak == STREAM_HELD_BLOCKS * block * 4 + 16 * block + REQUEST_OVERHEAD
+    assert budget.peak < 2 * len(r.content)  # a few blocks, not the whole table and its scratch
 
 
 def test_block_threads_compute_without_the_intra_op_pool() -> None:

@@ -84,7 +84,7 @@ def test_a_computed_table_has_compute_and_encode_spans_inside_the_request_span(
 def test_a_binary_miss_has_compute_spans_inside_the_request_span(
     client: TestClient, exporter: InMemorySpanExporter, rows: int
 ) -> None:
-    # kept (service.responses.streaming.respond_kept): written as computed, no encode step
+    # kept (service.responses.streaming.kept_response): written as computed, no encode step
     r = client.post(SIN + "?format=raw", json={"seq_len": rows, "d_model": 512})
     assert r.status_code == 200
     spans = by_name(exporter)
