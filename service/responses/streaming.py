@@ -382,7 +382,6 @@ def keeps(request: Request, state: ServiceState, plan: Plan, fmt: str) -> bool:
     less than computing), on a little-endian machine, computed on the CPU."""
     return (
         plan.stream is not None
-        and plan.cache_tensors  # token batches: whole under the limit, streamed only past it
         and fmt in STREAM_FORMATS
         and request.method in ("GET", "POST")
         and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element
