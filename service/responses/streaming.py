@@ -61,7 +61,7 @@ from service.responses.formats import (
     negotiate,
     no_bfloat16_npy,
 )
-from service.responses.plans import Plan, Prepared, prepare
+from service.responses.plans import Plan, Prepared, json_ints, prepare
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.threads import computes_on_loop, one_intra_op_thread, one_thread_if
 from service.state import ServiceState
@@ -478,7 +478,13 @@ async def respond_kept(
     if length < KEEP_MIN_BYTES:
         return None
     budget = state.budget
-    nbytes = estimate_bytes(plan.elements, fmt, dtype=plan.params.get("dtype", ""))
+    nbytes = estimate_bytes(
+        plan.elements,
+        fmt,
+        dtype=plan.params.get("dtype", ""),
+        work_bytes_per_element=plan.work_bytes_per_element,
+        json_ints=json_ints(plan.params),  # a token batch's JSON lists, as the whole path
+    )
     queued = time.perf_counter()
     await budget.acquire(nbytes)
     since = time.monotonic()
