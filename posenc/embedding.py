@@ -536,6 +536,17 @@ def _embed_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor
     return out
 
 
+def _working_dtype(p: Mapping[str, Any], ctx: kinds.Context, model: Any) -> torch.dtype | None:
+    """The dtype :func:`embed_tokens` computes the request's embeddings in when that is also
+    the output's (so it can write into an ``out`` of it), else None."""
+    work = model.token_table.dtype
+    if p["positional"] == "learned" and model.position_table is not None:
+        work = torch.promote_types(work, model.position_table.dtype)
+    if ctx.dtype == torch.float64:
+        work = torch.float64
+    return work if ctx.dtype in (None, work) else None
+
+
 def _embed_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
     """The embed bundle as row blocks, for a batch over the service's element limit: the
     embeddings ``(B, T, D)`` are ``B·T`` rows of ``D``, each block a run of tokens embedded as
@@ -550,14 +561,20 @@ def _embed_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBl
         batch.input_ids, position_ids=position_ids, attention_mask=batch.attention_mask
     )  # (B, T, 2): the checks of the whole batch, at 2/D of the cost (sinusoidal: D even)
     embed = _embed_tokens_of(p, ctx, model)
+    work = _working_dtype(p, ctx, model)  # a block of it is gathered straight into the body
+    device = model.token_table.device
     b, t = batch.input_ids.shape
     ids, pos = batch.input_ids.reshape(1, -1), position_ids.reshape(1, -1)  # (1, B·T)
     mask = batch.attention_mask.reshape(1, -1)  # (1, B·T)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
         rows = slice(start, stop)
-        got = embed(ids[:, rows], position_ids=pos[:, rows], attention_mask=mask[:, rows])
-        out.copy_(got.view(stop - start, -1))  # (N, D)
+        block = {"position_ids": pos[:, rows], "attention_mask": mask[:, rows]}
+        direct = out.dtype == work and out.device == device and out.is_contiguous()
+        if direct:  # no block tensor, no copy
+            embed(ids[:, rows], **block, out=out.view(1, stop - start, -1))  # (1, N, D)
+        else:
+            out.copy_(embed(ids[:, rows], **block).view(stop - start, -1))  # (N, D)
 
     tables = {
         "embeddings": TableBlocks("embeddings", (b, t, model.d_model), ctx.dtype, fill, ctx.device),

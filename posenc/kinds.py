@@ -489,7 +489,7 @@ def _fast_int_row(spec: FieldSpec, row: Any) -> bool:
         return False
     if not row:
         return True
-    if not all(type(x) is int for x in row):  # bool is not int here
+    if set(map(type, row)) != {int}:  # bool is not int here; map and set loop in C
         return False
     low = spec.minimum if spec.minimum is not None else -math.inf
     high = spec.maximum if spec.maximum is not None else INT_BOUND

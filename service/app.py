@@ -35,7 +35,7 @@ from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.gguf_body import GgufBodyMiddleware
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
-from service.models_loading import install_sighup, load_models
+from service.models_loading import install_sighup, install_watch, load_models
 from service.observability.metrics import Metrics, MetricsMiddleware
 from service.observability.request_id import RequestIdMiddleware
 from service.observability.tracing import TracingMiddleware
@@ -108,9 +108,12 @@ def _lifespan(
             state.default_model,
         )
         remove_sighup = install_sighup(state)  # SIGHUP reloads the models (models_loading)
+        stop_watch = install_watch(state)  # and so do changed files, with POSENC_WATCH_SECONDS
         try:
             yield
         finally:
+            if stop_watch is not None:
+                stop_watch()
             if remove_sighup is not None:
                 remove_sighup()
             state.ready = False

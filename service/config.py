@@ -37,6 +37,13 @@ class Settings(BaseSettings):
         "POSENC_MODELS or the built-in posenc-base (the default); a name not loaded stops the "
         "start-up",
     )
+    watch_seconds: float = Field(
+        0.0,
+        ge=0,
+        description="poll the POSENC_MODELS files (size, mtime, inode) every this many seconds "
+        "and reload the models once a change has held still for one poll (0: never; SIGHUP "
+        "and POST /v1/models/reload reload on demand)",
+    )
     max_elements: int = Field(
         67_108_864, ge=1, description="largest output, in elements over all tensors, of one request"
     )

@@ -2,6 +2,8 @@
 
 One home for each body's schema: :mod:`service.errors` (and the middleware beside it) writes
 these bodies, :mod:`service.statuses` declares them on the routes, ``docs/errors.md`` shows them.
+Each is declared as ``application/json`` and as its RFC 9457 form, ``application/problem+json``
+(:func:`error_content`).
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel, Field, RootModel
+
+from service.problem import PROBLEM_JSON
 
 
 class ErrorBody(BaseModel):
@@ -82,3 +86,31 @@ class OverloadedBody(BaseModel):
     in_flight: int = Field(..., description="bytes held by responses in flight")
     queued: int = Field(..., description="other requests waiting for room")
     retry_after: int = Field(..., description="the Retry-After header's seconds")
+
+
+# What service.problem adds to an error body when the client's Accept names
+# application/problem+json (RFC 9457 §3.1); the body's own members stay as they are.
+PROBLEM_MEMBERS: dict[str, Any] = {
+    "type": "object",
+    "required": ["type", "title", "status"],
+    "properties": {
+        "type": {
+            "type": "string",
+            "description": "a URI reference naming the problem type: about:blank, or the "
+            "body's own type where it has one (a 422 of an unknown name: unknown_name)",
+        },
+        "title": {"type": "string", "description": "the status's reason phrase"},
+        "status": {"type": "integer", "description": "the HTTP status code"},
+    },
+}
+
+
+def error_content(model: type[BaseModel]) -> dict[str, Any]:
+    """The media types an error body of ``model`` comes in, for a route's ``responses=``: beside
+    FastAPI's ``application/json`` (from ``model``), ``application/problem+json``: the same
+    members plus :data:`PROBLEM_MEMBERS` (:mod:`service.problem` rewrites it so)."""
+    own = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {
+        "application/json": {"schema": own},
+        PROBLEM_JSON: {"schema": {"allOf": [own, PROBLEM_MEMBERS]}},
+    }

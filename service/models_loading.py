@@ -1,5 +1,5 @@
 """Loading the models at start-up, and again while the service runs (``POST /v1/models/reload``,
-SIGHUP).
+SIGHUP, or a change of their files when ``POSENC_WATCH_SECONDS`` is set).
 
 Design (docs/deployment.md, "Models that change on disk"):
 
@@ -14,6 +14,10 @@ Design (docs/deployment.md, "Models that change on disk"):
   model object and finish on it. A model that fails to load keeps its old weights, and the
   reload answers 503 with ``Retry-After`` and each failure's reason (the files are probably
   being written: try again).
+- With ``POSENC_WATCH_SECONDS`` the files are polled (:func:`file_fingerprint`: size, mtime and
+  inode) and the models reloaded once a change has held still for one poll, so a file still
+  being written (``cp`` truncates, then writes) is not read half-way; a change whose reload
+  failed is not tried again until the files change once more.
 - Reloads run one at a time (a lock); the response cache is emptied after each, and each model's
   fingerprint (the key of cached responses and ETags) is that of the files it was read from.
 """
@@ -48,12 +52,10 @@ def file_fingerprint(name: str, path: str) -> str:
     # The config.json beside the weights decides positions, rope and normaliser, the
     # tokenizer.json the ids of text: they count too.
     folder = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
-    for extra in (
-        "config.json",
-        "tokenizer.json",
-        "model.safetensors",
-        "model.safetensors.index.json",
-    ):
+    extras = ["config.json", "tokenizer.json", "model.safetensors", "model.safetensors.index.json"]
+    if os.path.isdir(path) or path.endswith(".index.json"):  # every shard, rewritten in place too
+        extras += sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    for extra in dict.fromkeys(extras):
         extra_path = os.path.join(folder, extra)
         if extra_path != os.path.abspath(path) and os.path.isfile(extra_path):
             extra_stat = os.stat(extra_path)
@@ -140,3 +142,43 @@ def install_sighup(state: ServiceState) -> Any:
     except (NotImplementedError, RuntimeError, ValueError, AttributeError):
         return None  # not the main thread (an app driven by a test client), or no SIGHUP
     return lambda: loop.remove_signal_handler(signal.SIGHUP)
+
+
+def changed_files(state: ServiceState) -> dict[str, str]:
+    """The ``POSENC_MODELS`` entries whose files are not those their model was read from:
+    ``{name: fingerprint now}`` (``"unreadable: REASON"`` for a file that cannot be stat'ed)."""
+    changed = {}
+    for name, path in state.settings.model_paths.items():
+        try:
+            now = file_fingerprint(name, path)
+        except OSError as exc:
+            now = f"unreadable: {exc}"
+        if now != state.fingerprints.get(name):
+            changed[name] = now
+    return changed
+
+
+async def watch_models(state: ServiceState, seconds: float) -> None:
+    """Poll the model files every ``seconds``; reload (:func:`reload_models`, in a thread) when
+    the same change is seen on two polls in a row, and not again for a change whose reload
+    was already tried."""
+    seen: dict[str, str] = {}
+    tried: dict[str, str] = {}
+    while True:
+        await asyncio.sleep(seconds)
+        now = await anyio.to_thread.run_sync(changed_files, state)
+        if now and now == seen and now != tried:
+            logger.info("model files changed (%s): reloading the models", ", ".join(now))
+            tried = now
+            await anyio.to_thread.run_sync(reload_models, state)
+        seen = now
+
+
+def install_watch(state: ServiceState) -> Any:
+    """Start :func:`watch_models` when ``POSENC_WATCH_SECONDS`` is over 0. Returns a function
+    that stops it, or None."""
+    seconds = state.settings.watch_seconds
+    if seconds <= 0:
+        return None
+    task = asyncio.get_running_loop().create_task(watch_models(state, seconds))
+    return task.cancel

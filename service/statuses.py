@@ -1,7 +1,8 @@
 """Which statuses a route can answer, derived from what it does: every route's ``responses=``.
 
 A route says what it does (:class:`Does`) and :func:`declared_responses` gives the statuses that
-follow, with their bodies (:mod:`service.error_bodies`):
+follow, with their bodies (:mod:`service.error_bodies`), each as ``application/json`` and as
+``application/problem+json`` (RFC 9457, :mod:`service.problem`):
 
 | it ... | so it can answer |
 | --- | --- |
@@ -36,6 +37,7 @@ from service.error_bodies import (
     TooLargeBody,
     UnsupportedMediaTypeBody,
     ValidationErrorBody,
+    error_content,
 )
 
 Responses = dict[int | str, dict[str, Any]]
@@ -144,6 +146,9 @@ def declared_responses(method: str, path: str, does: Does) -> Responses:
             "description": "; or ".join(reasons),
             "headers": _RETRY_AFTER,
         }
+    for response in out.values():  # each error body also as application/problem+json
+        if "model" in response:
+            response["content"] = error_content(response["model"])
     return dict(sorted(out.items(), key=lambda kv: int(kv[0])))
 
 

@@ -391,14 +391,13 @@ def kept_body(request: Request, state: ServiceState, plan: Plan, prepared: Prepa
     """The row blocks of a cache miss that is sent as they are computed, then kept
     (:func:`kept_response`); None where the whole path serves it (better).
 
-    Kept: a table (not a token batch: ``cache_tensors``) with row blocks, asked as raw, npy or
-    safetensors, up to ``max_elements``, of at least :data:`KEEP_MIN_BYTES` (any size), whose
-    tensors are not in the cache already (encoding those costs less than computing), on a
+    Kept: a table or a token batch with row blocks, asked as raw, npy or safetensors, up to
+    ``max_elements``, of at least :data:`KEEP_MIN_BYTES` (any size), whose tensors are not in
+    the cache already (encoding those costs less than computing), on a
     little-endian machine, computed on the CPU, and not npy of bfloat16 (the whole path's 406).
     """
     if not (
         plan.stream is not None
-        and plan.kind.cache_tensors  # token batches: whole under the limit, streamed past it
         and prepared.fmt in STREAM_FORMATS
         and request.method in ("GET", "POST")
         and plan.elements * 8 >= KEEP_MIN_BYTES  # an upper bound of the bytes: 8 per element
