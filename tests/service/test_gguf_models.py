@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from posenc.gguf_tensors import GGML_TYPES
-from tests.helpers import clean_env, json_tensor, make_settings
+from tests.helpers import clean_env, json_tensor, make_settings, one_clear_line, run_service
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gguf"
 TYPES = [name for name, _, _ in GGML_TYPES.values()]
@@ -69,7 +69,6 @@ def test_text_is_a_422_that_names_gguf(api: httpx.Client) -> None:
 
 
 def test_truncated_gguf_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
-    from tests.service.test_startup import one_clear_line, run_service
 
     bad = tmp_path / "cut.gguf"
     bad.write_bytes((FIXTURES / "tiny-F32.gguf").read_bytes()[:900])
