@@ -17,33 +17,9 @@ from torch.testing import assert_close
 from posenc import kinds, resolve
 from posenc.errors import InvalidArgument
 from posenc.query_scale import query_scale, query_scale_from_config
+from tests.references import SCOUT
 
 QUERY_SCALE = kinds.REGISTRY["query_scale"]
-
-# meta-llama/Llama-4-Scout-17B-16E-Instruct: the text_config keys the scale depends on
-SCOUT = {
-    "model_type": "llama4",
-    "text_config": {
-        "model_type": "llama4_text",
-        "hidden_size": 5120,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "num_hidden_layers": 48,
-        "rope_theta": 500000.0,
-        "attn_temperature_tuning": 4,
-        "floor_scale": 8192,
-        "attn_scale": 0.1,
-        "max_position_embeddings": 10485760,
-        "rope_scaling": {
-            "rope_type": "llama3",
-            "factor": 16.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 1.0,
-            "original_max_position_embeddings": 8192,
-        },
-    },
-}
 
 
 def table(fields: dict) -> dict[str, torch.Tensor]:
