@@ -25,18 +25,10 @@ from posenc.relative import relative_bias, relative_bias_table, relative_buckets
 from posenc.rope import RopeScaling, rope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 from tests.helpers import clean_env, free_port
+from tests.references import sinusoidal
 
 ROOT = Path(__file__).resolve().parents[2]
 POSENC = Path(sys.executable).parent / "posenc"
-
-
-def sinusoidal_reference(positions: np.ndarray, d_model: int, base: float = 1e4) -> np.ndarray:
-    """Vaswani et al. §3.5 (interleaved) in float64."""
-    w = base ** (-2.0 * np.arange(d_model // 2) / d_model)  # (D/2,)
-    angles = positions.astype(np.float64)[:, None] * w[None, :]  # (T, D/2)
-    table = np.empty((len(positions), d_model))
-    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
-    return table
 
 
 def run(*argv: str | Path) -> int:
@@ -56,7 +48,7 @@ def test_sinusoidal_npy_equals_formula_and_library(tmp_path: Path) -> None:
     assert run("table", "sinusoidal", "--seq-len", 100, "--d-model", 32, "-o", out) == 0
     table = np.load(out)
     assert table.dtype == np.float32 and table.shape == (100, 32)
-    np.testing.assert_allclose(table, sinusoidal_reference(np.arange(100), 32), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(table, sinusoidal(np.arange(100), 32), rtol=0, atol=1e-6)
     np.testing.assert_array_equal(table, sinusoidal_table(seq_len=100, d_model=32).numpy())
 
     out = tmp_path / "pos.npy"
@@ -289,7 +281,7 @@ def test_installed_entry_point(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    np.testing.assert_allclose(np.load(out), sinusoidal_reference(np.arange(20), 6), atol=1e-6)
+    np.testing.assert_allclose(np.load(out), sinusoidal(np.arange(20), 6), atol=1e-6)
     bad = subprocess.run([POSENC, "table", "rope", "-o", out], capture_output=True, text=True)
     assert bad.returncode == 2 and "head_dim is required" in bad.stderr
 
