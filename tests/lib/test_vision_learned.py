@@ -33,6 +33,7 @@ from posenc.vision_learned import (
 from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
 from tests.helpers import transformers_model_classes
 from tests.lib.vision_learned_reference import model_rows
+from tests.references import vision_subconfigs
 
 # Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
 # both ways, one patch, and the native grid (None).
@@ -266,24 +267,6 @@ NOT_COVERED: dict[str, str] = {
 }
 
 
-def _image_configs(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
-    """The config and its nested sub-configs that describe an image tower (a patch size)."""
-    out: list[tuple[str, PreTrainedConfig]] = []
-
-    def walk(c: PreTrainedConfig, path: str, depth: int) -> None:
-        if hasattr(c, "patch_size") and "text" not in c.model_type:
-            out.append((path, c))
-        if depth > 3:
-            return
-        for key in getattr(c, "sub_configs", {}) or {}:
-            sub = getattr(c, key, None)
-            if isinstance(sub, PreTrainedConfig):
-                walk(sub, f"{path}.{key}" if path else key, depth + 1)
-
-    walk(cfg, "", 0)
-    return out
-
-
 def _has_learned_table(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> bool:
     """A model class of this config (built on the meta device) holds a 2-D-or-more position
     table outside its text and decoder parts."""
@@ -316,7 +299,7 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
             cfg = CONFIG_MAPPING[model_type]()
         except Exception:  # configs that need arguments have no default
             continue
-        for path, vision in _image_configs(cfg):
+        for path, vision in vision_subconfigs(cfg):
             key = (type(vision), vision.to_json_string())
             if key not in cache:
                 cache[key] = _has_learned_table(vision, classes)
