@@ -43,6 +43,7 @@ from tests.helpers import (
     GPT2_NAME,
     GPT2_SHAPE,
     HOST,
+    ApiClient,
     clean_env,
     free_port,
     make_settings,
@@ -66,8 +67,8 @@ _COMMON = {
     "print_blob": True,
     "suppress_health_check": [HealthCheck.too_slow],
 }
-settings.register_profile("posenc", derandomize=True, **_COMMON)
-settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)
+settings.register_profile("posenc", derandomize=True, **_COMMON)  # type: ignore[arg-type]
+settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)  # type: ignore[arg-type]
 settings.load_profile("posenc-fuzz" if FUZZ else "posenc")
 
 
@@ -208,7 +209,7 @@ def live_server(live_log: Path, gpt2_file: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def app_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def app_client(gpt2_file: Path) -> Iterator[ApiClient]:
     """In-process client of an app with the same configuration as ``live_server``."""
     from fastapi.testclient import TestClient
 

@@ -16,9 +16,14 @@ import time
 from pathlib import Path
 
 import httpx
+from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+#: A client the tests drive: httpx's (a live server) or Starlette's TestClient (in process; it
+#: is httpx2's Client, with the same calls).
+ApiClient = httpx.Client | TestClient
 
 HOST = "127.0.0.1"
 

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 POSENC = Path(sys.executable).parent / "posenc"
 
 
-def run(*argv: str | Path) -> int:
+def run(*argv: object) -> int:
     return cli.main([str(a) for a in argv])
 
 
@@ -289,7 +289,7 @@ def test_installed_entry_point(tmp_path: Path) -> None:
 def test_serve_delegates_to_python_m_service(monkeypatch) -> None:
     """``posenc serve`` becomes ``python -m service`` (exec, no import of the service package)."""
     seen: list[list[str]] = []
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append([path, *argv]))
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append([path, *argv]))  # type: ignore[attr-defined]
     assert cli.main(["serve", "--port", "8123", "--workers", "2"]) == 0
     assert cli.main(["serve"]) == 0
     py = sys.executable
@@ -309,7 +309,7 @@ def test_a_local_table_too_large_for_memory_is_refused_before_allocating(
     """``--seq-len 100000000 --d-model 768`` tried to allocate 307 GB before it exited: it is
     refused from the numbers (exit 2), and nothing is computed or written."""
     computed: list[str] = []
-    monkeypatch.setattr(cli.resolve, "compute", lambda *a, **k: computed.append("whole"))
+    monkeypatch.setattr(cli.resolve, "compute", lambda *a, **k: computed.append("whole"))  # type: ignore[attr-defined]
     monkeypatch.setattr(cli, "_compute_in_blocks", lambda *a, **k: computed.append("blocks"))
     out = tmp_path / "big.npy"
     with pytest.raises(SystemExit) as info:

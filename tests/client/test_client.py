@@ -307,7 +307,7 @@ def test_retries_connection_errors_with_exponential_backoff() -> None:
     c = PosencClient(
         max_attempts=4, backoff=0.5, backoff_max=1.5, transport=_flaky_transport(3, calls)
     )
-    c._sleep = slept.append
+    c._sleep = slept.append  # type: ignore[method-assign,assignment]
     assert c.healthz() == {"status": "ok"}
     assert len(calls) == 4
     assert slept == [0.5, 1.0, 1.5]  # doubled each time, capped at backoff_max
@@ -334,7 +334,7 @@ def test_async_retries() -> None:
         async with AsyncPosencClient(
             max_attempts=3, backoff=0.25, transport=_flaky_transport(2, calls)
         ) as ac:
-            ac._sleep = fake_sleep
+            ac._sleep = fake_sleep  # type: ignore[method-assign]
             return await ac.healthz()
 
     assert asyncio.run(run()) == {"status": "ok"}

@@ -58,7 +58,7 @@ def llama4_reference_scale(config, layer_idx: int, seq_len: int) -> torch.Tensor
         return value.transpose(1, 2), None
 
     original = m.eager_attention_forward
-    m.eager_attention_forward = capture
+    m.eager_attention_forward = capture  # type: ignore[assignment]
     try:
         hidden = torch.ones(1, seq_len, config.hidden_size)
         freqs = torch.ones(1, seq_len, config.head_dim // 2, dtype=torch.complex64)
@@ -148,7 +148,7 @@ def test_ministral3_matches_get_llama_4_attn_scale() -> None:
                 "seq_len": 4,
                 "config": {
                     **SCOUT,
-                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},
+                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},  # type: ignore[dict-item]
                 },
             },
             "config",

@@ -205,7 +205,7 @@ def test_bias_rejects_ids_outside_the_table():
         (lambda: relative_position_bucket(torch.tensor([1]), num_buckets=3), r">= 4.*got 3"),
         (lambda: relative_position_bucket(torch.tensor([1]), max_distance=8), r"> 8.*got 8"),
         (lambda: relative_position_bucket(torch.tensor([1.5])), r"integers.*float32"),
-        (lambda: relative_buckets(3, bucketing="linear"), r"'log'.*'linear'"),
+        (lambda: relative_buckets(3, bucketing="linear"), r"'log'.*'linear'"),  # type: ignore[arg-type]
         (lambda: clipped_bucket(torch.tensor([1]), max_distance=-1), r">= 0, got -1"),
         (lambda: relative_bias_table(0, 4), r"num_buckets must be >= 1, got 0"),
     ],

@@ -593,7 +593,7 @@ def test_rotary_embedding_module_equals_the_functions(scaling):
         (lambda: rope_cos_sin(seq_len=0, rotary_dim=8), "seq_len", ">= 1, got 0"),
         (lambda: rope_cos_sin([0, 3, -2], rotary_dim=8), "positions[2]", "positions[2] = -2"),
         (lambda: rope_cos_sin([0], seq_len=3, rotary_dim=8), "positions", "exactly one"),
-        (lambda: rope_cos_sin(seq_len=3, rotary_dim=8, layout="neox"), "layout", "'neox'"),
+        (lambda: rope_cos_sin(seq_len=3, rotary_dim=8, layout="neox"), "layout", "'neox'"),  # type: ignore[arg-type]
         (lambda: RotaryEmbedding(9), "head_dim", "got 9"),
         (lambda: RotaryEmbedding(8, rotary_dim=12), "rotary_dim", "rotary_dim=12 and head_dim=8"),
         (

@@ -160,9 +160,9 @@ def fairseq_get_embedding(
     """
     half_dim = embedding_dim // 2
     emb = math.log(10000) / (half_dim - 1)
-    emb = torch.exp(torch.arange(half_dim, dtype=dtype) * -emb)
-    emb = torch.arange(num_embeddings, dtype=dtype).unsqueeze(1) * emb.unsqueeze(0)
-    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    emb = torch.exp(torch.arange(half_dim, dtype=dtype) * -emb)  # type: ignore[assignment]
+    emb = torch.arange(num_embeddings, dtype=dtype).unsqueeze(1) * emb.unsqueeze(0)  # type: ignore[attr-defined]
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)  # type: ignore[assignment]
     return emb
 
 

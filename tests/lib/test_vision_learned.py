@@ -16,6 +16,7 @@ forward on zero pixels returns the rows it adds (tests/lib/vision_learned_refere
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -97,7 +98,7 @@ PUBLISHED = {
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_published_config_equals_the_towers_forward(name: str) -> None:
     model_type, keys = PUBLISHED[name]
-    config = CONFIG_MAPPING[model_type](**keys)
+    config = CONFIG_MAPPING[model_type](**keys)  # type: ignore[arg-type]
     for grid in [(5, 7), (40, 26), None]:
         _compare(config, grid, seed=11)
 
@@ -120,12 +121,15 @@ def test_resample_matrix_is_the_towers_resize_of_the_identity(model_type: str) -
     """A tiny config whose width is the table's rows: the tower's forward on the identity table
     is its resampling matrix (float32), row for row."""
     base = CONFIG_MAPPING[model_type]()
-    keys = {"num_patches": 16} if model_type.startswith("siglip2") else {
+    keys: dict[str, Any] = {"num_patches": 16} if model_type.startswith("siglip2") else {
         "image_size": 4 * (base.patch_size if isinstance(base.patch_size, int) else 14),
     }  # fmt: skip
     prefix = LEARNED_TOWERS[model_type].prefix
-    config = CONFIG_MAPPING[model_type](
-        **keys, hidden_size=16 + prefix, num_attention_heads=1, intermediate_size=4
+    config = CONFIG_MAPPING[model_type](  # type: ignore[call-arg]
+        **keys,
+        hidden_size=16 + prefix,
+        num_attention_heads=1,
+        intermediate_size=4,  # type: ignore[arg-type]
     )
     for grid in [(3, 7), (6, 5), (4, 4), (1, 2)]:
         spec = vision_learned_spec(config.to_dict(), grid=list(grid))
@@ -346,7 +350,7 @@ def test_configs_md_lists_every_tower_under_its_rule() -> None:
 
 
 def test_pixio_class_rows_come_from_the_config() -> None:
-    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)
+    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)  # type: ignore[call-arg]
     spec = vision_learned_spec(config.to_dict(), grid=[5, 2])
     assert (spec.prefix, spec.table_rows, spec.tokens) == (3, 3 + 16 * 16, 3 + 10)
     for grid in [(5, 2), (30, 17), None]:

@@ -226,7 +226,7 @@ def _send_held(body: bytes, fail_after: int | None = None) -> tuple[ByteBudget, 
         )
         assert budget.in_flight == len(body)
         with contextlib.suppress(OSError):  # the failing send re-raises after the release
-            await held({"type": "http", "method": "GET"}, receive, send)
+            await held({"type": "http", "method": "GET"}, receive, send)  # type: ignore[arg-type]
         return budget
 
     return run(main()), sent
@@ -335,8 +335,8 @@ def _scripted_client(statuses: list[tuple[int, str | None]], **kwargs: object): 
             return httpx.Response(200, json={"status": "ok"})
         return httpx.Response(status, json={"detail": "busy"}, headers=headers)
 
-    client = PosencClient("http://test", transport=httpx.MockTransport(handler), **kwargs)
-    client._sleep = slept.append  # type: ignore[method-assign]
+    client = PosencClient("http://test", transport=httpx.MockTransport(handler), **kwargs)  # type: ignore[arg-type]
+    client._sleep = slept.append  # type: ignore[method-assign,assignment]
     return client, calls, slept
 
 

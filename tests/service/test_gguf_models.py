@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from posenc.gguf_tensors import GGML_TYPES
-from tests.helpers import clean_env, json_tensor, make_settings, one_clear_line, run_service
+from tests.helpers import (
+    ApiClient,
+    clean_env,
+    json_tensor,
+    make_settings,
+    one_clear_line,
+    run_service,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gguf"
 TYPES = [name for name, _, _ in GGML_TYPES.values()]
@@ -22,7 +29,7 @@ IDS = [[0, 1, 2, 3], [3, 3, 1, 0]]
 
 
 @pytest.fixture(scope="module")
-def api(gpt2_file: Path) -> Iterator[httpx.Client]:
+def api(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

@@ -56,7 +56,7 @@ class LiveServer:
 
     def _pids(self) -> list[int]:
         """The server process and its descendants (uvicorn workers, if any)."""
-        pids, parents = [self.proc.pid], {}
+        pids, parents = [self.proc.pid], dict[int, list[int]]()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:

@@ -91,7 +91,7 @@ def _hf_llama_cos(config: dict, positions: list[int]) -> torch.Tensor:
     from transformers import AutoConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    rot = LlamaRotaryEmbedding(config=AutoConfig.for_model(**config))
+    rot = LlamaRotaryEmbedding(config=AutoConfig.for_model(**config))  # type: ignore[arg-type]
     cos, _ = rot(torch.zeros(1), torch.tensor([positions]))
     return cos[0]
 
@@ -301,7 +301,7 @@ def test_mrope_positions_with_config_equal_transformers(api: httpx.Client) -> No
     assert r.status_code == 200, r.text
     assert r.json()["meta"]["mrope_section"] == [16, 24, 24]
     tc = AutoConfig.for_model(**model_config("qwen2.5-vl-7b")).get_text_config()
-    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])
+    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])  # type: ignore[arg-type]
     np.testing.assert_allclose(json_tensor(r.json(), "cos"), cos[0].numpy(), atol=2e-5, rtol=0)
     np.testing.assert_allclose(json_tensor(r.json(), "sin"), sin[0].numpy(), atol=2e-5, rtol=0)
 
@@ -366,7 +366,7 @@ def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
 
 def test_mrope_section_in_a_get(api: httpx.Client) -> None:
     params = {"positions": "0,5", "head_dim": 6, "mrope_section": "1,1,1"}
-    get = api.get("/v1/encodings/rope", params=params)
+    get = api.get("/v1/encodings/rope", params=params)  # type: ignore[arg-type]
     post = api.post(
         "/v1/encodings/rope", json={"positions": [0, 5], "head_dim": 6, "mrope_section": [1, 1, 1]}
     )
@@ -395,7 +395,7 @@ def test_nanochat_config_gives_the_table_its_attention_applies(api: httpx.Client
     cos = torch.from_numpy(json_tensor(body, "cos"))
     sin = torch.from_numpy(json_tensor(body, "sin"))
     q = torch.randn(1, 2, 16, cos.shape[-1], generator=torch.Generator().manual_seed(0))
-    cos_hf, sin_hf = m.NanoChatRotaryEmbedding(config=cfg)(q, torch.arange(16)[None])
+    cos_hf, sin_hf = m.NanoChatRotaryEmbedding(config=cfg)(q, torch.arange(16)[None])  # type: ignore[arg-type]
     want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
     x1, x2 = q.double().chunk(2, dim=-1)
     got = q.double() * cos + torch.cat((-x2, x1), dim=-1) * sin  # Llama's rotate_half
@@ -421,7 +421,7 @@ def test_glm4_moe_odd_width_from_its_config(api: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["meta"]["rotary_dim"] == 22 and body["meta"]["exponent_dim"] == 21
-    rot = m.Glm4MoeRotaryEmbedding(config=cfg)
+    rot = m.Glm4MoeRotaryEmbedding(config=cfg)  # type: ignore[arg-type]
     cos_hf, sin_hf = rot(torch.zeros(1), torch.arange(12)[None])
     np.testing.assert_allclose(json_tensor(body, "inv_freq"), rot.inv_freq.numpy(), rtol=2e-6)
     np.testing.assert_allclose(json_tensor(body, "cos"), cos_hf[0].numpy(), atol=2e-5, rtol=0)

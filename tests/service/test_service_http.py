@@ -16,7 +16,14 @@ from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
-from tests.helpers import GPT2_NAME, json_tensor, make_settings, raw_tensor, safetensors_metadata
+from tests.helpers import (
+    GPT2_NAME,
+    ApiClient,
+    json_tensor,
+    make_settings,
+    raw_tensor,
+    safetensors_metadata,
+)
 from tests.references import sinusoidal
 
 SIN = "/v1/encodings/sinusoidal"
@@ -359,7 +366,7 @@ def test_vary_and_server_timing(api: httpx.Client) -> None:
     assert r.status_code == 422 and r.headers["vary"] == "Accept"
 
 
-def _counter(client: httpx.Client, name: str, **labels: str) -> float:
+def _counter(client: ApiClient, name: str, **labels: str) -> float:
     text = client.get("/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

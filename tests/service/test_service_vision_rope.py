@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as st_load
 
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 
 ROUTE = "/v1/encodings/vision-rope"
 
@@ -172,7 +172,7 @@ def test_over_the_limit_is_413_before_computing(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def small_client(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -190,7 +190,7 @@ def test_streams_over_the_element_limit(
     assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
     whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
     assert streamed.content == whole.content
-    cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)
+    cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)  # type: ignore[arg-type]
     np.testing.assert_allclose(np.load(io.BytesIO(streamed.content)), cos, rtol=0, atol=1e-6)
 
 

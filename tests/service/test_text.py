@@ -26,6 +26,7 @@ from tests.helpers import (
 from tests.helpers import (
     GPT2_NAME,
     HOST,
+    ApiClient,
     base64_tensor,
     clean_env,
     free_port,
@@ -72,7 +73,7 @@ def reference(folders: dict[str, Path]):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def inprocess(models_env: str) -> Iterator[httpx.Client]:
+def inprocess(models_env: str) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -399,7 +400,7 @@ LIMIT = 4096
 
 
 @pytest.fixture(scope="module")
-def limited() -> Iterator[httpx.Client]:
+def limited() -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
