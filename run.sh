@@ -3,8 +3,8 @@
 #
 #   ./run.sh serve [ARGS]   start the service on the built-in default model (python -m service ARGS)
 #   ./run.sh test  [ARGS]   scripts/check (lock, format, lint, types); without ARGS also
-#                           scripts/wheel_check (the built wheel in a fresh venv); then the whole
-#                           suite (pytest ARGS)
+#                           scripts/wheel_check (the built wheel in a fresh venv) and then the
+#                           whole suite with its coverage report; with ARGS, pytest ARGS
 #   ./run.sh fuzz  [ARGS]   the exploratory lane: every hypothesis test with new examples from a
 #                           seed it prints (POSENC_FUZZ_SEED=N replays it), 5x the examples
 #                           (POSENC_FUZZ_SCALE); ARGS as for pytest, e.g. a test file
@@ -77,8 +77,11 @@ case "$cmd" in
         ensure_chromium
         ensure_nginx
         PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
-        if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too
+        if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too,
+            # and the coverage of posenc and service (in this process; [tool.coverage] in
+            # pyproject.toml)
             PYTHON="$VENV/bin/python" scripts/wheel_check
+            exec "$VENV/bin/python" -m pytest --cov=posenc --cov=service --cov-report=term
         fi
         exec "$VENV/bin/python" -m pytest "$@"
         ;;

@@ -7,6 +7,12 @@
 - ``app_client``: the same configuration in process, through ``TestClient`` (lifespan run).
 - ``api``: parametrised over both, so a contract test runs in process and over real HTTP.
 
+Every test that starts uvicorn, nginx or Chromium carries the ``integration`` marker, given
+here and nowhere else (:func:`pytest_collection_modifyitems`): a test is one when its own code,
+a fixture it uses or a test helper either calls reaches a starter (:data:`STARTERS`), or when
+it runs with a fixture parameter ``uvicorn``. ``pytest -m "not integration"`` is then the
+in-process lane.
+
 Hypothesis (and schemathesis, which runs on it) is set up here, whether ``CI`` is set or not:
 Hypothesis loads its own ``ci`` profile when it sees ``CI``, and that profile draws other
 examples, so CI and a user running ``./run.sh test`` once ran different tests (issue 28).
@@ -22,9 +28,10 @@ examples, so CI and a user running ``./run.sh test`` once ran different tests (i
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -36,6 +43,7 @@ from tests.helpers import (
     GPT2_NAME,
     GPT2_SHAPE,
     HOST,
+    ApiClient,
     clean_env,
     free_port,
     make_settings,
@@ -59,8 +67,8 @@ _COMMON = {
     "print_blob": True,
     "suppress_health_check": [HealthCheck.too_slow],
 }
-settings.register_profile("posenc", derandomize=True, **_COMMON)
-settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)
+settings.register_profile("posenc", derandomize=True, **_COMMON)  # type: ignore[arg-type]
+settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)  # type: ignore[arg-type]
 settings.load_profile("posenc-fuzz" if FUZZ else "posenc")
 
 
@@ -73,9 +81,73 @@ def pytest_report_header() -> str:
     return "hypothesis: profile posenc (derandomized, the same examples with or without CI)"
 
 
+#: Names whose use starts a server the tests talk to: tests.helpers' ``start_service`` and
+#: ``run_service`` (``python -m service``: uvicorn), ``Popen`` (every ``subprocess.Popen`` in the
+#: tests starts uvicorn, ``posenc serve`` or nginx), the ``uvicorn`` module (a server in a
+#: thread) and playwright's ``chromium``.
+STARTERS = frozenset({"start_service", "run_service", "Popen", "uvicorn", "chromium"})
+#: A fixture parameter that selects the real server (``api``'s and its like's ``uvicorn``).
+LIVE_PARAM = "uvicorn"
+
+
+def _code_objects(code: object) -> Iterator[object]:
+    yield code
+    for const in getattr(code, "co_consts", ()):
+        if inspect.iscode(const):
+            yield from _code_objects(const)
+
+
+def _starts_a_process(fn: Callable[..., object], seen: set[object]) -> bool:
+    """Whether ``fn`` names a starter, itself or through a function or class of the tests it
+    names (followed through its module's globals)."""
+    fn = inspect.unwrap(fn)
+    code = getattr(fn, "__code__", None)
+    if code is None or code in seen:
+        return False
+    seen.add(code)
+    scope = getattr(fn, "__globals__", {})
+    for c in _code_objects(code):
+        for name in getattr(c, "co_names", ()):
+            if name in STARTERS:
+                return True
+            target = scope.get(name)
+            module = getattr(target, "__module__", None) or ""
+            if not module.startswith("tests"):
+                continue
+            if inspect.isfunction(target) and _starts_a_process(target, seen):
+                return True
+            if inspect.isclass(target) and any(
+                _starts_a_process(m, seen) for m in vars(target).values() if inspect.isfunction(m)
+            ):
+                return True
+    return False
+
+
+def is_integration(item: pytest.Item) -> bool:
+    """Whether the test starts uvicorn, nginx or Chromium (see the module docstring)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and LIVE_PARAM in callspec.params.values():
+        return True
+    seen: set[object] = set()
+    test = getattr(item, "obj", None)
+    if test is not None and _starts_a_process(test, seen):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs if info is not None else {}
+    return any(
+        _starts_a_process(d.func, seen)
+        for name in getattr(item, "fixturenames", ())
+        for d in defs.get(name, ())
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """In the exploratory lane, every hypothesis test (schemathesis' too) draws from SEED and
-    runs FUZZ_SCALE times its examples; its own ``@settings`` would otherwise keep them."""
+    """Marks the tests that start a process ``integration``; and in the exploratory lane,
+    every hypothesis test (schemathesis' too) draws from SEED and runs FUZZ_SCALE times its
+    examples (its own ``@settings`` would otherwise keep them)."""
+    for item in items:
+        if is_integration(item):
+            item.add_marker(pytest.mark.integration)
     if not FUZZ:
         return
     for item in items:
@@ -137,7 +209,7 @@ def live_server(live_log: Path, gpt2_file: Path) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def app_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def app_client(gpt2_file: Path) -> Iterator[ApiClient]:
     """In-process client of an app with the same configuration as ``live_server``."""
     from fastapi.testclient import TestClient
 

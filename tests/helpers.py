@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import signal
 import socket
@@ -15,9 +16,14 @@ import time
 from pathlib import Path
 
 import httpx
+from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+#: A client the tests drive: httpx's (a live server) or Starlette's TestClient (in process; it
+#: is httpx2's Client, with the same calls).
+ApiClient = httpx.Client | TestClient
 
 HOST = "127.0.0.1"
 
@@ -96,6 +102,100 @@ def stop_service(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def run_service(
+    env: dict[str, str], *args: str, port: int | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", "--port", str(port or free_port()), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+
+
+def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """The single 'cannot start' line; checks the exit status, the needles, no traceback."""
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "Traceback" not in output, output
+    lines = [line for line in output.splitlines() if "cannot start" in line]
+    assert len(lines) == 1, output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+# A model folder as a user has it: model.safetensors, config.json and a trained tokenizer
+# (tests/service/test_text.py, test_startup.py)
+FOLDER_D_MODEL, FOLDER_POSITIONS = 16, 64
+
+
+def _text_tokenizer() -> object:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    corpus = [
+        "Hello world, positions count from zero.",
+        "héllo wörld — 日本語 🎉 rotary embeddings and learned tables",
+        "The quick brown fox jumps over the lazy dog.",
+    ] * 20
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<pad>", "<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
+        special_tokens=[("<s>", 1), ("</s>", 2)],
+    )  # fmt: skip
+    return tok
+
+
+def make_folder(root: Path, name: str, vocab: int | None = None, seed: int = 7) -> Path:
+    """A model folder: model.safetensors (GPT-2 names), config.json, tokenizer.json (and a
+    tokenizer_config.json so that AutoTokenizer reads tokenizer.json as it is)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder = root / name
+    folder.mkdir()
+    tok = _text_tokenizer()
+    tok.save(str(folder / "tokenizer.json"))  # type: ignore[attr-defined]
+    rows = vocab or tok.get_vocab_size()  # type: ignore[attr-defined]
+    g = torch.Generator().manual_seed(seed)
+    save_file(
+        {
+            "wte.weight": torch.randn(rows, FOLDER_D_MODEL, generator=g),
+            "wpe.weight": torch.randn(FOLDER_POSITIONS, FOLDER_D_MODEL, generator=g),
+        },
+        str(folder / "model.safetensors"),
+    )
+    config = {
+        "model_type": "gpt2",
+        "n_positions": FOLDER_POSITIONS,
+        "n_embd": FOLDER_D_MODEL,
+        "pad_token_id": 0,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "pad_token": "<pad>",
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+            }
+        )
+    )
+    return folder
 
 
 def make_settings(gpt2_file: Path, **overrides: object):  # type: ignore[no-untyped-def]

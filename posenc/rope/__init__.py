@@ -34,7 +34,8 @@ in :data:`posenc.rope.scaling.ROPE_TYPES`), M-RoPE's tables and ids beside them
 (:mod:`~posenc.rope.sections`, :mod:`~posenc.rope.mrope_ids`), vLLM's rules
 (:mod:`~posenc.rope.vllm`) and the endpoint kind (:mod:`~posenc.rope.kind`). A new type is one
 module (its ``NAME``, ``Params`` with each parameter declared by
-:func:`~posenc.rope.parameters.parameter`, ``validate``, ``inv_freq``) and its place in
+:func:`~posenc.rope.parameters.parameter`, ``validate``, ``inv_freq``, and where vLLM builds it
+``VLLM_CLASS`` and ``vllm``, read by :mod:`~posenc.rope.vllm`) and its place in
 :mod:`posenc.rope.scaling`'s list of built-in modules; ``tests/service/
 test_scaling_one_module.py`` adds one from a test file and sees it served.
 

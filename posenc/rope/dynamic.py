@@ -7,13 +7,16 @@ One scaling type: its parameters (:class:`DynamicParams`), their validation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer, base_inv_freq
 
 NAME = "dynamic"
 #: How transformers fills ``original_max_position_embeddings`` from a model config for this
@@ -21,6 +24,8 @@ NAME = "dynamic"
 #: ``max_position`` (always ``max_position_embeddings``).
 ORIGINAL_MAX_FROM_CONFIG = "max_position"
 LABEL = "dynamic"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache).
+VLLM_CLASS = "DynamicNTKScalingRotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -59,3 +64,17 @@ def inv_freq(
     new_base = base * ((factor * length / omax) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
     return 1.0 / (new_base**exponents), 1.0
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``DynamicNTKScalingRotaryEmbedding``: one fixed cache of ``L = max_position``
+    rows with the base ``base·(f·L/T − (f−1))^(R/(R−2))``, ``T = max_trained_positions``
+    (default ``L``, which leaves the base unscaled); transformers rescales from the sequence."""
+    factor = float(scaling["factor"])
+    trained = float(server.extra.get("max_trained_positions", server.max_position))
+    new_base = base * ((factor * server.max_position / trained) - (factor - 1)) ** (
+        rotary_dim / (rotary_dim - 2)
+    )
+    return VllmRope("dynamic", base_inv_freq(rotary_dim, new_base), 1.0, server.max_position)

@@ -7,14 +7,20 @@ One scaling type: its parameters (:class:`LinearParams`), their validation
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer
 
 NAME = "linear"
 LABEL = "linear"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache).
+VLLM_CLASS = "LinearScalingRotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -37,3 +43,12 @@ def inv_freq(
 ) -> tuple[Tensor, float]:
     """Position interpolation: ``ω_i / factor`` (``_compute_linear_scaling_rope_parameters``)."""
     return inv_freq / float(s.factor), 1.0
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``LinearScalingRotaryEmbedding``: the positions divided by the factor (the same
+    angles as ``ω_i / factor``) in a cache of ``ceil(max_position · factor)`` rows."""
+    factor = float(scaling["factor"])
+    return VllmRope("linear", inv_freq / factor, 1.0, math.ceil(server.max_position * factor))

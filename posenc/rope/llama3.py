@@ -8,13 +8,16 @@ One scaling type: its parameters (:class:`Llama3Params`), their validation
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer
 
 NAME = "llama3"
 #: How transformers fills ``original_max_position_embeddings`` from a model config for this
@@ -22,6 +25,8 @@ NAME = "llama3"
 #: ``max_position`` (always ``max_position_embeddings``).
 ORIGINAL_MAX_FROM_CONFIG = "original"
 LABEL = "Llama 3"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache).
+VLLM_CLASS = "Llama3RotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -75,3 +80,30 @@ def inv_freq(
     inv_freq: Tensor, rotary_dim: int, base: float, s: Llama3Params, seq_len: int | None
 ) -> tuple[Tensor, float]:
     return _llama3(inv_freq, s), 1.0
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``Llama3RotaryEmbedding._compute_inv_freq`` (written from vLLM's class, not from
+    :func:`_llama3`), in a cache of ``max_position`` rows."""
+    factor, low, high = (
+        float(scaling["factor"]),
+        float(scaling["low_freq_factor"]),
+        float(scaling["high_freq_factor"]),
+    )
+    original = float(scaling["original_max_position_embeddings"])
+    wave_len = 2 * math.pi / inv_freq
+    smooth = (
+        (original / wave_len - low) / (high - low) if low != high else torch.zeros_like(inv_freq)
+    )
+    out = torch.where(
+        wave_len < original / high,
+        inv_freq,
+        torch.where(
+            wave_len > original / low,
+            inv_freq / factor,
+            (1 - smooth) * inv_freq / factor + smooth * inv_freq,
+        ),
+    )
+    return VllmRope("llama3", out, 1.0, server.max_position)

@@ -8,13 +8,16 @@ One scaling type: its parameters (:class:`LongRopeParams`), their validation
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer
 
 NAME = "longrope"
 #: Its ramp / factor lists are ``E // 2`` long: an odd exponent width cannot be built.
@@ -26,6 +29,8 @@ ORIGINAL_MAX_FROM_CONFIG = "original"
 #: Without ``factor``, transformers takes ``max_position_embeddings / original``.
 FACTOR_FROM_LENGTHS = True
 LABEL = "LongRoPE"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache).
+VLLM_CLASS = "Phi3LongRoPEScaledRotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -85,3 +90,36 @@ def inv_freq(
     ext_factors = torch.tensor(ext, dtype=torch.float64)  # (R/2,)
     exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
     return 1.0 / (ext_factors * base**exponents), attention_factor
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``Phi3LongRoPEScaledRotaryEmbedding``: the long factors at every position when
+    the server's ``max_model_len`` exceeds ``original_max_position_embeddings``, whatever the
+    sequence (``max_position`` rows), else the short ones (``original`` rows); the magnitude is
+    ``sqrt(1 + ln(L/L0)/ln L0)``, ``L = max_position`` (``attention_factor`` is not read;
+    ``short_mscale`` / ``long_mscale`` replace it)."""
+    omax = int(scaling["original_max_position_embeddings"])
+    use_long = server.max_model_len > omax
+    scale = server.max_position / omax
+    magnitude = 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(omax))
+    key = "long_mscale" if use_long else "short_mscale"
+    if server.extra.get(key) is not None:
+        magnitude = float(server.extra[key])
+    name = "long_factor" if use_long else "short_factor"
+    factors = scaling.get(name)
+    half = rotary_dim // 2
+    if factors is None or len(factors) != half:
+        raise InvalidArgument(
+            f"scaling.{name} must have rotary_dim/2 = {half} entries, got "
+            f"{0 if factors is None else len(factors)}",
+            field=f"scaling.{name}",
+        )
+    ext = torch.tensor([float(f) for f in factors], dtype=torch.float64)  # (R/2,)
+    return VllmRope(
+        "longrope_long" if use_long else "longrope",
+        inv_freq / ext,
+        magnitude,
+        server.max_position if use_long else omax,
+    )

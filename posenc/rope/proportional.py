@@ -8,16 +8,21 @@ One scaling type: its parameters (:class:`ProportionalParams`), their validation
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from torch import Tensor
 
 from posenc._validate import check_finite
 from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer
 
 NAME = "proportional"
 LABEL = "proportional (Gemma 4)"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache).
+VLLM_CLASS = "Gemma4RotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -60,3 +65,18 @@ def inv_freq(
     out[rope_angles:] = 0.0
     factor = 1.0 if s.factor is None else float(s.factor)
     return out / factor, 1.0
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``Gemma4RotaryEmbedding`` (Gemma 4's global layers): the frequencies past the
+    first ``partial_rotary_factor`` are 0, all divided by ``factor``; ``max_position`` rows."""
+    fraction = scaling.get("partial_rotary_factor")
+    fraction = 1.0 if fraction is None else float(fraction)
+    factor = scaling.get("factor")
+    out = inv_freq.clone()
+    out[int(fraction * rotary_dim // 2) :] = 0.0
+    return VllmRope(
+        "proportional", out / (1.0 if factor is None else float(factor)), 1.0, server.max_position
+    )

@@ -5,25 +5,19 @@ build different tables. This module writes down vLLM's rules (``vllm/model_execu
 rotary_embedding/``: ``get_rope`` and one class per type, as vLLM 0.32's model code calls them),
 beside transformers' (:mod:`posenc.rope`), in float64, so a table stays exact:
 
-- **Rows.** vLLM precomputes one cache per layer: ``max_position`` rows (the config's
-  ``max_position_embeddings``) for ``default``, ``llama3``, ``dynamic`` and ``ntk``;
+- **One class per scaling type, declared by its module.** Each scaling module
+  (:mod:`posenc.rope.linear`, :mod:`~posenc.rope.dynamic`, :mod:`~posenc.rope.yarn`,
+  :mod:`~posenc.rope.longrope`, :mod:`~posenc.rope.llama3`, :mod:`~posenc.rope.proportional`)
+  names the class vLLM builds (``VLLM_CLASS``) and writes its cache (``vllm``: frequencies,
+  magnitude and rows, as :class:`~posenc.rope.vllm_cache.VllmRope`); :func:`vllm_rules` reads
+  them off the registered types, so a new type's vLLM rule is written once, in its module.
+  Where the engines differ: vLLM's cache has ``max_position`` rows (the config's
+  ``max_position_embeddings``) for ``default``, ``llama3`` and ``dynamic``;
   ``max_position · factor`` for ``linear``; ``original_max_position_embeddings · factor`` for
-  ``yarn`` and DeepSeek's YaRN; for LongRoPE ``original_max_position_embeddings`` rows of short
-  factors or ``max_position`` rows of long ones. A position at or beyond the rows is refused.
-- **LongRoPE** (``Phi3LongRoPEScaledRotaryEmbedding``): the long factors at every position when
-  the server's ``max_model_len`` exceeds ``original_max_position_embeddings``, whatever the
-  sequence; the magnitude is ``sqrt(1 + ln(L/L0)/ln L0)`` with ``L = max_position``
-  (``attention_factor`` is not read).
-- **Dynamic NTK** (``DynamicNTKScalingRotaryEmbedding``): one fixed cache with the base
-  ``base·(f·L/T − (f−1))^(R/(R−2))``, ``L = max_position``, ``T = max_trained_positions``
-  (default ``L``, which leaves the base unscaled); transformers rescales from the sequence.
-- **DeepSeek's YaRN** (``DeepseekScalingRotaryEmbedding``, chosen by vLLM's DeepSeek model code
-  for any non-default type): magnitude ``mscale(f, mscale)/mscale(f, mscale_all_dim)`` (defaults
-  1 and 0), ``attention_factor`` ignored, the correction range always truncated;
-  ``attention_factor == 1.0`` selects ``deepseek_llama_scaling``, whose attention leaves
-  ``mscale(f, mscale_all_dim)²`` out of the softmax scale.
-- **Linear** divides the positions by the factor (the same angles as ``inv_freq / factor``);
-  ``llama3`` and ``yarn`` follow the same formulas as transformers.
+  ``yarn`` and DeepSeek's YaRN; LongRoPE takes its long factors whenever the server's
+  ``max_model_len`` exceeds the original length; dynamic NTK is one fixed cache; DeepSeek's
+  models build ``DeepseekScalingRotaryEmbedding`` for YaRN. A position at or beyond the rows
+  is refused.
 - vLLM-only types, read from the configs that use them (:func:`vllm_only_rope`):
   ``dynamic`` with ``alpha`` (Hunyuan's ``DynamicNTKAlphaRotaryEmbedding``: base
   ``·alpha^(R/(R−2))``, ``max_position`` rows); ``xdrope`` (HunyuanOCR's ``XDRotaryEmbedding``:
@@ -45,7 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, Literal
 
 import torch
@@ -53,7 +47,16 @@ from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.hf.families import types_where
+from posenc.rope.scaling import ROPE_TYPES
 from posenc.rope.sections import check_section_rows
+from posenc.rope.vllm_cache import (
+    DUAL_CHUNK_CACHES,
+    VllmRope,
+    VllmServer,
+    base_inv_freq,
+    check_dual_chunk_cache,
+    dual_chunk_positions,
+)
 
 Engine = Literal["transformers", "vllm"]
 ENGINES: tuple[str, ...] = ("transformers", "vllm")
@@ -68,102 +71,20 @@ DEEPSEEK_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.vllm_deepseek_yar
 VLLM_ONLY_ROPE_TYPES: frozenset[str] = frozenset({"ntk", "xdrope"})
 
 
-def _mscale(scale: float, mscale: float = 1.0) -> float:
-    """vLLM's ``yarn_get_mscale``: ``0.1·mscale·ln(scale) + 1`` (1 for ``scale ≤ 1``)."""
-    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+def vllm_rules() -> dict[str, ModuleType]:
+    """Scaling type -> its module, for the registered types (:data:`~posenc.rope.scaling.
+    ROPE_TYPES`) whose module declares vLLM's class (``VLLM_CLASS``) and its cache
+    (``vllm``): vLLM's chain of types, read off the modules."""
+    return {
+        name: module
+        for name, module in ROPE_TYPES.items()
+        if hasattr(module, "VLLM_CLASS") and hasattr(module, "vllm")
+    }
 
 
-@dataclass(frozen=True)
-class VllmRope:
-    """What vLLM's ``get_rope`` builds for one layer type.
-
-    Attributes:
-        rope_type: the class vLLM chose: ``default``, ``linear``, ``llama3``, ``dynamic``,
-            ``dynamic_alpha``, ``ntk``, ``yarn``, ``deepseek_yarn``, ``deepseek_llama_scaling``,
-            ``longrope`` (``longrope_long`` when the long factors are in use) or
-            ``proportional``.
-        inv_freq: ``(R/2,)`` float64: the angle per position of each frequency.
-        attention_scaling: the magnitude cos and sin are multiplied by.
-        rows: the rows of vLLM's cache (positions ``0 … rows − 1``).
-        softmax_factor: what vLLM's attention multiplies transformers' softmax scale by (1, or
-            ``1/mscale²`` for ``deepseek_llama_scaling``).
-        dual_chunk: ``(chunk_size, local_size, cache)`` for ``dual_chunk``: which of its five
-            caches these rows are (:data:`DUAL_CHUNK_CACHES`).
-        xdrope_section: for ``xdrope``: the half-width parts, one per position row (P/W/H/T).
-    """
-
-    rope_type: str
-    inv_freq: Tensor
-    attention_scaling: float
-    rows: int
-    softmax_factor: float = 1.0
-    dual_chunk: tuple[int, int, str] | None = None
-    xdrope_section: tuple[int, ...] | None = None
-
-    def angle_positions(self, rows: Tensor) -> Tensor:
-        """The positions whose angles rows ``rows (T,)`` of the cache hold, ``(T,)`` int64: the
-        rows themselves, or for ``dual_chunk`` (:func:`dual_chunk_positions`) the remapped
-        ones."""
-        if self.dual_chunk is None:
-            return rows
-        chunk, local, cache = self.dual_chunk
-        return dual_chunk_positions(rows, cache, chunk, local)
-
-
-def _base_inv_freq(rotary_dim: int, base: float) -> Tensor:
-    exponents = torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim  # (R/2,)
-    return 1.0 / (float(base) ** exponents)
-
-
-def _yarn_inv_freq(
-    inv: Tensor,
-    rotary_dim: int,
-    base: float,
-    factor: float,
-    original: int,
-    beta_fast: float,
-    beta_slow: float,
-    truncate: bool,
-) -> Tensor:
-    """vLLM's YaRN frequencies (``yarn_find_correction_range`` and ``yarn_linear_ramp_mask``):
-    extrapolated above the ramp, interpolated (``/ factor``) below it; ``(R/2,)`` float64."""
-
-    def dim(rotations: float) -> float:
-        return rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = dim(beta_fast), dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, rotary_dim - 1)
-    if low == high:
-        high += 0.001
-    ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
-    mask = 1 - ramp  # 1: extrapolation (ω), 0: interpolation (ω / factor)
-    return (inv / factor) * (1 - mask) + inv * mask
-
-
-def _llama3_inv_freq(inv: Tensor, s: Mapping[str, Any]) -> Tensor:
-    """vLLM's ``Llama3RotaryEmbedding._compute_inv_freq``; ``(R/2,)`` float64."""
-    factor, low, high = (
-        float(s["factor"]),
-        float(s["low_freq_factor"]),
-        float(s["high_freq_factor"]),
-    )
-    original = float(s["original_max_position_embeddings"])
-    wave_len = 2 * math.pi / inv
-    smooth = (original / wave_len - low) / (high - low) if low != high else torch.zeros_like(inv)
-    return torch.where(
-        wave_len < original / high,
-        inv,
-        torch.where(
-            wave_len > original / low, inv / factor, (1 - smooth) * inv / factor + smooth * inv
-        ),
-    )
-
-
-def _number(s: Mapping[str, Any], key: str, default: float | None = None) -> float | None:
-    value = s.get(key)
-    return default if value is None else float(value)
+def vllm_classes() -> dict[str, str]:
+    """Scaling type -> the class vLLM's ``get_rope`` builds for it (:func:`vllm_rules`)."""
+    return {name: str(module.VLLM_CLASS) for name, module in vllm_rules().items()}
 
 
 def vllm_rope(
@@ -196,91 +117,19 @@ def vllm_rope(
     """
     extra = dict(extra or {})
     base = float(base)
-    inv = _base_inv_freq(rotary_dim, base)
+    inv = base_inv_freq(rotary_dim, base)
     if scaling is None:
         if "alpha" in extra:  # Hunyuan: a "dynamic" config with alpha
             alpha = float(extra["alpha"])
             new_base = base * alpha ** (rotary_dim / (rotary_dim - 2))
-            return VllmRope(
-                "dynamic_alpha", _base_inv_freq(rotary_dim, new_base), 1.0, max_position
-            )
+            return VllmRope("dynamic_alpha", base_inv_freq(rotary_dim, new_base), 1.0, max_position)
         return VllmRope("default", inv, 1.0, max_position)
     kind = scaling.get("type") or scaling.get("rope_type")
-    if kind == "linear":
-        factor = float(scaling["factor"])
-        return VllmRope("linear", inv / factor, 1.0, math.ceil(max_position * factor))
-    if kind == "llama3":
-        return VllmRope("llama3", _llama3_inv_freq(inv, scaling), 1.0, max_position)
-    if kind == "dynamic":
-        factor = float(scaling["factor"])
-        trained = float(extra.get("max_trained_positions", max_position))
-        new_base = base * ((factor * max_position / trained) - (factor - 1)) ** (
-            rotary_dim / (rotary_dim - 2)
-        )
-        return VllmRope("dynamic", _base_inv_freq(rotary_dim, new_base), 1.0, max_position)
-    if kind == "yarn":
-        factor = float(scaling["factor"])
-        original = int(scaling["original_max_position_embeddings"])
-        rows = math.ceil(original * factor)
-        fast = float(scaling.get("beta_fast") or 32.0)
-        slow = float(scaling.get("beta_slow") or 1.0)
-        mscale, mad = scaling.get("mscale"), scaling.get("mscale_all_dim")
-        if deepseek:  # DeepseekScalingRotaryEmbedding: always truncated, attention_factor unread
-            inv_freq = _yarn_inv_freq(inv, rotary_dim, base, factor, original, fast, slow, True)
-            m_all = _mscale(factor, 0.0 if mad is None else float(mad))
-            magnitude = _mscale(factor, 1.0 if mscale is None else float(mscale)) / m_all
-            if scaling.get("attention_factor") == 1.0:
-                return VllmRope(
-                    "deepseek_llama_scaling", inv_freq, magnitude, rows, 1.0 / (m_all * m_all)
-                )
-            return VllmRope("deepseek_yarn", inv_freq, magnitude, rows)
-        truncate = scaling.get("truncate")
-        inv_freq = _yarn_inv_freq(
-            inv,
-            rotary_dim,
-            base,
-            factor,
-            original,
-            fast,
-            slow,
-            truncate is None or bool(truncate),
-        )
-        if scaling.get("attention_factor") is not None:  # YaRNScalingRotaryEmbedding
-            magnitude = float(scaling["attention_factor"])
-        elif mscale and mad:
-            magnitude = _mscale(factor, float(mscale)) / _mscale(factor, float(mad))
-        else:
-            magnitude = _mscale(factor)
-        return VllmRope("yarn", inv_freq, magnitude, rows)
-    if kind == "longrope":
-        omax = int(scaling["original_max_position_embeddings"])
-        use_long = max_model_len > omax
-        scale = max_position / omax
-        magnitude = 1.0 if scale <= 1.0 else math.sqrt(1 + math.log(scale) / math.log(omax))
-        key = "long_mscale" if use_long else "short_mscale"
-        if extra.get(key) is not None:
-            magnitude = float(extra[key])
-        name = "long_factor" if use_long else "short_factor"
-        factors = scaling.get(name)
-        half = rotary_dim // 2
-        if factors is None or len(factors) != half:
-            raise InvalidArgument(
-                f"scaling.{name} must have rotary_dim/2 = {half} entries, got "
-                f"{0 if factors is None else len(factors)}",
-                field=f"scaling.{name}",
-            )
-        ext = torch.tensor([float(f) for f in factors], dtype=torch.float64)  # (R/2,)
-        return VllmRope(
-            "longrope_long" if use_long else "longrope",
-            inv / ext,
-            magnitude,
-            max_position if use_long else omax,
-        )
-    if kind == "proportional":  # Gemma 4's global layers: vLLM's Gemma4RotaryEmbedding
-        fraction = _number(scaling, "partial_rotary_factor", 1.0)
-        out = inv.clone()
-        out[int(fraction * rotary_dim // 2) :] = 0.0  # type: ignore[operator]
-        return VllmRope("proportional", out / _number(scaling, "factor", 1.0), 1.0, max_position)  # type: ignore[operator]
+    module = vllm_rules().get(str(kind))
+    if module is not None:
+        server = VllmServer(max_position, max_model_len, deepseek, extra)
+        rope: VllmRope = module.vllm(inv, rotary_dim, base, scaling, server)
+        return rope
     raise InvalidArgument(
         f"engine vllm has no rule for scaling type {kind!r}", field="scaling.type"
     )
@@ -351,55 +200,12 @@ def ntk_inv_freq(rotary_dim: int, base: float, factor: float, mixed_b: float | N
     """vLLM's ``NTKScalingRotaryEmbedding``: fixed NTK (``base·factor``, then ``/ factor^(2/R)``)
     or mixed NTK (``/ exp(a·m^b)``, ``a = ln(factor)/(R/2)^b``, ``m = 1 … R/2``); ``(R/2,)``."""
     if mixed_b is None:
-        fixed: Tensor = _base_inv_freq(rotary_dim, base * factor) / factor ** (2 / rotary_dim)
+        fixed: Tensor = base_inv_freq(rotary_dim, base * factor) / factor ** (2 / rotary_dim)
         return fixed
     half = rotary_dim // 2
     a = math.log(factor) / half**mixed_b
     m = torch.arange(1, half + 1, dtype=torch.float64)  # (R/2,)
-    return _base_inv_freq(rotary_dim, base) / torch.exp(a * m**mixed_b)
-
-
-#: ``DualChunkRotaryEmbedding``'s caches, in vLLM's order (``cos_sin_<name>_cache``).
-DUAL_CHUNK_CACHES: tuple[str, ...] = ("q", "qc", "k", "qc_no_clamp", "q_inter")
-
-
-def _check_cache(cache: str) -> None:
-    if cache not in DUAL_CHUNK_CACHES:
-        raise InvalidArgument(
-            f"dual_chunk_cache must be one of {', '.join(DUAL_CHUNK_CACHES)}, got {cache!r}",
-            field="dual_chunk_cache",
-        )
-
-
-def dual_chunk_positions(rows: Tensor, cache: str, chunk_size: int, local_size: int) -> Tensor:
-    """The position whose plain-RoPE angles row ``r`` of a ``DualChunkRotaryEmbedding`` cache
-    holds (vLLM's ``_compute_cos_sin_cache``), with ``L = chunk_size − local_size``:
-
-    - ``q``: ``r`` (``L`` rows; a query at position ``p`` reads row ``p mod L``, intra-chunk);
-    - ``qc``: ``min(r + L, chunk_size)`` (``L`` rows; successive-chunk queries, and row
-      ``L − 1`` for every inter-chunk query);
-    - ``k``: ``r mod L`` (``max_position`` rows; a key at position ``p`` reads row ``p``);
-    - ``qc_no_clamp``: ``r + L`` (``L`` rows);
-    - ``q_inter``: ``r + chunk_size`` (``L`` rows).
-
-    Args:
-        rows: ``(T,)`` integer row indices.
-
-    Returns:
-        ``(T,)`` int64 positions.
-    """
-    _check_cache(cache)
-    span = chunk_size - local_size
-    r = rows.to(torch.int64)
-    if cache == "q":
-        return r
-    if cache == "qc":
-        return (r + span).clamp(max=chunk_size)
-    if cache == "k":
-        return r % span
-    if cache == "qc_no_clamp":
-        return r + span
-    return r + chunk_size
+    return base_inv_freq(rotary_dim, base) / torch.exp(a * m**mixed_b)
 
 
 def xdrope_cos_sin(
@@ -453,11 +259,11 @@ def vllm_only_rope(
     if dca is not None:
         chunk, local = int(dca["chunk_size"]), int(dca["local_size"])
         which = cache or "k"
-        _check_cache(which)
+        check_dual_chunk_cache(which)
         rows = max_position if which == "k" else chunk - local
         return VllmRope(
             "dual_chunk",
-            _base_inv_freq(rotary_dim, theta),
+            base_inv_freq(rotary_dim, theta),
             1.0,
             rows,
             dual_chunk=(chunk, local, which),
@@ -473,7 +279,7 @@ def vllm_only_rope(
         return VllmRope("ntk", inv, 1.0, max_position)
     if kind in ("dynamic", "xdrope") and params.get("alpha") is not None:
         alpha = float(params["alpha"])
-        inv = _base_inv_freq(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+        inv = base_inv_freq(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
         if kind == "xdrope":
             section = tuple(int(s) for s in params["xdrope_section"])
             return VllmRope("xdrope", inv, 1.0, max_position, xdrope_section=section)
@@ -525,9 +331,11 @@ __all__ = [
     "dual_chunk_positions",
     "llama4_query_scale",
     "ntk_inv_freq",
+    "vllm_classes",
     "vllm_complete",
     "vllm_for_fields",
     "vllm_only_rope",
     "vllm_rope",
+    "vllm_rules",
     "xdrope_cos_sin",
 ]

@@ -9,13 +9,16 @@ One scaling type: its parameters (:class:`YarnParams`), their validation
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.rope.parameters import parameter
+from posenc.rope.vllm_cache import VllmRope, VllmServer, yarn_get_mscale
 
 # transformers' defaults for YaRN's ramp boundaries (`beta_fast or 32`, `beta_slow or 1`).
 BETA_FAST = 32.0
@@ -32,6 +35,9 @@ ORIGINAL_MAX_FROM_CONFIG = "original"
 #: Without ``factor``, transformers takes ``max_position_embeddings / original``.
 FACTOR_FROM_LENGTHS = True
 LABEL = "YaRN"
+#: The class vLLM's ``get_rope`` builds for this type (:func:`vllm` is its cache);
+#: DeepSeek's models build ``DeepseekScalingRotaryEmbedding`` instead.
+VLLM_CLASS = "YaRNScalingRotaryEmbedding"
 
 
 @dataclass(frozen=True)
@@ -108,3 +114,65 @@ def inv_freq(
     inv_freq: Tensor, rotary_dim: int, base: float, s: YarnParams, seq_len: int | None
 ) -> tuple[Tensor, float]:
     return _yarn(inv_freq, rotary_dim, base, s)
+
+
+def _vllm_inv_freq(
+    inv: Tensor,
+    rotary_dim: int,
+    base: float,
+    factor: float,
+    original: int,
+    beta_fast: float,
+    beta_slow: float,
+    truncate: bool,
+) -> Tensor:
+    """vLLM's YaRN frequencies (``yarn_find_correction_range`` and ``yarn_linear_ramp_mask``):
+    extrapolated above the ramp, interpolated (``/ factor``) below it; ``(R/2,)`` float64."""
+
+    def dim(rotations: float) -> float:
+        return rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = dim(beta_fast), dim(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, rotary_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    mask = 1 - ramp  # 1: extrapolation (ω), 0: interpolation (ω / factor)
+    return (inv / factor) * (1 - mask) + inv * mask
+
+
+def vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
+) -> VllmRope:
+    """vLLM's ``YaRNScalingRotaryEmbedding``, or for a model whose vLLM code builds DeepSeek's
+    YaRN (``server.deepseek``) ``DeepseekScalingRotaryEmbedding``: magnitude
+    ``mscale(f, mscale)/mscale(f, mscale_all_dim)`` (defaults 1 and 0), ``attention_factor``
+    ignored, the correction range always truncated; ``attention_factor == 1.0`` selects
+    ``deepseek_llama_scaling``, whose attention leaves ``mscale(f, mscale_all_dim)²`` out of
+    the softmax scale. Both caches have ``original_max_position_embeddings · factor`` rows."""
+    factor = float(scaling["factor"])
+    original = int(scaling["original_max_position_embeddings"])
+    rows = math.ceil(original * factor)
+    fast = float(scaling.get("beta_fast") or BETA_FAST)
+    slow = float(scaling.get("beta_slow") or BETA_SLOW)
+    mscale, mad = scaling.get("mscale"), scaling.get("mscale_all_dim")
+    if server.deepseek:  # DeepseekScalingRotaryEmbedding: always truncated, attention_factor unread
+        inv = _vllm_inv_freq(inv_freq, rotary_dim, base, factor, original, fast, slow, True)
+        m_all = yarn_get_mscale(factor, 0.0 if mad is None else float(mad))
+        magnitude = yarn_get_mscale(factor, 1.0 if mscale is None else float(mscale)) / m_all
+        if scaling.get("attention_factor") == 1.0:
+            return VllmRope("deepseek_llama_scaling", inv, magnitude, rows, 1.0 / (m_all * m_all))
+        return VllmRope("deepseek_yarn", inv, magnitude, rows)
+    truncate = scaling.get("truncate")
+    inv = _vllm_inv_freq(
+        inv_freq, rotary_dim, base, factor, original, fast, slow, truncate is None or bool(truncate)
+    )
+    if scaling.get("attention_factor") is not None:  # YaRNScalingRotaryEmbedding
+        magnitude = float(scaling["attention_factor"])
+    elif mscale and mad:
+        magnitude = yarn_get_mscale(factor, float(mscale)) / yarn_get_mscale(factor, float(mad))
+    else:
+        magnitude = yarn_get_mscale(factor)
+    return VllmRope("yarn", inv, magnitude, rows)

@@ -9,22 +9,16 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
-from posenc.attention_layers import layers_summary
 from posenc.difference_plot import HEIGHT, WIDTH, difference_png
-from posenc.diffusion import describe as describe_diffusers
-from posenc.diffusion.configs import is_diffusers_config
 from posenc.engine_pairs import (
     DEFAULT_ENGINES,
     compare_pairs,
     pair_curves,
-    positions_for_own_engine,
 )
-from posenc.engines import compare_engines, positions_for_engine
+from posenc.engines import compare_engines
 from posenc.errors import InvalidArgument
-from posenc.hf_config import ModelPositions
+from posenc.hf.describe import describe
 from posenc.mask_engines import compare_mask_engines
-from posenc.query_scale import describe_query_scale
-from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
 from service.responses.formats import FORMAT_MEDIA_TYPES, negotiate
 from service.state import State
 from service.statuses import Does, declared_responses, with_ok
@@ -279,75 +273,7 @@ def _with_masks(answer: dict[str, Any], config: dict[str, Any]) -> dict[str, Any
     ),
 )
 def config_positions(body: ConfigPositionsRequest) -> dict[str, Any]:
-    if is_diffusers_config(body.config):
-        return _diffusers(body)
-    if is_vision_tower_alone(body.config):
-        return _vision_alone(body)
-    read = positions_for_own_engine if body.engine in ("llama.cpp", "mlx") else positions_for_engine
-    return {
-        **read(body.config, body.engine, body.max_model_len),
-        "vision": vision_positions(body.config),
-        "query_scale": describe_query_scale(body.config),
-        "layers": layers_summary(body.config),
-    }
-
-
-def _vision_alone(body: ConfigPositionsRequest) -> dict[str, Any]:
-    """A vision tower's config sent alone: the tower in ``vision`` and no text positions (the
-    whole model's file says those); kind ``vision_rope`` for a rotary tower, whose table
-    ``vision.endpoint`` serves, else ``none`` (``vision.uses`` says what it has instead)."""
-    vision = vision_positions(body.config)
-    assert vision is not None  # is_vision_tower_alone: a tower posenc knows
-    rotary = bool(vision["rotary"])
-    meta: dict[str, Any] = {"engine": body.engine}
-    if body.engine == "vllm":
-        meta["max_model_len"] = body.max_model_len
-    said = (
-        f"its 2-D rotary is served by {vision['endpoint']}"
-        if rotary
-        else f"it has {vision['uses']}, no rotary table"
-        + (f" (served by {vision['endpoint']})" if vision.get("learned") else "")
-    )
-    none = ModelPositions(  # no text positions: every other key empty, as read_positions' are
-        model_type=vision["model_type"],
-        kind="none",
-        head_dim=vision["head_dim"] if rotary else None,
-        layout=vision["layout"] if rotary else None,
-        warnings=(
-            f"a vision tower's config alone: {said}; the text positions are in the whole "
-            "model's config",
-        ),
-    )
-    return {
-        **none.to_dict(),
-        "kind": "vision_rope" if rotary else "none",
-        "vision": vision,
-        "query_scale": None,
-        "engine": body.engine,
-        "meta": meta,
-    }
-
-
-def _diffusers(body: ConfigPositionsRequest) -> dict[str, Any]:
-    """A diffusers transformer/config.json or model_index.json: read by posenc.diffusion
-    (``diffusers`` says which file and which rule); no text positions."""
-    said = describe_diffusers(body.config)
-    rotary = said["kind"] == "diffusion_rope"
-    none = ModelPositions(
-        model_type=said["class_name"],
-        kind="none",
-        layout="interleaved" if rotary else None,
-        warnings=tuple(said.get("warnings", ())),
-    )
-    return {
-        **none.to_dict(),
-        "kind": said["kind"],
-        "vision": None,
-        "query_scale": None,
-        "diffusers": said,
-        "engine": body.engine,
-        "meta": {"engine": body.engine, "reader": "diffusers"},
-    }
+    return describe(body.config, body.engine, body.max_model_len)
 
 
 config_positions.posenc_model = ConfigPositionsRequest  # type: ignore[attr-defined]  # 422 hints

@@ -25,21 +25,13 @@ from posenc.relative import relative_bias, relative_bias_table, relative_buckets
 from posenc.rope import RopeScaling, rope_cos_sin
 from posenc.sinusoidal import sinusoidal_table
 from tests.helpers import clean_env, free_port
+from tests.references import sinusoidal
 
 ROOT = Path(__file__).resolve().parents[2]
 POSENC = Path(sys.executable).parent / "posenc"
 
 
-def sinusoidal_reference(positions: np.ndarray, d_model: int, base: float = 1e4) -> np.ndarray:
-    """Vaswani et al. §3.5 (interleaved) in float64."""
-    w = base ** (-2.0 * np.arange(d_model // 2) / d_model)  # (D/2,)
-    angles = positions.astype(np.float64)[:, None] * w[None, :]  # (T, D/2)
-    table = np.empty((len(positions), d_model))
-    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
-    return table
-
-
-def run(*argv: str | Path) -> int:
+def run(*argv: object) -> int:
     return cli.main([str(a) for a in argv])
 
 
@@ -56,7 +48,7 @@ def test_sinusoidal_npy_equals_formula_and_library(tmp_path: Path) -> None:
     assert run("table", "sinusoidal", "--seq-len", 100, "--d-model", 32, "-o", out) == 0
     table = np.load(out)
     assert table.dtype == np.float32 and table.shape == (100, 32)
-    np.testing.assert_allclose(table, sinusoidal_reference(np.arange(100), 32), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(table, sinusoidal(np.arange(100), 32), rtol=0, atol=1e-6)
     np.testing.assert_array_equal(table, sinusoidal_table(seq_len=100, d_model=32).numpy())
 
     out = tmp_path / "pos.npy"
@@ -289,7 +281,7 @@ def test_installed_entry_point(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    np.testing.assert_allclose(np.load(out), sinusoidal_reference(np.arange(20), 6), atol=1e-6)
+    np.testing.assert_allclose(np.load(out), sinusoidal(np.arange(20), 6), atol=1e-6)
     bad = subprocess.run([POSENC, "table", "rope", "-o", out], capture_output=True, text=True)
     assert bad.returncode == 2 and "head_dim is required" in bad.stderr
 
@@ -297,7 +289,7 @@ def test_installed_entry_point(tmp_path: Path) -> None:
 def test_serve_delegates_to_python_m_service(monkeypatch) -> None:
     """``posenc serve`` becomes ``python -m service`` (exec, no import of the service package)."""
     seen: list[list[str]] = []
-    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append([path, *argv]))
+    monkeypatch.setattr(cli.os, "execv", lambda path, argv: seen.append([path, *argv]))  # type: ignore[attr-defined]
     assert cli.main(["serve", "--port", "8123", "--workers", "2"]) == 0
     assert cli.main(["serve"]) == 0
     py = sys.executable
@@ -317,7 +309,7 @@ def test_a_local_table_too_large_for_memory_is_refused_before_allocating(
     """``--seq-len 100000000 --d-model 768`` tried to allocate 307 GB before it exited: it is
     refused from the numbers (exit 2), and nothing is computed or written."""
     computed: list[str] = []
-    monkeypatch.setattr(cli.resolve, "compute", lambda *a, **k: computed.append("whole"))
+    monkeypatch.setattr(cli.resolve, "compute", lambda *a, **k: computed.append("whole"))  # type: ignore[attr-defined]
     monkeypatch.setattr(cli, "_compute_in_blocks", lambda *a, **k: computed.append("blocks"))
     out = tmp_path / "big.npy"
     with pytest.raises(SystemExit) as info:

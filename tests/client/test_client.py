@@ -34,17 +34,9 @@ from posenc.client import (
     ValidationError,
 )
 from tests.helpers import GPT2_NAME, clean_env, free_port, start_service, stop_service, wait_ready
+from tests.references import sinusoidal
 
 API_KEY = "s3cret-test-key"
-
-
-def sinusoidal_reference(positions: np.ndarray, d_model: int, base: float = 1e4) -> np.ndarray:
-    """Vaswani et al. §3.5, interleaved, in float64: PE[p, 2i] = sin(p w_i), PE[p, 2i+1] = cos."""
-    w = base ** (-2.0 * np.arange(d_model // 2) / d_model)  # (D/2,)
-    angles = positions.astype(np.float64)[:, None] * w[None, :]  # (T, D/2)
-    table = np.empty((len(positions), d_model))
-    table[:, 0::2], table[:, 1::2] = np.sin(angles), np.cos(angles)
-    return table
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +49,7 @@ def client(live_server: str):
 
 
 def test_sinusoidal_equals_float64_formula_in_every_format(client: PosencClient) -> None:
-    ref = sinusoidal_reference(np.arange(48), 16).astype(np.float32)
+    ref = sinusoidal(np.arange(48), 16).astype(np.float32)
     result = client.sinusoidal(seq_len=48, d_model=16)
     assert isinstance(result, TensorResult)
     assert result.keys() == ["encoding"]
@@ -75,10 +67,10 @@ def test_sinusoidal_equals_float64_formula_in_every_format(client: PosencClient)
 def test_sinusoidal_stays_exact_at_large_positions(client: PosencClient) -> None:
     positions = np.array([0, 1, 1000, 2**20 - 1, 999_999])
     result = client.sinusoidal(positions=positions.tolist(), d_model=64, offset=0)
-    ref = sinusoidal_reference(positions, 64).astype(np.float32)
+    ref = sinusoidal(positions, 64).astype(np.float32)
     np.testing.assert_allclose(result.encoding, ref, rtol=0, atol=1e-6)
     shifted = client.sinusoidal(seq_len=3, d_model=64, offset=2**20 - 3, format="json")
-    ref = sinusoidal_reference(np.arange(2**20 - 3, 2**20), 64).astype(np.float32)
+    ref = sinusoidal(np.arange(2**20 - 3, 2**20), 64).astype(np.float32)
     np.testing.assert_allclose(shifted.encoding, ref, rtol=0, atol=1e-6)
 
 
@@ -190,7 +182,7 @@ def test_embed_is_token_plus_position_embedding(client: PosencClient, gpt2_file:
 
 
 def test_bfloat16_decodes_to_numpy_float32_or_torch_bfloat16(client: PosencClient) -> None:
-    ref = torch.from_numpy(sinusoidal_reference(np.arange(8), 8)).to(torch.bfloat16)
+    ref = torch.from_numpy(sinusoidal(np.arange(8), 8)).to(torch.bfloat16)
     as_torch = client.sinusoidal(seq_len=8, d_model=8, dtype="bfloat16", as_="torch")
     assert as_torch.encoding.dtype == torch.bfloat16
     torch.testing.assert_close(as_torch.encoding, ref, rtol=0, atol=0)
@@ -315,7 +307,7 @@ def test_retries_connection_errors_with_exponential_backoff() -> None:
     c = PosencClient(
         max_attempts=4, backoff=0.5, backoff_max=1.5, transport=_flaky_transport(3, calls)
     )
-    c._sleep = slept.append
+    c._sleep = slept.append  # type: ignore[method-assign,assignment]
     assert c.healthz() == {"status": "ok"}
     assert len(calls) == 4
     assert slept == [0.5, 1.0, 1.5]  # doubled each time, capped at backoff_max
@@ -342,7 +334,7 @@ def test_async_retries() -> None:
         async with AsyncPosencClient(
             max_attempts=3, backoff=0.25, transport=_flaky_transport(2, calls)
         ) as ac:
-            ac._sleep = fake_sleep
+            ac._sleep = fake_sleep  # type: ignore[method-assign]
             return await ac.healthz()
 
     assert asyncio.run(run()) == {"status": "ok"}

@@ -121,7 +121,7 @@ class Load:
         for attempt in range(4):
             try:
                 if method == "GET":
-                    r = client.get(path, params=payload)
+                    r = client.get(path, params=payload)  # type: ignore[arg-type]
                 else:
                     r = client.post(path, json=payload)
                 if r.status_code in (502, 503, 504):
@@ -203,7 +203,7 @@ def test_killing_a_replica_under_load_fails_no_request(tmp_path: Path) -> None:
         with httpx.Client(base_url=f"http://{HOST}:{ports[1]}") as direct:
             for i, (method, path, payload) in enumerate(REQUESTS):
                 r = (
-                    direct.get(path, params=payload)
+                    direct.get(path, params=payload)  # type: ignore[arg-type]
                     if method == "GET"
                     else direct.post(path, json=payload)
                 )

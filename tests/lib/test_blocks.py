@@ -10,6 +10,7 @@ values independently against the closed form in float64 for the encodings.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -67,7 +68,7 @@ def test_row_ranges_cover_and_keep_multiples() -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("layout", ["interleaved", "concat", "tensor2tensor"])
 def test_sinusoidal_blocks_equal_whole(dtype: torch.dtype, layout: str) -> None:
-    kw = dict(d_model=64, layout=layout, dtype=dtype)
+    kw: dict[str, Any] = dict(d_model=64, layout=layout, dtype=dtype)
     _check(
         lambda: sinusoidal_blocks(seq_len=700, offset=12_345, **kw),
         sinusoidal_table(seq_len=700, offset=12_345, **kw),
@@ -109,7 +110,7 @@ SCALINGS = [
 @pytest.mark.parametrize("scaling", SCALINGS, ids=lambda s: s["type"] if s else "none")
 def test_rope_blocks_equal_whole(dtype: torch.dtype, layout: str, scaling: dict | None) -> None:
     sc = RopeScaling.from_dict(scaling) if scaling else None
-    kw = dict(rotary_dim=32, layout=layout, scaling=sc, dtype=dtype)
+    kw: dict[str, Any] = dict(rotary_dim=32, layout=layout, scaling=sc, dtype=dtype)
     whole = rope_cos_sin(seq_len=3000, **kw)
     _check(lambda: rope_blocks(seq_len=3000, **kw), whole.cos)
     _check(lambda: rope_blocks(seq_len=3000, which="sin", **kw), whole.sin)
@@ -135,22 +136,22 @@ def test_rope_blocks_closed_form_at_large_positions() -> None:
 @pytest.mark.parametrize("mode", ["causal", "symmetric"])
 def test_alibi_blocks_equal_whole(dtype: torch.dtype, mode: str) -> None:
     _check(
-        lambda: alibi_bias_blocks(12, 50, 70, mode=mode, dtype=dtype),
-        alibi_bias(12, 50, 70, mode=mode, dtype=dtype),
+        lambda: alibi_bias_blocks(12, 50, 70, mode=mode, dtype=dtype),  # type: ignore[arg-type]
+        alibi_bias(12, 50, 70, mode=mode, dtype=dtype),  # type: ignore[arg-type]
     )
     _check(
-        lambda: alibi_bias_blocks(5, 33, mode=mode, dtype=dtype),
-        alibi_bias(5, 33, mode=mode, dtype=dtype),
+        lambda: alibi_bias_blocks(5, 33, mode=mode, dtype=dtype),  # type: ignore[arg-type]
+        alibi_bias(5, 33, mode=mode, dtype=dtype),  # type: ignore[arg-type]
     )
 
 
 @pytest.mark.parametrize("bucketing", ["log", "clip"])
 @pytest.mark.parametrize("bidirectional", [True, False])
 def test_relative_blocks_equal_whole(bucketing: str, bidirectional: bool) -> None:
-    kw = dict(bucketing=bucketing, bidirectional=bidirectional, max_distance=20)
+    kw: dict[str, Any] = dict(bucketing=bucketing, bidirectional=bidirectional, max_distance=20)
     buckets = relative_buckets(40, 90, **kw)
     _check(lambda: relative_buckets_blocks(40, 90, **kw), buckets)
-    n = num_relative_buckets(num_buckets=32, max_distance=20, bucketing=bucketing)
+    n = num_relative_buckets(num_buckets=32, max_distance=20, bucketing=bucketing)  # type: ignore[arg-type]
     table = relative_bias_table(n, 6, seed=2)
     for dtype in DTYPES:
         _check(
@@ -163,7 +164,7 @@ def test_relative_blocks_equal_whole(bucketing: str, bidirectional: bool) -> Non
     ("position_buckets", "max_position"), [(None, None), (8, 20), (256, 512), (4, 5)]
 )
 def test_deberta_blocks_equal_whole(position_buckets: int | None, max_position: int | None) -> None:
-    kw = dict(position_buckets=position_buckets, max_position=max_position)
+    kw: dict[str, Any] = dict(position_buckets=position_buckets, max_position=max_position)
     _check(
         lambda: deberta_positions_blocks(37, 300, **kw), deberta_relative_positions(37, 300, **kw)
     )
@@ -219,7 +220,9 @@ def test_whole_in_blocks_equals_whole() -> None:
 def test_rope_blocks_of_a_negative_rotation_and_an_odd_width_equal_whole() -> None:
     """nanochat's ``rotation: negative`` (sin negated) and GLM-4-MoE's exponent_dim 21 in a
     22-wide table: the row blocks are the whole table's bytes."""
-    kw = dict(rotary_dim=22, exponent_dim=21, rotation="negative", dtype=torch.float32)
+    kw: dict[str, Any] = dict(
+        rotary_dim=22, exponent_dim=21, rotation="negative", dtype=torch.float32
+    )
     whole = rope_cos_sin(seq_len=3000, **kw)
     _check(lambda: rope_blocks(seq_len=3000, **kw), whole.cos)
     _check(lambda: rope_blocks(seq_len=3000, which="sin", **kw), whole.sin)

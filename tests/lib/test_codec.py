@@ -104,7 +104,7 @@ def test_safetensors_header_is_the_librarys() -> None:
 
 def test_safetensors_decodes_what_the_library_wrote() -> None:
     arrays = {"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.array([1, -2], np.int8)}
-    body = safetensors.numpy.save(arrays, metadata={"meta": "{}"})
+    body = safetensors.numpy.save(arrays, metadata={"meta": "{}"})  # type: ignore[arg-type]
     tensors, metadata = codec.decode_safetensors(body)
     assert metadata == {"meta": "{}"}
     for k, a in arrays.items():

@@ -228,7 +228,7 @@ def test_proportional_equals_transformers() -> None:
         "num_hidden_layers": 12,
         "max_position_embeddings": 131072,
     }
-    tc = AutoConfig.for_model(**config)
+    tc = AutoConfig.for_model(**config)  # type: ignore[arg-type]
     inv_hf, scale_hf = ROPE_INIT_FUNCTIONS["proportional"](tc, None, layer_type="full_attention")
     mp = read_positions(config)
     layer = mp.rope["full_attention"]
@@ -690,8 +690,8 @@ def test_learned_table_size_and_width_equal_the_models() -> None:
         }
         if not shapes:
             continue
-        learned = read_positions(cfg.to_dict()).learned or {}
-        ours = (learned.get("table_size"), learned.get("d_model"))
+        learned = read_positions(cfg.to_dict()).learned or {}  # type: ignore[assignment]
+        ours = (learned.get("table_size"), learned.get("d_model"))  # type: ignore[attr-defined]
         checked += 1
         if ours not in shapes:
             wrong.append(f"{mt}: posenc {ours}, model {sorted(shapes)}")
@@ -721,13 +721,13 @@ def test_nanochat_rotates_by_minus_theta_as_its_own_apply_function() -> None:
     mp = read_positions(cfg.to_dict())
     assert mp.rotation == "negative" and mp.to_dict()["rotation"] == "negative"
     assert mp.rotated_channels == "leading"
-    rot = m.NanoChatRotaryEmbedding(config=cfg)
+    rot = m.NanoChatRotaryEmbedding(config=cfg)  # type: ignore[arg-type]
     gen = torch.Generator().manual_seed(1)
     q = torch.randn(1, 2, len(POSITIONS), mp.head_dim, generator=gen)  # (B, H, T, Dh)
     cos_hf, sin_hf = rot(q, POSITIONS[None])
     want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
     tab = _posenc_tables(mp, None, POSITIONS)
-    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)
+    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)  # type: ignore[arg-type]
     torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
     # the sign matters: the positive rotation is another matrix
     plain = rope_cos_sin(POSITIONS, rotary_dim=mp.rotary_dim, base=10000.0, dtype=torch.float64)
@@ -749,7 +749,7 @@ def test_odd_rotary_width_equals_the_models_rotary_embedding() -> None:
     assert (layer.head_dim, layer.rotary_dim, layer.exponent_dim) == (42, 22, 21)
     assert layer.to_dict()["exponent_dim"] == 21
     assert mp.rotary_dim == 22 and any("exponent_dim" in w for w in mp.warnings)
-    rot = m.Glm4MoeRotaryEmbedding(config=cfg)
+    rot = m.Glm4MoeRotaryEmbedding(config=cfg)  # type: ignore[arg-type]
     tab = _posenc_tables(mp, None, POSITIONS)
     assert rot.inv_freq.shape == (11,)
     torch.testing.assert_close(tab.inv_freq.float(), rot.inv_freq, rtol=2e-6, atol=0)
@@ -763,7 +763,7 @@ def test_odd_rotary_width_equals_the_models_rotary_embedding() -> None:
     gen = torch.Generator().manual_seed(2)
     q = torch.randn(1, 2, len(POSITIONS), 42, generator=gen)
     want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
-    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)
+    got = apply_rope(q.double(), tab.cos, tab.sin, layout=mp.layout)  # type: ignore[arg-type]
     torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
 
 
@@ -781,16 +781,16 @@ def test_deepseek_v4_rotates_the_trailing_channels(layer_type: str) -> None:
     mp = read_positions(cfg.to_dict())
     assert mp.rotated_channels == "trailing" and mp.to_dict()["rotated_channels"] == "trailing"
     assert mp.layout == "interleaved" and mp.rotation == "positive"
-    rot = m.DeepseekV4RotaryEmbedding(config=cfg)
+    rot = m.DeepseekV4RotaryEmbedding(config=cfg)  # type: ignore[arg-type]
     gen = torch.Generator().manual_seed(3)
     x = torch.randn(1, 2, len(POSITIONS), 512, generator=gen)
     cos_hf, sin_hf = rot(x, POSITIONS[None], layer_type=layer_type)
     want = m.apply_rotary_pos_emb(x, cos_hf, sin_hf)
     tab = _posenc_tables(mp, layer_type, POSITIONS)
-    got = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout, rotated_channels="trailing")
+    got = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout, rotated_channels="trailing")  # type: ignore[arg-type]
     torch.testing.assert_close(got.float(), want, rtol=0, atol=1e-4)
     assert torch.equal(got[..., :448].float(), x[..., :448])  # the nope channels pass through
-    leading = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout)
+    leading = apply_rope(x.double(), tab.cos, tab.sin, layout=mp.layout)  # type: ignore[arg-type]
     assert (leading.float() - want).abs().max() > 0.5
 
 

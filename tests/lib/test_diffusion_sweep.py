@@ -21,7 +21,7 @@ def test_a_served_class_is_read_by_the_rule_it_names(name: str) -> None:
     endpoint, model = SWEEP[name].served.split(":")  # type: ignore[union-attr]
     config = {"_class_name": name}
     if name == "CogVideoXTransformer3DModel":
-        config["use_rotary_positional_embeddings"] = True
+        config["use_rotary_positional_embeddings"] = True  # type: ignore[assignment]
     said = describe(config)
     assert said["model"] == model or (name == "Transformer2DModel" and model == "pixart")
     kind = DIFFUSION_ROPE if endpoint == "diffusion-rope" else SINCOS_2D

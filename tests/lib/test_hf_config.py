@@ -131,7 +131,7 @@ def test_multimodal_text_config_and_mrope() -> None:
     assert mp.rope["full_attention"].rope_type == "default"
     assert mp.mrope_section == (16, 24, 24) and mp.mrope_interleaved is False
     qwen3 = {**cfg, "model_type": "qwen3_vl"}
-    qwen3["text_config"] = {**cfg["text_config"], "model_type": "qwen3_vl_text"}
+    qwen3["text_config"] = {**cfg["text_config"], "model_type": "qwen3_vl_text"}  # type: ignore[dict-item]
     assert read_positions(qwen3).mrope_interleaved is True
 
 

@@ -4,6 +4,7 @@ is allocated (peak RSS does not move), for every public table, bias and batch fu
 from __future__ import annotations
 
 import resource
+from typing import Any
 
 import pytest
 import torch
@@ -116,7 +117,9 @@ def test_embed_tokens_into_a_preallocated_output() -> None:
     ids = torch.randint(0, 50, (3, 5), generator=g)
     mask = torch.ones(3, 5, dtype=torch.int64)
     mask[1, 3:] = 0
-    kwargs = dict(token_table=table, position_table=pos_table, attention_mask=mask, scale=True)
+    kwargs: dict[str, Any] = dict(
+        token_table=table, position_table=pos_table, attention_mask=mask, scale=True
+    )
     fresh = embed_tokens(ids, **kwargs)
     buf = torch.full((3, 5, 8), float("nan"))
     got = embed_tokens(ids, out=buf, **kwargs)

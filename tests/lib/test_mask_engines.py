@@ -130,7 +130,7 @@ def test_qwen2_transformers_side_is_transformers_own_layer_types(max_window_laye
 
     fields = {"num_hidden_layers": 4, "sliding_window": 1024, "use_sliding_window": True,
               "max_window_layers": max_window_layers}  # fmt: skip
-    own = Qwen2Config(**fields).layer_types
+    own = Qwen2Config(**fields).layer_types  # type: ignore[arg-type]
     out = compare_mask_engines({"model_type": "qwen2", "head_dim": 64, **fields})
     assert [x["transformers"]["mask"] for x in out["layers"]] == [
         "sliding" if t == "sliding_attention" else "causal" for t in own

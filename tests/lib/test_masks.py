@@ -31,37 +31,12 @@ from posenc.masks import (
     packed_documents,
 )
 from posenc.model_configs import model_config
+from tests.references import GRANITE_4H, QWEN3_NEXT
 
 transformers = pytest.importorskip("transformers")
 masking_utils = pytest.importorskip("transformers.masking_utils")
 
 MASKS = kinds.REGISTRY["masks"]
-
-# Layer keys of published files not quoted in posenc.model_configs (their mask-bearing keys).
-QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct: every 4th layer full attention
-    "model_type": "qwen3_next",
-    "num_hidden_layers": 48,
-    "full_attention_interval": 4,
-    "hidden_size": 2048,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 2,
-    "head_dim": 256,
-    "rope_theta": 10000000,
-    "partial_rotary_factor": 0.25,
-}
-# Granite 4.0-H's files list each layer as "mamba" or "attention" (a few attention layers
-# among Mamba-2 ones) and use no positions ("position_embedding_type": "nope"); this list has
-# that shape (attention at 5, 15, 25, 35), it is not quoted.
-GRANITE_4H = {
-    "model_type": "granitemoehybrid",
-    "num_hidden_layers": 40,
-    "layer_types": ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)],
-    "position_embedding_type": "nope",
-    "hidden_size": 1536,
-    "num_attention_heads": 12,
-    "num_key_value_heads": 4,
-    "mamba_n_heads": 48,
-}
 
 PUBLISHED = {
     "gemma-2-9b": model_config("gemma-2-9b"),

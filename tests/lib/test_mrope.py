@@ -2,8 +2,9 @@
 and Qwen3-VL, hand-worked cases, the config reader, and ``POST /v1/position-ids/mrope``.
 
 The reference is the model class's own ``get_rope_index``, bound to a minimal object that holds
-the transformers config built from the published ``config.json`` (no weights): the configs below
-keep the keys of the published files that the rules read, copied from the files named.
+the transformers config built from the published ``config.json`` (no weights): the configs
+(tests/references.py) keep the keys of the published files that the rules read, copied from
+the files named.
 ``mm_token_type_ids`` is built as the processor builds it (``ProcessorMixin.
 create_mm_token_type_ids``: 1 where the id is the image token, 2 where it is the video token).
 """
@@ -11,144 +12,32 @@ create_mm_token_type_ids``: 1 where the id is the image token, 2 where it is the
 from __future__ import annotations
 
 import copy
-import functools
 import random
-import types
 
 import httpx
 import pytest
 import torch
-from transformers import Qwen2_5_VLConfig, Qwen2VLConfig, Qwen3VLConfig
-from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VLModel
-from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLModel
-from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLModel
+from transformers import Qwen2_5_VLConfig
 
 from posenc.errors import InvalidArgument
 from posenc.rope.mrope_ids import mrope_position_ids, mrope_settings
 from tests.helpers import json_tensor
-
-# https://huggingface.co/Qwen/Qwen2-VL-7B-Instruct/blob/main/config.json (keys read here)
-QWEN2_VL_7B = {
-    "architectures": ["Qwen2VLForConditionalGeneration"],
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "vision_token_id": 151654,
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "hidden_size": 3584,
-    "model_type": "qwen2_vl",
-    "rope_theta": 1000000.0,
-    "vision_config": {
-        "depth": 32,
-        "embed_dim": 1280,
-        "mlp_ratio": 4,
-        "num_heads": 16,
-        "in_chans": 3,
-        "hidden_size": 3584,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "spatial_patch_size": 14,
-        "temporal_patch_size": 2,
-    },
-    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-    "vocab_size": 152064,
-}
-
-# https://huggingface.co/Qwen/Qwen2.5-VL-3B-Instruct/blob/main/config.json (keys read here)
-QWEN2_5_VL_3B = {
-    "architectures": ["Qwen2_5_VLForConditionalGeneration"],
-    "bos_token_id": 151643,
-    "eos_token_id": 151645,
-    "vision_start_token_id": 151652,
-    "vision_end_token_id": 151653,
-    "vision_token_id": 151654,
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-    "hidden_size": 2048,
-    "model_type": "qwen2_5_vl",
-    "rope_theta": 1000000.0,
-    "tie_word_embeddings": True,
-    "vision_config": {
-        "depth": 32,
-        "hidden_act": "silu",
-        "hidden_size": 1280,
-        "intermediate_size": 3420,
-        "num_heads": 16,
-        "in_chans": 3,
-        "out_hidden_size": 2048,
-        "patch_size": 14,
-        "spatial_merge_size": 2,
-        "spatial_patch_size": 14,
-        "window_size": 112,
-        "fullatt_block_indexes": [7, 15, 23, 31],
-        "tokens_per_second": 2,
-        "temporal_patch_size": 2,
-    },
-    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-    "vocab_size": 151936,
-}
-
-# https://huggingface.co/Qwen/Qwen3-VL-8B-Instruct/blob/main/config.json (keys read here)
-QWEN3_VL_8B = {
-    "architectures": ["Qwen3VLForConditionalGeneration"],
-    "image_token_id": 151655,
-    "model_type": "qwen3_vl",
-    "text_config": {
-        "head_dim": 128,
-        "hidden_size": 4096,
-        "model_type": "qwen3_vl_text",
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "rope_scaling": {
-            "mrope_interleaved": True,
-            "mrope_section": [24, 20, 20],
-            "rope_type": "default",
-        },
-        "rope_theta": 5000000,
-        "vocab_size": 151936,
-    },
-    "tie_word_embeddings": False,
-    "video_token_id": 151656,
-    "vision_config": {
-        "deepstack_visual_indexes": [8, 16, 24],
-        "depth": 27,
-        "hidden_size": 1152,
-        "model_type": "qwen3_vl",
-        "num_heads": 16,
-        "out_hidden_size": 4096,
-        "patch_size": 16,
-        "spatial_merge_size": 2,
-        "temporal_patch_size": 2,
-    },
-    "vision_end_token_id": 151653,
-    "vision_start_token_id": 151652,
-}
-
-IMG, VID, VS, VE = 151655, 151656, 151652, 151653
-
-CASES = {
-    "qwen2_vl": (QWEN2_VL_7B, Qwen2VLConfig, Qwen2VLModel),
-    "qwen2_5_vl": (QWEN2_5_VL_3B, Qwen2_5_VLConfig, Qwen2_5_VLModel),
-    "qwen3_vl": (QWEN3_VL_8B, Qwen3VLConfig, Qwen3VLModel),
-}
-
-
-def reference(rule: str, input_ids, **kwargs):  # type: ignore[no-untyped-def]
-    """transformers' own ``get_rope_index`` of the model class of ``rule``, on its config."""
-    raw, config_cls, model_cls = CASES[rule]
-    config = config_cls(**copy.deepcopy(raw))
-    obj = types.SimpleNamespace(config=config)
-    obj.get_vision_position_ids = functools.partial(model_cls.get_vision_position_ids, obj)
-    types_ = torch.zeros_like(input_ids)
-    types_[input_ids == config.image_token_id] = 1
-    types_[input_ids == config.video_token_id] = 2
-    return model_cls.get_rope_index(obj, input_ids, mm_token_type_ids=types_, **kwargs)
+from tests.references import (
+    IMG,
+    MROPE_CONFIGS,
+    QWEN2_5_VL_3B,
+    QWEN2_VL_7B,
+    QWEN3_VL_8B,
+    VE,
+    VID,
+    VS,
+    mrope_classes,
+)
+from tests.references import mrope_reference as reference
 
 
 def ours(rule: str, input_ids, **kwargs):  # type: ignore[no-untyped-def]
-    return mrope_position_ids(input_ids, **kwargs, **mrope_settings(CASES[rule][0]).kwargs())
+    return mrope_position_ids(input_ids, **kwargs, **mrope_settings(MROPE_CONFIGS[rule]).kwargs())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,7 +128,7 @@ def _random_batch(rule: str, rng: random.Random):  # type: ignore[no-untyped-def
     return ids, kwargs
 
 
-@pytest.mark.parametrize("rule", list(CASES))
+@pytest.mark.parametrize("rule", list(MROPE_CONFIGS))
 def test_random_batches_equal_transformers(rule: str):
     rng = random.Random(f"mrope-{rule}")
     seen = {"image": 0, "video": 0, "padded": 0}
@@ -259,7 +148,7 @@ def test_random_batches_equal_transformers(rule: str):
     assert min(seen.values()) >= 10, seen
 
 
-@pytest.mark.parametrize("rule", list(CASES))
+@pytest.mark.parametrize("rule", list(MROPE_CONFIGS))
 def test_text_only_and_no_mask_equal_transformers(rule: str):
     ids = torch.tensor([[5, 6, 7, 8, 9], [1, 2, 3, 4, 5]])
     want = reference(rule, ids)
@@ -337,7 +226,8 @@ def test_more_runs_than_grids_and_empty_rows_are_invalid():
 
 
 def test_settings_read_as_transformers_reads_them():
-    for rule, (raw, config_cls, _) in CASES.items():
+    for rule, raw in MROPE_CONFIGS.items():
+        config_cls, _ = mrope_classes(rule)
         s = mrope_settings(raw)
         config = config_cls(**copy.deepcopy(raw))
         assert s.rule == rule

@@ -94,7 +94,7 @@ def _second_homes_in(text: str, rel: str) -> list[str]:
         elif isinstance(node, ast.Dict):
             names += [n for key in node.keys if key is not None for n in _names(key)]
         found += [
-            f"{rel}:{node.lineno}: {name!r}"
+            f"{rel}:{node.lineno}: {name!r}"  # type: ignore[attr-defined]
             for name in dict.fromkeys(names)
             if (rel, name) not in NOT_A_MODEL_TYPE
         ]

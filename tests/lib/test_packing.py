@@ -19,7 +19,8 @@ from posenc import kinds, resolve
 from posenc.errors import InvalidArgument
 from posenc.position_ids import packed_position_ids
 from posenc.rope.mrope_ids import packed_mrope_position_ids
-from tests.lib.test_mrope import CASES, IMG, VE, VID, VS, reference
+from tests.references import IMG, MROPE_CONFIGS, VE, VID, VS
+from tests.references import mrope_reference as reference
 
 transformers = pytest.importorskip("transformers")
 from transformers import masking_utils, modeling_flash_attention_utils  # noqa: E402
@@ -99,7 +100,7 @@ def _grids(grids: list) -> torch.Tensor | None:
     return torch.tensor(grids).reshape(-1, 3) if grids else None
 
 
-@pytest.mark.parametrize("rule", list(CASES))
+@pytest.mark.parametrize("rule", list(MROPE_CONFIGS))
 def test_packed_mrope_equals_get_rope_index_document_by_document(rule: str) -> None:
     """transformers' own get_rope_index on each document alone, concatenated, equals the
     packed row's ids; through the kind, with meta's cu_seqlens and max_seqlen."""
@@ -129,7 +130,7 @@ def test_packed_mrope_equals_get_rope_index_document_by_document(rule: str) -> N
                 "cu_seqlens": cu,
                 "image_grid_thw": images or None,
                 "video_grid_thw": videos or None,
-                "config": CASES[rule][0],
+                "config": MROPE_CONFIGS[rule],
             },
         )
         assert torch.equal(out["position_ids"][:, 0], torch.cat(want_ids, dim=1))
@@ -143,7 +144,7 @@ def test_packed_mrope_equals_get_rope_index_document_by_document(rule: str) -> N
 def test_packed_mrope_one_document_is_the_unpacked_row() -> None:
     from posenc.rope.mrope_ids import mrope_position_ids, mrope_settings
 
-    settings = mrope_settings(CASES["qwen2_vl"][0]).kwargs()
+    settings = mrope_settings(MROPE_CONFIGS["qwen2_vl"]).kwargs()
     row = torch.tensor([[7, VS, IMG, IMG, IMG, IMG, VE, 9]])
     grid = [[1, 4, 4]]
     packed, _ = packed_mrope_position_ids(row, [0, 8], image_grid_thw=grid, **settings)

@@ -17,33 +17,9 @@ from torch.testing import assert_close
 from posenc import kinds, resolve
 from posenc.errors import InvalidArgument
 from posenc.query_scale import query_scale, query_scale_from_config
+from tests.references import SCOUT
 
 QUERY_SCALE = kinds.REGISTRY["query_scale"]
-
-# meta-llama/Llama-4-Scout-17B-16E-Instruct: the text_config keys the scale depends on
-SCOUT = {
-    "model_type": "llama4",
-    "text_config": {
-        "model_type": "llama4_text",
-        "hidden_size": 5120,
-        "num_attention_heads": 40,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "num_hidden_layers": 48,
-        "rope_theta": 500000.0,
-        "attn_temperature_tuning": 4,
-        "floor_scale": 8192,
-        "attn_scale": 0.1,
-        "max_position_embeddings": 10485760,
-        "rope_scaling": {
-            "rope_type": "llama3",
-            "factor": 16.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 1.0,
-            "original_max_position_embeddings": 8192,
-        },
-    },
-}
 
 
 def table(fields: dict) -> dict[str, torch.Tensor]:
@@ -82,7 +58,7 @@ def llama4_reference_scale(config, layer_idx: int, seq_len: int) -> torch.Tensor
         return value.transpose(1, 2), None
 
     original = m.eager_attention_forward
-    m.eager_attention_forward = capture
+    m.eager_attention_forward = capture  # type: ignore[assignment]
     try:
         hidden = torch.ones(1, seq_len, config.hidden_size)
         freqs = torch.ones(1, seq_len, config.head_dim // 2, dtype=torch.complex64)
@@ -208,7 +184,7 @@ def test_ministral3_matches_get_llama_4_attn_scale() -> None:
                 "seq_len": 4,
                 "config": {
                     **SCOUT,
-                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},
+                    "text_config": {**SCOUT["text_config"], "attn_temperature_tuning": False},  # type: ignore[dict-item]
                 },
             },
             "config",

@@ -24,6 +24,7 @@ from posenc.relative import (
     relative_position_bucket,
     relative_positions,
 )
+from tests.references import t5_buckets
 
 T5_SETTINGS = [
     (32, 128),  # T5 (all sizes)
@@ -40,23 +41,12 @@ T5_SETTINGS = [
 ]
 
 
-def t5_bucket(relative_position, bidirectional, num_buckets, max_distance):
-    from transformers.models.t5.modeling_t5 import T5Attention
-
-    return T5Attention._relative_position_bucket(
-        relative_position,
-        bidirectional=bidirectional,
-        num_buckets=num_buckets,
-        max_distance=max_distance,
-    )
-
-
 @pytest.mark.parametrize("bidirectional", [True, False])
 @pytest.mark.parametrize(("num_buckets", "max_distance"), T5_SETTINGS)
 def test_buckets_match_t5_over_a_wide_range(bidirectional, num_buckets, max_distance):
     if not bidirectional or num_buckets >= 4:
         rp = torch.arange(-5000, 5001)
-        expected = t5_bucket(rp, bidirectional, num_buckets, max_distance)
+        expected = t5_buckets(rp, bidirectional, num_buckets, max_distance)
         ours = relative_position_bucket(
             rp, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
         )
@@ -68,7 +58,7 @@ def test_buckets_match_t5_far_away():
     """Large distances (beyond float32's exact integers) still land in the reference's bucket."""
     rp = torch.tensor([-(2**40), -(2**24) - 1, -(10**6), 10**6, 2**24 + 1, 2**40])
     for bidirectional in (True, False):
-        expected = t5_bucket(rp, bidirectional, 32, 128)
+        expected = t5_buckets(rp, bidirectional, 32, 128)
         ours = relative_position_bucket(rp, bidirectional=bidirectional)
         assert torch.equal(ours, expected)
 
@@ -80,7 +70,7 @@ def test_float32_log_decides_exact_boundaries():
     rp = torch.tensor([-10, -20, -80])
     ours = relative_position_bucket(rp, bidirectional=False, num_buckets=10, max_distance=160)
     assert torch.equal(ours, torch.tensor([6, 7, 9]))
-    assert torch.equal(ours, t5_bucket(rp, False, 10, 160))
+    assert torch.equal(ours, t5_buckets(rp, False, 10, 160))
     ours = relative_position_bucket(
         torch.tensor([-54]), bidirectional=False, num_buckets=48, max_distance=81
     )
@@ -114,7 +104,7 @@ def test_relative_buckets_match_t5_compute_bias_positions(bidirectional):
     t, s = 7, 300
     context = torch.arange(t)[:, None] + (s - t)
     memory = torch.arange(s)[None, :]
-    expected = t5_bucket(memory - context, bidirectional, 32, 128)
+    expected = t5_buckets(memory - context, bidirectional, 32, 128)
     assert torch.equal(relative_buckets(t, s, bidirectional=bidirectional), expected)
 
 
@@ -215,7 +205,7 @@ def test_bias_rejects_ids_outside_the_table():
         (lambda: relative_position_bucket(torch.tensor([1]), num_buckets=3), r">= 4.*got 3"),
         (lambda: relative_position_bucket(torch.tensor([1]), max_distance=8), r"> 8.*got 8"),
         (lambda: relative_position_bucket(torch.tensor([1.5])), r"integers.*float32"),
-        (lambda: relative_buckets(3, bucketing="linear"), r"'log'.*'linear'"),
+        (lambda: relative_buckets(3, bucketing="linear"), r"'log'.*'linear'"),  # type: ignore[arg-type]
         (lambda: clipped_bucket(torch.tensor([1]), max_distance=-1), r">= 0, got -1"),
         (lambda: relative_bias_table(0, 4), r"num_buckets must be >= 1, got 0"),
     ],

@@ -23,19 +23,13 @@ from posenc.relative import (
     deberta_relative_positions,
     swin_relative_position_index,
 )
+from tests.references import deberta_build_relative_position
 
 # microsoft/deberta-v3-base's config.json, as posenc.model_configs quotes it
 DEBERTA_V3_BASE = model_config("deberta-v3-base")
 # microsoft/swin-tiny-patch4-window7-224 (the keys positions depend on), as quoted there
 SWIN_TINY = model_config("swin-tiny")
 RELATIVE = kinds.REGISTRY["relative"]
-
-
-def reference_build(t: int, s: int, bucket_size: int, max_position: int) -> torch.Tensor:
-    from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
-
-    q, k = torch.zeros(1, t, 4), torch.zeros(1, s, 4)
-    return build_relative_position(q, k, bucket_size=bucket_size, max_position=max_position)[0]
 
 
 def table(fields: dict) -> dict[str, torch.Tensor]:
@@ -63,7 +57,9 @@ def test_deberta_hand_worked_small_case() -> None:
 )
 def test_deberta_matches_build_relative_position(t, s, bucket_size, max_position) -> None:
     got = deberta_relative_positions(t, s, position_buckets=bucket_size, max_position=max_position)
-    assert_close(got, reference_build(t, s, bucket_size, max_position), rtol=0, atol=0)
+    assert_close(
+        got, deberta_build_relative_position(t, s, bucket_size, max_position), rtol=0, atol=0
+    )
 
 
 def test_deberta_v3_log_buckets_to_2_15_match_transformers_float32() -> None:
@@ -119,7 +115,9 @@ def test_deberta_v3_config_reads_the_max_position_embeddings_fallback() -> None:
     assert mp.softmax_scale == pytest.approx((64 * 3) ** -0.5)
     got = table({"config": DEBERTA_V3_BASE, "seq_len": 600, "key_len": 1100})
     assert set(got) == {"buckets"}
-    assert_close(got["buckets"], reference_build(600, 1100, 256, 512), rtol=0, atol=0)
+    assert_close(
+        got["buckets"], deberta_build_relative_position(600, 1100, 256, 512), rtol=0, atol=0
+    )
 
 
 def test_deberta_config_through_the_encoder() -> None:

@@ -23,6 +23,7 @@ from posenc import (
     rope_cos_sin,
     rope_inv_freq,
 )
+from tests import references
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
@@ -459,24 +460,14 @@ def test_apply_rope_interleaved_matches_gpt_j(rotary_dim):
 # --------------------------------------------------------------------------- drift
 
 
-def closed_form_f64(positions: np.ndarray, rotary_dim: int, base: float, layout: str):
-    """cos/sin (T, R) from the RoFormer formula, evaluated in float64 with numpy."""
-    i = np.arange(rotary_dim // 2, dtype=np.float64)
-    inv_freq = np.array([base ** (-2.0 * k / rotary_dim) for k in i], dtype=np.float64)
-    angles = positions.astype(np.float64)[:, None] * inv_freq[None, :]
-    if layout == "half":
-        angles = np.concatenate([angles, angles], axis=1)
-    else:
-        angles = np.repeat(angles, 2, axis=1)
-    return np.cos(angles), np.sin(angles)
-
-
 def test_float32_reference_drifts_at_131072_but_ours_does_not():
     """transformers' LlamaRotaryEmbedding computes ``position × inv_freq`` in float32."""
     positions = torch.tensor([131071, 131072, 131073])
     config = hf_config({"rope_type": "default"}, head_dim=128, max_position_embeddings=131072 * 2)
     ref_cos, ref_sin, _ = hf_module_cos_sin(config, positions)
-    exact_cos, exact_sin = closed_form_f64(positions.numpy(), 128, 10000.0, "half")
+    exact_cos, exact_sin = references.rope_cos_sin(
+        positions.numpy(), references.rope_inv_freq(128, 10000.0), "half"
+    )
     ref_err = max(
         np.abs(ref_cos.double().numpy() - exact_cos).max(),
         np.abs(ref_sin.double().numpy() - exact_sin).max(),
@@ -498,7 +489,9 @@ def test_float32_tables_within_1e6_of_float64_closed_form_up_to_2_pow_20(layout)
         [np.arange(64), rng.integers(0, 2**20, 2000), np.arange(2**20 - 64, 2**20)]
     )
     t = rope_cos_sin(torch.from_numpy(positions), rotary_dim=128, layout=layout, base=500000.0)
-    exact_cos, exact_sin = closed_form_f64(positions, 128, 500000.0, layout)
+    exact_cos, exact_sin = references.rope_cos_sin(
+        positions, references.rope_inv_freq(128, 500000.0), layout
+    )
     np.testing.assert_allclose(t.cos.double().numpy(), exact_cos, rtol=0, atol=1e-6)
     np.testing.assert_allclose(t.sin.double().numpy(), exact_sin, rtol=0, atol=1e-6)
 
@@ -600,7 +593,7 @@ def test_rotary_embedding_module_equals_the_functions(scaling):
         (lambda: rope_cos_sin(seq_len=0, rotary_dim=8), "seq_len", ">= 1, got 0"),
         (lambda: rope_cos_sin([0, 3, -2], rotary_dim=8), "positions[2]", "positions[2] = -2"),
         (lambda: rope_cos_sin([0], seq_len=3, rotary_dim=8), "positions", "exactly one"),
-        (lambda: rope_cos_sin(seq_len=3, rotary_dim=8, layout="neox"), "layout", "'neox'"),
+        (lambda: rope_cos_sin(seq_len=3, rotary_dim=8, layout="neox"), "layout", "'neox'"),  # type: ignore[arg-type]
         (lambda: RotaryEmbedding(9), "head_dim", "got 9"),
         (lambda: RotaryEmbedding(8, rotary_dim=12), "rotary_dim", "rotary_dim=12 and head_dim=8"),
         (

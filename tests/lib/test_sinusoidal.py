@@ -13,24 +13,10 @@ from torch.testing import assert_close
 
 from posenc import InvalidArgument, SinusoidalPositionalEncoding, sinusoidal_table
 from posenc.sinusoidal import sinusoidal_frequencies
+from tests.references import sinusoidal
 
 LAYOUTS = ("interleaved", "concat", "tensor2tensor")
 TOP = 2**20 - 1
-
-
-def reference_table(positions: np.ndarray, d_model: int, base: float, layout: str) -> np.ndarray:
-    """The formula in float64 with numpy, independent of posenc: (T, D)."""
-    half = d_model // 2
-    i = np.arange(half, dtype=np.float64)
-    if layout == "tensor2tensor":
-        w = np.power(base, -i / max(half - 1, 1))
-    else:
-        w = np.power(base, -2.0 * i / d_model)
-    angles = positions.astype(np.float64)[:, None] * w[None, :]
-    sin, cos = np.sin(angles), np.cos(angles)
-    if layout == "interleaved":
-        return np.stack([sin, cos], axis=-1).reshape(len(positions), d_model)
-    return np.concatenate([sin, cos], axis=-1)
 
 
 def test_row_zero_is_sin0_cos0_whole():
@@ -103,7 +89,7 @@ def test_float32_table_within_1e6_of_float64_formula_up_to_2_pow_20(layout, d_mo
     )
     table = sinusoidal_table(torch.from_numpy(positions), d_model=d_model, base=base, layout=layout)
     assert table.dtype == torch.float32
-    expected = reference_table(positions, d_model, base, layout)
+    expected = sinusoidal(positions, d_model, base, layout)
     err = np.abs(table.double().numpy() - expected).max()
     assert err <= 1e-6, f"max error {err} at {layout} D={d_model} base={base}"
 
@@ -114,7 +100,7 @@ def test_float32_angles_would_fail_the_1e6_check():
     w = (10000.0 ** (-2 * np.arange(32, dtype=np.float32) / 64)).astype(np.float32)
     angles32 = positions.astype(np.float32)[:, None] * w[None, :]
     drifted = np.stack([np.sin(angles32), np.cos(angles32)], -1).reshape(len(positions), 64)
-    assert np.abs(drifted - reference_table(positions, 64, 10000.0, "interleaved")).max() > 1e-3
+    assert np.abs(drifted - sinusoidal(positions, 64, 10000.0, "interleaved")).max() > 1e-3
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -174,9 +160,9 @@ def fairseq_get_embedding(
     """
     half_dim = embedding_dim // 2
     emb = math.log(10000) / (half_dim - 1)
-    emb = torch.exp(torch.arange(half_dim, dtype=dtype) * -emb)
-    emb = torch.arange(num_embeddings, dtype=dtype).unsqueeze(1) * emb.unsqueeze(0)
-    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)
+    emb = torch.exp(torch.arange(half_dim, dtype=dtype) * -emb)  # type: ignore[assignment]
+    emb = torch.arange(num_embeddings, dtype=dtype).unsqueeze(1) * emb.unsqueeze(0)  # type: ignore[attr-defined]
+    emb = torch.cat([torch.sin(emb), torch.cos(emb)], dim=1).view(num_embeddings, -1)  # type: ignore[assignment]
     return emb
 
 

@@ -22,7 +22,7 @@ OFFSETS = [0, 1, 63, 64, 65, 12_345, 999_983, 2**26 - 100, 3 * 2**26 - 7, 2**40 
 
 def direct(positions: list[int], d_model: int, base: float, layout: str) -> torch.Tensor:
     """``[sin(fl(p·w)) | cos(fl(p·w))]`` ``(T, D)`` float64, one element at a time."""
-    w = sinusoidal_frequencies(d_model, base, layout).tolist()
+    w = sinusoidal_frequencies(d_model, base, layout).tolist()  # type: ignore[arg-type]
     rows = []
     for p in positions:
         angles = [float(p) * wi for wi in w]

@@ -16,6 +16,7 @@ forward on zero pixels returns the rows it adds (tests/lib/vision_learned_refere
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 import torch
@@ -33,6 +34,7 @@ from posenc.vision_learned import (
 from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
 from tests.helpers import transformers_model_classes
 from tests.lib.vision_learned_reference import model_rows
+from tests.references import vision_subconfigs
 
 # Grids (in patches): smaller than every table (downsample), larger (upsample), non-square
 # both ways, one patch, and the native grid (None).
@@ -96,7 +98,7 @@ PUBLISHED = {
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
 def test_published_config_equals_the_towers_forward(name: str) -> None:
     model_type, keys = PUBLISHED[name]
-    config = CONFIG_MAPPING[model_type](**keys)
+    config = CONFIG_MAPPING[model_type](**keys)  # type: ignore[arg-type]
     for grid in [(5, 7), (40, 26), None]:
         _compare(config, grid, seed=11)
 
@@ -119,12 +121,15 @@ def test_resample_matrix_is_the_towers_resize_of_the_identity(model_type: str) -
     """A tiny config whose width is the table's rows: the tower's forward on the identity table
     is its resampling matrix (float32), row for row."""
     base = CONFIG_MAPPING[model_type]()
-    keys = {"num_patches": 16} if model_type.startswith("siglip2") else {
+    keys: dict[str, Any] = {"num_patches": 16} if model_type.startswith("siglip2") else {
         "image_size": 4 * (base.patch_size if isinstance(base.patch_size, int) else 14),
     }  # fmt: skip
     prefix = LEARNED_TOWERS[model_type].prefix
-    config = CONFIG_MAPPING[model_type](
-        **keys, hidden_size=16 + prefix, num_attention_heads=1, intermediate_size=4
+    config = CONFIG_MAPPING[model_type](  # type: ignore[call-arg]
+        **keys,
+        hidden_size=16 + prefix,
+        num_attention_heads=1,
+        intermediate_size=4,  # type: ignore[arg-type]
     )
     for grid in [(3, 7), (6, 5), (4, 4), (1, 2)]:
         spec = vision_learned_spec(config.to_dict(), grid=list(grid))
@@ -266,24 +271,6 @@ NOT_COVERED: dict[str, str] = {
 }
 
 
-def _image_configs(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
-    """The config and its nested sub-configs that describe an image tower (a patch size)."""
-    out: list[tuple[str, PreTrainedConfig]] = []
-
-    def walk(c: PreTrainedConfig, path: str, depth: int) -> None:
-        if hasattr(c, "patch_size") and "text" not in c.model_type:
-            out.append((path, c))
-        if depth > 3:
-            return
-        for key in getattr(c, "sub_configs", {}) or {}:
-            sub = getattr(c, key, None)
-            if isinstance(sub, PreTrainedConfig):
-                walk(sub, f"{path}.{key}" if path else key, depth + 1)
-
-    walk(cfg, "", 0)
-    return out
-
-
 def _has_learned_table(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> bool:
     """A model class of this config (built on the meta device) holds a 2-D-or-more position
     table outside its text and decoder parts."""
@@ -316,7 +303,7 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
             cfg = CONFIG_MAPPING[model_type]()
         except Exception:  # configs that need arguments have no default
             continue
-        for path, vision in _image_configs(cfg):
+        for path, vision in vision_subconfigs(cfg):
             key = (type(vision), vision.to_json_string())
             if key not in cache:
                 cache[key] = _has_learned_table(vision, classes)
@@ -363,7 +350,7 @@ def test_configs_md_lists_every_tower_under_its_rule() -> None:
 
 
 def test_pixio_class_rows_come_from_the_config() -> None:
-    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)
+    config = CONFIG_MAPPING["pixio"](n_cls_tokens=3, hidden_size=64, num_attention_heads=4)  # type: ignore[call-arg]
     spec = vision_learned_spec(config.to_dict(), grid=[5, 2])
     assert (spec.prefix, spec.table_rows, spec.tokens) == (3, 3 + 16 * 16, 3 + 10)
     for grid in [(5, 2), (30, 17), None]:

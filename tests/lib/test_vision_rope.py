@@ -33,6 +33,7 @@ from posenc.vision_rope import (
     vision_rope_spec,
 )
 from tests.helpers import transformers_model_classes
+from tests.references import vision_subconfigs
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel  # noqa: E402
@@ -626,24 +627,6 @@ NOT_COVERED: dict[str, str] = {
 }
 
 
-def _vision_candidates(cfg: PreTrainedConfig) -> list[tuple[str, PreTrainedConfig]]:
-    """The config and its nested sub-configs that describe an image tower (a patch size)."""
-    out: list[tuple[str, PreTrainedConfig]] = []
-
-    def walk(c: PreTrainedConfig, path: str, depth: int) -> None:
-        if hasattr(c, "patch_size") and "text" not in c.model_type:
-            out.append((path, c))
-        if depth > 3:
-            return
-        for key in getattr(c, "sub_configs", {}) or {}:
-            sub = getattr(c, key, None)
-            if isinstance(sub, PreTrainedConfig):
-                walk(sub, f"{path}.{key}" if path else key, depth + 1)
-
-    walk(cfg, "", 0)
-    return out
-
-
 def _rotary_modules(cfg: PreTrainedConfig, classes: dict[type, list[type]]) -> list[str]:
     """Rotary modules in any model class of this config (built on the meta device: no
     weights); an encoder class alone may lack the model's rotary module."""
@@ -674,7 +657,7 @@ def test_sweep_of_vision_rotary_towers_in_transformers() -> None:
             cfg = CONFIG_MAPPING[model_type]()
         except Exception:  # configs that need arguments have no default
             continue
-        for path, vision in _vision_candidates(cfg):
+        for path, vision in vision_subconfigs(cfg):
             if type(vision) not in cache:
                 cache[type(vision)] = _rotary_modules(vision, classes)
             rotary = [n for n in cache[type(vision)] if "Text" not in n]

@@ -19,6 +19,7 @@ from torch.testing import assert_close
 from posenc import kinds, resolve
 from posenc.errors import InvalidArgument
 from posenc.xpos import xpos_scales, xpos_zeta
+from tests.references import xpos_scale
 
 KIND = kinds.REGISTRY["xpos"]
 
@@ -35,21 +36,10 @@ def test_hand_worked_dim4_n4_base2() -> None:
     assert q[2].eq(1).all()  # the centre N // 2 is unscaled
 
 
-def closed_form(n: int, dim: int, base: float) -> torch.Tensor:
-    rows = []
-    for t in range(n):
-        row = []
-        for i in range(dim // 2):
-            zeta = (2 * i + 0.4 * dim) / (1.4 * dim)
-            row += [zeta ** ((t - n // 2) / base)] * 2
-        rows.append(row)
-    return torch.tensor(rows, dtype=torch.float64)
-
-
 @pytest.mark.parametrize(("n", "dim", "base"), [(1, 2, 512.0), (9, 8, 3.0), (300, 64, 512.0)])
 def test_closed_form(n: int, dim: int, base: float) -> None:
     q, k = xpos_scales(n, dim, scale_base=base, dtype=torch.float64)
-    want = closed_form(n, dim, base)
+    want = xpos_scale(n, dim, base)
     assert_close(q, want, rtol=1e-13, atol=0)
     assert_close(q * k, torch.ones_like(q), rtol=1e-15, atol=0)
 
@@ -81,7 +71,7 @@ def test_large_positions_in_float64() -> None:
 
 def test_kind_and_refusals() -> None:
     got = resolve.compute(KIND, resolve.resolve_fields(KIND, {"seq_len": 5, "dim": 4}))
-    assert_close(got["query_scale"], closed_form(5, 4, 512.0).float())
+    assert_close(got["query_scale"], xpos_scale(5, 4, 512.0).float())
     for fields, where in [
         ({"seq_len": 3, "dim": 5}, "dim"),
         ({"seq_len": 3, "dim": 4, "scale_base": 0}, "scale_base"),

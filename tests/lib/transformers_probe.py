@@ -246,7 +246,7 @@ def _run_on_meta(config: Any, record: _Record) -> None:
             warnings.simplefilter("ignore")
             try:
                 # bfloat16: the grouped matmuls of MoE layers accept only that, even on meta
-                model = cls._from_config(built_from, dtype=torch.bfloat16)
+                model = cls._from_config(built_from, dtype=torch.bfloat16)  # type: ignore[attr-defined]
             except Exception as exc:
                 raise NotProbed(f"{cls.__name__} cannot be built: {exc!r:.160}") from None
             model.eval()
@@ -290,7 +290,7 @@ def _mapped(config: Any) -> set[type]:
     from transformers.models.auto.modeling_auto import MODEL_MAPPING
 
     try:
-        return {MODEL_MAPPING[type(config)]}
+        return {MODEL_MAPPING[type(config)]}  # type: ignore[arg-type]
     except KeyError:
         return set()
 
@@ -530,7 +530,7 @@ def _driven_directly(
             "unread",
         )
     name, fn, with_keys = found[0]
-    init_a, init_k = rot._probe_args
+    init_a, init_k = rot._probe_args  # type: ignore[misc]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cpu_rot = cls(*init_a, **init_k).eval()

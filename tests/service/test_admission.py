@@ -35,6 +35,7 @@ from service.admission.budget import (
 from service.observability.metrics import Metrics
 from service.responses.formats import Bundle, encode_bundle
 from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
+from tests.references import sinusoidal
 
 MiB = 1 << 20
 
@@ -225,7 +226,7 @@ def _send_held(body: bytes, fail_after: int | None = None) -> tuple[ByteBudget, 
         )
         assert budget.in_flight == len(body)
         with contextlib.suppress(OSError):  # the failing send re-raises after the release
-            await held({"type": "http", "method": "GET"}, receive, send)
+            await held({"type": "http", "method": "GET"}, receive, send)  # type: ignore[arg-type]
         return budget
 
     return run(main()), sent
@@ -334,8 +335,8 @@ def _scripted_client(statuses: list[tuple[int, str | None]], **kwargs: object): 
             return httpx.Response(200, json={"status": "ok"})
         return httpx.Response(status, json={"detail": "busy"}, headers=headers)
 
-    client = PosencClient("http://test", transport=httpx.MockTransport(handler), **kwargs)
-    client._sleep = slept.append  # type: ignore[method-assign]
+    client = PosencClient("http://test", transport=httpx.MockTransport(handler), **kwargs)  # type: ignore[arg-type]
+    client._sleep = slept.append  # type: ignore[method-assign,assignment]
     return client, calls, slept
 
 
@@ -411,15 +412,6 @@ def tight_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         assert proc.returncode == 0, log_path.read_text(errors="replace")[-4000:]
 
 
-def _sinusoidal(seq_len: int, d_model: int, offset: int) -> np.ndarray:
-    """Closed form, float64, interleaved layout: PE[p, 2i] = sin(p / 10000^(2i/D)), cos at 2i+1."""
-    pos = np.arange(offset, offset + seq_len, dtype=np.float64)[:, None]
-    freq = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
-    out = np.empty((seq_len, d_model))
-    out[:, 0::2], out[:, 1::2] = np.sin(pos * freq), np.cos(pos * freq)
-    return out
-
-
 def test_overloaded_server_answers_only_200_or_429_and_stays_under_its_memory_bound(
     tight_server: tuple[str, int],
 ) -> None:
@@ -476,7 +468,7 @@ def test_overloaded_server_answers_only_200_or_429_and_stays_under_its_memory_bo
     # the served tables are right (spot check against the float64 closed form)
     _, _, content, offset = ok[-1]
     got = np.asarray(orjson.loads(content)["tensors"]["encoding"]["data"], dtype=np.float64)
-    want = _sinusoidal(seq_len, d_model, offset)
+    want = sinusoidal(range(offset, offset + seq_len), d_model)
     np.testing.assert_allclose(got, want, atol=2e-4, rtol=0)
 
     # memory: baseline + cache (0) + the budget (no single request exceeds it) + runtime slack
@@ -515,7 +507,7 @@ def test_client_retries_429_until_admitted(tight_server: tuple[str, int]) -> Non
     def one(i: int) -> float:
         with PosencClient(url, max_attempts=30, backoff=0.05, backoff_max=1.0) as client:
             r = client.sinusoidal(seq_len=1024, d_model=1024, offset=7 * i, format="json")
-            want = _sinusoidal(1024, 1024, 7 * i)
+            want = sinusoidal(range(7 * i, 7 * i + 1024), 1024)
             return float(np.abs(np.asarray(r.primary, dtype=np.float64) - want).max())
 
     with ThreadPoolExecutor(10) as pool:
@@ -713,4 +705,4 @@ def _check_refusal_and_client(url: str, socks: list[socket.socket], in_flight: f
     assert _metric(url, 'posenc_rejected_total{reason="overload"}') > rejected_before
     assert set(statuses) == {b"HTTP/1.1 200"}
     got = np.asarray(result["r"].primary, dtype=np.float64)  # type: ignore[attr-defined]
-    np.testing.assert_allclose(got, _sinusoidal(1024, 1024, 99), atol=2e-4, rtol=0)
+    np.testing.assert_allclose(got, sinusoidal(range(99, 99 + 1024), 1024), atol=2e-4, rtol=0)

@@ -28,7 +28,15 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.config import Settings
-from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
+from tests.helpers import (
+    HOST,
+    ApiClient,
+    clean_env,
+    free_port,
+    start_service,
+    stop_service,
+    wait_ready,
+)
 
 MiB = 1 << 20
 BUDGET = 16 << 30  # admits every request here at once: nothing waits
@@ -69,7 +77,7 @@ def _case(name: str, size: int) -> tuple[str, dict[str, str], Any, bytes | None]
         return "/v1/encodings/sinusoidal", {}, {"seq_len": size // 512, "d_model": 512}, None
     if name == "relative safetensors float64":
         t = int((size // 16) ** 0.5)
-        body = {"seq_len": t, "num_heads": 15, "dtype": "float64"}
+        body = {"seq_len": t, "num_heads": 15, "dtype": "float64"}  # type: ignore[dict-item]
         return "/v1/biases/relative", {"format": "safetensors"}, body, None
     raise KeyError(name)
 
@@ -85,12 +93,12 @@ CASES = {
 }
 
 
-def _post(client: httpx.Client, name: str, size: int) -> httpx.Response:
+def _post(client: ApiClient, name: str, size: int) -> httpx.Response:
     path, query, body, npy = _case(name, size)
     if npy is not None:
         headers = {"Content-Type": "application/x-npy"}
-        return client.post(path, params=query, content=npy, headers=headers)
-    return client.post(
+        return client.post(path, params=query, content=npy, headers=headers)  # type: ignore[return-value]
+    return client.post(  # type: ignore[return-value]
         path, params=query, content=json.dumps(body), headers={"Content-Type": "application/json"}
     )
 

@@ -181,7 +181,7 @@ MALFORMED = [
     (SAFETENSORS, struct.pack("<Q", 2**40) + b"{}", "over"),
     (SAFETENSORS, struct.pack("<Q", 100) + b"{}", "truncated"),
     (SAFETENSORS, struct.pack("<Q", 4) + b"\xff\xfe{}", "not JSON"),
-    (SAFETENSORS, _st_header([1, 2]), "JSON object"),
+    (SAFETENSORS, _st_header([1, 2]), "JSON object"),  # type: ignore[arg-type]
     (SAFETENSORS, _st_header({}), "no input_ids"),
     (
         SAFETENSORS,

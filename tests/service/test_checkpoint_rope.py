@@ -28,7 +28,7 @@ from safetensors.torch import save_file
 
 from posenc.checkpoints import read_checkpoint
 from posenc.model_configs import model_config
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig  # noqa: E402
@@ -125,7 +125,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def api(folders: dict[str, Path], gpt2_file: Path) -> Iterator[httpx.Client]:
+def api(folders: dict[str, Path], gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 from posenc.difference_plot import HEIGHT, PALETTE, WIDTH, difference_png, pair_colours
 from tests.helpers import make_settings
@@ -55,6 +55,7 @@ def api(gpt2_file: Path) -> Iterator[Any]:
 
 def _plot(content: bytes) -> tuple[np.ndarray, dict[str, Any]]:
     image = Image.open(io.BytesIO(content))
+    assert isinstance(image, PngImagePlugin.PngImageFile)
     assert image.format == "PNG" and image.size == (WIDTH, HEIGHT)
     return np.asarray(image.convert("RGB")), json.loads(image.text["posenc:plot"])
 

@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from safetensors.torch import save_file
 
 from service.app import create_app
-from tests.helpers import make_settings
+from tests.helpers import ApiClient, make_settings
 
 SMALL = 1000  # elements: every request below is over it
 D = 24
@@ -43,7 +43,7 @@ def rope_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def clients(gpt2_file: Path, rope_folder: Path) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+def clients(gpt2_file: Path, rope_folder: Path) -> Iterator[tuple[ApiClient, ApiClient]]:
     """(streaming: a limit of SMALL elements, whole: the default limit)."""
     models = f"tiny-gpt2={gpt2_file},r={rope_folder}"
     small = make_settings(gpt2_file, models=models, max_elements=SMALL)

@@ -478,8 +478,8 @@ def render(tensor: torch.Tensor, name: str = "encoding", **kwargs) -> tuple[Imag
     image.load()
     assert image.format == "PNG" and image.mode == "RGB"
     assert image.width <= 1024 and image.height <= 1024
-    layout = json.loads(image.text["posenc:layout"])
-    layout["title"] = image.text["Title"]
+    layout = json.loads(image.text["posenc:layout"])  # type: ignore[attr-defined]
+    layout["title"] = image.text["Title"]  # type: ignore[attr-defined]
     return image.convert("RGB"), layout
 
 

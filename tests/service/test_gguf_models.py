@@ -20,7 +20,14 @@ import numpy as np
 import pytest
 
 from posenc.gguf_tensors import GGML_TYPES
-from tests.helpers import clean_env, json_tensor, make_settings
+from tests.helpers import (
+    ApiClient,
+    clean_env,
+    json_tensor,
+    make_settings,
+    one_clear_line,
+    run_service,
+)
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gguf"
 TYPES = [name for name, _, _ in GGML_TYPES.values()]
@@ -35,7 +42,7 @@ VOCABS = {
 
 
 @pytest.fixture(scope="module")
-def api(gpt2_file: Path) -> Iterator[httpx.Client]:
+def api(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -126,7 +133,6 @@ def test_unsupported_gguf_tokenizer_is_a_422_naming_it(tmp_path: Path) -> None:
 
 
 def test_truncated_gguf_stops_start_up_with_one_clear_line(tmp_path: Path) -> None:
-    from tests.service.test_startup import one_clear_line, run_service
 
     bad = tmp_path / "cut.gguf"
     bad.write_bytes((FIXTURES / "tiny-F32.gguf").read_bytes()[:900])
@@ -168,7 +174,7 @@ SCALED = {  # model name -> (file, layout, speed of the 8 pairs, magnitude), R =
 
 
 @pytest.fixture(scope="module")
-def scaled_api(gpt2_file: Path) -> Iterator[httpx.Client]:
+def scaled_api(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

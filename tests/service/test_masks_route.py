@@ -12,7 +12,7 @@ from PIL import Image
 
 from posenc.masks import attention_bias, attention_mask, mask_rule
 from posenc.model_configs import model_config
-from tests.lib.test_masks import GRANITE_4H, QWEN3_NEXT
+from tests.references import GRANITE_4H, QWEN3_NEXT
 
 
 def _tensor(body: dict, name: str) -> np.ndarray:

@@ -33,6 +33,7 @@ from posenc.errors import InvalidArgument
 from posenc.models import load_safetensors_model
 from tests.helpers import (
     HOST,
+    ApiClient,
     clean_env,
     free_port,
     json_tensor,
@@ -213,7 +214,7 @@ def family_live(checkpoints: dict[str, Path], tmp_path_factory) -> Iterator[http
 
 
 @pytest.fixture(scope="module")
-def family_inprocess(checkpoints: dict[str, Path], gpt2_file: Path) -> Iterator[httpx.Client]:
+def family_inprocess(checkpoints: dict[str, Path], gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-from tests.lib.test_mrope import CASES, IMG, VE, VS
+from tests.references import IMG, MROPE_CONFIGS, VE, VS
 
 
 def test_position_ids_restart_at_each_document(app_client: httpx.Client) -> None:
@@ -23,7 +23,7 @@ def test_position_ids_restart_at_each_document(app_client: httpx.Client) -> None
 def test_mrope_ids_document_by_document(app_client: httpx.Client) -> None:
     """Two documents, an image in the second: its ids are those of the second sent alone."""
     second = [7, VS, IMG, IMG, IMG, IMG, VE, 9]
-    body = {"image_grid_thw": [[1, 4, 4]], "config": CASES["qwen2_vl"][0]}
+    body = {"image_grid_thw": [[1, 4, 4]], "config": MROPE_CONFIGS["qwen2_vl"]}
     packed = app_client.post(
         "/v1/position-ids/mrope",
         json={**body, "input_ids": [[1, 2, 3, *second]], "cu_seqlens": [0, 3, 11]},

@@ -8,8 +8,9 @@ import math
 import httpx
 import numpy as np
 
+from posenc.model_configs import model_config
 from tests.helpers import json_tensor
-from tests.lib.test_query_scale import SCOUT
+from tests.references import SCOUT
 
 
 def test_scout_config_post(app_client: httpx.Client) -> None:
@@ -64,7 +65,7 @@ def test_config_without_a_query_scale_is_422(app_client: httpx.Client) -> None:
 
 
 def test_configs_positions_describes_query_scale_and_relative(app_client: httpx.Client) -> None:
-    from tests.lib.test_relative_families import DEBERTA_V3_BASE, SWIN_TINY
+    deberta_v3_base, swin_tiny = model_config("deberta-v3-base"), model_config("swin-tiny")
 
     scout = app_client.post("/v1/configs/positions", json={"config": SCOUT}).json()
     assert scout["query_scale"] == {
@@ -76,14 +77,14 @@ def test_configs_positions_describes_query_scale_and_relative(app_client: httpx.
         "endpoint": "/v1/encodings/query-scale",
     }
     assert all(scout["layer_types"][i] == "no_rope" for i in scout["query_scale"]["layers"])
-    deberta = app_client.post("/v1/configs/positions", json={"config": DEBERTA_V3_BASE}).json()
+    deberta = app_client.post("/v1/configs/positions", json={"config": deberta_v3_base}).json()
     assert deberta["kind"] == "relative" and deberta["query_scale"] is None
     assert deberta["relative"] == {
         "bucketing": "deberta",
         "position_buckets": 256,
         "max_position": 512,
     }
-    swin = app_client.post("/v1/configs/positions", json={"config": SWIN_TINY}).json()
+    swin = app_client.post("/v1/configs/positions", json={"config": swin_tiny}).json()
     assert swin["relative"] == {"bucketing": "swin", "window_size": 7}
 
 

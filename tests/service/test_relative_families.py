@@ -8,8 +8,12 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.model_configs import model_config
 from tests.helpers import json_tensor
-from tests.lib.test_relative_families import DEBERTA_V3_BASE, SWIN_TINY, reference_build
+from tests.references import deberta_build_relative_position
+
+DEBERTA_V3_BASE = model_config("deberta-v3-base")
+SWIN_TINY = model_config("swin-tiny")
 
 
 def test_deberta_v3_config(app_client: httpx.Client) -> None:
@@ -21,7 +25,7 @@ def test_deberta_v3_config(app_client: httpx.Client) -> None:
     assert set(body["tensors"]) == {"buckets"}
     got = json_tensor(body, "buckets")
     assert got.dtype == np.int64 and got.shape == (300, 700)
-    np.testing.assert_array_equal(got, reference_build(300, 700, 256, 512).numpy())
+    np.testing.assert_array_equal(got, deberta_build_relative_position(300, 700, 256, 512).numpy())
     meta = body["meta"]
     assert meta["bucketing"] == "deberta" and meta["max_position"] == 512
     assert meta["position_buckets"] == 256 and meta["config_model_type"] == "deberta-v2"
@@ -78,7 +82,7 @@ def test_presets_quote_the_published_configs(app_client: httpx.Client) -> None:
         "/v1/biases/relative", json={"preset": "deberta-v3-base", "seq_len": 40, "key_len": 80}
     ).json()
     np.testing.assert_array_equal(
-        json_tensor(body, "buckets"), reference_build(40, 80, 256, 512).numpy()
+        json_tensor(body, "buckets"), deberta_build_relative_position(40, 80, 256, 512).numpy()
     )
     swin = app_client.post("/v1/biases/relative", json={"preset": "swin-tiny"}).json()
     assert swin["tensors"]["buckets"]["shape"] == [49, 49]

@@ -31,6 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import clean_env, free_port, start_service, stop_service, wait_ready
+from tests.references import sinusoidal
 
 HOST = "127.0.0.1"
 MAX_ELEMENTS = 4_194_304  # POSENC_MAX_ELEMENTS of the server under test: 4096 x 1024
@@ -55,7 +56,7 @@ class LiveServer:
 
     def _pids(self) -> list[int]:
         """The server process and its descendants (uvicorn workers, if any)."""
-        pids, parents = [self.proc.pid], {}
+        pids, parents = [self.proc.pid], dict[int, list[int]]()
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
@@ -118,16 +119,6 @@ def client(server: LiveServer) -> Iterator[httpx.Client]:
 # --------------------------------------------------------------------------- helpers
 
 
-def sinusoidal_reference(seq_len: int, d_model: int) -> np.ndarray:
-    """The interleaved table from its formula, in float64: (T, D)."""
-    pos = np.arange(seq_len, dtype=np.float64)[:, None]
-    w = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
-    table = np.empty((seq_len, d_model))
-    table[:, 0::2] = np.sin(pos * w)
-    table[:, 1::2] = np.cos(pos * w)
-    return table
-
-
 def assert_healthy(server: LiveServer) -> None:
     """The process runs, /healthz is 200 and a normal request gives the right table."""
     assert server.proc.poll() is None, server.log_text()[-3000:]
@@ -136,7 +127,7 @@ def assert_healthy(server: LiveServer) -> None:
         r = c.post("/v1/encodings/sinusoidal", json={"seq_len": 16, "d_model": 8})
         assert r.status_code == 200, r.text
         got = np.array(r.json()["tensors"]["encoding"]["data"], dtype=np.float64)
-        np.testing.assert_allclose(got, sinusoidal_reference(16, 8), rtol=0, atol=1e-6)
+        np.testing.assert_allclose(got, sinusoidal(range(16), 8), rtol=0, atol=1e-6)
 
 
 def assert_no_tracebacks(server: LiveServer) -> None:
@@ -351,7 +342,7 @@ def test_a_client_sending_byte_by_byte_neither_blocks_others_nor_breaks(
         sock.close()
     assert status == 200
     got = np.array(json.loads(rest)["tensors"]["encoding"]["data"])
-    np.testing.assert_allclose(got, sinusoidal_reference(32, 16), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, sinusoidal(range(32), 16), rtol=0, atol=1e-6)
     assert_healthy(server)
 
 
@@ -387,7 +378,7 @@ def test_a_client_reading_slowly_gets_every_byte_and_others_are_served(
         sock.close()
     assert body == expected
     table = np.frombuffer(body, dtype="<f4").reshape(1024, 1024)
-    np.testing.assert_allclose(table[:4], sinusoidal_reference(4, 1024), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(table[:4], sinusoidal(range(4), 1024), rtol=0, atol=1e-6)
     assert_healthy(server)
 
 
@@ -688,7 +679,7 @@ def test_sigterm_lets_the_in_flight_response_finish_then_exits_0(tmp_path: Path)
         assert len(body) == MAX_ELEMENTS * 4
         table = np.frombuffer(body, dtype="<f4").reshape(4096, 1024)
         np.testing.assert_allclose(
-            table[-2:], sinusoidal_reference(4096, 1024)[-2:], rtol=0, atol=1e-6
+            table[-2:], sinusoidal(range(4096), 1024)[-2:], rtol=0, atol=1e-6
         )
         assert live.proc.wait(timeout=HANG_S) == 0, live.log_text()[-3000:]
         with pytest.raises(httpx.ConnectError):  # and it is really gone

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
-from tests.helpers import make_settings
+from tests.helpers import ApiClient, make_settings
 
 SIN = "/v1/encodings/sinusoidal"
 BODY = {"seq_len": 16, "d_model": 8}
@@ -29,8 +29,8 @@ def counter(client: httpx.Client, name: str, **labels: str) -> float:
     return 0.0
 
 
-def replays(client: httpx.Client) -> float:
-    return counter(client, "posenc_cache_hits_total", cache="replay")
+def replays(client: ApiClient) -> float:
+    return counter(client, "posenc_cache_hits_total", cache="replay")  # type: ignore[arg-type]
 
 
 def same_answer(a: httpx.Response, b: httpx.Response) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import httpx
 import pytest
@@ -39,7 +40,7 @@ def test_a_sane_id_is_echoed(api: httpx.Client, sent: str) -> None:
     ["x" * 129, "has space", "semi;colon", 'quote"d', "<script>", "tab\there", "ü".encode()],
 )
 def test_an_insane_id_is_replaced(api: httpx.Client, sent: str | bytes) -> None:
-    r = api.get("/healthz", headers={"X-Request-ID": sent})
+    r = api.get("/healthz", headers={"X-Request-ID": sent})  # type: ignore[arg-type]
     assert r.status_code == 200
     got = r.headers["x-request-id"]
     assert GENERATED.fullmatch(got) and got != sent
@@ -140,7 +141,11 @@ def test_the_access_log_records_the_id_route_status_bytes_and_cache(
         miss = client.post(SIN, json=body, headers={"X-Request-ID": "log-1"})
         hit = client.post(SIN, json=body, headers={"X-Request-ID": "log-2"})
         missing = client.get("/v1/models/absent", headers={"X-Request-ID": "log-3"})
-    records = {r.request_id: r for r in caplog.records if r.name == "service.access"}
+    records: dict[str, Any] = {
+        r.request_id: r  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "service.access"  # type: ignore[attr-defined]
+    }
     one, two, three = records["log-1"], records["log-2"], records["log-3"]
     assert (one.method, one.route, one.status, one.cache) == ("POST", SIN, 200, "miss")
     assert (two.status, two.cache, two.route) == (200, "hit", SIN)

@@ -1,8 +1,10 @@
 """A RoPE scaling type is one module: defined below, in this file only, and registered for the
 test, it is served by ``/v1/encodings/rope``, validated (its bounds and its own rule, 422 naming
-the field) and documented in ``/openapi.json``, with values checked against its closed form.
+the field), documented in ``/openapi.json`` and in vLLM's chain of types (``engine: vllm``,
+its own class and cache rows), with values checked against its closed form.
 
-The toy type ``halved`` divides every frequency by ``2·factor`` (``factor <= 16``).
+The toy type ``halved`` divides every frequency by ``2·factor`` (``factor <= 16``); its vLLM
+class ``HalvedRotaryEmbedding`` keeps ``2·max_position`` rows.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 import pytest
@@ -24,6 +26,8 @@ from posenc.errors import InvalidArgument
 from posenc.rope import RopeScaling, rope_inv_freq, scaling
 from posenc.rope.kind import rope_kind
 from posenc.rope.parameters import parameter, parameters_of
+from posenc.rope.vllm import vllm_classes, vllm_rope
+from posenc.rope.vllm_cache import VllmRope, VllmServer
 from service.app import create_app
 from service.config import Settings
 from tests.helpers import json_tensor
@@ -51,12 +55,21 @@ def _inv_freq(
     return inv_freq / (2.0 * float(s.factor)), 1.0
 
 
+def _vllm(
+    inv_freq: Tensor, rotary_dim: int, base: float, scaling: Any, server: VllmServer
+) -> VllmRope:
+    factor = float(scaling["factor"])
+    return VllmRope("halved", inv_freq / (2.0 * factor), 1.0, 2 * server.max_position)
+
+
 HALVED = types.ModuleType("halved")
 HALVED.NAME = "halved"  # type: ignore[attr-defined]
 HALVED.LABEL = "Halved"  # type: ignore[attr-defined]
 HALVED.Params = HalvedParams  # type: ignore[attr-defined]
 HALVED.validate = _validate  # type: ignore[attr-defined]
 HALVED.inv_freq = _inv_freq  # type: ignore[attr-defined]
+HALVED.VLLM_CLASS = "HalvedRotaryEmbedding"  # type: ignore[attr-defined]
+HALVED.vllm = _vllm  # type: ignore[attr-defined]
 
 # ---------------------------------------------------------------------------------------------
 
@@ -130,8 +143,51 @@ def test_the_library_follows_the_registry(halved: None) -> None:
     assert exc.value.field == "scaling.factor"
 
 
+def test_vllms_chain_follows_the_registry(halved: None) -> None:
+    """vLLM's chain of types is read off the modules: the registered type is built by its own
+    rule, in the library and through ``/v1/encodings/rope`` with ``engine: vllm``."""
+    assert vllm_classes()["halved"] == "HalvedRotaryEmbedding"
+    rope = vllm_rope(
+        8, 10000.0, {"type": "halved", "factor": 2.0}, max_position=32, max_model_len=32
+    )
+    expected = torch.tensor([10000.0 ** (-2 * i / 8) / 4 for i in range(4)], dtype=torch.float64)
+    torch.testing.assert_close(rope.inv_freq, expected, rtol=0, atol=1e-15)
+    assert (rope.rope_type, rope.rows) == ("halved", 64)
+    body = {"seq_len": 5, "head_dim": 8, "dtype": "float64", "engine": "vllm"}
+    with TestClient(create_app(Settings())) as client:
+        r = client.post(
+            "/v1/encodings/rope",
+            json={**body, "max_model_len": 3, "scaling": {"type": "halved", "factor": 1.5}},
+        )
+        assert r.status_code == 200, r.text
+        cos = json_tensor(r.json(), "cos")
+        np.testing.assert_allclose(cos, _closed_form(5, 8, 10000.0, 1.5), rtol=0, atol=1e-12)
+        # its rows (2 * max_model_len = 6) bound the positions vLLM serves
+        beyond = client.post(
+            "/v1/encodings/rope",
+            json={**body, "max_model_len": 2, "scaling": {"type": "halved", "factor": 1.5}},
+        )
+        assert beyond.status_code == 422, beyond.text
+        assert "halved cos/sin cache of 4 rows" in beyond.json()["detail"]
+
+
+def test_the_built_in_types_name_their_vllm_classes() -> None:
+    """Each built-in type's module names the class vLLM's get_rope builds for it."""
+    assert vllm_classes() == {
+        "linear": "LinearScalingRotaryEmbedding",
+        "dynamic": "DynamicNTKScalingRotaryEmbedding",
+        "yarn": "YaRNScalingRotaryEmbedding",
+        "longrope": "Phi3LongRoPEScaledRotaryEmbedding",
+        "llama3": "Llama3RotaryEmbedding",
+        "proportional": "Gemma4RotaryEmbedding",
+    }
+
+
 def test_the_type_leaves_with_its_module() -> None:
     assert "halved" not in scaling.SCALING_TYPES
+    assert "halved" not in vllm_classes()
+    with pytest.raises(InvalidArgument, match="no rule for scaling type 'halved'"):
+        vllm_rope(8, 10000.0, {"type": "halved", "factor": 1.0}, max_position=8, max_model_len=8)
     with TestClient(create_app(Settings())) as client:
         r = client.post(
             "/v1/encodings/rope",

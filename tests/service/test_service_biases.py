@@ -11,22 +11,9 @@ import httpx
 import numpy as np
 import pytest
 import torch
-from transformers.models.t5.modeling_t5 import T5Attention
 
 from tests.helpers import base64_tensor, json_tensor
-
-
-def alibi_slopes_ref(n: int, max_bias: float = 8.0) -> np.ndarray:
-    """Power of two n: m_h = 2^(-max_bias (h+1)/n); else the p slopes of the largest power of
-    two p below n, then the first n-p of the even-indexed slopes (0, 2, 4, ...) for 2p heads."""
-
-    def power_of_two(k: int) -> list[float]:
-        return [2.0 ** (-max_bias * (h + 1) / k) for h in range(k)]
-
-    if n & (n - 1) == 0:
-        return np.array(power_of_two(n))
-    p = 1 << (n.bit_length() - 1)
-    return np.array(power_of_two(p) + power_of_two(2 * p)[0::2][: n - p])
+from tests.references import alibi_slopes, t5_buckets
 
 
 def alibi_bias_ref(slopes, t: int, s: int, mode: str) -> np.ndarray:
@@ -44,7 +31,7 @@ def test_alibi_slopes_and_causal_bias_follow_the_formula(api: httpx.Client, head
     r = api.post("/v1/biases/alibi", json={"num_heads": heads, "seq_len": 5, "key_len": 9})
     assert r.status_code == 200, r.text
     body = r.json()
-    slopes = alibi_slopes_ref(heads)
+    slopes = alibi_slopes(heads)
     np.testing.assert_allclose(json_tensor(body, "slopes"), slopes, rtol=1e-6, atol=0)
     bias = json_tensor(body, "bias")  # null -> -inf
     assert bias.shape == (heads, 5, 9)
@@ -70,7 +57,7 @@ def test_alibi_symmetric_max_bias_and_float64(api: httpx.Client) -> None:
         params={"encoding": "base64"},
     )
     body = r.json()
-    slopes = alibi_slopes_ref(5, 4.0)
+    slopes = alibi_slopes(5, 4.0)
     np.testing.assert_allclose(base64_tensor(body, "slopes"), slopes, rtol=1e-15)
     np.testing.assert_allclose(
         base64_tensor(body, "bias"), alibi_bias_ref(slopes, 7, 7, "symmetric"), rtol=1e-15
@@ -96,12 +83,12 @@ def test_alibi_presets_are_the_published_head_counts(app_client: httpx.Client) -
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["meta"]["num_heads"] == 32
-        np.testing.assert_allclose(json_tensor(body, "slopes"), alibi_slopes_ref(32), rtol=1e-6)
+        np.testing.assert_allclose(json_tensor(body, "slopes"), alibi_slopes(32), rtol=1e-6)
     # the body overrides the preset's num_heads
     body = app_client.post(
         "/v1/biases/alibi", json={"preset": "bloom-7b1", "seq_len": 2, "num_heads": 3}
     ).json()
-    np.testing.assert_allclose(json_tensor(body, "slopes"), alibi_slopes_ref(3), rtol=1e-6)
+    np.testing.assert_allclose(json_tensor(body, "slopes"), alibi_slopes(3), rtol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -129,12 +116,7 @@ def test_alibi_invalid_requests_are_422(app_client: httpx.Client, body: dict, wh
 def t5_buckets_ref(t: int, s: int, *, bidirectional=True, num_buckets=32, max_distance=128):
     query = torch.arange(t)[:, None] + (s - t)
     key = torch.arange(s)[None, :]
-    return T5Attention._relative_position_bucket(
-        key - query,
-        bidirectional=bidirectional,
-        num_buckets=num_buckets,
-        max_distance=max_distance,
-    ).numpy()
+    return t5_buckets(key - query, bidirectional, num_buckets, max_distance).numpy()
 
 
 @pytest.mark.parametrize(

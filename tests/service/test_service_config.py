@@ -8,7 +8,6 @@ closed forms evaluated here in float64.
 from __future__ import annotations
 
 import json
-import math
 
 import httpx
 import numpy as np
@@ -17,23 +16,9 @@ import torch
 
 from posenc.model_configs import model_config
 from tests.helpers import json_tensor
+from tests.references import llama3_inv_freq, rope_inv_freq
 
 transformers = pytest.importorskip("transformers")
-
-
-def _inv_freq(rotary_dim: int, base: float) -> np.ndarray:
-    return base ** (-np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
-
-
-def _llama3_inv_freq(
-    rotary_dim: int, base: float, factor: float, low: float, high: float, omax: int
-):
-    inv = _inv_freq(rotary_dim, base)
-    wavelen = 2 * math.pi / inv
-    out = np.where(wavelen > omax / low, inv / factor, inv)
-    smooth = (omax / wavelen - low) / (high - low)
-    medium = (wavelen >= omax / high) & (wavelen <= omax / low)
-    return np.where(medium, (1 - smooth) * out / factor + smooth * out, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -59,7 +44,7 @@ def test_preset_values_survive_when_body_omits_them(api: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     meta = r.json()["meta"]
     assert meta["base"] == 500000.0 and meta["rope_type"] == "llama3"
-    expected = _llama3_inv_freq(128, 500000.0, 8.0, 1.0, 4.0, 8192)
+    expected = llama3_inv_freq(rope_inv_freq(128, 500000.0), 8.0, 1.0, 4.0, 8192)
     np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), expected, rtol=1e-6)
     r = api.post("/v1/encodings/rope", json={"seq_len": 4, "preset": "gpt-j-6b"})
     assert r.json()["meta"]["layout"] == "interleaved"
@@ -75,7 +60,9 @@ def test_explicit_base_and_layout_override_the_preset(api: httpx.Client) -> None
 def test_documented_defaults_apply_without_preset(api: httpx.Client) -> None:
     r = api.post("/v1/encodings/rope", json={"seq_len": 3, "head_dim": 8})
     assert r.json()["meta"]["base"] == 10000.0 and r.json()["meta"]["layout"] == "half"
-    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(8, 10000.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        json_tensor(r.json(), "inv_freq"), rope_inv_freq(8, 10000.0), rtol=1e-6
+    )
     r = api.post("/v1/biases/alibi", json={"num_heads": 8, "seq_len": 2})
     np.testing.assert_allclose(json_tensor(r.json(), "slopes"), 2.0 ** -np.arange(1, 9), rtol=1e-6)
     r = api.post("/v1/biases/relative", json={"seq_len": 2})
@@ -104,7 +91,7 @@ def _hf_llama_cos(config: dict, positions: list[int]) -> torch.Tensor:
     from transformers import AutoConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
-    rot = LlamaRotaryEmbedding(config=AutoConfig.for_model(**config))
+    rot = LlamaRotaryEmbedding(config=AutoConfig.for_model(**config))  # type: ignore[arg-type]
     cos, _ = rot(torch.zeros(1), torch.tensor([positions]))
     return cos[0]
 
@@ -124,7 +111,9 @@ def test_body_fields_win_over_config(api: httpx.Client) -> None:
     body = {"seq_len": 2, "config": model_config("llama-2-7b"), "base": 20000.0, "head_dim": 64}
     r = api.post("/v1/encodings/rope", json=body)
     assert r.status_code == 200, r.text
-    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(64, 20000.0), rtol=1e-6)
+    np.testing.assert_allclose(
+        json_tensor(r.json(), "inv_freq"), rope_inv_freq(64, 20000.0), rtol=1e-6
+    )
 
 
 def test_yarn_config_attention_scaling_in_tables(api: httpx.Client) -> None:
@@ -148,7 +137,7 @@ def test_layer_type_required_for_per_layer_rope(api: httpx.Client) -> None:
         r = api.post("/v1/encodings/rope", json=body)
         assert r.status_code == 200, r.text
         np.testing.assert_allclose(
-            json_tensor(r.json(), "inv_freq"), _inv_freq(256, base), rtol=1e-6
+            json_tensor(r.json(), "inv_freq"), rope_inv_freq(256, base), rtol=1e-6
         )
     body = {"seq_len": 2, "config": model_config("llama-2-7b"), "layer_type": "full_attention"}
     assert api.post("/v1/encodings/rope", json=body).status_code == 422
@@ -312,7 +301,7 @@ def test_mrope_positions_with_config_equal_transformers(api: httpx.Client) -> No
     assert r.status_code == 200, r.text
     assert r.json()["meta"]["mrope_section"] == [16, 24, 24]
     tc = AutoConfig.for_model(**model_config("qwen2.5-vl-7b")).get_text_config()
-    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])
+    cos, sin = Qwen2_5_VLRotaryEmbedding(config=tc)(torch.zeros(1), torch.tensor(rows)[:, None])  # type: ignore[arg-type]
     np.testing.assert_allclose(json_tensor(r.json(), "cos"), cos[0].numpy(), atol=2e-5, rtol=0)
     np.testing.assert_allclose(json_tensor(r.json(), "sin"), sin[0].numpy(), atol=2e-5, rtol=0)
 
@@ -323,7 +312,7 @@ def test_mrope_section_in_the_body(api: httpx.Client) -> None:
     body = {"positions": rows, "head_dim": 6, "mrope_section": [1, 1, 1], "mrope_interleaved": True}
     r = api.post("/v1/encodings/rope", json=body)
     assert r.status_code == 200, r.text
-    inv = _inv_freq(6, 10000.0)
+    inv = rope_inv_freq(6, 10000.0)
     angles = np.array([rows[j][1] * inv[j] for j in range(3)])
     np.testing.assert_allclose(
         json_tensor(r.json(), "cos")[1], np.cos(np.concatenate([angles, angles])), atol=1e-6
@@ -344,7 +333,7 @@ def test_client_config_positions_and_rope_from_config(live_server: str) -> None:
         assert (info["rotary_dim"], info["layout"]) == (64, "interleaved")
         result = client.rope(seq_len=3, extra={"config": model_config("glm-4-9b")})
     assert result.cos.shape == (3, 64) and result.meta["config_model_type"] == "glm4"
-    np.testing.assert_allclose(result.inv_freq, _inv_freq(64, 10000.0), rtol=1e-6)
+    np.testing.assert_allclose(result.inv_freq, rope_inv_freq(64, 10000.0), rtol=1e-6)
 
 
 def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
@@ -360,7 +349,7 @@ def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
     assert cli.main([*argv, "--url", live_server, "-o", str(remote)]) == 0
     assert local.read_bytes() == remote.read_bytes()
     cos = np.load(local)  # Gemma 3 4b full attention: linear factor 8, theta 1e6
-    inv = _inv_freq(256, 1e6) / 8.0
+    inv = rope_inv_freq(256, 1e6) / 8.0
     np.testing.assert_allclose(cos[1], np.cos(7 * np.concatenate([inv, inv])), atol=1e-6)
     path.write_text(json.dumps(model_config("mpt-7b")))
     out = tmp_path / "alibi.npy"
@@ -377,7 +366,7 @@ def test_cli_config_local_equals_service(live_server: str, tmp_path) -> None:
 
 def test_mrope_section_in_a_get(api: httpx.Client) -> None:
     params = {"positions": "0,5", "head_dim": 6, "mrope_section": "1,1,1"}
-    get = api.get("/v1/encodings/rope", params=params)
+    get = api.get("/v1/encodings/rope", params=params)  # type: ignore[arg-type]
     post = api.post(
         "/v1/encodings/rope", json={"positions": [0, 5], "head_dim": 6, "mrope_section": [1, 1, 1]}
     )
@@ -406,7 +395,7 @@ def test_nanochat_config_gives_the_table_its_attention_applies(api: httpx.Client
     cos = torch.from_numpy(json_tensor(body, "cos"))
     sin = torch.from_numpy(json_tensor(body, "sin"))
     q = torch.randn(1, 2, 16, cos.shape[-1], generator=torch.Generator().manual_seed(0))
-    cos_hf, sin_hf = m.NanoChatRotaryEmbedding(config=cfg)(q, torch.arange(16)[None])
+    cos_hf, sin_hf = m.NanoChatRotaryEmbedding(config=cfg)(q, torch.arange(16)[None])  # type: ignore[arg-type]
     want, _ = m.apply_rotary_pos_emb(q, q, cos_hf, sin_hf)
     x1, x2 = q.double().chunk(2, dim=-1)
     got = q.double() * cos + torch.cat((-x2, x1), dim=-1) * sin  # Llama's rotate_half
@@ -432,7 +421,7 @@ def test_glm4_moe_odd_width_from_its_config(api: httpx.Client) -> None:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["meta"]["rotary_dim"] == 22 and body["meta"]["exponent_dim"] == 21
-    rot = m.Glm4MoeRotaryEmbedding(config=cfg)
+    rot = m.Glm4MoeRotaryEmbedding(config=cfg)  # type: ignore[arg-type]
     cos_hf, sin_hf = rot(torch.zeros(1), torch.arange(12)[None])
     np.testing.assert_allclose(json_tensor(body, "inv_freq"), rot.inv_freq.numpy(), rtol=2e-6)
     np.testing.assert_allclose(json_tensor(body, "cos"), cos_hf[0].numpy(), atol=2e-5, rtol=0)
@@ -446,7 +435,7 @@ def test_glm4_moe_odd_width_from_its_config(api: httpx.Client) -> None:
     r = api.post("/v1/encodings/rope", json={"seq_len": 2, "config": cfg.to_dict(),
                                              "rotary_dim": 16})  # fmt: skip
     assert r.status_code == 200 and r.json()["meta"]["exponent_dim"] == 16
-    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), _inv_freq(16, 10000.0),
+    np.testing.assert_allclose(json_tensor(r.json(), "inv_freq"), rope_inv_freq(16, 10000.0),
                                rtol=1e-6)  # fmt: skip
     r = api.post("/v1/encodings/rope", json={"seq_len": 2, "head_dim": 8, "exponent_dim": 5})
     assert r.status_code == 422 and r.json()["field"] == "exponent_dim"

@@ -15,7 +15,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 
 ROPE = "/v1/encodings/diffusion-rope"
 SINCOS = "/v1/encodings/sincos-2d"
@@ -115,7 +115,7 @@ def test_a_4k_video_grid_is_413_as_json(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def small_client(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

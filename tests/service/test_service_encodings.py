@@ -17,49 +17,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.helpers import GPT2_NAME, GPT2_SHAPE, base64_tensor, json_tensor
+from tests.references import llama3_inv_freq, rope_cos_sin, rope_inv_freq, sinusoidal
 
 # ---------------------------------------------------------------------------------------------
 # References
 # ---------------------------------------------------------------------------------------------
-
-
-def sinusoidal_ref(positions, d_model: int, base: float = 10000.0, layout: str = "interleaved"):
-    """API.md: interleaved PE[p,2i]=sin(p w_i), PE[p,2i+1]=cos(p w_i), w_i = base^(-2i/D);
-    concat [sin | cos]; tensor2tensor [sin | cos] with w_i = base^(-i/max(D/2-1, 1))."""
-    pos = np.asarray(positions, dtype=np.float64)[:, None]
-    half = d_model // 2
-    i = np.arange(half, dtype=np.float64)
-    w = base ** (-i / max(half - 1, 1)) if layout == "tensor2tensor" else base ** (-2 * i / d_model)
-    angles = pos * w
-    if layout == "interleaved":
-        out = np.empty((len(pos), d_model))
-        out[:, 0::2], out[:, 1::2] = np.sin(angles), np.cos(angles)
-        return out
-    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-
-
-def rope_inv_freq_ref(rotary_dim: int, base: float) -> np.ndarray:
-    return 1.0 / base ** (np.arange(0, rotary_dim, 2, dtype=np.float64) / rotary_dim)
-
-
-def llama3_inv_freq_ref(inv_freq, factor, low, high, original) -> np.ndarray:
-    """transformers ``_compute_llama3_parameters``, in numpy float64."""
-    low_wavelen, high_wavelen = original / low, original / high
-    wavelen = 2 * math.pi / inv_freq
-    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (original / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
-    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, scaled)
-
-
-def rope_ref(positions, inv_freq, layout="half", scaling=1.0):
-    angles = np.asarray(positions, dtype=np.float64)[:, None] * inv_freq[None, :]
-    if layout == "half":
-        angles = np.concatenate([angles, angles], axis=1)
-    else:
-        angles = np.repeat(angles, 2, axis=1)
-    return np.cos(angles) * scaling, np.sin(angles) * scaling
 
 
 def close(got, want, tol=1e-6):
@@ -78,7 +40,7 @@ def test_sinusoidal_layouts_match_the_formula(api: httpx.Client, layout: str) ->
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["tensors"]["encoding"]["dtype"] == "float32"
-    close(json_tensor(body, "encoding"), sinusoidal_ref(range(50), 32, layout=layout))
+    close(json_tensor(body, "encoding"), sinusoidal(range(50), 32, layout=layout))
     assert body["meta"]["layout"] == layout
 
 
@@ -98,7 +60,7 @@ def test_sinusoidal_is_exact_at_large_positions_with_offset(api: httpx.Client) -
     assert r.status_code == 200, r.text
     got = base64_tensor(r.json(), "encoding")
     assert got.dtype == np.float32 and got.shape == (5, 64)
-    close(got, sinusoidal_ref([p + 5 for p in positions], 64, base=500.0))
+    close(got, sinusoidal([p + 5 for p in positions], 64, base=500.0))
 
 
 def test_sinusoidal_seq_len_with_offset_and_float64(api: httpx.Client) -> None:
@@ -109,7 +71,7 @@ def test_sinusoidal_seq_len_with_offset_and_float64(api: httpx.Client) -> None:
     )
     got = base64_tensor(r.json(), "encoding")
     assert got.dtype == np.float64
-    close(got, sinusoidal_ref(range(1000, 1006), 10), tol=1e-12)
+    close(got, sinusoidal(range(1000, 1006), 10), tol=1e-12)
 
 
 @pytest.mark.parametrize(("dtype", "tol"), [("float16", 1e-3), ("bfloat16", 8e-3)])
@@ -121,7 +83,7 @@ def test_sinusoidal_half_precision_dtypes(api: httpx.Client, dtype: str, tol: fl
     )
     body = r.json()
     assert body["tensors"]["encoding"]["dtype"] == dtype
-    close(base64_tensor(body, "encoding"), sinusoidal_ref(range(20), 16), tol=tol)
+    close(base64_tensor(body, "encoding"), sinusoidal(range(20), 16), tol=tol)
 
 
 @pytest.mark.parametrize(
@@ -244,8 +206,8 @@ def test_rope_tables_match_the_formula(api: httpx.Client, layout: str) -> None:
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    inv_freq = rope_inv_freq_ref(16, 500.0)
-    cos, sin = rope_ref(range(30), inv_freq, layout)
+    inv_freq = rope_inv_freq(16, 500.0)
+    cos, sin = rope_cos_sin(range(30), inv_freq, layout)
     close(json_tensor(body, "cos"), cos)
     close(json_tensor(body, "sin"), sin)
     close(json_tensor(body, "inv_freq"), inv_freq)
@@ -264,7 +226,7 @@ def test_rope_partial_rotary_and_explicit_positions(api: httpx.Client) -> None:
     body = r.json()
     assert body["tensors"]["cos"]["shape"] == [4, 16]
     assert body["tensors"]["inv_freq"]["shape"] == [8]
-    cos, sin = rope_ref(positions, rope_inv_freq_ref(16, 10000.0))
+    cos, sin = rope_cos_sin(positions, rope_inv_freq(16, 10000.0))
     close(base64_tensor(body, "cos"), cos)
     close(base64_tensor(body, "sin"), sin)
 
@@ -275,9 +237,9 @@ def test_rope_linear_scaling_divides_the_frequencies(api: httpx.Client) -> None:
         json={"seq_len": 10, "head_dim": 8, "scaling": {"type": "linear", "factor": 4.0}},
     )
     body = r.json()
-    inv_freq = rope_inv_freq_ref(8, 10000.0) / 4.0
+    inv_freq = rope_inv_freq(8, 10000.0) / 4.0
     close(json_tensor(body, "inv_freq"), inv_freq)
-    close(json_tensor(body, "cos"), rope_ref(range(10), inv_freq)[0])
+    close(json_tensor(body, "cos"), rope_cos_sin(range(10), inv_freq)[0])
 
 
 def test_rope_yarn_applies_its_attention_scaling(app_client: httpx.Client) -> None:
@@ -303,13 +265,13 @@ def test_rope_dynamic_rescales_only_beyond_the_original_length(app_client: httpx
     short = app_client.post(
         "/v1/encodings/rope", json={"seq_len": 16, "head_dim": 8, "scaling": scaling}
     ).json()
-    close(json_tensor(short, "inv_freq"), rope_inv_freq_ref(8, 10000.0))
+    close(json_tensor(short, "inv_freq"), rope_inv_freq(8, 10000.0))
     long = app_client.post(
         "/v1/encodings/rope", json={"positions": [0, 31], "head_dim": 8, "scaling": scaling}
     ).json()
     # transformers _compute_dynamic_ntk_parameters with seq_len 32
     base = 10000.0 * ((2.0 * 32 / 16) - (2.0 - 1)) ** (8 / (8 - 2))
-    close(json_tensor(long, "inv_freq"), rope_inv_freq_ref(8, base))
+    close(json_tensor(long, "inv_freq"), rope_inv_freq(8, base))
 
 
 def test_rope_llama3_preset_is_the_published_config(api: httpx.Client) -> None:
@@ -323,9 +285,9 @@ def test_rope_llama3_preset_is_the_published_config(api: httpx.Client) -> None:
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    inv_freq = llama3_inv_freq_ref(rope_inv_freq_ref(128, 500000.0), 8.0, 1.0, 4.0, 8192)
+    inv_freq = llama3_inv_freq(rope_inv_freq(128, 500000.0), 8.0, 1.0, 4.0, 8192)
     close(base64_tensor(body, "inv_freq"), inv_freq)
-    cos, sin = rope_ref(positions, inv_freq)
+    cos, sin = rope_cos_sin(positions, inv_freq)
     close(base64_tensor(body, "cos"), cos)
     close(base64_tensor(body, "sin"), sin)
     assert body["meta"]["preset"] == "llama-3.1-8b"
@@ -335,11 +297,11 @@ def test_rope_body_fields_override_the_preset(app_client: httpx.Client) -> None:
     base = {"seq_len": 5, "preset": "llama-3.1-8b"}
     # base overridden, scaling kept from the preset
     r = app_client.post("/v1/encodings/rope", json={**base, "base": 10000.0}).json()
-    want = llama3_inv_freq_ref(rope_inv_freq_ref(128, 10000.0), 8.0, 1.0, 4.0, 8192)
+    want = llama3_inv_freq(rope_inv_freq(128, 10000.0), 8.0, 1.0, 4.0, 8192)
     close(json_tensor(r, "inv_freq"), want)
     # an explicit null scaling overrides the preset's scaling
     r = app_client.post("/v1/encodings/rope", json={**base, "scaling": None}).json()
-    close(json_tensor(r, "inv_freq"), rope_inv_freq_ref(128, 500000.0))
+    close(json_tensor(r, "inv_freq"), rope_inv_freq(128, 500000.0))
     assert r["meta"]["scaling"] is None
     # rotary_dim overridden: partial rotary of the preset's head_dim
     r = app_client.post("/v1/encodings/rope", json={**base, "rotary_dim": 32}).json()

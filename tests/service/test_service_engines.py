@@ -18,7 +18,7 @@ import pytest
 
 from posenc import resolve
 from posenc.rope import ROPE
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 CASES = {c["name"]: c for c in json.loads(FIXTURE.read_text())["cases"]}
@@ -70,7 +70,7 @@ def test_rope_engine_vllm_refuses_positions_beyond_its_rows(api: httpx.Client) -
 
 
 @pytest.fixture(scope="module")
-def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def small_client(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

@@ -16,7 +16,15 @@ from PIL import Image
 from prometheus_client.parser import text_string_to_metric_families
 
 from service.app import create_app
-from tests.helpers import GPT2_NAME, json_tensor, make_settings, raw_tensor, safetensors_metadata
+from tests.helpers import (
+    GPT2_NAME,
+    ApiClient,
+    json_tensor,
+    make_settings,
+    raw_tensor,
+    safetensors_metadata,
+)
+from tests.references import sinusoidal
 
 SIN = "/v1/encodings/sinusoidal"
 SIN_BODY = {"seq_len": 6, "d_model": 8}
@@ -27,14 +35,6 @@ MEDIA = {
     "raw": "application/octet-stream",
     "png": "image/png",
 }
-
-
-def sinusoidal_ref(seq_len: int, d_model: int) -> np.ndarray:
-    pos = np.arange(seq_len, dtype=np.float64)[:, None]
-    w = 10000.0 ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)
-    out = np.empty((seq_len, d_model))
-    out[:, 0::2], out[:, 1::2] = np.sin(pos * w), np.cos(pos * w)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_json_is_the_default_and_for_any_type(api: httpx.Client) -> None:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("application/json")
         np.testing.assert_allclose(
-            json_tensor(r.json(), "encoding"), sinusoidal_ref(6, 8), atol=1e-6
+            json_tensor(r.json(), "encoding"), sinusoidal(range(6), 8), atol=1e-6
         )
 
 
@@ -76,7 +76,7 @@ def test_npy_is_the_primary_tensor(api: httpx.Client) -> None:
     assert r.headers["content-type"] == MEDIA["npy"]
     arr = np.load(io.BytesIO(r.content))
     assert arr.dtype == np.float64 and arr.shape == (6, 8)
-    np.testing.assert_allclose(arr, sinusoidal_ref(6, 8), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(arr, sinusoidal(range(6), 8), rtol=1e-12, atol=1e-12)
 
 
 def test_raw_has_tensor_headers(api: httpx.Client) -> None:
@@ -125,7 +125,7 @@ def test_base64_json_keeps_shape_and_dtype(api: httpx.Client) -> None:
     t = r.json()["tensors"]["encoding"]
     assert t["shape"] == [6, 8] and t["dtype"] == "float16" and isinstance(t["data"], str)
     arr = np.frombuffer(base64.b64decode(t["data"]), dtype="<f2").reshape(6, 8)
-    np.testing.assert_allclose(arr, sinusoidal_ref(6, 8), atol=1e-3)
+    np.testing.assert_allclose(arr, sinusoidal(range(6), 8), atol=1e-3)
 
 
 def test_format_parameter_wins_over_accept_and_q_values_count(api: httpx.Client) -> None:
@@ -366,7 +366,7 @@ def test_vary_and_server_timing(api: httpx.Client) -> None:
     assert r.status_code == 422 and r.headers["vary"] == "Accept"
 
 
-def _counter(client: httpx.Client, name: str, **labels: str) -> float:
+def _counter(client: ApiClient, name: str, **labels: str) -> float:
     text = client.get("/metrics").text
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
@@ -485,7 +485,7 @@ def test_api_key_guards_v1_only(gpt2_file) -> None:
         ok = client.post(SIN, json=SIN_BODY, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
         np.testing.assert_allclose(
-            json_tensor(ok.json(), "encoding"), sinusoidal_ref(6, 8), atol=1e-6
+            json_tensor(ok.json(), "encoding"), sinusoidal(range(6), 8), atol=1e-6
         )
         for path in ("/healthz", "/readyz", "/docs", "/openapi.json", "/metrics"):
             assert client.get(path).status_code == 200, path

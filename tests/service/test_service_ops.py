@@ -4,8 +4,6 @@ configuration ends it with one clear line, ``--workers`` serves through the impo
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import httpx
@@ -18,10 +16,10 @@ import posenc
 from service.app import create_app
 from tests.helpers import (
     CONTRACT_PRESETS,
-    ROOT,
     clean_env,
     free_port,
     make_settings,
+    run_service,
     start_service,
     stop_service,
     wait_ready,
@@ -204,20 +202,9 @@ def test_docs_are_served_offline(app_client: httpx.Client) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _run_service(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "--port", str(free_port()), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a machine without CUDA")
 def test_cuda_without_a_gpu_stops_start_up_with_a_clear_message() -> None:
-    result = _run_service(clean_env(POSENC_DEVICE="cuda"))
+    result = run_service(clean_env(POSENC_DEVICE="cuda"))
     assert result.returncode != 0
     assert "CUDA is not available" in result.stderr and "POSENC_DEVICE" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
@@ -225,13 +212,13 @@ def test_cuda_without_a_gpu_stops_start_up_with_a_clear_message() -> None:
 
 def test_bad_configuration_stops_start_up_with_a_clear_message(tmp_path: Path) -> None:
     missing = tmp_path / "absent.safetensors"
-    result = _run_service(clean_env(POSENC_MODELS=f"mine={missing}"))
+    result = run_service(clean_env(POSENC_MODELS=f"mine={missing}"))
     assert result.returncode != 0 and str(missing) in result.stderr
     assert "Traceback" not in result.stderr
-    result = _run_service(clean_env(POSENC_MAX_ELEMENTS="lots"))
+    result = run_service(clean_env(POSENC_MAX_ELEMENTS="lots"))
     assert result.returncode != 0 and "POSENC_MAX_ELEMENTS" in result.stderr
     assert "Traceback" not in result.stderr
-    result = _run_service(clean_env(POSENC_MODELS="no-equals-sign"))
+    result = run_service(clean_env(POSENC_MODELS="no-equals-sign"))
     assert result.returncode != 0 and "name=path" in result.stderr
 
 
@@ -276,7 +263,7 @@ def test_device_check_in_a_child_process_says_what_the_in_process_check_says(dev
 
 
 def test_workers_with_an_unusable_device_stop_with_one_clear_line() -> None:
-    result = _run_service(clean_env(POSENC_DEVICE="cuda:99"), "--workers", "2")
+    result = run_service(clean_env(POSENC_DEVICE="cuda:99"), "--workers", "2")
     assert result.returncode == 2
     assert "POSENC_DEVICE='cuda:99'" in result.stderr and "cuda:99" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout

@@ -21,7 +21,7 @@ import torch
 from safetensors.numpy import load as st_load
 from transformers import CONFIG_MAPPING
 
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 from tests.lib.vision_learned_reference import model_rows
 
 ROUTE = "/v1/encodings/vision-learned"
@@ -56,7 +56,7 @@ def test_clip_upsampled_non_square_equals_its_forward(api: httpx.Client) -> None
     r = api.post(ROUTE, json={"config": CLIP, "grid": [5, 9], "seed": 7})
     assert r.status_code == 200, r.text
     body = r.json()
-    want = reference("clip_vision_model", CLIP["vision_config"], (5, 9), seed=7)
+    want = reference("clip_vision_model", CLIP["vision_config"], (5, 9), seed=7)  # type: ignore[arg-type]
     got = json_tensor(body, "pos_embed")
     assert got.shape == (1 + 45, 768)
     np.testing.assert_allclose(got, want, rtol=0, atol=8e-6 * np.abs(want).max())
@@ -72,7 +72,7 @@ def test_engine_precision_is_the_forward_bit_for_bit(api: httpx.Client) -> None:
     body = {"config": CLIP, "grid": [3, 4], "seed": 7, "precision": "engine"}
     r = api.post(ROUTE, params={"format": "npy"}, json=body)
     assert r.status_code == 200, r.text
-    want = reference("clip_vision_model", CLIP["vision_config"], (3, 4), seed=7)
+    want = reference("clip_vision_model", CLIP["vision_config"], (3, 4), seed=7)  # type: ignore[arg-type]
     np.testing.assert_array_equal(np.load(io.BytesIO(r.content)), want.astype(np.float32))
 
 
@@ -119,7 +119,7 @@ def test_resample_needs_no_weights_and_is_the_towers_resize_of_the_identity(
     assert r.status_code == 200, r.text
     body = r.json()
     assert list(body["tensors"]) == ["resample"]
-    model = CONFIG_MAPPING["siglip2_vision_model"](**keys)
+    model = CONFIG_MAPPING["siglip2_vision_model"](**keys)  # type: ignore[arg-type]
     want = model_rows(model, (3, 7), torch.eye(16)).double().numpy()
     np.testing.assert_allclose(json_tensor(body, "resample"), want, rtol=0, atol=1e-6)
     assert body["meta"]["resize"] == "naflex" and body["meta"]["class_token"] is False
@@ -167,7 +167,7 @@ def test_over_the_limit_is_413_before_computing(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def small_client(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -249,7 +249,7 @@ def vision_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
     torch.manual_seed(0)
     vit = tmp_path_factory.mktemp("vit")
-    ViTModel(ViTConfig(**VIT_KEYS)).save_pretrained(vit)
+    ViTModel(ViTConfig(**VIT_KEYS)).save_pretrained(vit)  # type: ignore[arg-type]
     clip = tmp_path_factory.mktemp("clip")
     text = {"hidden_size": 16, "num_attention_heads": 2, "num_hidden_layers": 1,
             "intermediate_size": 8, "vocab_size": 50}  # fmt: skip
@@ -258,7 +258,7 @@ def vision_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def vision_client(gpt2_file: Path, vision_folders: dict[str, Path]) -> Iterator[httpx.Client]:
+def vision_client(gpt2_file: Path, vision_folders: dict[str, Path]) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -275,7 +275,7 @@ def _own_interpolation(model: torch.nn.Module, grid: tuple[int, int]) -> np.ndar
     embeddings = torch.zeros(1, 1 + h * w, width)
     patch = VIT_KEYS["patch_size"]
     with torch.no_grad():
-        out = model.interpolate_pos_encoding(embeddings, h * patch, w * patch)
+        out = model.interpolate_pos_encoding(embeddings, h * patch, w * patch)  # type: ignore[operator]
     return out[0].detach().double().numpy()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load as st_load
 
-from tests.helpers import json_tensor, make_settings
+from tests.helpers import ApiClient, json_tensor, make_settings
 
 ROUTE = "/v1/encodings/vision-rope"
 
@@ -172,7 +172,7 @@ def test_over_the_limit_is_413_before_computing(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module")
-def small_client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def small_client(gpt2_file: Path) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -190,7 +190,7 @@ def test_streams_over_the_element_limit(
     assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
     whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
     assert streamed.content == whole.content
-    cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)
+    cos, _, _ = qwen_reference(body["grid_thw"], 80, 2)  # type: ignore[arg-type]
     np.testing.assert_allclose(np.load(io.BytesIO(streamed.content)), cos, rtol=0, atol=1e-6)
 
 
@@ -210,8 +210,8 @@ def test_precision_engine_streams_the_modules_float32_bytes(
     whole = app_client.post(ROUTE, params={"format": "npy"}, json=body)
     assert streamed.content == whole.content
     ids = json_tensor(app_client.post(ROUTE, json=body).json(), "position_ids")
-    vision = Qwen2_5_VLConfig(vision_config=QWEN25["vision_config"]).vision_config
-    module = m.Qwen2_5_VLVisionRotaryEmbedding(vision)
+    vision = Qwen2_5_VLConfig(vision_config=QWEN25["vision_config"]).vision_config  # type: ignore[arg-type]
+    module = m.Qwen2_5_VLVisionRotaryEmbedding(vision)  # type: ignore[arg-type]
     pos = torch.from_numpy(np.asarray(ids, dtype=np.int64))  # (N, 2)
     cos_hf, _sin_hf = module(torch.zeros(1), pos)
     assert np.array_equal(np.load(io.BytesIO(whole.content)), cos_hf.numpy())

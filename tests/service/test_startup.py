@@ -16,34 +16,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from tests.helpers import ROOT, clean_env, free_port, make_settings
+from tests.helpers import (
+    ROOT,
+    clean_env,
+    free_port,
+    make_folder,
+    make_settings,
+    one_clear_line,
+    run_service,
+)
 
 READY = re.compile(r"\bready\b", re.IGNORECASE)  # the service's "posenc ... ready on" line
-
-
-def run_service(
-    env: dict[str, str], *args: str, port: int | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "service", "--port", str(port or free_port()), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
-def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> str:
-    """The single 'cannot start' line; checks the exit status, the needles, no traceback."""
-    output = result.stdout + result.stderr
-    assert result.returncode != 0, output
-    assert "Traceback" not in output, output
-    lines = [line for line in output.splitlines() if "cannot start" in line]
-    assert len(lines) == 1, output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +92,6 @@ def test_a_model_folder_is_served(tmp_path: Path) -> None:
     import httpx
 
     from tests.helpers import HOST, start_service, stop_service, wait_ready
-    from tests.service.test_text import make_folder
 
     folder = make_folder(tmp_path, "wordy")
     port = free_port()

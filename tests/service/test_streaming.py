@@ -333,10 +333,10 @@ def test_streamed_table_equals_whole_table(
 
 def test_get_stream_has_etag_and_304(client: httpx.Client) -> None:
     params = {"seq_len": 200, "d_model": 64, "format": "npy"}
-    r = client.get("/v1/encodings/sinusoidal", params=params)
+    r = client.get("/v1/encodings/sinusoidal", params=params)  # type: ignore[arg-type]
     assert r.status_code == 200 and r.headers["cache-control"].startswith("public")
     etag = r.headers["etag"]
-    again = client.get("/v1/encodings/sinusoidal", params=params, headers={"If-None-Match": etag})
+    again = client.get("/v1/encodings/sinusoidal", params=params, headers={"If-None-Match": etag})  # type: ignore[arg-type]
     assert again.status_code == 304 and again.content == b""
     post = client.post(
         "/v1/encodings/sinusoidal",

@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from posenc.model_configs import MODEL_CONFIGS
-from tests.helpers import make_settings
+from tests.helpers import ApiClient, make_settings
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig  # noqa: E402
@@ -59,7 +59,7 @@ def _configs() -> dict[str, dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def client(gpt2_file: Path) -> Iterator[httpx.Client]:
+def client(gpt2_file: Path) -> Iterator[ApiClient]:
     """The app in process; an exception inside it comes back as a 500, not raised here."""
     from fastapi.testclient import TestClient
 

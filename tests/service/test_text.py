@@ -17,16 +17,20 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers import (
+    FOLDER_POSITIONS as POSITIONS,
+)
+from tests.helpers import (
     GPT2_NAME,
     HOST,
+    ApiClient,
     base64_tensor,
     clean_env,
     free_port,
+    make_folder,
     start_service,
     stop_service,
     wait_ready,
@@ -34,7 +38,6 @@ from tests.helpers import (
 
 WORDY = "wordy"  # the folder model, its table as large as its tokenizer's vocabulary
 SMALL = "wordy-small"  # the same tokenizer over a table of 40 rows: text ids fall outside
-D_MODEL, POSITIONS = 16, 64
 
 TEXTS = [
     "Hello world, positions count from zero.",
@@ -44,64 +47,6 @@ TEXTS = [
     "a literal <s> and </s> in the text",
     "tabs\tand\nnewlines\x00",
 ]
-
-
-def _tokenizer() -> object:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-
-    corpus = [
-        "Hello world, positions count from zero.",
-        "héllo wörld — 日本語 🎉 rotary embeddings and learned tables",
-        "The quick brown fox jumps over the lazy dog.",
-    ] * 20
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=["<pad>", "<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    tok.train_from_iterator(corpus, trainer)
-    tok.post_processor = processors.TemplateProcessing(
-        single="<s> $A </s>", pair="<s> $A </s> </s> $B </s>",
-        special_tokens=[("<s>", 1), ("</s>", 2)],
-    )  # fmt: skip
-    return tok
-
-
-def make_folder(root: Path, name: str, vocab: int | None = None, seed: int = 7) -> Path:
-    """A model folder: model.safetensors (GPT-2 names), config.json, tokenizer.json (and a
-    tokenizer_config.json so that AutoTokenizer reads tokenizer.json as it is)."""
-    from safetensors.torch import save_file
-
-    folder = root / name
-    folder.mkdir()
-    tok = _tokenizer()
-    tok.save(str(folder / "tokenizer.json"))  # type: ignore[attr-defined]
-    rows = vocab or tok.get_vocab_size()  # type: ignore[attr-defined]
-    g = torch.Generator().manual_seed(seed)
-    save_file(
-        {
-            "wte.weight": torch.randn(rows, D_MODEL, generator=g),
-            "wpe.weight": torch.randn(POSITIONS, D_MODEL, generator=g),
-        },
-        str(folder / "model.safetensors"),
-    )
-    config = {"model_type": "gpt2", "n_positions": POSITIONS, "n_embd": D_MODEL, "pad_token_id": 0}
-    (folder / "config.json").write_text(json.dumps(config))
-    (folder / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "pad_token": "<pad>",
-                "bos_token": "<s>",
-                "eos_token": "</s>",
-            }
-        )
-    )
-    return folder
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +73,7 @@ def reference(folders: dict[str, Path]):  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="module")
-def inprocess(models_env: str) -> Iterator[httpx.Client]:
+def inprocess(models_env: str) -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -455,7 +400,7 @@ LIMIT = 4096
 
 
 @pytest.fixture(scope="module")
-def limited() -> Iterator[httpx.Client]:
+def limited() -> Iterator[ApiClient]:
     from fastapi.testclient import TestClient
 
     from service.app import create_app

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -36,7 +37,7 @@ def records(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-def _access(caplog: pytest.LogCaptureFixture, request_id: str) -> logging.LogRecord:
+def _access(caplog: pytest.LogCaptureFixture, request_id: str) -> Any:  # a LogRecord
     (record,) = [
         r
         for r in caplog.records
