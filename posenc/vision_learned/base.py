@@ -64,6 +64,20 @@ class LearnedTower:
             else None (``image_size // patch_size``).
         prefix_key: the config key that gives ``prefix`` where the config sets it (Pixio's
             ``n_cls_tokens``; ``defaults`` holds its default), else None.
+        merge_key: the config key of the merge blocks (``spatial_merge_size``) in whose order
+            the tower adds its patch rows (block-major), else None (row-major).
+        grid_key: the config key that gives ``s`` itself (Kimi K2.5's ``pos_emb_height``),
+            else None.
+        image_key: the config key of the image size the table was made for
+            (``image_size``; ViTDet's ``pretrain_image_size``, Hunyuan-VL's ``max_image_size``).
+        drops_prefix: the table's ``prefix`` rows (a pretraining class row) are never added:
+            the tokens are the patch rows only (ViTDet, Hunyuan-VL).
+        mode_key: the config key that names the interpolation mode (Hunyuan-VL's
+            ``interpolate_mode``; ``defaults`` holds its default), else None (``mode``).
+        scale_offset: ``F.interpolate`` by ``scale_factor=(n + scale_offset) / s`` instead of
+            ``size=n``, at every grid, the native one too (HY-V4-VL: 0.1), else None.
+        in_embeddings: the checkpoint's tensor is ``…embeddings.<parameter>`` (else
+            ``…<parameter>``: SAM's ``vision_encoder.pos_embed``).
         note: what else the tower does around the table (register tokens, padding).
     """
 
@@ -76,6 +90,13 @@ class LearnedTower:
     parameter: str = "position_embeddings"
     side_key: str | None = None
     prefix_key: str | None = None
+    merge_key: str | None = None
+    grid_key: str | None = None
+    image_key: str = "image_size"
+    drops_prefix: bool = False
+    mode_key: str | None = None
+    scale_offset: float | None = None
+    in_embeddings: bool = True
     note: str | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -83,6 +104,14 @@ class LearnedTower:
         out: dict[str, Any] = {"rule": self.rule.name}
         if self.rule.name == "interpolate_pos_encoding":
             out.update(mode=self.mode, align_corners=False, antialias=self.antialias)
+            if self.scale_offset is not None:
+                out["scale_factor"] = f"(n + {self.scale_offset}) / s"
+            if self.drops_prefix:
+                out["class_row_dropped"] = True
+        elif self.rule.name == "interpolate_gather":
+            out.update(mode=self.mode, align_corners=False, taps="clamped to the border")
+        elif self.rule.name == "grid_sample":
+            out.update(mode=self.mode, align_corners=False, padding_mode="border")
         elif self.rule.name == "naflex":
             out.update(mode="bilinear", align_corners=False, antialias=True)
         return out

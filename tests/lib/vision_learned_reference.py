@@ -10,6 +10,7 @@ rows (zero, no position row) are dropped.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from typing import Any
 
@@ -60,7 +61,57 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "MiniCPMOcrVisionEmbeddings": "minicpm_ocr",
     "MiniCPMV4_6VisionEmbeddings": "minicpmv4_6",
     "MiniCPMV4_7VisionEmbeddings": "minicpmv4_7",
+    "Aimv2VisionEmbeddings": "aimv2",
+    "VitDetEmbeddings": "vitdet",
+    "LwDetrViTEmbeddings": "lw_detr",
+    "HunYuanVLVisionPatchEmbed": "hunyuan_vl",
+    "HYV4VLVisionPatchEmbed": "hy_v4_vl",
+    "Sam3ViTEmbeddings": "sam3",
+    "Glm4vVisionEmbeddings": "glm4v",
+    "Cosmos3EdgeVisionEmbeddings": "cosmos3_edge",
+    "Inkling2VisionEmbeddings": "inkling2",
+    "PaddleOCRVisionEmbeddings": "paddleocr_vl",
+    "Kimi_K25VisionPositionEmbeddings": "kimi_k25",
+    "Glm4vMoeVisionEmbeddings": "glm4v_moe",
+    "GlmImageVisionEmbeddings": "glm_image",
+    # Whole encoders: the rows reach their first layer (captured there).
+    "SamVisionEncoder": "sam",
+    "SamHQVisionEncoder": "sam_hq",
+    "GotOcr2VisionEncoder": "got_ocr2",
+    "SLANeXtVisionEncoder": "slanext",
+    "PPFormulaNetVisionModel": "pp_formulanet",
+    "DeepseekOcr2SamVisionEncoder": "deepseek_ocr2",
+    "UnlimitedOcrSamVisionEncoder": "unlimited_ocr",
 }
+#: Embeddings whose forward returns a (1, D, h, w) feature map (ViTDet's), not tokens.
+CHANNELS_FIRST = {"VitDetEmbeddings", "LwDetrViTEmbeddings"}
+#: Embeddings that take flattened patches (h·w, C·p·p) and grid_thw (Hunyuan-VL's).
+FLAT_PATCHES = {"HunYuanVLVisionPatchEmbed", "HYV4VLVisionPatchEmbed"}
+
+
+class _Reached(Exception):
+    """Raised by the hook on an encoder's first layer, once it holds that layer's input."""
+
+    def __init__(self, hidden: Tensor) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+
+def _first_layer_input(module: torch.nn.Module, pixels: Tensor) -> Tensor:
+    """A whole encoder's hidden states as they enter its first layer (patches + table)."""
+
+    def stop(_layer: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        raise _Reached(args[0] if args else kwargs["hidden_states"])
+
+    layers = module.get_submodule("layers")
+    handle = layers[0].register_forward_pre_hook(stop, with_kwargs=True)  # type: ignore[index]
+    try:
+        module(pixels)
+    except _Reached as reached:
+        return reached.hidden
+    finally:
+        handle.remove()
+    raise AssertionError(f"{type(module).__name__} never reached its first layer")
 
 
 def embeddings_class(reference: str) -> Any:
@@ -75,6 +126,11 @@ def _patch(config: PreTrainedConfig) -> tuple[int, int]:
     return (patch[0], patch[1]) if isinstance(patch, list | tuple) else (patch, patch)
 
 
+def tower_width(module: torch.nn.Module) -> int:
+    """The width of the embeddings module's output (its ``embed_dim``)."""
+    return int(module.embed_dim)  # type: ignore[arg-type]
+
+
 def _set_table(module: torch.nn.Module, name: str, table: Tensor) -> None:
     param = module.get_parameter(name)
     param.copy_(table.reshape(param.shape))
@@ -85,6 +141,10 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
     ``grid`` patches, with its position table set to ``table`` ``(P, D)``."""
     tower = LEARNED_TOWERS[config.model_type]
     cls = embeddings_class(tower.reference)
+    encoder = tower.reference.endswith(("Encoder", "Model"))
+    if encoder:  # one layer is enough to reach the first one's input
+        config = copy.deepcopy(config)
+        config.num_hidden_layers = 1
     module = cls(config).eval()
     h, w = grid
     ph, pw = _patch(config)
@@ -103,7 +163,28 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
         elif tower.rule.name == "nearest_buckets":
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             out = module(pixels, target_sizes=torch.tensor([[h, w]]))
-        elif tower.rule.name == "fixed":
+        elif tower.rule.name == "grid_sample":  # patches row-major, at their coordinates
+            y = torch.arange(h)[:, None].expand(h, w).reshape(-1)
+            x = torch.arange(w)[None, :].expand(h, w).reshape(-1)
+            dim = int(tower_width(module))
+            out = module(torch.zeros(h * w, dim), [h * w], torch.tensor([[1, h, w]]), y, x)[None]
+        elif tower.reference == "PaddleOCRVisionEmbeddings":
+            pixels = torch.zeros(1, h * w, channels, ph, pw)
+            out = module(pixels, grid_thw=torch.tensor([[1, h, w]]))[None]
+        elif tower.reference == "Cosmos3EdgeVisionEmbeddings":  # patches in merge order
+            pixels = torch.zeros(h * w, channels * ph * pw)
+            out = module(pixels, torch.tensor([[1, h, w]]))[None]
+        elif tower.reference == "Inkling2VisionEmbeddings":  # the class token's row dropped
+            pixels = torch.zeros(h * w * ph * pw, channels)
+            index = torch.arange(1, h * w + 1)
+            out = module(pixels, torch.tensor([[1, h, w]]), index)[None, 1:]
+        elif tower.reference == "Kimi_K25VisionPositionEmbeddings":
+            out = module(torch.zeros(h * w, config.hidden_size), torch.tensor([[1, h, w]]))[None]
+        elif encoder:
+            out = _first_layer_input(module, torch.zeros(1, channels, h * ph, w * pw))
+        elif tower.reference in FLAT_PATCHES:
+            out = module(torch.zeros(h * w, channels * ph * pw), grid_thw=[[1, h, w]])
+        elif tower.rule.name in ("fixed", "tile") or tower.reference in CHANNELS_FIRST:
             out = module(torch.zeros(1, channels, h * ph, w * pw))
         else:
             pixels = torch.zeros(1, channels, h * ph, w * pw)
@@ -111,7 +192,9 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
                 out = module(pixels, interpolate_pos_encoding=True)
             except TypeError:  # DINOv2, InternViT: always interpolate
                 out = module(pixels)
-    out = out[0]
+    if tower.reference in CHANNELS_FIRST:
+        out = out.permute(0, 2, 3, 1)
+    out = out.reshape(out.shape[0], -1, out.shape[-1])[0]  # (N, D), feature maps flattened
     if config.model_type in ("dinov2_with_registers", "tipsv2_vision_model"):
         out = torch.cat((out[:1], out[1 + config.num_register_tokens :]))
     return out
