@@ -75,6 +75,16 @@ TOWERS: Mapping[str, LearnedTower] = {
         note="with is_native false (the default); is_native true builds a 2-D sin-cos table "
         "per image instead, and has no learned table",
     ),
+    "layoutlmv3": LearnedTower(
+        reference="LayoutLMv3Model",
+        rule=FIXED,
+        defaults={"hidden_size": 768, "input_size": 224, "patch_size": 16},
+        prefix=1,
+        parameter="pos_embed",
+        image_key="input_size",
+        in_embeddings=False,
+        note="the image patches of a document model (visual_embed), the class row first",
+    ),
     "sam_vision_model": _sam("SamVisionEncoder", 1024),
     "sam_hq_vision_model": _sam("SamHQVisionEncoder", 1024),
     "got_ocr2_vision": _sam("GotOcr2VisionEncoder", 1024),

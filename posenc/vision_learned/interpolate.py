@@ -236,6 +236,41 @@ TOWERS: Mapping[str, LearnedTower] = {
     "hy_v4_vl_vision": _tower(
         "HYV4VLVisionPatchEmbed", 1536, 2048, 16, scale_offset=0.1, **_HUNYUAN
     ),
+    # Unlimited-OCR's CLIP-style encoder over its SAM feature map: antialiased bicubic.
+    "unlimited_ocr_vision_encoder": _tower(
+        "UnlimitedOcrVisionEmbeddings",
+        1024,
+        224,
+        14,
+        antialias=True,
+        note="its patches are a SAM encoder's feature map; the class row comes first",
+    ),
+    # RF-DETR's DINOv2: antialiased bicubic, then the tokens are split into windows.
+    "rf_detr_dinov2": _tower(
+        "RfDetrDinov2Embeddings",
+        768,
+        224,
+        14,
+        parameter=_VIT,
+        antialias=True,
+        note="rows before the window partition (num_windows² windows, each with the class "
+        "token's row)",
+    ),
+    # DPT's own ViT: _resize_pos_embed, bilinear, at every grid.
+    "dpt": _tower("DPTViTEmbeddings", 768, 384, 16, parameter=_VIT, mode="bilinear"),
+    # SegGPT: the pretraining class row dropped, resized (bicubic) to the prompt-and-image
+    # pair's grid.
+    "seggpt": _tower(
+        "SegGptEmbeddings",
+        1024,
+        224,
+        16,
+        parameter=_VIT,
+        image_key="pretrain_image_size",
+        drops_prefix=True,
+        note="the grid is the prompt and the image stacked (height 2·h); the pretraining "
+        "class row is dropped",
+    ),
     # Cosmos 3 Edge: SigLIP 2's table resized per frame (bilinear, antialiased) and added in
     # spatial-merge block order.
     "cosmos3_edge_vision": LearnedTower(

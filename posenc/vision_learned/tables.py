@@ -80,6 +80,7 @@ _INNER = (
     "vision_config.sam_config",  # DeepSeek-OCR 2, Unlimited-OCR: their SAM encoder
     "sam_config",  # their vision configs alone
     "detector_config.vision_config.backbone_config",  # SAM 3 video
+    "backbone_config",  # DPT on a DINOv2 backbone (DPT's own table is then absent)
 )
 _PLACES = (
     "vision_config",
@@ -171,12 +172,12 @@ def find_learned_tower(
     if not isinstance(config, Mapping):
         return None
     top = config.get("model_type")
-    if top in LEARNED_TOWERS:
-        return config, str(top), "config"
     for path in _INNER:
         holder = _holder(config, path)
         if isinstance(holder, Mapping) and holder.get("model_type") in LEARNED_TOWERS:
             return holder, str(holder["model_type"]), f"config.{path}"
+    if top in LEARNED_TOWERS:
+        return config, str(top), "config"
     for path in _PLACES:
         holder = _holder(config, path)
         if not isinstance(holder, Mapping):

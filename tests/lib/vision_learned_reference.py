@@ -68,6 +68,11 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "HYV4VLVisionPatchEmbed": "hy_v4_vl",
     "Sam3ViTEmbeddings": "sam3",
     "Glm4vVisionEmbeddings": "glm4v",
+    "UnlimitedOcrVisionEmbeddings": "unlimited_ocr",
+    "RfDetrDinov2Embeddings": "rf_detr",
+    "DPTViTEmbeddings": "dpt",
+    "SegGptEmbeddings": "seggpt",
+    "LayoutLMv3Model": "layoutlmv3",
     "Cosmos3EdgeVisionEmbeddings": "cosmos3_edge",
     "Inkling2VisionEmbeddings": "inkling2",
     "PaddleOCRVisionEmbeddings": "paddleocr_vl",
@@ -97,21 +102,26 @@ class _Reached(Exception):
         self.hidden = hidden
 
 
-def _first_layer_input(module: torch.nn.Module, pixels: Tensor) -> Tensor:
-    """A whole encoder's hidden states as they enter its first layer (patches + table)."""
+def _input_of(module: torch.nn.Module, name: str, call: Any, pixels: Tensor) -> Tensor:
+    """The first input of ``module``'s submodule ``name`` during ``call(pixels)`` (the call
+    stops there)."""
 
     def stop(_layer: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         raise _Reached(args[0] if args else kwargs["hidden_states"])
 
-    layers = module.get_submodule("layers")
-    handle = layers[0].register_forward_pre_hook(stop, with_kwargs=True)  # type: ignore[index]
+    handle = module.get_submodule(name).register_forward_pre_hook(stop, with_kwargs=True)
     try:
-        module(pixels)
+        call(pixels)
     except _Reached as reached:
         return reached.hidden
     finally:
         handle.remove()
-    raise AssertionError(f"{type(module).__name__} never reached its first layer")
+    raise AssertionError(f"{type(module).__name__} never reached {name}")
+
+
+def _first_layer_input(module: torch.nn.Module, pixels: Tensor) -> Tensor:
+    """A whole encoder's hidden states as they enter its first layer (patches + table)."""
+    return _input_of(module, "layers.0", module, pixels)
 
 
 def embeddings_class(reference: str) -> Any:
@@ -141,8 +151,10 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
     ``grid`` patches, with its position table set to ``table`` ``(P, D)``."""
     tower = LEARNED_TOWERS[config.model_type]
     cls = embeddings_class(tower.reference)
-    encoder = tower.reference.endswith(("Encoder", "Model"))
-    if encoder:  # one layer is enough to reach the first one's input
+    encoder = (
+        tower.reference.endswith(("Encoder", "Model")) and tower.reference != "LayoutLMv3Model"
+    )
+    if tower.reference.endswith(("Encoder", "Model")):  # one layer is enough
         config = copy.deepcopy(config)
         config.num_hidden_layers = 1
     module = cls(config).eval()
@@ -178,6 +190,19 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
             pixels = torch.zeros(h * w * ph * pw, channels)
             index = torch.arange(1, h * w + 1)
             out = module(pixels, torch.tensor([[1, h, w]]), index)[None, 1:]
+        elif tower.reference == "UnlimitedOcrVisionEmbeddings":  # takes the SAM feature map
+            out = module(torch.zeros(1, config.hidden_size, h, w))
+        elif tower.reference == "RfDetrDinov2Embeddings":  # its own code, before the windows
+            tokens = torch.zeros(1, 1 + h * w, config.hidden_size)
+            out = module.interpolate_pos_encoding(tokens, h * ph, w * pw)
+        elif tower.reference == "SegGptEmbeddings":  # its own code, on the pair's grid
+            out = module.interpolate_pos_encoding(h, w)
+        elif tower.reference == "LayoutLMv3Model":  # the image rows as pos_drop takes them
+            out = _input_of(
+                module, "pos_drop", module.forward_image, torch.zeros(1, channels, h * ph, w * pw)
+            )
+        elif tower.reference == "DPTViTEmbeddings":
+            out = module(torch.zeros(1, channels, h * ph, w * pw)).last_hidden_states
         elif tower.reference == "Kimi_K25VisionPositionEmbeddings":
             out = module(torch.zeros(h * w, config.hidden_size), torch.tensor([[1, h, w]]))[None]
         elif encoder:
@@ -192,6 +217,7 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
                 out = module(pixels, interpolate_pos_encoding=True)
             except TypeError:  # DINOv2, InternViT: always interpolate
                 out = module(pixels)
+    out = out.detach()
     if tower.reference in CHANNELS_FIRST:
         out = out.permute(0, 2, 3, 1)
     out = out.reshape(out.shape[0], -1, out.shape[-1])[0]  # (N, D), feature maps flattened
