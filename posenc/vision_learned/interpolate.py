@@ -90,8 +90,11 @@ def _tower(
     note: str | None = None,
     **more: Any,
 ) -> LearnedTower:
-    image_key = more.get("image_key", "image_size")
-    defaults = {"hidden_size": hidden, image_key: image, "patch_size": patch}
+    defaults = {
+        more.get("width_key", "hidden_size"): hidden,
+        more.get("image_key", "image_size"): image,
+        more.get("patch_key", "patch_size"): patch,
+    }
     if prefix_key is not None:
         defaults[prefix_key] = prefix
     if more.get("mode_key") is not None:
@@ -270,6 +273,18 @@ TOWERS: Mapping[str, LearnedTower] = {
         drops_prefix=True,
         note="the grid is the prompt and the image stacked (height 2·h); the pretraining "
         "class row is dropped",
+    ),
+    # Hiera: no class row, bicubic; its tokens are unrolled into mask units afterwards.
+    "hiera": _tower(
+        "HieraEmbeddings",
+        96,
+        [224, 224],
+        [4, 4],
+        prefix=0,
+        parameter=_VIT,
+        width_key="embed_dim",
+        patch_key="patch_stride",
+        note="rows before Hiera unrolls its tokens into mask units",
     ),
     # Cosmos 3 Edge: SigLIP 2's table resized per frame (bilinear, antialiased) and added in
     # spatial-merge block order.

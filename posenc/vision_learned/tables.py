@@ -34,6 +34,7 @@ from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
 from posenc.vision_learned import (
     buckets,
+    cropped,
     fixed,
     gathered,
     grid_sample,
@@ -65,6 +66,7 @@ LEARNED_TOWERS: Mapping[str, LearnedTower] = {
     **tile.TOWERS,
     **grid_sample.TOWERS,
     **gathered.TOWERS,
+    **cropped.TOWERS,
 }
 """Vision config ``model_type`` -> its tower, over every resizing rule."""
 
@@ -238,7 +240,7 @@ def _side(vision: Mapping[str, Any], tower: LearnedTower, where: str, used: list
     if tower.grid_key is not None:
         return _positive(vision, tower.grid_key, tower, where, used)
     image = _pair(vision, tower.image_key, tower, where, used)
-    patch = _pair(vision, "patch_size", tower, where, used)
+    patch = _pair(vision, tower.patch_key, tower, where, used)
     rows, cols = image[0] // patch[0], image[1] // patch[1]
     if rows != cols or rows < 1:
         raise InvalidArgument(
@@ -317,7 +319,7 @@ def vision_learned_spec(
     vision, model_type, where = found
     used: list[str] = []
     tower = _mode(vision, LEARNED_TOWERS[model_type], where, used)
-    width = _positive(vision, "hidden_size", tower, where, used)
+    width = _positive(vision, tower.width_key, tower, where, used)
     side = _side(vision, tower, where, used)
     prefix = tower.prefix
     if tower.prefix_key is not None:
@@ -374,6 +376,8 @@ def _not_learned(config: Any) -> InvalidArgument:
 
 def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
     rule = spec.tower.rule
+    if rule.axis_pair is not None:
+        return rule.axis_pair(spec.tower, spec.side, h, w)
     return rule.axis_weights(spec.tower, spec.side, h), rule.axis_weights(spec.tower, spec.side, w)
 
 

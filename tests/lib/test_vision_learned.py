@@ -228,16 +228,20 @@ TABLE_NAME = re.compile(r"(^|\.)position_embeddings?(\.weight)?$|pos_embed$")
 
 # Towers with a learned table that vision-learned does not serve, and why.
 NOT_COVERED: dict[str, str] = {
-    "audio-spectrogram-transformer": "audio spectrogram patches, not an image grid",
     "vitpose_backbone": "a ViTPose backbone: its table is resized with the feature map, "
     "without class token",
-    "hiera": "tokens unrolled into Hiera's mask-unit order",
     "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
-    "radio": "RADIO's cropped and resampled (CPE) table",
     "timesformer": "video: a spatial table plus a temporal one per frame",
     "vilt": "ViLT's own per-image bilinear resize and patch sampling to max_image_length",
-    "vit_mae": "a fixed 2-D sin-cos table (not learned), patches shuffled by random masking",
     "yolos": "detection tokens and its own InterpolateInitialPositionEmbeddings",
+}
+
+
+# Towers the sweep's parameter scan finds that hold no learned 2-D image table: counted out of
+# the learned towers (test_towers_without_a_learned_image_table proves each).
+NO_LEARNED_IMAGE_TABLE: dict[str, str] = {
+    "vit_mae": "a fixed 2-D sin-cos table (requires_grad false, the same for every seed)",
+    "audio-spectrogram-transformer": "a spectrogram's frequency x time grid, not an image's",
 }
 
 
@@ -310,6 +314,7 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
     classes = transformers_model_classes()
     covered: list[str] = []
     explained: list[str] = []
+    no_table: list[str] = []
     failures: list[str] = []
     cache: dict[tuple[type, str], bool] = {}
     for model_type in sorted(CONFIG_MAPPING.keys()):
@@ -334,17 +339,25 @@ def test_sweep_of_learned_vision_towers_in_transformers() -> None:
                     covered.append(label)
                 except (AssertionError, InvalidArgument, RuntimeError) as exc:
                     failures.append(f"{label}: {str(exc)[:300]}")
+            elif vision.model_type in NO_LEARNED_IMAGE_TABLE:
+                no_table.append(f"{label}: {NO_LEARNED_IMAGE_TABLE[vision.model_type]}")
             elif vision.model_type in NOT_COVERED:
                 explained.append(f"{label} ({vision.model_type}): {NOT_COVERED[vision.model_type]}")
             else:
                 failures.append(f"{label} ({vision.model_type}): not covered, no reason")
-    found = len(covered) + len(explained) + len(failures)
-    types = {c.split(" ")[0] for c in covered}
-    print(f"\nlearned vision sweep: {len(covered)} covered / {found} found ({len(types)} labels)")
+    learned = len(covered) + len(explained) + len(failures)
+    found = learned + len(no_table)
+    print(
+        f"\nlearned vision sweep: {len(covered)} covered / {learned} learned towers "
+        f"({found} labels with a position table, {len(no_table)} of them not a learned image table)"
+    )
     print("covered:", ", ".join(covered))
     print("not covered:\n  " + "\n  ".join(explained))
+    print("no learned image table:\n  " + "\n  ".join(no_table))
     assert not failures, "\n".join(failures)
-    assert len(covered) >= 97  # transformers 5.24: 97 of 178 model_type:tower labels
+    # transformers 5.24: 170 of 176 learned towers (178 labels found, 2 without a learned
+    # image table); was 97 of 178
+    assert len(covered) >= 170
 
 
 def test_configs_md_lists_every_tower_under_its_rule() -> None:
@@ -367,3 +380,127 @@ def test_pixio_class_rows_come_from_the_config() -> None:
     assert (spec.prefix, spec.table_rows, spec.tokens) == (3, 3 + 16 * 16, 3 + 10)
     for grid in [(5, 2), (30, 17), None]:
         _compare(config, grid)
+
+
+def test_families_vision_tower_is_transformers_default_vision_config() -> None:
+    """Each record's ``vision_tower`` / ``learned_vision_tower`` is the ``model_type`` of the
+    vision config transformers builds by default (LLaVA's is CLIP's, not Pixtral's), so
+    vision-rope and vision-learned read a file without one alike."""
+    from posenc.hf.families import FAMILIES
+    from posenc.vision_rope import vision_tower
+
+    checked = 0
+    for model_type, record in FAMILIES.items():
+        wanted = {record.vision_tower, record.learned_vision_tower} - {None}
+        if not wanted or model_type not in CONFIG_MAPPING:
+            continue
+        vision = getattr(CONFIG_MAPPING[model_type](), "vision_config", None)
+        if vision is None:  # nested elsewhere (thinker_config, vlm_config, image_config)
+            continue
+        assert wanted == {vision.model_type}, (model_type, wanted, vision.model_type)
+        checked += 1
+    assert checked >= 20
+    llava = vision_tower({"model_type": "llava"})
+    assert llava is not None and (llava["model_type"], llava["rotary"]) == (
+        "clip_vision_model",
+        False,
+    )
+    assert vision_learned_spec({"model_type": "llava"}).model_type == "clip_vision_model"
+
+
+def test_tile_ids_hand_worked() -> None:
+    """SAM 3: s = 2 tiled over 3 x 5 patches: rows 0 1 0, columns 0 1 0 1 0 -> ids 2·r + c."""
+    config = {"model_type": "sam3_vit_model", "pretrain_image_size": 28, "patch_size": 14}
+    spec = vision_learned_spec(config, grid=[3, 5])
+    ids = position_ids(spec)
+    assert ids is not None
+    assert ids.tolist() == [0, 1, 0, 1, 0, 2, 3, 2, 3, 2, 0, 1, 0, 1, 0]
+    matrix = resample_matrix(spec)
+    assert torch.equal(matrix.argmax(1), ids) and torch.equal(
+        matrix.sum(1), torch.ones(15).double()
+    )
+
+
+def test_dropped_class_row_is_in_the_table_not_in_the_rows() -> None:
+    """ViTDet: the table has 1 + s² rows, the rows are the h·w patches only; meta says no
+    class token."""
+    from posenc.vision_learned.describe import vision_positions
+
+    spec = vision_learned_spec({"model_type": "vitdet"}, grid=[3, 4])
+    assert (spec.table_rows, spec.tokens, spec.kept) == (1 + 14 * 14, 12, 0)
+    matrix = resample_matrix(spec)
+    assert torch.equal(matrix[:, 0], torch.zeros(12, dtype=torch.float64))
+    described = vision_positions({"model_type": "vitdet"})
+    assert described is not None and described["class_token"] is False
+    assert described["resize"]["class_row_dropped"] is True
+
+
+def test_merge_block_order_hand_worked_and_odd_grid_refused() -> None:
+    """Cosmos 3 Edge orders 2 x 2 blocks: a 2 x 4 grid's row-major patches 0…7 come as
+    0 1 4 5 2 3 6 7; an odd side is a 422 naming grid."""
+    spec = vision_learned_spec({"model_type": "cosmos3_edge_vision"}, grid=[2, 4])
+    assert spec.order(2, 4).tolist() == [0, 1, 4, 5, 2, 3, 6, 7]
+    table = seeded_normal(spec.table_rows, spec.width, seed=2)
+    row_major = resized_table(
+        vision_learned_spec(
+            {"model_type": "siglip2_vision_model", "hidden_size": 1152}, grid=[2, 4]
+        ),
+        table,
+    )
+    assert torch.equal(resized_table(spec, table), row_major[spec.order(2, 4)])
+    with pytest.raises(InvalidArgument, match="multiples of 2") as err:
+        vision_learned_spec({"model_type": "inkling2_vision"}, grid=[3, 4])
+    assert err.value.field == "grid"
+
+
+def test_interpolate_mode_comes_from_the_config() -> None:
+    """Hunyuan-VL's interpolate_mode: bicubic from the config equals its forward; a mode it
+    cannot read is a 422 naming the key."""
+    config = CONFIG_MAPPING["hunyuan_vl_vision"](interpolate_mode="bicubic", max_image_size=256)
+    spec = vision_learned_spec(config.to_dict(), grid=[5, 7])
+    assert spec.tower.mode == "bicubic" and spec.side == 16
+    for grid in [(5, 7), (30, 9), None]:
+        _compare(config, grid)
+    with pytest.raises(InvalidArgument) as err:
+        vision_learned_spec({"model_type": "hunyuan_vl_vision", "interpolate_mode": "area"})
+    assert err.value.field == "config.interpolate_mode"
+
+
+def test_nested_towers_are_found_in_whole_files() -> None:
+    """The SAM encoder inside DeepSeek-OCR 2's vision config, SAM 3's ViT, a DPT on a DINOv2
+    backbone, Depth Pro's image encoder."""
+    cases = {
+        "deepseek_ocr2": ("deepseek_ocr2_sam_vision_model", "config.vision_config.sam_config"),
+        "sam3": ("sam3_vit_model", "config.vision_config.backbone_config"),
+        "depth_pro": ("dinov2", "config.image_model_config"),
+    }
+    for model_type, (tower, where) in cases.items():
+        spec = vision_learned_spec(CONFIG_MAPPING[model_type]().to_dict())
+        assert (spec.model_type, spec.where) == (tower, where), model_type
+    dpt = {"model_type": "dpt", "backbone_config": {"model_type": "dinov2"}}
+    assert vision_learned_spec(dpt).model_type == "dinov2"
+    assert vision_learned_spec({"model_type": "dpt"}).model_type == "dpt"
+
+
+def test_towers_without_a_learned_image_table() -> None:
+    """The two labels counted out of the learned towers: ViT-MAE's table is a fixed 2-D sin-cos
+    table (not trained, the same for every seed), and the Audio Spectrogram Transformer's
+    grid is a spectrogram's (frequency x time), not an image's."""
+    from transformers.models.vit_mae.modeling_vit_mae import ViTMAEModel
+
+    tables = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            model = ViTMAEModel(CONFIG_MAPPING["vit_mae"](num_hidden_layers=1))
+        table = model.embeddings.position_embeddings
+        assert not table.requires_grad
+        tables.append(table.detach().clone())
+    assert torch.equal(tables[0], tables[1])
+    # row 1 + 0 (patch (0, 0)) is sin(0) = 0 / cos(0) = 1 in each half: no trained values
+    first = tables[0][0, 1]
+    assert set(first.unique().tolist()) <= {0.0, 1.0}
+    ast = CONFIG_MAPPING["audio-spectrogram-transformer"]()
+    assert (ast.num_mel_bins, ast.max_length) == (128, 1024) and not hasattr(ast, "image_size")
+    for model_type in ("vit_mae", "audio-spectrogram-transformer"):
+        assert model_type not in LEARNED_TOWERS and model_type in NO_LEARNED_IMAGE_TABLE

@@ -68,6 +68,8 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "HYV4VLVisionPatchEmbed": "hy_v4_vl",
     "Sam3ViTEmbeddings": "sam3",
     "Glm4vVisionEmbeddings": "glm4v",
+    "HieraEmbeddings": "hiera",
+    "RadioPatchEmbeddings": "radio",
     "UnlimitedOcrVisionEmbeddings": "unlimited_ocr",
     "RfDetrDinov2Embeddings": "rf_detr",
     "DPTViTEmbeddings": "dpt",
@@ -132,7 +134,7 @@ def embeddings_class(reference: str) -> Any:
 
 
 def _patch(config: PreTrainedConfig) -> tuple[int, int]:
-    patch = config.patch_size
+    patch = getattr(config, LEARNED_TOWERS[config.model_type].patch_key)
     return (patch[0], patch[1]) if isinstance(patch, list | tuple) else (patch, patch)
 
 
@@ -203,6 +205,9 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
             )
         elif tower.reference == "DPTViTEmbeddings":
             out = module(torch.zeros(1, channels, h * ph, w * pw)).last_hidden_states
+        elif tower.reference == "RadioPatchEmbeddings":  # the class and register rows dropped
+            out = module(torch.zeros(1, channels, h * ph, w * pw))
+            out = out[:, config.num_cls_tokens + config.num_registers :]
         elif tower.reference == "Kimi_K25VisionPositionEmbeddings":
             out = module(torch.zeros(h * w, config.hidden_size), torch.tensor([[1, h, w]]))[None]
         elif encoder:
@@ -217,7 +222,7 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
                 out = module(pixels, interpolate_pos_encoding=True)
             except TypeError:  # DINOv2, InternViT: always interpolate
                 out = module(pixels)
-    out = out.detach()
+    out = (out[0] if isinstance(out, tuple) else out).detach()
     if tower.reference in CHANNELS_FIRST:
         out = out.permute(0, 2, 3, 1)
     out = out.reshape(out.shape[0], -1, out.shape[-1])[0]  # (N, D), feature maps flattened
