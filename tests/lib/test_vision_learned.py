@@ -228,12 +228,16 @@ TABLE_NAME = re.compile(r"(^|\.)position_embeddings?(\.weight)?$|pos_embed$")
 
 # Towers with a learned table that vision-learned does not serve, and why.
 NOT_COVERED: dict[str, str] = {
-    "vitpose_backbone": "a ViTPose backbone: its table is resized with the feature map, "
-    "without class token",
-    "mgp-str": "a scene-text recognizer at a fixed grid: the table added as is",
-    "timesformer": "video: a spatial table plus a temporal one per frame",
-    "vilt": "ViLT's own per-image bilinear resize and patch sampling to max_image_length",
-    "yolos": "detection tokens and its own InterpolateInitialPositionEmbeddings",
+    "vitpose_backbone": "a fixed non-square grid (256 x 192 / 16 = 16 x 12 patches; vision-"
+    "learned's tables are s x s) with the class row added into every patch row",
+    "mgp-str": "a fixed non-square grid (32 x 128 / 4 = 8 x 32 patches; vision-learned's "
+    "tables are s x s), the class row first",
+    "yolos": "a non-square table (512 x 864 / 16 = 32 x 54 patches) followed by 100 "
+    "detection-token rows, resized by its own InterpolateInitialPositionEmbeddings",
+    "timesformer": "a video tower: the spatial table (nearest-resized) added per frame, then "
+    "a temporal table per patch after the tokens are regrouped by time",
+    "vilt": "ViLT keeps the resized patches in a random order (torch.multinomial over the "
+    "valid patches), so no fixed row order exists",
 }
 
 
