@@ -6,8 +6,9 @@ with ``F.grid_sample(mode, align_corners=False, padding_mode="border")`` in floa
 normalised centre ``((x + ½) / w · 2 − 1, (y + ½) / h · 2 − 1)``, i.e. the source coordinate
 ``(x + ½) · s / w − ½``: bicubic for GLM-4V (the taps clamped to the border, as
 ``F.interpolate`` clamps them), bilinear for GLM-Image. The tower also rotates by a 2-D rotary
-embedding (see ``/v1/encodings/vision-rope``), and it visits the patches in that rotary's
-spatial-merge order; these rows are per patch, row-major, as for every tower here.
+embedding (see ``/v1/encodings/vision-rope``) and visits the patches in that rotary's
+spatial-merge block order (``spatial_merge_size``; ``get_vision_position_ids``), the order of
+these rows.
 
 The per-axis weights are ``grid_sample`` of the identity along that axis in float64 (a
 one-row image whose ``s`` channels are the identity's rows).
@@ -56,21 +57,29 @@ GRID_SAMPLE = ResizeRule(
 )
 
 
-def _tower(reference: str, hidden: int, image: int, patch: int, mode: Mode) -> LearnedTower:
+def _tower(
+    reference: str, hidden: int, image: int, patch: int, mode: Mode, merge: int
+) -> LearnedTower:
     return LearnedTower(
         reference=reference,
         rule=GRID_SAMPLE,
-        defaults={"hidden_size": hidden, "image_size": image, "patch_size": patch},
+        defaults={
+            "hidden_size": hidden,
+            "image_size": image,
+            "patch_size": patch,
+            "spatial_merge_size": merge,
+        },
         prefix=0,
         mode=mode,
         parameter="position_embedding.weight",
-        note="beside a 2-D rotary embedding (/v1/encodings/vision-rope); the model visits the "
-        "patches in the rotary's spatial-merge order, these rows are row-major",
+        merge_key="spatial_merge_size",
+        note="beside a 2-D rotary embedding (/v1/encodings/vision-rope), in its spatial-merge "
+        "block order",
     )
 
 
 TOWERS: Mapping[str, LearnedTower] = {
-    "glm4v_vision": _tower("Glm4vVisionEmbeddings", 1536, 336, 14, "bicubic"),
-    "glm4v_moe_vision": _tower("Glm4vMoeVisionEmbeddings", 1536, 336, 14, "bicubic"),
-    "glm_image_vision": _tower("GlmImageVisionEmbeddings", 1536, 2048, 16, "bilinear"),
+    "glm4v_vision": _tower("Glm4vVisionEmbeddings", 1536, 336, 14, "bicubic", 2),
+    "glm4v_moe_vision": _tower("Glm4vMoeVisionEmbeddings", 1536, 336, 14, "bicubic", 2),
+    "glm_image_vision": _tower("GlmImageVisionEmbeddings", 1536, 2048, 16, "bilinear", 1),
 }

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 from transformers import PreTrainedConfig
+from transformers.vision_utils import get_vision_position_ids
 
 from posenc.vision_learned import LEARNED_TOWERS
 
@@ -177,9 +178,9 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
         elif tower.rule.name == "nearest_buckets":
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             out = module(pixels, target_sizes=torch.tensor([[h, w]]))
-        elif tower.rule.name == "grid_sample":  # patches row-major, at their coordinates
-            y = torch.arange(h)[:, None].expand(h, w).reshape(-1)
-            x = torch.arange(w)[None, :].expand(h, w).reshape(-1)
+        elif tower.rule.name == "grid_sample":  # at the rotary's ids, as the vision model
+            grid_thw = torch.tensor([[1, h, w]])
+            y, x = get_vision_position_ids(grid_thw, config.spatial_merge_size).unbind(-1)
             dim = int(tower_width(module))
             out = module(torch.zeros(h * w, dim), [h * w], torch.tensor([[1, h, w]]), y, x)[None]
         elif tower.reference == "PaddleOCRVisionEmbeddings":
