@@ -1,14 +1,16 @@
 """Learned 2-D vision tables (posenc.vision_learned) against each tower's own embeddings forward.
 
-The reference is transformers 5's embeddings module of each model type, built from its default
-config (and from published configs), with every parameter zeroed but the position table, which
-holds the seeded table (``torch.manual_seed``-equal :func:`posenc.learned.seeded_normal`): its
-forward on zero pixels returns the rows it adds (tests/lib/vision_learned_reference.py).
+The reference is transformers 5's embeddings module of each model type (or the whole encoder,
+captured where the rows enter its first layer; RF-DETR's and SegGPT's own
+``interpolate_pos_encoding``), built from its default config (and from published configs), with
+every parameter zeroed but the position table, which holds the seeded table
+(``torch.manual_seed``-equal :func:`posenc.learned.seeded_normal`): its forward on zero pixels
+returns the rows it adds (tests/lib/vision_learned_reference.py).
 
 - ``precision="engine"`` equals the forward bit for bit (``torch.equal``);
 - ``precision="exact"`` (float64 weights on the float64 table) is within float32 rounding of
   it: ``|Δ| ≤ 8e-6 · max|T|`` (float32 bicubic sums 16 products; the largest seen over these
-  cases is 4.3e-6 · max|T|, OWLv2 upsampled from 48 × 48);
+  cases is 7.3e-6 · max|T|, Hunyuan-VL's 128 × 128 table resized in float32 to 20 × 11);
 - the resampling matrix is the forward itself on a table that is the identity (a config whose
   width is the table's rows), within 1e-6.
 """
