@@ -1101,15 +1101,18 @@ class KindMethods(Generic[T]):
         CLIP, SigLIP, BLIP...: bicubic or antialiased, class rows kept first), SigLIP 2 NaFlex's
         per-image bilinear antialiased resize, NaViT's bucketed position ids (Idefics2/3,
         SmolVLM, Phi-4-multimodal, MiniCPM-V; `position_ids` gives the rows read), or none
-        (Ovis2: the native grid only). `meta.resize` names the rule. The table is `model`'s
-        checkpoint table, or the seeded one of `config` (`torch.manual_seed(seed)` over the
-        model's parameter shape). `include` `resample` gives the resampling matrix (N, P), which
-        needs no weights: `resample @ table` is the resized table of any table a caller holds.
+        (Ovis2, AIMv2, SAM: the native grid only); SAM 3's tiling, GLM-4V's `grid_sample`, the
+        gathered interpolation of PaddleOCR-VL, Kimi K2.5 and Inkling 2, and RADIO's cropped
+        table. `meta.resize` names the rule. The table is `model`'s checkpoint table, or the
+        seeded one of `config` (`torch.manual_seed(seed)` over the model's parameter shape).
+        `include` `resample` gives the resampling matrix (N, P), which needs no weights:
+        `resample @ table` is the resized table of any table a caller holds.
 
         Args:
             config: the model's config.json (whole, or its vision config alone): the vision
                 config's model_type picks the rule; hidden_size, image_size and patch_size
-                (SigLIP 2: num_patches) are read. Not together with model.
+                (SigLIP 2: num_patches; some towers other keys, named in meta.defaulted) are
+                read. Not together with model.
             model: name of a vision model folder from GET /v1/models: its checkpoint's table.
             grid: [h, w]: one image's grid in patches (default: the native grid, image_size /
                 patch_size).

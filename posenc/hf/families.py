@@ -483,7 +483,7 @@ _RECORDS = (
         default_theta=500000.0,
         layout="interleaved",
     ),
-    _f("llava", learned_vision_tower="clip_vision_model", vision_tower="pixtral"),
+    _f("llava", learned_vision_tower="clip_vision_model", vision_tower="clip_vision_model"),
     _f("longcat_flash", scheme="rope", layout="interleaved", always_interleaved=True),
     _f("longt5", scheme="relative", checkpoint_scheme="relative"),
     _f("m2m_100", scheme="sinusoidal"),

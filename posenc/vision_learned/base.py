@@ -38,12 +38,16 @@ class ResizeRule:
             in the table's dtype (bit for bit what its forward adds).
         position_ids: ``(tower, s, h, w) -> (h·w,)`` int64 rows of the table each patch reads,
             for a rule that gathers rows (NaViT buckets), else None.
+        axis_pair: ``(tower, s, h, w) -> ((h, s), (w, s))``: both axes' weights, for a rule
+            whose weights of one axis depend on the other's length (RADIO's crop), else None
+            (``axis_weights`` per axis).
     """
 
     name: str
     axis_weights: Callable[[LearnedTower, int, int], Tensor]
     engine: Callable[[LearnedTower, Tensor, int, int, int], Tensor]
     position_ids: Callable[[LearnedTower, int, int, int], Tensor] | None = None
+    axis_pair: Callable[[LearnedTower, int, int, int], tuple[Tensor, Tensor]] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,24 @@ class LearnedTower:
             else None (``image_size // patch_size``).
         prefix_key: the config key that gives ``prefix`` where the config sets it (Pixio's
             ``n_cls_tokens``; ``defaults`` holds its default), else None.
+        merge_key: the config key of the merge blocks (``spatial_merge_size``) in whose order
+            the tower adds its patch rows (block-major), else None (row-major).
+        grid_key: the config key that gives ``s`` itself (Kimi K2.5's ``pos_emb_height``),
+            else None.
+        width_key: the config key of the table's width (``hidden_size``; Hiera's
+            ``embed_dim``).
+        patch_key: the config key of the patch size (``patch_size``; Hiera's
+            ``patch_stride``).
+        image_key: the config key of the image size the table was made for
+            (``image_size``; ViTDet's ``pretrain_image_size``, Hunyuan-VL's ``max_image_size``).
+        drops_prefix: the table's ``prefix`` rows (a pretraining class row) are never added:
+            the tokens are the patch rows only (ViTDet, Hunyuan-VL).
+        mode_key: the config key that names the interpolation mode (Hunyuan-VL's
+            ``interpolate_mode``; ``defaults`` holds its default), else None (``mode``).
+        scale_offset: ``F.interpolate`` by ``scale_factor=(n + scale_offset) / s`` instead of
+            ``size=n``, at every grid, the native one too (HY-V4-VL: 0.1), else None.
+        in_embeddings: the checkpoint's tensor is ``…embeddings.<parameter>`` (else
+            ``…<parameter>``: SAM's ``vision_encoder.pos_embed``).
         note: what else the tower does around the table (register tokens, padding).
     """
 
@@ -76,6 +98,15 @@ class LearnedTower:
     parameter: str = "position_embeddings"
     side_key: str | None = None
     prefix_key: str | None = None
+    merge_key: str | None = None
+    grid_key: str | None = None
+    width_key: str = "hidden_size"
+    patch_key: str = "patch_size"
+    image_key: str = "image_size"
+    drops_prefix: bool = False
+    mode_key: str | None = None
+    scale_offset: float | None = None
+    in_embeddings: bool = True
     note: str | None = None
 
     def describe(self) -> dict[str, Any]:
@@ -83,6 +114,16 @@ class LearnedTower:
         out: dict[str, Any] = {"rule": self.rule.name}
         if self.rule.name == "interpolate_pos_encoding":
             out.update(mode=self.mode, align_corners=False, antialias=self.antialias)
+            if self.scale_offset is not None:
+                out["scale_factor"] = f"(n + {self.scale_offset}) / s"
+            if self.drops_prefix:
+                out["class_row_dropped"] = True
+        elif self.rule.name == "interpolate_gather":
+            out.update(mode=self.mode, align_corners=False, taps="clamped to the border")
+        elif self.rule.name == "cropped":
+            out.update(mode="bilinear", align_corners=False, crop="resized to max(h, w) square")
+        elif self.rule.name == "grid_sample":
+            out.update(mode=self.mode, align_corners=False, padding_mode="border")
         elif self.rule.name == "naflex":
             out.update(mode="bilinear", align_corners=False, antialias=True)
         return out

@@ -68,7 +68,7 @@ class VisionCheckpoint:
             "table_rows": self.spec.table_rows,
             "width": self.spec.width,
             "native_grid": [self.spec.side, self.spec.side],
-            "class_token": self.spec.prefix > 0,
+            "class_token": self.spec.kept > 0,
             "resize": self.spec.tower.describe(),
             "dtype": self.stored_dtype,
         }
@@ -103,8 +103,7 @@ def _files(path: str) -> tuple[list[str], str]:
     return [path], path
 
 
-def _find_table(files: list[str], parameter: str) -> tuple[Tensor, str]:
-    suffix = f"embeddings.{parameter}"
+def _find_table(files: list[str], suffix: str) -> tuple[Tensor, str]:
     found: list[tuple[str, str]] = []
     for file in files:
         names = read_index(file).names
@@ -137,7 +136,10 @@ def read_vision_checkpoint(path: str | os.PathLike[str]) -> VisionCheckpoint | N
         return None
     spec = vision_learned_spec(config)
     files, where = _files(path)
-    table, name = _find_table(files, LEARNED_TOWERS[spec.model_type].parameter)
+    tower = LEARNED_TOWERS[spec.model_type]
+    table, name = _find_table(
+        files, f"embeddings.{tower.parameter}" if tower.in_embeddings else f".{tower.parameter}"
+    )
     if not table.is_floating_point():
         raise InvalidArgument(
             f"{name} in {where} is {table.dtype}, not a float table", field="model"

@@ -37,12 +37,12 @@ def vision_positions(config: Mapping[str, Any]) -> dict[str, Any] | None:
         "rotary": False,
         "learned": True,
         "uses": f"a learned absolute 2-D position table ({spec.side} x {spec.side} patches"
-        f"{', with class rows first' if spec.prefix else ''}), resized by "
+        f"{', with class rows first' if spec.kept else ''}), resized by "
         f"{tower.rule.name}",
         "endpoint": VISION_LEARNED_PATH,
         "resize": tower.describe(),
-        "class_token": spec.prefix > 0,
-        "prefix_tokens": spec.prefix,
+        "class_token": spec.kept > 0,
+        "prefix_tokens": spec.kept,
         "native_grid": [spec.side, spec.side],
         "table_rows": spec.table_rows,
         "width": spec.width,

@@ -37,13 +37,18 @@ def interpolate_axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
     its ``n`` outputs, computed by resizing the identity: channel ``c`` is row ``c`` of an
     ``s × s`` grid, resized to ``n × s`` (the other axis keeps its size; its weights sum to 1)."""
     eye = torch.eye(side, dtype=torch.float64)[:, :, None].expand(side, side, side)
-    out = F.interpolate(
-        eye.reshape(1, side, side, side).contiguous(),
-        size=(n, side),
-        mode=tower.mode,
-        align_corners=False,
-        antialias=tower.antialias,
-    )  # (1, C=s, n, s)
+    eye = eye.reshape(1, side, side, side).contiguous()
+    if tower.scale_offset is not None:  # the model's scale_factor, the other axis kept
+        out = F.interpolate(
+            eye,
+            scale_factor=((n + tower.scale_offset) / side, 1.0),
+            mode=tower.mode,
+            align_corners=False,
+        )  # (1, C=s, n, s)
+    else:
+        out = F.interpolate(
+            eye, size=(n, side), mode=tower.mode, align_corners=False, antialias=tower.antialias
+        )  # (1, C=s, n, s)
     return out[0, :, :, 0].T.contiguous()  # (n, s)
 
 
@@ -51,9 +56,13 @@ def interpolate_patch_rows(tower: LearnedTower, rows: Tensor, side: int, h: int,
     """``(h·w, D)``: the patch rows ``(s², D)`` resized as the model's ``interpolate_pos_encoding``
     does it, in their dtype, with the same tensor layout (so the same kernel and the same bits)."""
     dim = rows.shape[-1]
+    grid = rows.reshape(1, side, side, dim).permute(0, 3, 1, 2)  # (1, D, s, s) channels-last
+    if tower.scale_offset is not None:  # HY-V4-VL: by scale factor, even at the native grid
+        scale = ((h + tower.scale_offset) / side, (w + tower.scale_offset) / side)
+        out = F.interpolate(grid, scale_factor=scale, mode=tower.mode, align_corners=False)
+        return out.permute(0, 2, 3, 1).reshape(h * w, dim)
     if h == side and w == side:
         return rows
-    grid = rows.reshape(1, side, side, dim).permute(0, 3, 1, 2)  # (1, D, s, s) channels-last
     out = F.interpolate(
         grid, size=(h, w), mode=tower.mode, align_corners=False, antialias=tower.antialias
     )  # (1, D, h, w)
@@ -79,10 +88,17 @@ def _tower(
     mode: Mode = "bicubic",
     antialias: bool = False,
     note: str | None = None,
+    **more: Any,
 ) -> LearnedTower:
-    defaults = {"hidden_size": hidden, "image_size": image, "patch_size": patch}
+    defaults = {
+        more.get("width_key", "hidden_size"): hidden,
+        more.get("image_key", "image_size"): image,
+        more.get("patch_key", "patch_size"): patch,
+    }
     if prefix_key is not None:
         defaults[prefix_key] = prefix
+    if more.get("mode_key") is not None:
+        defaults[more["mode_key"]] = mode
     return LearnedTower(
         reference=reference,
         rule=INTERPOLATE,
@@ -93,11 +109,32 @@ def _tower(
         antialias=antialias,
         parameter=parameter,
         note=note,
+        **more,
     )
 
 
 _VIT = "position_embeddings"  # a (1, P, D) nn.Parameter
 _BLIP = "position_embedding"  # a (1, P, D) nn.Parameter under the other name
+_SAM_RESIZED: dict[str, Any] = {
+    "prefix": 0,
+    "parameter": "pos_embed",
+    "antialias": True,
+    "in_embeddings": False,
+    "note": "a (1, s, s, D) table added to the patch feature map",
+}
+_VITDET: dict[str, Any] = {
+    "parameter": _VIT,
+    "image_key": "pretrain_image_size",
+    "drops_prefix": True,
+    "note": "the pretraining class row is dropped; the patch rows are added to the feature map",
+}
+_HUNYUAN: dict[str, Any] = {
+    "mode": "bilinear",
+    "mode_key": "interpolate_mode",
+    "image_key": "max_image_size",
+    "drops_prefix": True,
+    "note": "row 0 (a class row) is never added; repeated per frame of a video",
+}
 
 # Vision config model_type -> its tower. Defaults are transformers 5.24's config-class defaults.
 TOWERS: Mapping[str, LearnedTower] = {
@@ -184,4 +221,83 @@ TOWERS: Mapping[str, LearnedTower] = {
     "siglip_vision_model": _tower("SiglipVisionEmbeddings", 768, 224, 16, prefix=0),
     "janus_vision_model": _tower("JanusVisionEmbeddings", 1024, 384, 16, prefix=0),
     "granite_docling_vision": _tower("GraniteDoclingVisionEmbeddings", 768, 512, 16, prefix=0),
+    # SAM-style encoders of DeepSeek-OCR 2 and Unlimited-OCR: a (1, s, s, D) table, resized
+    # in float32 (bicubic, antialiased) where the grid is not the native one.
+    "deepseek_ocr2_sam_vision_model": _tower(
+        "DeepseekOcr2SamVisionEncoder", 768, 1024, 16, **_SAM_RESIZED
+    ),
+    "unlimited_ocr_sam_vision_model": _tower(
+        "UnlimitedOcrSamVisionEncoder", 768, 1024, 16, **_SAM_RESIZED
+    ),
+    # ViTDet-style backbones: the pretraining table's class row dropped, the patch rows
+    # resized (bicubic) to the feature map.
+    "vitdet": _tower("VitDetEmbeddings", 768, 224, 16, **_VITDET),
+    "lw_detr_vit": _tower("LwDetrViTEmbeddings", 768, 224, 16, **_VITDET),
+    # Hunyuan-VL and HY-V4-VL: a class row never added, the patch rows resized per image
+    # with the config's interpolate_mode; HY-V4-VL by scale factor (n + 0.1) / s.
+    "hunyuan_vl_vision": _tower("HunYuanVLVisionPatchEmbed", 1152, 2048, 16, **_HUNYUAN),
+    "hy_v4_vl_vision": _tower(
+        "HYV4VLVisionPatchEmbed", 1536, 2048, 16, scale_offset=0.1, **_HUNYUAN
+    ),
+    # Unlimited-OCR's CLIP-style encoder over its SAM feature map: antialiased bicubic.
+    "unlimited_ocr_vision_encoder": _tower(
+        "UnlimitedOcrVisionEmbeddings",
+        1024,
+        224,
+        14,
+        antialias=True,
+        note="its patches are a SAM encoder's feature map; the class row comes first",
+    ),
+    # RF-DETR's DINOv2: antialiased bicubic, then the tokens are split into windows.
+    "rf_detr_dinov2": _tower(
+        "RfDetrDinov2Embeddings",
+        768,
+        224,
+        14,
+        parameter=_VIT,
+        antialias=True,
+        note="rows before the window partition (num_windows² windows, each with the class "
+        "token's row)",
+    ),
+    # DPT's own ViT: _resize_pos_embed, bilinear, at every grid.
+    "dpt": _tower("DPTViTEmbeddings", 768, 384, 16, parameter=_VIT, mode="bilinear"),
+    # SegGPT: the pretraining class row dropped, resized (bicubic) to the prompt-and-image
+    # pair's grid.
+    "seggpt": _tower(
+        "SegGptEmbeddings",
+        1024,
+        224,
+        16,
+        parameter=_VIT,
+        image_key="pretrain_image_size",
+        drops_prefix=True,
+        note="the grid is the prompt and the image stacked (height 2·h); the pretraining "
+        "class row is dropped",
+    ),
+    # Hiera: no class row, bicubic; its tokens are unrolled into mask units afterwards.
+    "hiera": _tower(
+        "HieraEmbeddings",
+        96,
+        [224, 224],
+        [4, 4],
+        prefix=0,
+        parameter=_VIT,
+        width_key="embed_dim",
+        patch_key="patch_stride",
+        note="rows before Hiera unrolls its tokens into mask units",
+    ),
+    # Cosmos 3 Edge: SigLIP 2's table resized per frame (bilinear, antialiased) and added in
+    # spatial-merge block order.
+    "cosmos3_edge_vision": LearnedTower(
+        reference="Cosmos3EdgeVisionEmbeddings",
+        rule=INTERPOLATE,
+        defaults={"hidden_size": 1152, "num_patches": 256, "spatial_merge_size": 2},
+        prefix=0,
+        mode="bilinear",
+        antialias=True,
+        parameter="position_embedding.weight",
+        side_key="num_patches",
+        merge_key="spatial_merge_size",
+        note="patches in spatial-merge block order; a video repeats the rows per frame",
+    ),
 }

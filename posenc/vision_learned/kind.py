@@ -144,8 +144,8 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         "kind": "vision_learned",
         "model_type": spec.model_type,
         "reference": tower.reference,
-        "class_token": spec.prefix > 0,
-        "prefix_tokens": spec.prefix,
+        "class_token": spec.kept > 0,
+        "prefix_tokens": spec.kept,
         "resize": resize,
         "rule": tower.describe(),
         "native_grid": [spec.side, spec.side],
@@ -179,7 +179,9 @@ VISION_LEARNED: kinds.Kind = kinds.Kind(
     "DINOv2, CLIP, SigLIP, BLIP...: bicubic or antialiased, class rows kept first), SigLIP 2 "
     "NaFlex's per-image bilinear antialiased resize, NaViT's bucketed position ids "
     "(Idefics2/3, SmolVLM, Phi-4-multimodal, MiniCPM-V; `position_ids` gives the rows read), "
-    "or none (Ovis2: the native grid only). `meta.resize` names the rule. The table is "
+    "or none (Ovis2, AIMv2, SAM: the native grid only); SAM 3's tiling, GLM-4V's "
+    "`grid_sample`, the gathered interpolation of PaddleOCR-VL, Kimi K2.5 and Inkling 2, and "
+    "RADIO's cropped table. `meta.resize` names the rule. The table is "
     "`model`'s checkpoint table, or the seeded one of `config` "
     "(`torch.manual_seed(seed)` over the model's parameter shape). `include` `resample` gives "
     "the resampling matrix (N, P), which needs no weights: `resample @ table` is the resized "
@@ -190,7 +192,8 @@ VISION_LEARNED: kinds.Kind = kinds.Kind(
             "object",
             "the model's config.json (whole, or its vision config alone): the vision config's "
             "model_type picks the rule; hidden_size, image_size and patch_size (SigLIP 2: "
-            "num_patches) are read. Not together with model",
+            "num_patches; some towers other keys, named in meta.defaulted) are read. Not "
+            "together with model",
             None,
         ),
         kinds.FieldSpec(

@@ -20,6 +20,7 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``P`` table rows
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,7 +32,16 @@ from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
-from posenc.vision_learned import buckets, fixed, interpolate, naflex
+from posenc.vision_learned import (
+    buckets,
+    cropped,
+    fixed,
+    gathered,
+    grid_sample,
+    interpolate,
+    naflex,
+    tile,
+)
 from posenc.vision_learned.base import LearnedTower
 from posenc.vision_rope import VISION_ROPE_PATH, vision_tower
 
@@ -53,6 +63,10 @@ LEARNED_TOWERS: Mapping[str, LearnedTower] = {
     **naflex.TOWERS,
     **buckets.TOWERS,
     **fixed.TOWERS,
+    **tile.TOWERS,
+    **grid_sample.TOWERS,
+    **gathered.TOWERS,
+    **cropped.TOWERS,
 }
 """Vision config ``model_type`` -> its tower, over every resizing rule."""
 
@@ -62,6 +76,14 @@ TOP_LEVEL_LEARNED: Mapping[str, str] = MappingProxyType(
     {t: f.learned_vision_tower for t, f in FAMILIES.items() if f.learned_vision_tower}
 )
 
+#: Places read only when they hold a learned tower (nested in a vision config of another kind).
+_INNER = (
+    "vision_config.backbone_config",  # SAM 3's ViT
+    "vision_config.sam_config",  # DeepSeek-OCR 2, Unlimited-OCR: their SAM encoder
+    "sam_config",  # their vision configs alone
+    "detector_config.vision_config.backbone_config",  # SAM 3 video
+    "backbone_config",  # DPT on a DINOv2 backbone (DPT's own table is then absent)
+)
 _PLACES = (
     "vision_config",
     "image_config",  # FLAVA
@@ -70,6 +92,7 @@ _PLACES = (
     "encoder.vision_config",  # T5Gemma 2
     "encoder",  # vision-encoder-decoder
     "backbone_config",  # Depth Anything, DPT heads on a ViT or DINOv2
+    "image_model_config",  # Depth Pro's image encoder (a DINOv2)
 )
 _MAX_SIDE = 2**20
 
@@ -86,7 +109,10 @@ class VisionLearnedSpec:
         grids: the ``(h, w)`` patch grids, in order.
         defaulted: the config keys that took transformers' class default.
         where: where the vision config was found (``config.vision_config``...).
-        prefix: rows before the patch rows (the tower's, or its config's ``prefix_key``).
+        prefix: table rows before the patch rows (the tower's, or its config's
+            ``prefix_key``); the tokens keep them unless the tower drops them
+            (:attr:`kept`).
+        merge: the side of the merge blocks the tower orders its patches in (1: row-major).
     """
 
     model_type: str
@@ -97,6 +123,16 @@ class VisionLearnedSpec:
     defaulted: tuple[str, ...] = ()
     where: str = "config"
     prefix: int = 1
+    merge: int = 1
+
+    def order(self, h: int, w: int) -> Tensor:
+        """``(h·w,)`` int64: the row-major patch each token is, in the tower's order: row-major,
+        or ``merge × merge`` blocks (block row, block column, row in block, column in block)."""
+        m = self.merge
+        index = torch.arange(h * w, dtype=torch.int64)
+        if m == 1:
+            return index
+        return index.reshape(h // m, m, w // m, m).permute(0, 2, 1, 3).reshape(-1)
 
     @property
     def table_rows(self) -> int:
@@ -104,8 +140,13 @@ class VisionLearnedSpec:
         return self.prefix + self.side * self.side
 
     @property
+    def kept(self) -> int:
+        """Prefix rows each grid's tokens start with (0 where the tower drops them)."""
+        return 0 if self.tower.drops_prefix else self.prefix
+
+    @property
     def tokens_per_grid(self) -> list[int]:
-        return [self.prefix + h * w for h, w in self.grids]
+        return [self.kept + h * w for h, w in self.grids]
 
     @property
     def tokens(self) -> int:
@@ -133,6 +174,10 @@ def find_learned_tower(
     if not isinstance(config, Mapping):
         return None
     top = config.get("model_type")
+    for path in _INNER:
+        holder = _holder(config, path)
+        if isinstance(holder, Mapping) and holder.get("model_type") in LEARNED_TOWERS:
+            return holder, str(holder["model_type"]), f"config.{path}"
     if top in LEARNED_TOWERS:
         return config, str(top), "config"
     for path in _PLACES:
@@ -192,16 +237,35 @@ def _side(vision: Mapping[str, Any], tower: LearnedTower, where: str, used: list
                 field=f"{where}.{tower.side_key}",
             )
         return side
-    image = _pair(vision, "image_size", tower, where, used)
-    patch = _pair(vision, "patch_size", tower, where, used)
+    if tower.grid_key is not None:
+        return _positive(vision, tower.grid_key, tower, where, used)
+    image = _pair(vision, tower.image_key, tower, where, used)
+    patch = _pair(vision, tower.patch_key, tower, where, used)
     rows, cols = image[0] // patch[0], image[1] // patch[1]
     if rows != cols or rows < 1:
         raise InvalidArgument(
             f"{where}: image_size {list(image)} / patch_size {list(patch)} gives a {rows} × "
             f"{cols} grid; the table of model_type {tower.reference} is square",
-            field=f"{where}.image_size",
+            field=f"{where}.{tower.image_key}",
         )
     return rows
+
+
+def _mode(vision: Mapping[str, Any], tower: LearnedTower, where: str,
+          used: list[str]) -> LearnedTower:  # fmt: skip
+    """The tower with the interpolation mode its config names (``mode_key``), if it names one."""
+    if tower.mode_key is None:
+        return tower
+    value = vision.get(tower.mode_key)
+    if value is None:
+        used.append(f"{where}.{tower.mode_key}")
+        value = tower.defaults[tower.mode_key]
+    if value not in ("bicubic", "bilinear"):
+        raise InvalidArgument(
+            f"{where}.{tower.mode_key} must be 'bicubic' or 'bilinear', got {value!r}",
+            field=f"{where}.{tower.mode_key}",
+        )
+    return dataclasses.replace(tower, mode=value)
 
 
 def _grids(
@@ -253,22 +317,34 @@ def vision_learned_spec(
     if found is None:
         raise _not_learned(config)
     vision, model_type, where = found
-    tower = LEARNED_TOWERS[model_type]
     used: list[str] = []
-    width = _positive(vision, "hidden_size", tower, where, used)
+    tower = _mode(vision, LEARNED_TOWERS[model_type], where, used)
+    width = _positive(vision, tower.width_key, tower, where, used)
     side = _side(vision, tower, where, used)
     prefix = tower.prefix
     if tower.prefix_key is not None:
         prefix = _positive(vision, tower.prefix_key, tower, where, used)
+    merge = 1
+    if tower.merge_key is not None:
+        merge = _positive(vision, tower.merge_key, tower, where, used)
+    grids = _grids(grid, grid_thw, side)
+    for h, w in grids if merge > 1 else ():
+        if h % merge or w % merge:
+            raise InvalidArgument(
+                f"this tower orders its patches in {merge} x {merge} merge blocks: the grid's "
+                f"h and w must be multiples of {merge}, got {h} and {w}",
+                field="grid",
+            )
     return VisionLearnedSpec(
         model_type=model_type,
         tower=tower,
         width=width,
         side=side,
-        grids=_grids(grid, grid_thw, side),
+        grids=grids,
         defaulted=tuple(used),
         where=where,
         prefix=prefix,
+        merge=merge,
     )
 
 
@@ -300,19 +376,22 @@ def _not_learned(config: Any) -> InvalidArgument:
 
 def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
     rule = spec.tower.rule
+    if rule.axis_pair is not None:
+        return rule.axis_pair(spec.tower, spec.side, h, w)
     return rule.axis_weights(spec.tower, spec.side, h), rule.axis_weights(spec.tower, spec.side, w)
 
 
 def resample_matrix(spec: VisionLearnedSpec) -> Tensor:
     """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc)."""
-    p = spec.prefix
+    p, k = spec.prefix, spec.kept
     out = torch.zeros(spec.tokens, spec.table_rows, dtype=torch.float64)
     start = 0
     for h, w in spec.grids:
-        out[start : start + p, :p] = torch.eye(p, dtype=torch.float64)
+        out[start : start + k, :k] = torch.eye(k, dtype=torch.float64)
         wh, ww = _axes(spec, h, w)  # (h, s), (w, s)
-        out[start + p : start + p + h * w, p:] = torch.kron(wh, ww)  # (h·w, s²)
-        start += p + h * w
+        kron = torch.kron(wh, ww)[spec.order(h, w)]  # (h·w, s²)
+        out[start + k : start + k + h * w, p:] = kron
+        start += k + h * w
     return out
 
 
@@ -324,8 +403,8 @@ def position_ids(spec: VisionLearnedSpec) -> Tensor | None:
         return None
     parts = []
     for h, w in spec.grids:
-        parts.append(torch.arange(spec.prefix, dtype=torch.int64))
-        parts.append(ids_of(spec.tower, spec.side, h, w) + spec.prefix)
+        parts.append(torch.arange(spec.kept, dtype=torch.int64))
+        parts.append(ids_of(spec.tower, spec.side, h, w)[spec.order(h, w)] + spec.prefix)
     return torch.cat(parts)
 
 
@@ -348,20 +427,21 @@ def resized_table(spec: VisionLearnedSpec, table: Tensor, precision: Precision =
     path, in the table's dtype. A rule that gathers rows (NaViT buckets) is exact either way.
     """
     check_table(spec, table)
-    p, s, d = spec.prefix, spec.side, spec.width
+    p, k, s, d = spec.prefix, spec.kept, spec.side, spec.width
     engine = precision == "engine"
     gathers = spec.tower.rule.position_ids is not None  # exact in any dtype
     source = table if engine else table.to(torch.float64)
     parts = []
     for h, w in spec.grids:
-        parts.append(source[:p])
+        parts.append(source[:k])
         patches = source[p:]
         if engine or gathers:
-            parts.append(spec.tower.rule.engine(spec.tower, patches, s, h, w))
+            rows = spec.tower.rule.engine(spec.tower, patches, s, h, w)  # (h·w, D)
+            parts.append(rows if spec.merge == 1 else rows[spec.order(h, w)])
             continue
         wh, ww = _axes(spec, h, w)
         grid = patches.reshape(s, s, d)  # (s, s, D)
         rows = torch.einsum("yi,ijd->yjd", wh, grid)  # (h, s, D)
         out = torch.einsum("xj,yjd->yxd", ww, rows)  # (h, w, D)
-        parts.append(out.reshape(h * w, d))
+        parts.append(out.reshape(h * w, d)[spec.order(h, w)])
     return torch.cat(parts)

@@ -10,12 +10,14 @@ rows (zero, no position row) are dropped.
 
 from __future__ import annotations
 
+import copy
 import importlib
 from typing import Any
 
 import torch
 from torch import Tensor
 from transformers import PreTrainedConfig
+from transformers.vision_utils import get_vision_position_ids
 
 from posenc.vision_learned import LEARNED_TOWERS
 
@@ -60,7 +62,69 @@ MODULES = {  # embeddings class -> transformers.models.<module>
     "MiniCPMOcrVisionEmbeddings": "minicpm_ocr",
     "MiniCPMV4_6VisionEmbeddings": "minicpmv4_6",
     "MiniCPMV4_7VisionEmbeddings": "minicpmv4_7",
+    "Aimv2VisionEmbeddings": "aimv2",
+    "VitDetEmbeddings": "vitdet",
+    "LwDetrViTEmbeddings": "lw_detr",
+    "HunYuanVLVisionPatchEmbed": "hunyuan_vl",
+    "HYV4VLVisionPatchEmbed": "hy_v4_vl",
+    "Sam3ViTEmbeddings": "sam3",
+    "Glm4vVisionEmbeddings": "glm4v",
+    "HieraEmbeddings": "hiera",
+    "RadioPatchEmbeddings": "radio",
+    "UnlimitedOcrVisionEmbeddings": "unlimited_ocr",
+    "RfDetrDinov2Embeddings": "rf_detr",
+    "DPTViTEmbeddings": "dpt",
+    "SegGptEmbeddings": "seggpt",
+    "LayoutLMv3Model": "layoutlmv3",
+    "Cosmos3EdgeVisionEmbeddings": "cosmos3_edge",
+    "Inkling2VisionEmbeddings": "inkling2",
+    "PaddleOCRVisionEmbeddings": "paddleocr_vl",
+    "Kimi_K25VisionPositionEmbeddings": "kimi_k25",
+    "Glm4vMoeVisionEmbeddings": "glm4v_moe",
+    "GlmImageVisionEmbeddings": "glm_image",
+    # Whole encoders: the rows reach their first layer (captured there).
+    "SamVisionEncoder": "sam",
+    "SamHQVisionEncoder": "sam_hq",
+    "GotOcr2VisionEncoder": "got_ocr2",
+    "SLANeXtVisionEncoder": "slanext",
+    "PPFormulaNetVisionModel": "pp_formulanet",
+    "DeepseekOcr2SamVisionEncoder": "deepseek_ocr2",
+    "UnlimitedOcrSamVisionEncoder": "unlimited_ocr",
 }
+#: Embeddings whose forward returns a (1, D, h, w) feature map (ViTDet's), not tokens.
+CHANNELS_FIRST = {"VitDetEmbeddings", "LwDetrViTEmbeddings"}
+#: Embeddings that take flattened patches (h·w, C·p·p) and grid_thw (Hunyuan-VL's).
+FLAT_PATCHES = {"HunYuanVLVisionPatchEmbed", "HYV4VLVisionPatchEmbed"}
+
+
+class _Reached(Exception):
+    """Raised by the hook on an encoder's first layer, once it holds that layer's input."""
+
+    def __init__(self, hidden: Tensor) -> None:
+        super().__init__()
+        self.hidden = hidden
+
+
+def _input_of(module: torch.nn.Module, name: str, call: Any, pixels: Tensor) -> Tensor:
+    """The first input of ``module``'s submodule ``name`` during ``call(pixels)`` (the call
+    stops there)."""
+
+    def stop(_layer: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        raise _Reached(args[0] if args else kwargs["hidden_states"])
+
+    handle = module.get_submodule(name).register_forward_pre_hook(stop, with_kwargs=True)
+    try:
+        call(pixels)
+    except _Reached as reached:
+        return reached.hidden
+    finally:
+        handle.remove()
+    raise AssertionError(f"{type(module).__name__} never reached {name}")
+
+
+def _first_layer_input(module: torch.nn.Module, pixels: Tensor) -> Tensor:
+    """A whole encoder's hidden states as they enter its first layer (patches + table)."""
+    return _input_of(module, "layers.0", module, pixels)
 
 
 def embeddings_class(reference: str) -> Any:
@@ -71,8 +135,13 @@ def embeddings_class(reference: str) -> Any:
 
 
 def _patch(config: PreTrainedConfig) -> tuple[int, int]:
-    patch = config.patch_size
+    patch = getattr(config, LEARNED_TOWERS[config.model_type].patch_key)
     return (patch[0], patch[1]) if isinstance(patch, list | tuple) else (patch, patch)
+
+
+def tower_width(module: torch.nn.Module) -> int:
+    """The width of the embeddings module's output (its ``embed_dim``)."""
+    return int(module.embed_dim)  # type: ignore[arg-type]
 
 
 def _set_table(module: torch.nn.Module, name: str, table: Tensor) -> None:
@@ -85,6 +154,12 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
     ``grid`` patches, with its position table set to ``table`` ``(P, D)``."""
     tower = LEARNED_TOWERS[config.model_type]
     cls = embeddings_class(tower.reference)
+    encoder = (
+        tower.reference.endswith(("Encoder", "Model")) and tower.reference != "LayoutLMv3Model"
+    )
+    if tower.reference.endswith(("Encoder", "Model")):  # one layer is enough
+        config = copy.deepcopy(config)
+        config.num_hidden_layers = 1
     module = cls(config).eval()
     h, w = grid
     ph, pw = _patch(config)
@@ -103,7 +178,44 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
         elif tower.rule.name == "nearest_buckets":
             pixels = torch.zeros(1, channels, h * ph, w * pw)
             out = module(pixels, target_sizes=torch.tensor([[h, w]]))
-        elif tower.rule.name == "fixed":
+        elif tower.rule.name == "grid_sample":  # at the rotary's ids, as the vision model
+            grid_thw = torch.tensor([[1, h, w]])
+            y, x = get_vision_position_ids(grid_thw, config.spatial_merge_size).unbind(-1)
+            dim = int(tower_width(module))
+            out = module(torch.zeros(h * w, dim), [h * w], torch.tensor([[1, h, w]]), y, x)[None]
+        elif tower.reference == "PaddleOCRVisionEmbeddings":
+            pixels = torch.zeros(1, h * w, channels, ph, pw)
+            out = module(pixels, grid_thw=torch.tensor([[1, h, w]]))[None]
+        elif tower.reference == "Cosmos3EdgeVisionEmbeddings":  # patches in merge order
+            pixels = torch.zeros(h * w, channels * ph * pw)
+            out = module(pixels, torch.tensor([[1, h, w]]))[None]
+        elif tower.reference == "Inkling2VisionEmbeddings":  # the class token's row dropped
+            pixels = torch.zeros(h * w * ph * pw, channels)
+            index = torch.arange(1, h * w + 1)
+            out = module(pixels, torch.tensor([[1, h, w]]), index)[None, 1:]
+        elif tower.reference == "UnlimitedOcrVisionEmbeddings":  # takes the SAM feature map
+            out = module(torch.zeros(1, config.hidden_size, h, w))
+        elif tower.reference == "RfDetrDinov2Embeddings":  # its own code, before the windows
+            tokens = torch.zeros(1, 1 + h * w, config.hidden_size)
+            out = module.interpolate_pos_encoding(tokens, h * ph, w * pw)
+        elif tower.reference == "SegGptEmbeddings":  # its own code, on the pair's grid
+            out = module.interpolate_pos_encoding(h, w)
+        elif tower.reference == "LayoutLMv3Model":  # the image rows as pos_drop takes them
+            out = _input_of(
+                module, "pos_drop", module.forward_image, torch.zeros(1, channels, h * ph, w * pw)
+            )
+        elif tower.reference == "DPTViTEmbeddings":
+            out = module(torch.zeros(1, channels, h * ph, w * pw)).last_hidden_states
+        elif tower.reference == "RadioPatchEmbeddings":  # the class and register rows dropped
+            out = module(torch.zeros(1, channels, h * ph, w * pw))
+            out = out[:, config.num_cls_tokens + config.num_registers :]
+        elif tower.reference == "Kimi_K25VisionPositionEmbeddings":
+            out = module(torch.zeros(h * w, config.hidden_size), torch.tensor([[1, h, w]]))[None]
+        elif encoder:
+            out = _first_layer_input(module, torch.zeros(1, channels, h * ph, w * pw))
+        elif tower.reference in FLAT_PATCHES:
+            out = module(torch.zeros(h * w, channels * ph * pw), grid_thw=[[1, h, w]])
+        elif tower.rule.name in ("fixed", "tile") or tower.reference in CHANNELS_FIRST:
             out = module(torch.zeros(1, channels, h * ph, w * pw))
         else:
             pixels = torch.zeros(1, channels, h * ph, w * pw)
@@ -111,7 +223,10 @@ def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -
                 out = module(pixels, interpolate_pos_encoding=True)
             except TypeError:  # DINOv2, InternViT: always interpolate
                 out = module(pixels)
-    out = out[0]
+    out = (out[0] if isinstance(out, tuple) else out).detach()
+    if tower.reference in CHANNELS_FIRST:
+        out = out.permute(0, 2, 3, 1)
+    out = out.reshape(out.shape[0], -1, out.shape[-1])[0]  # (N, D), feature maps flattened
     if config.model_type in ("dinov2_with_registers", "tipsv2_vision_model"):
         out = torch.cat((out[:1], out[1 + config.num_register_tokens :]))
     return out
