@@ -22,6 +22,10 @@ with bidirectional buckets on a bidirectional layer (T5's encoder) and one-way b
 causal one (its decoder), and the table seeded as :func:`posenc.relative.relative_bias_table`
 makes it.
 
+:func:`config_position_bias` reads these settings from a model's ``config.json`` (BLOOM, MPT,
+T5's family), the form from the model type's record (``position_bias_form`` in
+:mod:`posenc.hf.families`).
+
 Notation used for tensor shapes:
     N: rows of a block.
     S: keys.
@@ -199,7 +203,7 @@ def config_position_bias(
             raise InvalidArgument(
                 f"{name} belongs to the other position bias: {model} adds {adds}", field=name
             )
-    params = mp.alibi if kind == "alibi" else relative
+    params = (mp.alibi or {}) if kind == "alibi" else relative
     from_config: dict[str, Any] = {"position_bias": kind, "num_heads": params["num_heads"]}
     if kind == "alibi":
         from_config["max_bias"] = params["max_bias"]
