@@ -7,7 +7,9 @@ A model's ``config.json`` is read as transformers 5 reads it for its masks
 that instead), else the model's own pattern (:func:`posenc.hf_config.read_positions`: Gemma 2
 and 3, Cohere 2, Qwen2's ``max_window_layers``, Llama 4's chunked and NoPE layers, gpt-oss'
 alternation), else every layer sliding when the config has ``sliding_window``, chunked when it has
-``attention_chunk_size``, and causal otherwise. ``is_causal: false`` makes the attention layers
+``attention_chunk_size``, and causal otherwise. T5's family (``t5``, ``mt5``, ``umt5``…) lists
+its encoder's layers, which attend both ways (its decoder's config has ``is_decoder: true``).
+``is_causal: false`` makes the attention layers
 bidirectional (transformers' "power feature" for decoders used as encoders), and so does Gemma
 3's ``use_bidirectional_attention`` (EmbeddingGemma), whose sliding layers see ``W // 2`` keys
 each way.
@@ -326,6 +328,10 @@ def attention_layers(config: Mapping[str, Any]) -> tuple[AttentionLayer, ...]:
     types, window = _layer_types(c, model_type, mp)
     chunk = _int_key(c, "attention_chunk_size")
     causal = c.get("is_causal", True) is not False
+    if family(model_type).position_bias_form in ("t5_table", "t5_decoder_only"):
+        # T5's family: num_layers are its encoder's (bidirectional); a decoder's own config
+        # (is_decoder, as T5Stack's copy) attends causally
+        causal = c.get("is_decoder") is True
     bidirectional = c.get("use_bidirectional_attention") is True
     if family(model_type).bidirectional_halves_window and bidirectional and window:
         # EmbeddingGemma: its config class turns W into W // 2 + 1 and its model opens the

@@ -58,11 +58,13 @@ from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 from posenc.position_bias import (
     ALIBI_FORMS,
+    BIAS_DEFAULTS,
     POSITION_BIASES,
     PositionBias,
     bias_parameters,
     bias_rows,
     check_position_bias,
+    config_position_bias,
     position_bias,
 )
 from posenc.position_ids import check_cu_seqlens, max_seqlen
@@ -700,6 +702,12 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
             if p[name] is not None:
                 raise InvalidArgument(f"{name} needs config (a model's config.json)", field=name)
     rule = _rule_dict(mask_rule(kind or "causal", window=window, chunk_size=chunk))
+    if p["config"] is not None and p["as"] == "combined":
+        given = {name: p[name] for name in _BIAS_FIELDS}
+        p = {
+            **p,
+            **config_position_bias(p["config"], given, bidirectional=_bidirectional(rule["kind"])),
+        }
     bias = _bias_of(p)  # a 422 before any work
     if bias is not None:
         check_position_bias(bias, bidirectional=_bidirectional(rule["kind"]))
@@ -713,6 +721,17 @@ def _masks_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
     else:
         _inputs({**p, "rule": rule})  # every input checked before any work
     return {**p, "rule": rule, "layer_info": layer_info}
+
+
+#: the fields of a position bias a config gives (:func:`config_position_bias`)
+_BIAS_FIELDS = (
+    "position_bias",
+    "num_heads",
+    "max_bias",
+    "alibi_form",
+    "num_buckets",
+    "max_distance",
+)
 
 
 def _bidirectional(kind: str) -> bool:
@@ -738,17 +757,13 @@ def _bias_of(p: Mapping[str, Any]) -> PositionBias | None:
         return None
     if kind is None:
         raise InvalidArgument(
-            "as: combined needs position_bias (alibi or relative) and num_heads",
+            "as: combined needs position_bias (alibi or relative) and num_heads, or a config "
+            "of a model that adds one (BLOOM, MPT, T5…)",
             field="position_bias",
         )
+    given = {name: p[name] for name in BIAS_DEFAULTS if p[name] is not None}
     return position_bias(
-        kind,
-        num_heads=p["num_heads"],
-        max_bias=p["max_bias"],
-        alibi_form=p["alibi_form"],
-        num_buckets=p["num_buckets"],
-        max_distance=p["max_distance"],
-        seed=p["seed"],
+        kind, num_heads=p["num_heads"], seed=p["seed"], **{**BIAS_DEFAULTS, **given}
     )
 
 
@@ -952,18 +967,26 @@ MASKS: kinds.Kind = kinds.Kind(
             "str",
             "with as: combined, the bias the model adds beside the mask: alibi (its form in "
             "alibi_form) or relative (T5's bucketed table: both ways on bidirectional layers, "
-            "its encoder; one way otherwise, its decoder)",
+            "its encoder; one way otherwise, its decoder); default: the config's model's "
+            "(BLOOM, MPT: alibi; T5, mT5, UMT5, Switch, Pop2Piano: relative), and another is "
+            "a 422",
             None,
             choices=POSITION_BIASES,
         ),
         kinds.FieldSpec(
-            "num_heads", "int", "H of position_bias (required with it)", None, minimum=1
+            "num_heads",
+            "int",
+            "H of position_bias (required with it, unless config gives n_head, n_heads or "
+            "num_heads)",
+            None,
+            minimum=1,
         ),
         kinds.FieldSpec(
             "max_bias",
             "float",
-            "ALiBi's slope exponent scale (MPT's alibi_bias_max)",
-            8.0,
+            "ALiBi's slope exponent scale (default: MPT's attn_config.alibi_bias_max with "
+            "config, else 8)",
+            None,
             exclusive_minimum=0,
         ),
         kinds.FieldSpec(
@@ -971,13 +994,23 @@ MASKS: kinds.Kind = kinds.Kind(
             "str",
             "paper: −m·|q − k|; key_index: m·(the key's index among the real tokens), as "
             "BLOOM's build_alibi_tensor; from_last: m·(k − S + 1), as MPT's "
-            "build_mpt_alibi_tensor",
-            "paper",
+            "build_mpt_alibi_tensor (default: the config's model's form, else paper)",
+            None,
             choices=ALIBI_FORMS,
         ),
-        kinds.FieldSpec("num_buckets", "int", "T5's relative_attention_num_buckets", 32, minimum=1),
         kinds.FieldSpec(
-            "max_distance", "int", "T5's relative_attention_max_distance", 128, minimum=1
+            "num_buckets",
+            "int",
+            "T5's relative_attention_num_buckets (default: the config's, else 32)",
+            None,
+            minimum=1,
+        ),
+        kinds.FieldSpec(
+            "max_distance",
+            "int",
+            "T5's relative_attention_max_distance (default: the config's, else 128)",
+            None,
+            minimum=1,
         ),
         kinds.FieldSpec(
             "seed",

@@ -22,6 +22,10 @@ with bidirectional buckets on a bidirectional layer (T5's encoder) and one-way b
 causal one (its decoder), and the table seeded as :func:`posenc.relative.relative_bias_table`
 makes it.
 
+:func:`config_position_bias` reads these settings from a model's ``config.json`` (BLOOM, MPT,
+T5's family), the form from the model type's record (``position_bias_form`` in
+:mod:`posenc.hf.families`).
+
 Notation used for tensor shapes:
     N: rows of a block.
     S: keys.
@@ -30,8 +34,9 @@ Notation used for tensor shapes:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -39,6 +44,8 @@ from torch import Tensor
 from posenc._validate import check_choice, check_int, is_number
 from posenc.alibi import alibi_slopes
 from posenc.errors import InvalidArgument
+from posenc.hf.families import base_type, family
+from posenc.hf_config import read_positions
 from posenc.limits import check_elements
 from posenc.relative import relative_bias_table, relative_position_bucket
 
@@ -52,6 +59,7 @@ __all__ = [
     "bias_parameters",
     "bias_rows",
     "check_position_bias",
+    "config_position_bias",
     "position_bias",
 ]
 
@@ -121,6 +129,91 @@ def position_bias(
         max_distance,
         seed,
     )
+
+
+#: what each field of :func:`position_bias` is when neither the request nor a config gives it
+BIAS_DEFAULTS: dict[str, Any] = {
+    "max_bias": 8.0,
+    "alibi_form": "paper",
+    "num_buckets": 32,
+    "max_distance": 128,
+}
+_ALIBI_FIELDS = ("max_bias", "alibi_form")
+_T5_FIELDS = ("num_buckets", "max_distance")
+
+#: why a record's ``position_bias_form`` has no combined tensor (:class:`posenc.hf.families.Family`)
+_REFUSED = {
+    "scaled_alibi": (
+        "{model} with alibi scales its scores plus ALiBi by 1/sqrt(head_dim) before it adds "
+        "the mask (FalconAttention: (q·kᵀ + alibi) · inv_norm_factor), so no bias added "
+        "beside the mask is what it passes to softmax; /v1/biases/alibi serves its ALiBi alone"
+    ),
+    "t5_decoder_only": (
+        "{model}'s encoder adds more than T5's table (LongT5: local blocks of local_radius "
+        "keys; UDOP: a 2-D layout bias from the boxes), so only its decoder's self-attention "
+        "is served: give kind: causal (or a config with is_decoder: true)"
+    ),
+}
+
+
+def config_position_bias(
+    config: Mapping[str, Any], given: Mapping[str, Any], *, bidirectional: bool
+) -> dict[str, Any]:
+    """The position bias a model's ``config.json`` adds beside its mask, as the fields of
+    :func:`position_bias`, with the request's own (``given``: None where not given) over them.
+
+    Read as transformers builds the model: BLOOM's ALiBi (``key_index``, ``n_head``), MPT's
+    (``from_last``, ``n_heads``, ``attn_config.alibi_bias_max``), T5's family's table
+    (``num_heads``, ``relative_attention_num_buckets``, ``relative_attention_max_distance``);
+    the form comes from the model type's record (``position_bias_form``).
+
+    Raises:
+        InvalidArgument: a model with no position bias (RoPE, a learned table) or one whose bias
+            is not a bias beside the mask (Falcon's scaled ALiBi, LongT5's and UDOP's
+            encoders); a ``position_bias`` other than the model's, or a field of the other
+            bias (``num_buckets`` on BLOOM, ``alibi_form`` on T5): ``field`` names it.
+    """
+    mp = read_positions(config)
+    form = family(base_type(mp.model_type)).position_bias_form
+    model = mp.model_type or "the config's model"
+    relative = mp.relative or {}
+    kind = None
+    if mp.kind == "alibi" or (mp.kind == "relative" and "num_buckets" in relative):
+        kind = mp.kind
+    if kind == "alibi" and form == "scaled_alibi":
+        raise InvalidArgument(_REFUSED[form].format(model=model), field="config.alibi")
+    if kind == "relative" and form == "t5_decoder_only" and bidirectional:
+        raise InvalidArgument(_REFUSED[form].format(model=model), field="config")
+    asked = given.get("position_bias")
+    if kind is None:
+        what = f"{mp.kind} positions" if mp.kind != "none" else "no positional encoding"
+        raise InvalidArgument(
+            f"{model} applies {what}, not a position bias added to its scores (ALiBi or T5's "
+            "table), so as: combined has nothing to add from its config",
+            field="position_bias" if asked is not None else "config",
+        )
+    adds = "ALiBi (alibi)" if kind == "alibi" else "T5's bucketed table (relative)"
+    if asked is not None and asked != kind:
+        raise InvalidArgument(
+            f"position_bias {asked} conflicts with the config: {model} adds {adds}",
+            field="position_bias",
+        )
+    for name in _T5_FIELDS if kind == "alibi" else _ALIBI_FIELDS:
+        if given.get(name) is not None:
+            raise InvalidArgument(
+                f"{name} belongs to the other position bias: {model} adds {adds}", field=name
+            )
+    params = (mp.alibi or {}) if kind == "alibi" else relative
+    from_config: dict[str, Any] = {"position_bias": kind, "num_heads": params["num_heads"]}
+    if kind == "alibi":
+        from_config["max_bias"] = params["max_bias"]
+        if form in ("key_index", "from_last"):
+            from_config["alibi_form"] = form
+    else:
+        from_config.update(
+            num_buckets=relative["num_buckets"], max_distance=relative["max_distance"]
+        )
+    return {**from_config, **{k: v for k, v in given.items() if v is not None}}
 
 
 def check_position_bias(bias: PositionBias, *, bidirectional: bool) -> None:

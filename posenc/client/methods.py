@@ -413,14 +413,19 @@ class KindMethods(Generic[T]):
                 adds them to its scores (default 'mask') (sent as as).
             position_bias: with as: combined, the bias the model adds beside the mask: alibi
                 (its form in alibi_form) or relative (T5's bucketed table: both ways on
-                bidirectional layers, its encoder; one way otherwise, its decoder).
-            num_heads: H of position_bias (required with it).
-            max_bias: ALiBi's slope exponent scale (MPT's alibi_bias_max) (default 8.0).
+                bidirectional layers, its encoder; one way otherwise, its decoder); default: the
+                config's model's (BLOOM, MPT: alibi; T5, mT5, UMT5, Switch, Pop2Piano:
+                relative), and another is a 422.
+            num_heads: H of position_bias (required with it, unless config gives n_head, n_heads
+                or num_heads).
+            max_bias: ALiBi's slope exponent scale (default: MPT's attn_config.alibi_bias_max
+                with config, else 8).
             alibi_form: paper: −m·|q − k|; key_index: m·(the key's index among the real tokens),
                 as BLOOM's build_alibi_tensor; from_last: m·(k − S + 1), as MPT's
-                build_mpt_alibi_tensor (default 'paper').
-            num_buckets: T5's relative_attention_num_buckets (default 32).
-            max_distance: T5's relative_attention_max_distance (default 128).
+                build_mpt_alibi_tensor (default: the config's model's form, else paper).
+            num_buckets: T5's relative_attention_num_buckets (default: the config's, else 32).
+            max_distance: T5's relative_attention_max_distance (default: the config's, else
+                128).
             seed: T5's table: torch.manual_seed(seed); nn.Embedding(num_buckets,
                 num_heads).weight (default 0).
             masked_value: the bias where attention is masked: -inf, or min

@@ -137,6 +137,14 @@ class Family:
             ``cohere2_moe.py``).
         bidirectional_halves_window: with ``use_bidirectional_attention`` its sliding layers
             see ``|q − k| <= W // 2`` both ways (EmbeddingGemma on Gemma 3).
+        position_bias_form: how its attention adds its position bias beside the mask
+            (``POST /v1/masks`` with ``as: combined``, :mod:`posenc.position_bias`):
+            ``key_index`` (BLOOM's ALiBi over the real keys' indices), ``from_last`` (MPT's,
+            from the last key), ``scaled_alibi`` (Falcon with ``alibi``: scores plus ALiBi are
+            scaled by ``1/sqrt(head_dim)`` before the mask, so no one bias stands for it),
+            ``t5_table`` (T5's table; the config's layers are its encoder's, bidirectional, unless
+            ``is_decoder``), ``t5_decoder_only`` (T5's table in the decoder, but an encoder that
+            adds more: LongT5's local blocks, UDOP's 2-D layout bias).
     """
 
     model_type: str
@@ -194,6 +202,9 @@ class Family:
     llamacpp_yarn_log_multiplier: bool = False
     polar_rotary: bool = False
     vllm_window_rule: Literal["model_level", "even_layers", "plus_one"] | None = None
+    position_bias_form: (
+        Literal["key_index", "from_last", "scaled_alibi", "t5_table", "t5_decoder_only"] | None
+    ) = None
 
 
 def _f(model_type: str, **facts: Any) -> Family:
@@ -212,7 +223,13 @@ _RECORDS = (
     _f("biogpt", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
     _f("bitnet", llamacpp_rope="neox", scheme="rope", default_theta=500000.0),
     _f("blenderbot", scheme="learned"),
-    _f("bloom", scheme="alibi", checkpoint_scheme="alibi"),
+    _f(
+        "bloom",
+        scheme="alibi",
+        checkpoint_scheme="alibi",
+        position_bias_form="key_index",
+        head_defaults={"n_head": 8},
+    ),
     _f("blt", scheme="rope", layout="interleaved"),
     _f("blt_global_transformer", scheme="rope", layout="interleaved"),
     _f("blt_local_decoder", scheme="rope", layout="interleaved"),
@@ -318,7 +335,14 @@ _RECORDS = (
         vision_tower="ernie4_5_vl_moe_vision",
     ),
     _f("exaone4_5", vision_tower="exaone4_5_vision"),
-    _f("falcon", llamacpp_rope="neox", scheme="rope", alibi_flag="alibi", checkpoint_scheme="rope"),
+    _f(
+        "falcon",
+        llamacpp_rope="neox",
+        scheme="rope",
+        alibi_flag="alibi",
+        checkpoint_scheme="rope",
+        position_bias_form="scaled_alibi",
+    ),
     _f("flex_olmo", scheme="rope", default_theta=500000.0),
     _f("fsmt", scheme="sinusoidal"),
     _f("fuyu", scheme="rope", default_theta=25000.0),
@@ -485,7 +509,13 @@ _RECORDS = (
     ),
     _f("llava", learned_vision_tower="clip_vision_model", vision_tower="clip_vision_model"),
     _f("longcat_flash", scheme="rope", layout="interleaved", always_interleaved=True),
-    _f("longt5", scheme="relative", checkpoint_scheme="relative"),
+    _f(
+        "longt5",
+        scheme="relative",
+        checkpoint_scheme="relative",
+        position_bias_form="t5_decoder_only",
+        head_defaults={"num_heads": 8},
+    ),
     _f("m2m_100", scheme="sinusoidal"),
     _f("marian", scheme="sinusoidal"),
     _f("mbart", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
@@ -513,8 +543,20 @@ _RECORDS = (
     _f("mixtral", llamacpp_rope="normal", scheme="rope", default_theta=1000000.0),
     _f("moonshine", scheme="rope", layout="interleaved"),
     _f("moonshine_streaming", scheme="rope", layout="interleaved"),
-    _f("mpt", alibi_flag="attn_config", checkpoint_scheme="alibi"),
-    _f("mt5", scheme="relative", checkpoint_scheme="relative"),
+    _f(
+        "mpt",
+        alibi_flag="attn_config",
+        checkpoint_scheme="alibi",
+        position_bias_form="from_last",
+        head_defaults={"n_heads": 16},
+    ),
+    _f(
+        "mt5",
+        scheme="relative",
+        checkpoint_scheme="relative",
+        position_bias_form="t5_table",
+        head_defaults={"num_heads": 6},
+    ),
     _f("nanochat", rotation="negative"),
     _f("olmo", llamacpp_rope="normal", scheme="rope"),
     _f("olmo2", llamacpp_rope="neox", scheme="rope"),
@@ -527,6 +569,12 @@ _RECORDS = (
     _f("parakeet_rnnt", scheme="relative_sinusoidal", encoder_config=True),
     _f("parakeet_tdt", scheme="relative_sinusoidal", encoder_config=True),
     _f("pegasus", scheme="sinusoidal"),
+    _f(
+        "pop2piano",
+        scheme="relative",
+        position_bias_form="t5_table",
+        head_defaults={"num_heads": 8},
+    ),
     _f("persimmon", scheme="rope", partial_rotary=0.5),
     _f("phi", llamacpp_rope="neox", scheme="rope", partial_rotary=0.5),
     _f("phi3", llamacpp_rope="neox", scheme="rope", original_max_default=4096),
@@ -634,9 +682,33 @@ _RECORDS = (
     _f("step3p7", vision_tower="step3p5_vision"),
     _f("swin", scheme="windows"),
     _f("swinv2", scheme="windows", cosine_attention=True),
-    _f("switch_transformers", scheme="relative", checkpoint_scheme="relative"),
-    _f("t5", scheme="relative", checkpoint_scheme="relative"),
-    _f("umt5", scheme="relative", checkpoint_scheme="relative"),
+    _f(
+        "switch_transformers",
+        scheme="relative",
+        checkpoint_scheme="relative",
+        position_bias_form="t5_table",
+        head_defaults={"num_heads": 12},
+    ),
+    _f(
+        "t5",
+        scheme="relative",
+        checkpoint_scheme="relative",
+        position_bias_form="t5_table",
+        head_defaults={"num_heads": 8},
+    ),
+    _f(
+        "udop",
+        scheme="relative",
+        position_bias_form="t5_decoder_only",
+        head_defaults={"num_heads": 16},
+    ),
+    _f(
+        "umt5",
+        scheme="relative",
+        checkpoint_scheme="relative",
+        position_bias_form="t5_table",
+        head_defaults={"num_heads": 6},
+    ),
     _f("vit", scheme="learned"),
     _f(
         "whisper",

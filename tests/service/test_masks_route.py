@@ -142,3 +142,39 @@ def test_combined_huge_bias_table_is_413(app_client: httpx.Client) -> None:
             "num_buckets": 2**30}  # fmt: skip
     r = app_client.post("/v1/masks", json=body)
     assert r.status_code == 413, r.text
+
+
+def test_combined_from_a_config(app_client: httpx.Client) -> None:
+    """as: combined with BLOOM-560m's config alone: alibi, its 16 heads and BLOOM's key_index
+    form (slopes 2^-0.5 … 2^-8 times each key's index, −inf above the diagonal); T5-small's
+    config gives its encoder (bidirectional, 8 heads, 32 buckets, 128 distance); a conflict
+    with the model is a 422 that names the field."""
+    body = {"seq_len": 4, "as": "combined", "config": model_config("bloom-560m")}
+    r = app_client.post("/v1/masks", json=body)
+    assert r.status_code == 200, r.text
+    got = _tensor(r.json(), "combined")
+    slopes = 2.0 ** (-0.5 * np.arange(1, 17))
+    k, q = np.arange(4)[None, :], np.arange(4)[:, None]
+    want = np.where(k <= q, slopes[:, None, None] * k, -np.inf)[None]
+    np.testing.assert_allclose(got, want, rtol=1e-7, atol=0)
+    assert r.json()["meta"]["position_bias"] == {
+        "kind": "alibi", "num_heads": 16, "max_bias": 8.0, "alibi_form": "key_index",
+    }  # fmt: skip
+    t5 = app_client.post(
+        "/v1/masks", json={"seq_len": 3, "as": "combined", "config": model_config("t5-small")}
+    )
+    assert t5.status_code == 200, t5.text
+    meta = t5.json()["meta"]
+    assert meta["mask_kind"] == "bidirectional"
+    assert meta["position_bias"] == {
+        "kind": "relative", "num_heads": 8, "num_buckets": 32, "max_distance": 128, "seed": 0,
+        "bidirectional": True,
+    }  # fmt: skip
+    assert np.isfinite(_tensor(t5.json(), "combined")).all()
+    bad = app_client.post(
+        "/v1/masks", json={**body, "config": model_config("t5-small"), "position_bias": "alibi"}
+    )
+    assert bad.status_code == 422 and bad.json()["field"] == "position_bias", bad.text
+    falcon = {**model_config("falcon-7b"), "alibi": True}
+    refused = app_client.post("/v1/masks", json={**body, "config": falcon})
+    assert refused.status_code == 422 and "1/sqrt(head_dim)" in refused.json()["detail"]
