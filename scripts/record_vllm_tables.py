@@ -38,6 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "tables.json"
+from tests.fixtures.vllm.configs import MROPE_POSITIONS  # noqa: E402
 
 #: The positions whose cache rows are recorded (those below the case's rows).
 POSITIONS = (0, 1, 2, 3, 1000, 4095, 4096, 16383, 16384, 20000, 32768, 131071, 163839)
@@ -62,6 +63,7 @@ def cases() -> list[dict[str, Any]]:
                 "max_model_len": kw.get("max_model_len"),
                 "layer_type": kw.get("layer_type"),
                 "dual_chunk_cache": kw.get("dual_chunk_cache"),
+                "mrope": kw.get("mrope", False),
             }
         )
 
@@ -89,6 +91,12 @@ def cases() -> list[dict[str, Any]]:
     )
     for name, (source, config, options) in EXTRA_CONFIGS.items():
         add(name, config, source, **options)
+    add(
+        "qwen2.5-vl-7b mrope",
+        model_config("qwen2.5-vl-7b"),
+        "posenc.model_configs qwen2.5-vl-7b",
+        mrope=True,
+    )
     for name in ("hunyuan-7b", "hunyuan-ocr"):
         add(name, vllm_config(name), f"posenc.model_configs.VLLM_CONFIGS {name}")
     for cache in ("q", "qc", "k", "qc_no_clamp", "q_inter"):
@@ -147,6 +155,21 @@ def _dual_chunk_caches(hf: Any, head_size: int, max_position: int) -> tuple[Any,
     return rope, dict(zip(names, rope._compute_cos_sin_cache(), strict=True))
 
 
+def _mrope_rows(rope: Any, rows: list[list[int]]) -> Any:
+    """``MRotaryEmbedding.forward_native``'s cos and sin for three position rows, ``(T, R)``:
+    a query whose first rotated half is 1 and second half 0 comes back as ``[cos, sin]``
+    (``x1·cos − x2·sin``, ``x2·cos + x1·sin``: exact), so the rows are vLLM's own gather
+    (``split(mrope_section)``, each part from its axis), not a copy of it."""
+    import torch
+
+    positions = torch.tensor(rows, dtype=torch.int64)  # (3, T)
+    tokens, half = positions.shape[1], rope.rotary_dim // 2
+    query = torch.zeros(tokens, rope.head_size, dtype=torch.float32)
+    query[:, :half] = 1.0
+    out, _key = rope.forward_native(positions, query.clone(), query.clone())
+    return out[:, : rope.rotary_dim]
+
+
 def record(case: dict[str, Any]) -> dict[str, Any]:
     import torch
     from vllm.config import VllmConfig, set_current_vllm_config
@@ -175,9 +198,16 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
             )
             scale = scale * m * m
     else:
-        head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        if model_type.startswith("gemma4") and case["layer_type"] is not None:
+            # gemma4.py: per_layer_config[layer].head_dim (global_head_dim on full layers)
+            layer = list(hf.layer_types).index(case["layer_type"])
+            head_size = hf.per_layer_config[layer].head_dim
+        else:
+            head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         qpas = getattr(hf, "query_pre_attn_scalar", None)
         scale = (qpas if model_type.startswith("gemma3") else head_size) ** -0.5
+        if model_type.startswith("gemma4"):  # gemma4.py: self.scaling = 1.0
+            scale = 1.0
     if model_type == "gpt_oss":  # gpt_oss.py builds its own yarn dict
         rp = rope_parameters
         rope_parameters = {
@@ -218,9 +248,17 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
             magnitude = float(getattr(rope, "mscale", 1.0))
     rows = int(cache.shape[0])
     half = cache.shape[1] // 2
-    positions = [p for p in POSITIONS + LONG_POSITIONS if p < rows]
-    picked = cache[positions]
+    positions: list[int] | list[list[int]]
+    if case["mrope"]:
+        positions = MROPE_POSITIONS
+        picked = _mrope_rows(rope, positions)
+    else:
+        positions = [p for p in POSITIONS + LONG_POSITIONS if p < rows]
+        picked = cache[positions]
     out: dict[str, Any] = {}
+    if case["mrope"]:
+        out["mrope_section"] = list(rope.mrope_section)
+        out["mrope_interleaved"] = bool(rope.mrope_interleaved)
     if model_type.startswith("hunyuan_vl"):
         out["note"] = (
             "transformers' HunYuanVL config renames xdrope to dynamic, so get_rope builds "
@@ -246,6 +284,7 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
         "magnitude": float(magnitude),
         "softmax_scale": float(scale),
         "positions": positions,
+        "mrope": case["mrope"],
         "cos": _f32(picked[:, :half].tolist()),
         "sin": _f32(picked[:, half:].tolist()),
     }

@@ -269,6 +269,7 @@ VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
         "dynamic_alpha",
         "ntk",
         "dual_chunk",
+        "proportional",
     }
 )
 
@@ -551,7 +552,21 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         return _ntk(
             rotary_dim, theta, float(vllm["factor"]), None if mixed is None else float(mixed)
         )
+    if kind == "proportional":
+        return _vllm_proportional(rotary_dim, base, s)
     return _default(rotary_dim, theta if kind == "dual_chunk" else base)
+
+
+def _vllm_proportional(head_size: int, base: float, s: RopeScaling | None) -> Tensor:
+    """``Gemma4RotaryEmbedding._compute_inv_freq``: ``get_rope``'s ``rotary_dim =
+    int(head_size · partial_rotary_factor)``, its ``rotary_dim // 2`` frequencies
+    ``1.0 / (base ** (arange(0, 2·angles, 2, dtype=float) / head_size))`` in float32, then
+    zeros for the rest of the head (cos 1, sin 0). vLLM reads no ``factor`` here."""
+    fraction = 1.0 if s is None or s.partial_rotary_factor is None else s.partial_rotary_factor
+    angles = int(head_size * float(fraction)) // 2
+    exponents = torch.arange(0, 2 * angles, 2, dtype=torch.float) / head_size
+    inv: Tensor = 1.0 / (base**exponents)
+    return torch.cat([inv, torch.zeros(head_size // 2 - angles, dtype=torch.float)])
 
 
 def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
