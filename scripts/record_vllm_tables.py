@@ -19,7 +19,11 @@ the case's ``max_model_len`` (LongRoPE reads it there). vLLM-only types: Hunyuan
 config class renames ``dynamic``, builds it too: vLLM 0.32 has no ``XDRotaryEmbedding``), the
 ``ntk`` type on a Llama config, and Qwen2.5-1M's five ``DualChunkRotaryEmbedding`` caches (one
 case each, made by the class's own ``_compute_cos_sin_cache`` on CPU: see
-:func:`_dual_chunk_caches`). What is recorded: vLLM's version, the
+:func:`_dual_chunk_caches`). Gemma 4's full layers (``gemma4.py``: ``per_layer_config``'s head
+of 512, ``Gemma4RotaryEmbedding``); Qwen2-VL's and Qwen2.5-VL's ``MRotaryEmbedding``, whose rows
+for three position rows come from its own ``forward_native`` (:func:`_mrope_rows`). HunyuanOCR's
+model runs on vLLM 0.32's Transformers backend (``HunYuanVLForConditionalGeneration`` in its
+registry), so its XD-RoPE is transformers' module there. What is recorded: vLLM's version, the
 class, the cache's rows, the magnitude, the softmax scale the model's attention uses, and the
 cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_engines.py``
 checks posenc's ``engine: "vllm"`` against them in the default test lane.
@@ -170,19 +174,15 @@ def _mrope_rows(rope: Any, rows: list[list[int]]) -> Any:
     return out[:, : rope.rotary_dim]
 
 
-def record(case: dict[str, Any]) -> dict[str, Any]:
-    import torch
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.model_executor.layers import rotary_embedding
-    from vllm.model_executor.layers.rotary_embedding import get_rope
+def _head_and_scale(
+    hf: Any, layer_type: str | None, rope_parameters: dict[str, Any]
+) -> tuple[int, float]:
+    """The head size ``get_rope`` is given and the softmax scale of the model's attention, as
+    its vLLM code sets them (DeepSeek renames the type in ``rope_parameters`` here)."""
     from vllm.model_executor.layers.rotary_embedding.common import yarn_get_mscale
 
-    hf = _hf_config(case["config"])
     model_type = hf.model_type
     deepseek = model_type in ("deepseek_v2", "deepseek_v3")
-    rope_parameters = dict(hf.rope_parameters)
-    if case["layer_type"] is not None:  # gemma3.py: config.rope_parameters[layer_type]
-        rope_parameters = dict(rope_parameters[case["layer_type"]])
     if deepseek:
         head_size = hf.qk_rope_head_dim
         scale = (hf.qk_nope_head_dim + hf.qk_rope_head_dim) ** -0.5
@@ -198,9 +198,9 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
             )
             scale = scale * m * m
     else:
-        if model_type.startswith("gemma4") and case["layer_type"] is not None:
+        if model_type.startswith("gemma4") and layer_type is not None:
             # gemma4.py: per_layer_config[layer].head_dim (global_head_dim on full layers)
-            layer = list(hf.layer_types).index(case["layer_type"])
+            layer = list(hf.layer_types).index(layer_type)
             head_size = hf.per_layer_config[layer].head_dim
         else:
             head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
@@ -208,6 +208,22 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
         scale = (qpas if model_type.startswith("gemma3") else head_size) ** -0.5
         if model_type.startswith("gemma4"):  # gemma4.py: self.scaling = 1.0
             scale = 1.0
+    return head_size, scale
+
+
+def record(case: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers import rotary_embedding
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    hf = _hf_config(case["config"])
+    model_type = hf.model_type
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3")
+    rope_parameters = dict(hf.rope_parameters)
+    if case["layer_type"] is not None:  # gemma3.py: config.rope_parameters[layer_type]
+        rope_parameters = dict(rope_parameters[case["layer_type"]])
+    head_size, scale = _head_and_scale(hf, case["layer_type"], rope_parameters)
     if model_type == "gpt_oss":  # gpt_oss.py builds its own yarn dict
         rp = rope_parameters
         rope_parameters = {
