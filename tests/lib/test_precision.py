@@ -208,8 +208,10 @@ def test_blocks_equal_the_whole_table() -> None:
 VLLM_FIXTURE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json").read_text()
 )
-#: Every recorded single-row vLLM cache but XD-RoPE's (HunyuanOCR: precision "engine" refuses
-#: XD-RoPE), Gemma 4's ``Gemma4RotaryEmbedding`` among them.
+#: Every recorded single-row vLLM cache but HunyuanOCR's (vLLM 0.32 runs that model on its
+#: Transformers backend, so precision "engine" with engine vllm refuses XD-RoPE; engine
+#: transformers is checked against HunYuanVLRotaryEmbedding in tests/lib/test_vllm_types.py),
+#: Gemma 4's ``Gemma4RotaryEmbedding`` among them.
 VLLM_CASES = [c for c in VLLM_FIXTURE["cases"] if c["name"] != "hunyuan-ocr" and not c["mrope"]]
 #: vLLM's ``MRotaryEmbedding`` (Qwen2-VL, Qwen2.5-VL): three position rows each.
 VLLM_MROPE_CASES = [c for c in VLLM_FIXTURE["cases"] if c["mrope"]]
