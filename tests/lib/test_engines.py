@@ -159,6 +159,7 @@ def test_engine_vllm_mrope_equals_vllms_forward(name: str) -> None:
     fields = _fields(case, "vllm", rows)
     assert fields["mrope_section"] == case["mrope_section"] == [16, 24, 24]
     assert fields["rotary_dim"] == case["rotary_dim"] and fields["layout"] == "half"
+    assert case["rows"] == 4 * case["max_position"]  # MRotaryEmbedding's positions_factor
     out = resolve.compute(ROPE, fields)
     tol = 1e-6 + 3e-7 * torch.tensor(rows, dtype=torch.float64).amax(0)[:, None]
     for which in ("cos", "sin"):
