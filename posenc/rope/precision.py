@@ -534,7 +534,7 @@ def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
     out = {}
     for name, values in (("cos", freqs.cos() * 1.0), ("sin", freqs.sin() * 1.0)):
         doubled = torch.cat((values, values), dim=-1)
-        parts = doubled.split([2 * x for x in section], dim=-1)
+        parts = torch.split(doubled, [2 * x for x in section], dim=-1)
         out[name] = torch.cat([m[i % len(section)] for i, m in enumerate(parts)], dim=-1)
     return {**out, "inv_freq": inv}
 
