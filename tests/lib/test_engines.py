@@ -160,6 +160,7 @@ def test_engine_vllm_mrope_equals_vllms_forward(name: str) -> None:
     assert fields["mrope_section"] == case["mrope_section"] == [16, 24, 24]
     assert fields["rotary_dim"] == case["rotary_dim"] and fields["layout"] == "half"
     assert case["rows"] == 4 * case["max_position"]  # MRotaryEmbedding's positions_factor
+    assert ROPE.make_meta(fields)["vllm_rows"] == case["rows"]
     out = resolve.compute(ROPE, fields)
     tol = 1e-6 + 3e-7 * torch.tensor(rows, dtype=torch.float64).amax(0)[:, None]
     for which in ("cos", "sin"):
@@ -169,6 +170,22 @@ def test_engine_vllm_mrope_equals_vllms_forward(name: str) -> None:
     text = resolve.compute(ROPE, _fields(case, "vllm", rows[0]))
     want = torch.tensor(case["cos"], dtype=torch.float64)
     assert not ((_halves(text["cos"], "half") - want).abs() <= tol).all()
+
+
+def test_mrope_rows_are_the_positions_factor_times_max_position() -> None:
+    """vLLM's ``MRotaryEmbedding`` serves ``max_position · 4`` rows (Qwen2-VL: 131,072, as
+    recorded), but Qwen3-VL's code passes ``positions_factor`` 1: its rows are the config's."""
+    from posenc.model_configs import model_config
+
+    case = MROPE_CASES["qwen2-vl-7b mrope"]
+    last = case["rows"] - 1
+    _fields(case, "vllm", [[last], [0], [last]])
+    with pytest.raises(InvalidArgument, match="131072 rows"):
+        _fields(case, "vllm", [[0], [last + 1], [0]])
+    qwen3 = model_config("qwen3-vl-8b")
+    rows = qwen3["text_config"]["max_position_embeddings"]
+    fields = _fields({"config": qwen3, "layer_type": None, "max_model_len": None}, "vllm", [0])
+    assert ROPE.make_meta(fields)["vllm_rows"] == rows
 
 
 def test_positions_beyond_vllms_rows_are_refused_with_the_row_count() -> None:
