@@ -48,7 +48,7 @@ DIFFER = {
 VLLM_ONLY = {"llama-2-7b ntk fixed", "llama-2-7b ntk mixed"}
 
 
-def _fields(case: dict[str, Any], engine: str, positions: list[int]) -> dict[str, Any]:
+def _fields(case: dict[str, Any], engine: str, positions: list[Any]) -> dict[str, Any]:
     given = {
         "config": case["config"],
         "positions": positions,
