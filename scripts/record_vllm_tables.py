@@ -19,7 +19,11 @@ the case's ``max_model_len`` (LongRoPE reads it there). vLLM-only types: Hunyuan
 config class renames ``dynamic``, builds it too: vLLM 0.32 has no ``XDRotaryEmbedding``), the
 ``ntk`` type on a Llama config, and Qwen2.5-1M's five ``DualChunkRotaryEmbedding`` caches (one
 case each, made by the class's own ``_compute_cos_sin_cache`` on CPU: see
-:func:`_dual_chunk_caches`). What is recorded: vLLM's version, the
+:func:`_dual_chunk_caches`). Gemma 4's full layers (``gemma4.py``: ``per_layer_config``'s head
+of 512, ``Gemma4RotaryEmbedding``); Qwen2-VL's and Qwen2.5-VL's ``MRotaryEmbedding``, whose rows
+for three position rows come from its own ``forward_native`` (:func:`_mrope_rows`). HunyuanOCR's
+model runs on vLLM 0.32's Transformers backend (``HunYuanVLForConditionalGeneration`` in its
+registry), so its XD-RoPE is transformers' module there. What is recorded: vLLM's version, the
 class, the cache's rows, the magnitude, the softmax scale the model's attention uses, and the
 cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_engines.py``
 checks posenc's ``engine: "vllm"`` against them in the default test lane.
@@ -38,6 +42,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 FIXTURE = ROOT / "tests" / "fixtures" / "vllm" / "tables.json"
+from tests.fixtures.vllm.configs import MROPE_POSITIONS  # noqa: E402
 
 #: The positions whose cache rows are recorded (those below the case's rows).
 POSITIONS = (0, 1, 2, 3, 1000, 4095, 4096, 16383, 16384, 20000, 32768, 131071, 163839)
@@ -62,6 +67,7 @@ def cases() -> list[dict[str, Any]]:
                 "max_model_len": kw.get("max_model_len"),
                 "layer_type": kw.get("layer_type"),
                 "dual_chunk_cache": kw.get("dual_chunk_cache"),
+                "mrope": kw.get("mrope", False),
             }
         )
 
@@ -89,6 +95,12 @@ def cases() -> list[dict[str, Any]]:
     )
     for name, (source, config, options) in EXTRA_CONFIGS.items():
         add(name, config, source, **options)
+    add(
+        "qwen2.5-vl-7b mrope",
+        model_config("qwen2.5-vl-7b"),
+        "posenc.model_configs qwen2.5-vl-7b",
+        mrope=True,
+    )
     for name in ("hunyuan-7b", "hunyuan-ocr"):
         add(name, vllm_config(name), f"posenc.model_configs.VLLM_CONFIGS {name}")
     for cache in ("q", "qc", "k", "qc_no_clamp", "q_inter"):
@@ -147,19 +159,30 @@ def _dual_chunk_caches(hf: Any, head_size: int, max_position: int) -> tuple[Any,
     return rope, dict(zip(names, rope._compute_cos_sin_cache(), strict=True))
 
 
-def record(case: dict[str, Any]) -> dict[str, Any]:
+def _mrope_rows(rope: Any, rows: list[list[int]]) -> Any:
+    """``MRotaryEmbedding.forward_native``'s cos and sin for three position rows, ``(T, R)``:
+    a query whose first rotated half is 1 and second half 0 comes back as ``[cos, sin]``
+    (``x1·cos − x2·sin``, ``x2·cos + x1·sin``: exact), so the rows are vLLM's own gather
+    (``split(mrope_section)``, each part from its axis), not a copy of it."""
     import torch
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.model_executor.layers import rotary_embedding
-    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    positions = torch.tensor(rows, dtype=torch.int64)  # (3, T)
+    tokens, half = positions.shape[1], rope.rotary_dim // 2
+    query = torch.zeros(tokens, rope.head_size, dtype=torch.float32)
+    query[:, :half] = 1.0
+    out, _key = rope.forward_native(positions, query.clone(), query.clone())
+    return out[:, : rope.rotary_dim]
+
+
+def _head_and_scale(
+    hf: Any, layer_type: str | None, rope_parameters: dict[str, Any]
+) -> tuple[int, float]:
+    """The head size ``get_rope`` is given and the softmax scale of the model's attention, as
+    its vLLM code sets them (DeepSeek renames the type in ``rope_parameters`` here)."""
     from vllm.model_executor.layers.rotary_embedding.common import yarn_get_mscale
 
-    hf = _hf_config(case["config"])
     model_type = hf.model_type
     deepseek = model_type in ("deepseek_v2", "deepseek_v3")
-    rope_parameters = dict(hf.rope_parameters)
-    if case["layer_type"] is not None:  # gemma3.py: config.rope_parameters[layer_type]
-        rope_parameters = dict(rope_parameters[case["layer_type"]])
     if deepseek:
         head_size = hf.qk_rope_head_dim
         scale = (hf.qk_nope_head_dim + hf.qk_rope_head_dim) ** -0.5
@@ -175,9 +198,32 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
             )
             scale = scale * m * m
     else:
-        head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        if model_type.startswith("gemma4") and layer_type is not None:
+            # gemma4.py: per_layer_config[layer].head_dim (global_head_dim on full layers)
+            layer = list(hf.layer_types).index(layer_type)
+            head_size = hf.per_layer_config[layer].head_dim
+        else:
+            head_size = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         qpas = getattr(hf, "query_pre_attn_scalar", None)
         scale = (qpas if model_type.startswith("gemma3") else head_size) ** -0.5
+        if model_type.startswith("gemma4"):  # gemma4.py: self.scaling = 1.0
+            scale = 1.0
+    return head_size, scale
+
+
+def record(case: dict[str, Any]) -> dict[str, Any]:
+    import torch
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers import rotary_embedding
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    hf = _hf_config(case["config"])
+    model_type = hf.model_type
+    deepseek = model_type in ("deepseek_v2", "deepseek_v3")
+    rope_parameters = dict(hf.rope_parameters)
+    if case["layer_type"] is not None:  # gemma3.py: config.rope_parameters[layer_type]
+        rope_parameters = dict(rope_parameters[case["layer_type"]])
+    head_size, scale = _head_and_scale(hf, case["layer_type"], rope_parameters)
     if model_type == "gpt_oss":  # gpt_oss.py builds its own yarn dict
         rp = rope_parameters
         rope_parameters = {
@@ -218,9 +264,17 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
             magnitude = float(getattr(rope, "mscale", 1.0))
     rows = int(cache.shape[0])
     half = cache.shape[1] // 2
-    positions = [p for p in POSITIONS + LONG_POSITIONS if p < rows]
-    picked = cache[positions]
+    positions: list[int] | list[list[int]]
+    if case["mrope"]:
+        positions = MROPE_POSITIONS
+        picked = _mrope_rows(rope, positions)
+    else:
+        positions = [p for p in POSITIONS + LONG_POSITIONS if p < rows]
+        picked = cache[positions]
     out: dict[str, Any] = {}
+    if case["mrope"]:
+        out["mrope_section"] = list(rope.mrope_section)
+        out["mrope_interleaved"] = bool(rope.mrope_interleaved)
     if model_type.startswith("hunyuan_vl"):
         out["note"] = (
             "transformers' HunYuanVL config renames xdrope to dynamic, so get_rope builds "
@@ -246,6 +300,7 @@ def record(case: dict[str, Any]) -> dict[str, Any]:
         "magnitude": float(magnitude),
         "softmax_scale": float(scale),
         "positions": positions,
+        "mrope": case["mrope"],
         "cos": _f32(picked[:, :half].tolist()),
         "sin": _f32(picked[:, half:].tolist()),
     }

@@ -99,6 +99,9 @@ class Family:
             ``rope_parameters.llama_4_scaling_beta`` (Ministral 3; vLLM: only from a
             Mistral-format ``llama_4_scaling`` block).
         vllm_deepseek_yarn: vLLM's model code builds DeepSeek's YaRN for any non-default type.
+        vllm_mrope_positions_factor: ``MRotaryEmbedding``'s ``positions_factor``: its cache
+            holds ``max_position · factor`` rows (``get_rope``'s default 4; Qwen3-VL's and
+            Qwen3.5's vLLM code passes 1 unless video pruning is on).
         vision_tower: the ``model_type`` transformers gives its vision config (where the file
             names none, or names the top-level type).
         checkpoint_scheme: what :mod:`posenc.checkpoints` assumes of a checkpoint of this type
@@ -183,6 +186,7 @@ class Family:
     padding_offset: bool = False
     query_scale: Literal["llama4_beta"] | None = None
     vllm_deepseek_yarn: bool = False
+    vllm_mrope_positions_factor: int = 4
     vision_tower: str | None = None
     checkpoint_scheme: Literal["rope", "alibi", "relative", "learned"] | None = None
     embed_scale: Literal["sqrt_hidden"] | None = None
@@ -618,6 +622,7 @@ _RECORDS = (
     _f("qwen3", llamacpp_rope="neox", scheme="rope", layer_rule="qwen_sliding"),
     _f(
         "qwen3_5",
+        vllm_mrope_positions_factor=1,
         mixer="linear_attention",
         mixer_name="gated DeltaNet linear attention",
         mrope_section=(11, 11, 10),
@@ -626,6 +631,7 @@ _RECORDS = (
     ),
     _f(
         "qwen3_5_moe",
+        vllm_mrope_positions_factor=1,
         mixer="linear_attention",
         mixer_name="gated DeltaNet linear attention",
         mrope_section=(11, 11, 10),
@@ -642,6 +648,7 @@ _RECORDS = (
     _f("qwen3_omni_moe_thinker", vision_tower="qwen3_omni_moe_vision_encoder"),
     _f(
         "qwen3_vl",
+        vllm_mrope_positions_factor=1,
         llamacpp_rope="imrope",
         mrope_ids_rule="qwen3_vl",
         scheme="rope",
@@ -652,6 +659,7 @@ _RECORDS = (
     ),
     _f(
         "qwen3_vl_moe",
+        vllm_mrope_positions_factor=1,
         llamacpp_rope="imrope",
         mrope_ids_rule="qwen3_vl",
         scheme="rope",

@@ -312,9 +312,10 @@ def _rope_from_config(
     if given.get("engine") in ("llama.cpp", "mlx"):  # issue 30: n_ctx_train, initialize_rope's
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
     if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
-        deepseek = family(positions.model_type.removesuffix("_text")).vllm_deepseek_yarn
+        fam = family(positions.model_type.removesuffix("_text"))
         info.update(config_max_position_embeddings=positions.max_position_embeddings)
-        info.update(config_deepseek=deepseek)
+        info.update(config_deepseek=fam.vllm_deepseek_yarn)
+        info.update(config_mrope_positions_factor=fam.vllm_mrope_positions_factor)
         if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
             info["config_vllm"] = dict(layer.vllm)
     xd = None if layer.vllm is None else layer.vllm.get("xdrope_section")

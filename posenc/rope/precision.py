@@ -269,6 +269,7 @@ VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
         "dynamic_alpha",
         "ntk",
         "dual_chunk",
+        "proportional",
     }
 )
 
@@ -480,10 +481,8 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
     if p.get("precision", "exact") == "exact":
         return
     if p.get("config_xdrope_section") is not None:
-        raise InvalidArgument(
-            'precision "engine" does not cover XD-RoPE (HunyuanOCR) yet; ask precision "exact"',
-            field="precision",
-        )
+        _check_xdrope_engine(p, engine)
+        return
     if engine == "vllm":
         rope = vllm_for_fields(p)
         if rope.rope_type not in VLLM_ENGINE_TYPES:
@@ -496,6 +495,48 @@ def check_engine_precision(p: Mapping[str, Any]) -> None:
         raise InvalidArgument(
             f'precision "engine" is not computed for engine {engine!r}', field="precision"
         )
+
+
+def _check_xdrope_engine(p: Mapping[str, Any], engine: str) -> None:
+    """XD-RoPE (HunyuanOCR) with ``precision: "engine"``: transformers' ``HunYuanVLRotaryEmbedding``
+    only (vLLM 0.32 has no ``XDRotaryEmbedding``: it serves the model on its Transformers
+    backend), in the half layout that module splits."""
+    if engine != "transformers":
+        raise InvalidArgument(
+            f'precision "engine" covers XD-RoPE (HunyuanOCR) for engine "transformers" only '
+            f"(vLLM 0.32 has no XDRotaryEmbedding and runs HunYuanVL on its Transformers "
+            f'backend); got {engine!r}; ask engine "transformers" or precision "exact"',
+            field="precision",
+        )
+    if p["layout"] != "half":
+        raise InvalidArgument(
+            "transformers' HunYuanVL splits the half layout's two copies over different "
+            "position rows, which the interleaved layout cannot hold; ask layout half",
+            field="layout",
+        )
+
+
+def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
+    """``HunYuanVLRotaryEmbedding.forward`` in float32: the default ``inv_freq`` of the
+    (alpha-rescaled) base; every row of positions (P/W/H/T, or text expanded to all of them)
+    ``position_ids[..., None].float() * inv_freq``, ``cos()``/``sin()`` times
+    ``attention_scaling`` (1.0); then ``recomposition_frequencies``: ``cat((f, f))`` split by
+    twice each ``xdrope_section`` part, part ``i`` from row ``i mod n``. ``(T, R)`` each."""
+    section = [int(x) for x in p["config_xdrope_section"]]
+    rows = p.get("positions")
+    if rows is None:
+        rows = list(range(int(p["seq_len"])))
+    pos = torch.tensor(rows, dtype=torch.int64)
+    if pos.ndim == 1:  # text: the module expands one row to every axis
+        pos = pos[None, :].expand(len(section), -1)
+    inv = _default(int(p["rotary_dim"]), float(p["base"]))
+    freqs = pos[..., None].float() * inv
+    out = {}
+    for name, values in (("cos", freqs.cos() * 1.0), ("sin", freqs.sin() * 1.0)):
+        doubled = torch.cat((values, values), dim=-1)
+        parts = torch.split(doubled, [2 * x for x in section], dim=-1)
+        out[name] = torch.cat([m[i % len(section)] for i, m in enumerate(parts)], dim=-1)
+    return {**out, "inv_freq": inv}
 
 
 def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
@@ -551,7 +592,21 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         return _ntk(
             rotary_dim, theta, float(vllm["factor"]), None if mixed is None else float(mixed)
         )
+    if kind == "proportional":
+        return _vllm_proportional(rotary_dim, base, s)
     return _default(rotary_dim, theta if kind == "dual_chunk" else base)
+
+
+def _vllm_proportional(head_size: int, base: float, s: RopeScaling | None) -> Tensor:
+    """``Gemma4RotaryEmbedding._compute_inv_freq``: ``get_rope``'s ``rotary_dim =
+    int(head_size · partial_rotary_factor)``, its ``rotary_dim // 2`` frequencies
+    ``1.0 / (base ** (arange(0, 2·angles, 2, dtype=float) / head_size))`` in float32, then
+    zeros for the rest of the head (cos 1, sin 0). vLLM reads no ``factor`` here."""
+    fraction = 1.0 if s is None or s.partial_rotary_factor is None else s.partial_rotary_factor
+    angles = int(head_size * float(fraction)) // 2
+    exponents = torch.arange(0, 2 * angles, 2, dtype=torch.float) / head_size
+    inv: Tensor = 1.0 / (base**exponents)
+    return torch.cat([inv, torch.zeros(head_size // 2 - angles, dtype=torch.float)])
 
 
 def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
@@ -610,6 +665,9 @@ def engine_tables(
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
     if p.get("llamacpp") is not None or p.get("mlx") is not None:
         return _llamacpp_tables(p, rows, device=device, dtype=dtype)
+    if p.get("config_xdrope_section") is not None:  # transformers' HunYuanVL
+        tables = _hunyuan_vl_tables(p)
+        return {k: v.to(device=device, dtype=dtype) for k, v in tables.items()}
     if p.get("engine") == "vllm":
         held = p.get("positions")
         if rows is not None:  # MRotaryEmbedding: each frequency from its axis's cache row

@@ -71,12 +71,11 @@ def vllm(
     inv_freq: Tensor, rotary_dim: int, base: float, scaling: Mapping[str, Any], server: VllmServer
 ) -> VllmRope:
     """vLLM's ``Gemma4RotaryEmbedding`` (Gemma 4's global layers): the frequencies past the
-    first ``partial_rotary_factor`` are 0, all divided by ``factor``; ``max_position`` rows."""
+    first ``partial_rotary_factor`` are 0; ``max_position`` rows. Unlike transformers, the
+    class takes no ``factor`` (``get_rope`` passes only the head, the rotary width and the
+    base), so a ``factor`` leaves vLLM's cache unchanged."""
     fraction = scaling.get("partial_rotary_factor")
     fraction = 1.0 if fraction is None else float(fraction)
-    factor = scaling.get("factor")
     out = inv_freq.clone()
-    out[int(fraction * rotary_dim // 2) :] = 0.0
-    return VllmRope(
-        "proportional", out / (1.0 if factor is None else float(factor)), 1.0, server.max_position
-    )
+    out[int(fraction * rotary_dim) // 2 :] = 0.0
+    return VllmRope("proportional", out, 1.0, server.max_position)

@@ -37,6 +37,7 @@ Notation: ``T`` positions, ``R`` rotary dimension.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -170,7 +171,7 @@ def vllm_for_fields(p: Mapping[str, Any]) -> VllmRope:
         )
     if p.get("dual_chunk_cache") is not None:
         raise InvalidArgument(_NO_DUAL_CHUNK, field="dual_chunk_cache")
-    return vllm_rope(
+    rope = vllm_rope(
         p["rotary_dim"],
         p["base"],
         scaling,
@@ -178,6 +179,11 @@ def vllm_for_fields(p: Mapping[str, Any]) -> VllmRope:
         max_model_len=p.get("vllm_max_model_len") or p.get("max_model_len") or max_position,
         deepseek=bool(p.get("config_deepseek")),
     )
+    if p.get("mrope_section") is not None and rope.rows < UNBOUNDED:
+        # MRotaryEmbedding: max_position · positions_factor rows (get_rope's default 4)
+        factor = int(p.get("config_mrope_positions_factor") or 4)
+        rope = dataclasses.replace(rope, rows=rope.rows * factor)
+    return rope
 
 
 def vllm_complete(p: dict[str, Any], max_position_asked: int) -> dict[str, Any]:

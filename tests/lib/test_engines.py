@@ -27,7 +27,10 @@ from posenc.rope.vllm import dual_chunk_positions, llama4_query_scale, ntk_inv_f
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 RECORDED = json.loads(FIXTURE.read_text())
-CASES = {c["name"]: c for c in RECORDED["cases"]}
+ALL_CASES = {c["name"]: c for c in RECORDED["cases"]}
+#: The single-row caches (M-RoPE's cases, three position rows each, are checked apart).
+CASES = {n: c for n, c in ALL_CASES.items() if not c["mrope"]}
+MROPE_CASES = {n: c for n, c in ALL_CASES.items() if c["mrope"]}
 
 #: Where the engines differ (case -> the field of compare_engines that shows it). Qwen2.5-1M's
 #: query caches other than ``q`` hold shifted positions' angles at every row; ``q`` and ``k``
@@ -45,7 +48,7 @@ DIFFER = {
 VLLM_ONLY = {"llama-2-7b ntk fixed", "llama-2-7b ntk mixed"}
 
 
-def _fields(case: dict[str, Any], engine: str, positions: list[int]) -> dict[str, Any]:
+def _fields(case: dict[str, Any], engine: str, positions: list[Any]) -> dict[str, Any]:
     given = {
         "config": case["config"],
         "positions": positions,
@@ -77,8 +80,13 @@ def _tolerance(positions: list[int], case: dict[str, Any] | None = None) -> torc
 
 def test_the_fixture_says_what_recorded_it() -> None:
     assert RECORDED["vllm"] == "0.32.0"
-    assert len(CASES) == 22
-    assert {c["vllm_class"] for c in CASES.values()} >= {
+    assert len(ALL_CASES) == 25 and sorted(MROPE_CASES) == [
+        "qwen2-vl-7b mrope",
+        "qwen2.5-vl-7b mrope",
+    ]
+    assert {c["vllm_class"] for c in ALL_CASES.values()} >= {
+        "Gemma4RotaryEmbedding",
+        "MRotaryEmbedding",
         "Llama3RotaryEmbedding",
         "YaRNScalingRotaryEmbedding",
         "DeepseekScalingRotaryEmbedding",
@@ -139,6 +147,45 @@ def test_engine_transformers_differs_where_the_rules_do(name: str) -> None:
     assert table_equal == (where not in ("cos", "attention_scaling"))
     assert magnitude_equal == (where != "attention_scaling")
     assert softmax_equal == (where != "softmax_scale")
+
+
+@pytest.mark.parametrize("name", sorted(MROPE_CASES))
+def test_engine_vllm_mrope_equals_vllms_forward(name: str) -> None:
+    """``MRotaryEmbedding.forward_native``'s cos and sin for three position rows (recorded
+    through a query of ones and zeros, so vLLM's own gather by ``mrope_section``): posenc's
+    vLLM table within the float32 angle error, for image-like rows whose axes differ."""
+    case = MROPE_CASES[name]
+    rows = case["positions"]
+    fields = _fields(case, "vllm", rows)
+    assert fields["mrope_section"] == case["mrope_section"] == [16, 24, 24]
+    assert fields["rotary_dim"] == case["rotary_dim"] and fields["layout"] == "half"
+    assert case["rows"] == 4 * case["max_position"]  # MRotaryEmbedding's positions_factor
+    assert ROPE.make_meta(fields)["vllm_rows"] == case["rows"]
+    out = resolve.compute(ROPE, fields)
+    tol = 1e-6 + 3e-7 * torch.tensor(rows, dtype=torch.float64).amax(0)[:, None]
+    for which in ("cos", "sin"):
+        want = torch.tensor(case[which], dtype=torch.float64)
+        assert ((_halves(out[which], "half") - want).abs() <= tol).all()
+    # the rows differ per axis, so a single row's table is not vLLM's
+    text = resolve.compute(ROPE, _fields(case, "vllm", rows[0]))
+    want = torch.tensor(case["cos"], dtype=torch.float64)
+    assert not ((_halves(text["cos"], "half") - want).abs() <= tol).all()
+
+
+def test_mrope_rows_are_the_positions_factor_times_max_position() -> None:
+    """vLLM's ``MRotaryEmbedding`` serves ``max_position · 4`` rows (Qwen2-VL: 131,072, as
+    recorded), but Qwen3-VL's code passes ``positions_factor`` 1: its rows are the config's."""
+    from posenc.model_configs import model_config
+
+    case = MROPE_CASES["qwen2-vl-7b mrope"]
+    last = case["rows"] - 1
+    _fields(case, "vllm", [[last], [0], [last]])
+    with pytest.raises(InvalidArgument, match="131072 rows"):
+        _fields(case, "vllm", [[0], [last + 1], [0]])
+    qwen3 = model_config("qwen3-vl-8b")
+    rows = qwen3["text_config"]["max_position_embeddings"]
+    fields = _fields({"config": qwen3, "layer_type": None, "max_model_len": None}, "vllm", [0])
+    assert ROPE.make_meta(fields)["vllm_rows"] == rows
 
 
 def test_positions_beyond_vllms_rows_are_refused_with_the_row_count() -> None:

@@ -208,8 +208,13 @@ def test_blocks_equal_the_whole_table() -> None:
 VLLM_FIXTURE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json").read_text()
 )
-#: Every recorded vLLM class but XD-RoPE's (HunyuanOCR: precision "engine" refuses XD-RoPE).
-VLLM_CASES = [c for c in VLLM_FIXTURE["cases"] if c["name"] != "hunyuan-ocr"]
+#: Every recorded single-row vLLM cache but HunyuanOCR's (vLLM 0.32 runs that model on its
+#: Transformers backend, so precision "engine" with engine vllm refuses XD-RoPE; engine
+#: transformers is checked against HunYuanVLRotaryEmbedding in tests/lib/test_vllm_types.py),
+#: Gemma 4's ``Gemma4RotaryEmbedding`` among them.
+VLLM_CASES = [c for c in VLLM_FIXTURE["cases"] if c["name"] != "hunyuan-ocr" and not c["mrope"]]
+#: vLLM's ``MRotaryEmbedding`` (Qwen2-VL, Qwen2.5-VL): three position rows each.
+VLLM_MROPE_CASES = [c for c in VLLM_FIXTURE["cases"] if c["mrope"]]
 
 
 @pytest.mark.parametrize("case", VLLM_CASES, ids=[c["name"] for c in VLLM_CASES])
@@ -235,6 +240,22 @@ def test_vllm_engine_precision_equals_its_recorded_cache(case: dict) -> None:
         assert not torch.equal(exact["cos"], out["cos"])
 
 
+@pytest.mark.parametrize("case", VLLM_MROPE_CASES, ids=[c["name"] for c in VLLM_MROPE_CASES])
+def test_vllm_mrope_engine_equals_its_recorded_forward(case: dict) -> None:
+    """``MRotaryEmbedding.forward_native``'s float32 cos and sin for three position rows
+    (Qwen2-VL-7B's and Qwen2.5-VL-7B's published configs; recorded by
+    scripts/record_vllm_tables.py), bit for bit, text and image-like rows alike."""
+    rows = case["positions"]
+    fields = {"config": case["config"], "positions": rows, "engine": "vllm", "precision": "engine"}
+    p = resolve_fields(ROPE, {"dtype": "float32", **fields})
+    assert p["mrope_section"] == case["mrope_section"]
+    out = dict(compute(ROPE, p))
+    assert torch.equal(out["cos"], torch.tensor(case["cos"], dtype=torch.float32).repeat(1, 2))
+    assert torch.equal(out["sin"], torch.tensor(case["sin"], dtype=torch.float32).repeat(1, 2))
+    exact = dict(compute(ROPE, resolve_fields(ROPE, {**fields, "precision": "exact"})))
+    assert not torch.equal(exact["cos"], out["cos"])  # float32 angles at 31,000
+
+
 def test_vllm_mrope_engine_is_the_cache_rows_per_axis() -> None:
     """MRotaryEmbedding gathers each frequency from its axis's row of the base class's cache:
     with Qwen2.5-VL's sections and Qwen3-VL's interleaved ones, the same float32 values as
@@ -249,23 +270,36 @@ def test_vllm_mrope_engine_is_the_cache_rows_per_axis() -> None:
         assert torch.equal(hf["cos"], vllm["cos"]) and torch.equal(hf["sin"], vllm["sin"])
 
 
-def test_meta_says_the_precision_and_vllm_proportional_is_refused() -> None:
+def test_meta_says_the_precision() -> None:
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4, "precision": "engine"})
     assert ROPE.meta(p)["precision"] == "engine"  # type: ignore[misc]
     p = resolve_fields(ROPE, {"preset": "llama-2-7b", "seq_len": 4})
     assert ROPE.meta(p)["precision"] == "exact"  # type: ignore[misc]
-    from posenc.errors import InvalidArgument
 
-    fields = {
+
+def test_vllm_proportional_engine_ignores_factor_and_zero_pads() -> None:
+    """``Gemma4RotaryEmbedding._compute_inv_freq``: ``int(Dh·p) // 2`` float32 frequencies over
+    the whole head ``Dh``, zeros past them; ``get_rope`` passes it no ``factor`` (transformers
+    divides by it), so vLLM's table with a factor is the one without."""
+    base = {
         "head_dim": 64,
-        "scaling": {"type": "proportional", "partial_rotary_factor": 0.5},
-        "seq_len": 4,
+        "seq_len": 9000,
         "engine": "vllm",
         "precision": "engine",
+        "dtype": "float32",
     }
-    with pytest.raises(InvalidArgument) as err:
-        resolve_fields(ROPE, fields)
-    assert err.value.field == "precision"
+    plain = {"type": "proportional", "partial_rotary_factor": 0.5}
+    out = dict(compute(ROPE, resolve_fields(ROPE, {**base, "scaling": plain})))
+    inv = 1.0 / (10000.0 ** (torch.arange(0, 32, 2, dtype=torch.float) / 64))
+    assert torch.equal(out["inv_freq"], torch.cat([inv, torch.zeros(16)]))
+    assert torch.equal(out["cos"][:, 16:32], torch.ones(9000, 16))
+    assert torch.equal(out["sin"][:, 16:32], torch.zeros(9000, 16))
+    t = torch.arange(9000).float()[:, None] * inv[None, :]
+    assert torch.equal(out["cos"][:, :16], t.cos()) and torch.equal(out["sin"][:, :16], t.sin())
+    factored = {**base, "scaling": {**plain, "factor": 8.0}}
+    assert torch.equal(dict(compute(ROPE, resolve_fields(ROPE, factored)))["cos"], out["cos"])
+    hf = {**factored, "engine": "transformers"}
+    assert not torch.equal(dict(compute(ROPE, resolve_fields(ROPE, hf)))["cos"], out["cos"])
 
 
 def test_vllm_engine_blocks_equal_the_whole_table() -> None:

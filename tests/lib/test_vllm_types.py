@@ -223,6 +223,47 @@ def test_hunyuan_ocr_four_rows_both_engines() -> None:
     assert torch.equal(b["cos"], c["cos"])
 
 
+def test_hunyuan_ocr_engine_precision_equals_the_module_bit_for_bit() -> None:
+    """``precision: "engine"`` with engine transformers is ``HunYuanVLRotaryEmbedding``'s own
+    float32 output (``torch.equal``): four image-like rows and text rows, at positions up to
+    131,071 (float32 angles there depart from the exact table); engine vllm is a 422 (vLLM
+    0.32 runs HunYuanVL on its Transformers backend), and so is the interleaved layout."""
+    from transformers.models.hunyuan_vl.modeling_hunyuan_vl import HunYuanVLRotaryEmbedding
+
+    config = _long(vllm_config("hunyuan-ocr"))
+    rot = HunYuanVLRotaryEmbedding(_hf(_long(vllm_config("hunyuan-ocr"))))
+    grid = [
+        [0, 1, 2, 5000, 100000, 131071],
+        [0, 3, 1, 7, 9, 131071],
+        [0, 2, 2, 12345, 5, 1],
+        [0, 1, 9, 4, 8, 77],
+    ]
+    text = [*range(0, 131072, 997), 131071]
+    for rows, ids in ((grid, torch.tensor(grid)), (text, torch.tensor([text] * 4))):
+        cos, sin = rot(torch.zeros(1), ids[:, None, :])
+        f = _fields(config, "transformers", positions=rows, precision="engine", dtype="float32")
+        out = resolve.compute(ROPE, f)
+        assert torch.equal(out["cos"], cos[0]) and torch.equal(out["sin"], sin[0])
+        assert torch.equal(out["inv_freq"], rot.inv_freq)
+        exact = resolve.compute(ROPE, _fields(config, "transformers", positions=rows))
+        assert (exact["cos"] - cos[0].double()).abs().max() > 1e-4  # float32 angles
+    from posenc.rope.precision import engine_blocks
+
+    f = _fields(config, "transformers", seq_len=3000, precision="engine", dtype="float32")
+    whole = resolve.compute(ROPE, f)  # text rows stream: blocks are the whole table's bytes
+    for name, blocks in engine_blocks(f, dtype=torch.float32).items():
+        got = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
+        for start in range(0, blocks.rows, 777):
+            blocks.fill_rows(start, min(start + 777, blocks.rows), got[start : start + 777])
+        assert torch.equal(got.reshape(blocks.shape), whole[name]), name
+    with pytest.raises(InvalidArgument, match="Transformers backend") as err:
+        _fields(config, positions=grid, precision="engine")
+    assert err.value.field == "precision"
+    with pytest.raises(InvalidArgument) as err:
+        _fields(config, "transformers", positions=grid, precision="engine", layout="interleaved")
+    assert err.value.field == "layout"
+
+
 def test_qwen_1m_transformers_ignores_dual_chunk() -> None:
     """``Qwen2RotaryEmbedding`` is plain RoPE of theta 1e7 at every position; engine
     transformers serves that, and a dual_chunk_cache without engine vllm is refused."""
