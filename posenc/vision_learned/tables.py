@@ -43,12 +43,15 @@ from posenc.vision_learned import (
     tile,
 )
 from posenc.vision_learned.base import LearnedTower
+from posenc.vision_learned.row_blocks import pos_embed_blocks, resample_blocks
 from posenc.vision_rope import VISION_ROPE_PATH, vision_tower
 
 __all__ = [
     "LEARNED_TOWERS",
     "TOP_LEVEL_LEARNED",
     "VisionLearnedSpec",
+    "axes",
+    "engine_table",
     "find_learned_tower",
     "position_ids",
     "resample_matrix",
@@ -374,7 +377,8 @@ def _not_learned(config: Any) -> InvalidArgument:
 # ---------------------------------------------------------------------------------------------
 
 
-def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
+def axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
+    """``(h, s)`` and ``(w, s)`` float64: the rule's weights of each axis of an ``h × w`` grid."""
     rule = spec.tower.rule
     if rule.axis_pair is not None:
         return rule.axis_pair(spec.tower, spec.side, h, w)
@@ -382,17 +386,9 @@ def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
 
 
 def resample_matrix(spec: VisionLearnedSpec) -> Tensor:
-    """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc)."""
-    p, k = spec.prefix, spec.kept
-    out = torch.zeros(spec.tokens, spec.table_rows, dtype=torch.float64)
-    start = 0
-    for h, w in spec.grids:
-        out[start : start + k, :k] = torch.eye(k, dtype=torch.float64)
-        wh, ww = _axes(spec, h, w)  # (h, s), (w, s)
-        kron = torch.kron(wh, ww)[spec.order(h, w)]  # (h·w, s²)
-        out[start + k : start + k + h * w, p:] = kron
-        start += k + h * w
-    return out
+    """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc);
+    :func:`~posenc.vision_learned.row_blocks.resample_blocks` filled whole."""
+    return resample_blocks(spec).whole()
 
 
 def position_ids(spec: VisionLearnedSpec) -> Tensor | None:
@@ -425,23 +421,24 @@ def resized_table(spec: VisionLearnedSpec, table: Tensor, precision: Precision =
     ``exact``: float64 per-axis weights applied to the table in float64 (``Wh · T · Wwᵀ`` per
     channel), returned in float64 for one cast by the caller. ``engine``: the model's own code
     path, in the table's dtype. A rule that gathers rows (NaViT buckets) is exact either way.
+    Both are :func:`~posenc.vision_learned.row_blocks.pos_embed_blocks` filled whole, so a
+    streamed table's blocks are these bytes.
     """
+    dtype = table.dtype if precision == "engine" else torch.float64
+    blocks = pos_embed_blocks(
+        spec, table, precision, dtype, engine_whole=lambda: engine_table(spec, table)
+    )
+    return blocks.whole()
+
+
+def engine_table(spec: VisionLearnedSpec, table: Tensor) -> Tensor:
+    """``(N, D)`` in the table's dtype: each grid through the rule's ``engine`` (the model's own
+    arithmetic, on the whole grid), prefix rows first, in the tower's order."""
     check_table(spec, table)
-    p, k, s, d = spec.prefix, spec.kept, spec.side, spec.width
-    engine = precision == "engine"
-    gathers = spec.tower.rule.position_ids is not None  # exact in any dtype
-    source = table if engine else table.to(torch.float64)
+    p, k, s = spec.prefix, spec.kept, spec.side
     parts = []
     for h, w in spec.grids:
-        parts.append(source[:k])
-        patches = source[p:]
-        if engine or gathers:
-            rows = spec.tower.rule.engine(spec.tower, patches, s, h, w)  # (h·w, D)
-            parts.append(rows if spec.merge == 1 else rows[spec.order(h, w)])
-            continue
-        wh, ww = _axes(spec, h, w)
-        grid = patches.reshape(s, s, d)  # (s, s, D)
-        rows = torch.einsum("yi,ijd->yjd", wh, grid)  # (h, s, D)
-        out = torch.einsum("xj,yjd->yxd", ww, rows)  # (h, w, D)
-        parts.append(out.reshape(h * w, d)[spec.order(h, w)])
+        parts.append(table[:k])
+        rows = spec.tower.rule.engine(spec.tower, table[p:], s, h, w)  # (h·w, D)
+        parts.append(rows if spec.merge == 1 else rows[spec.order(h, w)])
     return torch.cat(parts)
