@@ -41,6 +41,9 @@ class ResizeRule:
         axis_pair: ``(tower, s, h, w) -> ((h, s), (w, s))``: both axes' weights, for a rule
             whose weights of one axis depend on the other's length (RADIO's crop), else None
             (``axis_weights`` per axis).
+        engine_elements: ``(s, h, w, D) -> int``: elements the ``engine`` holds for one grid
+            beyond its ``(h·w, D)`` output (NaFlex's ``(h·w, s²)`` weights, RADIO's ``M × M``
+            resize, a gather's taps), from the numbers alone; None: nothing to speak of.
     """
 
     name: str
@@ -48,6 +51,7 @@ class ResizeRule:
     engine: Callable[[LearnedTower, Tensor, int, int, int], Tensor]
     position_ids: Callable[[LearnedTower, int, int, int], Tensor] | None = None
     axis_pair: Callable[[LearnedTower, int, int, int], tuple[Tensor, Tensor]] | None = None
+    engine_elements: Callable[[int, int, int, int], int] | None = None
 
 
 @dataclass(frozen=True)

@@ -83,9 +83,27 @@ def _bag(rows: Tensor, index: Tensor, weights: Tensor) -> Tensor:
     return F.embedding_bag(index, rows, per_sample_weights=weights.to(rows.dtype), mode="sum")
 
 
-GATHER_SUM = ResizeRule(name="interpolate_gather", axis_weights=_axis_weights, engine=_engine(_sum))
+def _gathered_elements(_side: int, h: int, w: int, dim: int) -> int:
+    """PaddleOCR-VL and Inkling 2 (bilinear): the gathered taps ``(h·w, 4, D)``."""
+    return 4 * h * w * dim
+
+
+def _bag_elements(_side: int, h: int, w: int, _dim: int) -> int:
+    """Kimi K2.5 (bicubic): the bag's rows and weights ``(h·w, 16)`` each."""
+    return 2 * 16 * h * w
+
+
+GATHER_SUM = ResizeRule(
+    name="interpolate_gather",
+    axis_weights=_axis_weights,
+    engine=_engine(_sum),
+    engine_elements=_gathered_elements,
+)
 EMBEDDING_BAG = ResizeRule(
-    name="interpolate_gather", axis_weights=_axis_weights, engine=_engine(_bag)
+    name="interpolate_gather",
+    axis_weights=_axis_weights,
+    engine=_engine(_bag),
+    engine_elements=_bag_elements,
 )
 
 
