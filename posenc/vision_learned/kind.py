@@ -22,6 +22,7 @@ from posenc import kinds
 from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
+from posenc.vision_learned.fixed import FIXED, native_only
 from posenc.vision_learned.row_blocks import (
     axis_weight_elements,
     engine_streams,
@@ -93,9 +94,9 @@ def _complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[st
             field="config",
         )
     spec = _spec(p)
-    for h, w in spec.grids:  # a fixed tower refuses another grid before any tensor
-        spec.tower.rule.axis_weights(spec.tower, spec.side, h)
-        spec.tower.rule.axis_weights(spec.tower, spec.side, w)
+    for h, w in spec.grids if spec.tower.rule is FIXED else ():  # another grid: 422, early
+        native_only(spec.side, h)
+        native_only(spec.side, w)
     return p
 
 
