@@ -212,7 +212,7 @@ SIGLIP2_SMALL = {
             },
             "exact",
             [[1, 40, 9], [1, 2, 2]],
-        ),  # fmt: skip
+        ),
         (
             {"model_type": "idefics3_vision", "hidden_size": 16, "num_attention_heads": 1},
             "engine",  # a gather: the model's own rows, by blocks
