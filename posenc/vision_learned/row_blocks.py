@@ -31,15 +31,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import torch
 from torch import Tensor
 
 from posenc.blocks import TableBlocks
-
-if TYPE_CHECKING:
-    from posenc.vision_learned.tables import VisionLearnedSpec
+from posenc.vision_learned.spec import VisionLearnedSpec, axes, check_table
 
 __all__ = ["axis_weight_elements", "engine_streams", "pos_embed_blocks", "resample_blocks"]
 
@@ -78,8 +76,6 @@ class _Grid:
 
 
 def _grids(spec: VisionLearnedSpec) -> list[_Grid]:
-    from posenc.vision_learned.tables import axes
-
     out, start = [], 0
     for h, w in spec.grids:
         wh, ww = axes(spec, h, w)
@@ -208,8 +204,6 @@ def pos_embed_blocks(
     """``pos_embed`` ``(N, D)`` in ``dtype`` as row blocks (see the module doc). ``table`` is
     ``(P, D)`` (checked). ``engine_whole``: the whole ``(N, D)`` engine table, called at most
     once, for ``precision="engine"`` of a rule that mixes rows (:func:`engine_streams`)."""
-    from posenc.vision_learned.tables import check_table
-
     check_table(spec, table)
     grids = _grids(spec)
     engine = precision == "engine"
