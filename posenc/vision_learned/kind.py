@@ -12,6 +12,7 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``P`` table rows
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -124,9 +125,9 @@ def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
     spec = _spec(p)
     out: dict[str, TableBlocks] = {}
     if p["include"] in ("pos_embed", "both"):
-        table = _table(p, spec, ctx)
+        table = functools.cache(lambda: _table(p, spec, ctx))  # made at the first fill
         out["pos_embed"] = pos_embed_blocks(
-            spec, table, p["precision"], ctx.dtype, engine_whole=lambda: engine_table(spec, table)
+            spec, table, p["precision"], ctx.dtype, lambda: engine_table(spec, table())
         )
     if p["include"] in ("resample", "both"):
         out["resample"] = resample_blocks(spec, ctx.dtype)

@@ -196,21 +196,37 @@ def _fill_tokens(
 
 def pos_embed_blocks(
     spec: VisionLearnedSpec,
-    table: Tensor,
+    table: Tensor | Callable[[], Tensor],
     precision: Precision = "exact",
     dtype: torch.dtype = torch.float32,
     engine_whole: Callable[[], Tensor] | None = None,
 ) -> TableBlocks:
-    """``pos_embed`` ``(N, D)`` in ``dtype`` as row blocks (see the module doc). ``table`` is
-    ``(P, D)`` (checked). ``engine_whole``: the whole ``(N, D)`` engine table, called at most
-    once, for ``precision="engine"`` of a rule that mixes rows (:func:`engine_streams`)."""
-    check_table(spec, table)
-    grids = _grids(spec)
+    """``pos_embed`` ``(N, D)`` in ``dtype`` as row blocks (see the module doc).
+
+    Args:
+        spec: the tower and its grids.
+        table: ``(P, D)`` (checked), or a function that makes it, called at the first fill
+            (so that making the blocks computes nothing).
+        precision: ``exact`` or ``engine``.
+        dtype: the blocks' dtype (one cast of the float64 rows for ``exact``).
+        engine_whole: the whole ``(N, D)`` engine table, called at most once, for
+            ``precision="engine"`` of a rule that mixes rows (:func:`engine_streams`).
+    """
+    if isinstance(table, Tensor):
+        check_table(spec, table)
     engine = precision == "engine"
     gathers = _gather_rule(spec)
-    source = table if engine else table.to(torch.float64)
-    patch_grid = source[spec.prefix :].reshape(spec.side, spec.side, spec.width)  # (s, s, D)
+    made: list[tuple[list[_Grid], Tensor, Tensor]] = []
     whole: list[Tensor] = []
+
+    def state() -> tuple[list[_Grid], Tensor, Tensor]:
+        if not made:
+            held = table if isinstance(table, Tensor) else table()
+            check_table(spec, held)
+            source = held if engine else held.to(torch.float64)
+            patches = source[spec.prefix :].reshape(spec.side, spec.side, spec.width)  # (s, s, D)
+            made.append((_grids(spec), source, patches))
+        return made[0]
 
     def rows_of(g: _Grid, first: int, stop: int) -> Tensor:
         if engine and not gathers:  # the model's kernels, on the whole grid
@@ -220,9 +236,11 @@ def pos_embed_blocks(
                 whole.append(engine_whole())
             at = g.start + spec.kept
             return whole[0][at + first : at + stop]
-        return _patches(spec, source, patch_grid, g, first, stop)
+        _, source, patches = state()
+        return _patches(spec, source, patches, g, first, stop)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
+        grids, source, _ = state()
         _fill_tokens(spec, grids, rows_of, lambda a, b: source[a:b], start, stop, out)
 
     return TableBlocks("pos_embed", (spec.tokens, spec.width), dtype, fill)
@@ -242,9 +260,9 @@ def engine_streams(spec: VisionLearnedSpec) -> bool:
 def resample_blocks(spec: VisionLearnedSpec, dtype: torch.dtype = torch.float64) -> TableBlocks:
     """The resampling matrix ``(N, P)`` as row blocks: token ``(y, x)``'s row is
     ``Wh[y] ⊗ Ww[x]`` over the patch columns (an outer product, elementwise), a prefix token's
-    is one-hot on its own row."""
-    grids = _grids(spec)
+    is one-hot on its own row. The axis weights are made at the first fill."""
     p, s = spec.prefix, spec.side
+    made: list[list[_Grid]] = []
 
     def rows_of(g: _Grid, first: int, stop: int) -> Tensor:
         y, x = _token_yx(spec, g, first, stop)
@@ -258,6 +276,8 @@ def resample_blocks(spec: VisionLearnedSpec, dtype: torch.dtype = torch.float64)
         return out
 
     def fill(start: int, stop: int, out: Tensor) -> None:
-        _fill_tokens(spec, grids, rows_of, prefix_of, start, stop, out)
+        if not made:
+            made.append(_grids(spec))
+        _fill_tokens(spec, made[0], rows_of, prefix_of, start, stop, out)
 
     return TableBlocks("resample", (spec.tokens, spec.table_rows), dtype, fill)
