@@ -143,8 +143,9 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
 
 
 def _streams(p: Mapping[str, Any]) -> bool:
-    """``precision="engine"`` of a rule that mixes rows runs the model's kernels on the whole
-    grid: not streamed (bounded by ``POSENC_MAX_ELEMENTS``); everything else is."""
+    """``precision="engine"`` of a rule whose model kernel runs on the whole grid
+    (``F.interpolate``, NaFlex, RADIO): not streamed (bounded by ``POSENC_MAX_ELEMENTS``);
+    everything else is."""
     if p["include"] == "resample" or p["precision"] != "engine":
         return True
     return engine_streams(_spec(p))

@@ -14,9 +14,12 @@ its own rows, so a large grid never holds the whole ``(N, D)`` table:
   and the whole table are the same bits. A grid at least ``s`` wide contracts the rows first
   (scratch ``(ky, s, D)``, at most the rectangle's own size); a narrower one contracts the
   columns once, ``(s, w, D)`` (at most the table's size), and keeps it for its blocks.
-- ``precision="engine"`` of a rule that mixes rows runs the model's own code on the whole grid
-  (its kernels are not row-separable bit for bit), so it is computed whole and the kind does not
-  stream it past the element limit.
+- ``precision="engine"`` of a rule whose model code computes each patch on its own
+  (GLM-4V's ``grid_sample``, the gathered taps of PaddleOCR-VL, Kimi K2.5 and Inkling 2: the
+  rule's ``engine_at``) runs that code on the block's patches alone, the same bits; the other
+  mixing rules (``F.interpolate``, NaFlex's one matmul, RADIO's square) run the model's kernel
+  on the whole grid, so they are computed whole and the kind does not stream them past the
+  element limit.
 
 Tokens are the grids' in order, each grid's kept prefix rows then its ``h·w`` patches in the
 tower's order (row-major, or ``m × m`` merge blocks: block row, block column, row in block,
@@ -229,14 +232,18 @@ def pos_embed_blocks(
         return made[0]
 
     def rows_of(g: _Grid, first: int, stop: int) -> Tensor:
+        _, source, patches = state()
+        at = spec.tower.rule.engine_at
+        if engine and not gathers and at is not None:  # the model's code, patch by patch
+            y, x = _token_yx(spec, g, first, stop)
+            return at(spec.tower, source[spec.prefix :], spec.side, g.h, g.w, y, x)
         if engine and not gathers:  # the model's kernels, on the whole grid
             if engine_whole is None:
                 raise ValueError("precision engine of a rule that mixes rows needs the whole")
             if not whole:
                 whole.append(engine_whole())
-            at = g.start + spec.kept
-            return whole[0][at + first : at + stop]
-        _, source, patches = state()
+            begin = g.start + spec.kept
+            return whole[0][begin + first : begin + stop]
         return _patches(spec, source, patches, g, first, stop)
 
     def fill(start: int, stop: int, out: Tensor) -> None:
@@ -253,8 +260,9 @@ def _gather_rule(spec: VisionLearnedSpec) -> bool:
 
 
 def engine_streams(spec: VisionLearnedSpec) -> bool:
-    """``precision="engine"`` can be computed a block of rows at a time (a gathering rule)."""
-    return _gather_rule(spec)
+    """``precision="engine"`` can be computed a block of rows at a time: a gathering rule, or
+    one whose model code computes each patch on its own (``engine_at``)."""
+    return _gather_rule(spec) or spec.tower.rule.engine_at is not None
 
 
 def resample_blocks(spec: VisionLearnedSpec, dtype: torch.dtype = torch.float64) -> TableBlocks:

@@ -8,8 +8,9 @@ one patch) and several block sizes (one row, odd sizes that cut grid rows and me
   as the whole-table code computed it before it had row blocks) within 1e-12 · max|T|;
 - ``precision="engine"``: the blocks equal the model's own arithmetic on the whole grid
   (:func:`~posenc.vision_learned.tables.engine_table`, itself checked bit for bit against each
-  tower's forward in tests/lib/test_vision_learned.py): for a gathering rule the blocks gather
-  by themselves, so this compares two computations;
+  tower's forward in tests/lib/test_vision_learned.py): a gathering rule's blocks gather, and
+  ``grid_sample`` and the gathered taps compute the block's patches alone, so for these this
+  compares two computations; the others slice the whole, made once;
 - the resampling matrix's blocks equal ``kron(Wh, Ww)`` in the tower's order, prefix rows
   one-hot;
 - a block computes only its rows: over a large grid, no tensor made while filling a few blocks
@@ -153,8 +154,9 @@ def test_engine_blocks_are_the_models_whole_arithmetic(label: str) -> None:
         calls.clear()
         blocks = pos_embed_blocks(spec, table, "engine", torch.float32, engine_whole=whole)
         assert torch.equal(_all_blocks(blocks, rows), reference), (label, rows)
-        gathers = spec.tower.rule.position_ids is not None or spec.tower.rule.name == "fixed"
-        assert len(calls) == (0 if gathers else 1), label  # a gather never builds the whole
+        rule = spec.tower.rule
+        by_rows = rule.position_ids is not None or rule.name == "fixed" or rule.engine_at
+        assert len(calls) == (0 if by_rows else 1), label  # by rows: never the whole
     assert torch.equal(resized_table(spec, table, "engine"), reference)
 
 

@@ -218,6 +218,18 @@ SIGLIP2_SMALL = {
             "engine",  # a gather: the model's own rows, by blocks
             [[1, 25, 31]],
         ),
+        (
+            {
+                "model_type": "glm4v_vision",
+                "hidden_size": 16,
+                "num_heads": 1,
+                "image_size": 64,
+                "patch_size": 8,
+                "spatial_merge_size": 2,
+            },
+            "engine",  # grid_sample patch by patch, in merge-block order
+            [[1, 20, 12], [1, 4, 30]],
+        ),
     ],
 )
 def test_streamed_blocks_are_the_whole_table_and_the_forward(
