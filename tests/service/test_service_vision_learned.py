@@ -203,11 +203,13 @@ SIGLIP2_SMALL = {
         (SIGLIP2_SMALL, "exact", [[1, 30, 20], [1, 3, 7]]),  # naflex, mixing, by rectangles
         (
             {
-                **CLIP,
+                "model_type": "clip",
                 "vision_config": {
-                    **CLIP["vision_config"],
+                    "model_type": "clip_vision_model",
                     "hidden_size": 16,
                     "num_attention_heads": 1,
+                    "image_size": 224,
+                    "patch_size": 32,
                 },
             },
             "exact",
