@@ -41,6 +41,13 @@ class ResizeRule:
         axis_pair: ``(tower, s, h, w) -> ((h, s), (w, s))``: both axes' weights, for a rule
             whose weights of one axis depend on the other's length (RADIO's crop), else None
             (``axis_weights`` per axis).
+        engine_at: ``(tower, patch rows (s², D), s, h, w, y, x) -> (n, D)``: the ``engine`` at
+            the patches ``(y, x)`` ``(n,)`` only, the same bits as its rows there, for a rule
+            whose model code computes each patch on its own (``grid_sample``, a gather of
+            taps), else None (the engine runs on the whole grid).
+        engine_elements: ``(s, h, w, D) -> int``: elements the ``engine`` holds for one grid
+            beyond its ``(h·w, D)`` output (NaFlex's ``(h·w, s²)`` weights, RADIO's ``M × M``
+            resize, a gather's taps), from the numbers alone; None: nothing to speak of.
     """
 
     name: str
@@ -48,6 +55,8 @@ class ResizeRule:
     engine: Callable[[LearnedTower, Tensor, int, int, int], Tensor]
     position_ids: Callable[[LearnedTower, int, int, int], Tensor] | None = None
     axis_pair: Callable[[LearnedTower, int, int, int], tuple[Tensor, Tensor]] | None = None
+    engine_at: Callable[[LearnedTower, Tensor, int, int, int, Tensor, Tensor], Tensor] | None = None
+    engine_elements: Callable[[int, int, int, int], int] | None = None
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ CROPPED = ResizeRule(
     axis_weights=_axis,
     engine=cropped_patch_rows,
     axis_pair=cropped_axis_pair,
+    engine_elements=lambda _side, h, w, dim: max(h, w) ** 2 * dim,  # the M × M resize
 )
 
 TOWERS: Mapping[str, LearnedTower] = {

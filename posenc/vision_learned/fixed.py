@@ -19,10 +19,11 @@ from torch import Tensor
 from posenc.errors import InvalidArgument
 from posenc.vision_learned.base import LearnedTower, ResizeRule
 
-__all__ = ["FIXED", "TOWERS"]
+__all__ = ["FIXED", "TOWERS", "native_only"]
 
 
-def _native_only(side: int, n: int) -> None:
+def native_only(side: int, n: int) -> None:
+    """A 422 naming ``grid`` for an axis of ``n`` patches other than the native ``s``."""
     if n != side:
         raise InvalidArgument(
             f"this tower adds its table as it is, without resizing: its grid is {side} x "
@@ -32,13 +33,13 @@ def _native_only(side: int, n: int) -> None:
 
 
 def _identity(_tower: LearnedTower, side: int, n: int) -> Tensor:
-    _native_only(side, n)
+    native_only(side, n)
     return torch.eye(side, dtype=torch.float64)
 
 
 def _as_is(_tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:
-    _native_only(side, h)
-    _native_only(side, w)
+    native_only(side, h)
+    native_only(side, w)
     return rows
 
 

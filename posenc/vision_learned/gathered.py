@@ -54,23 +54,36 @@ def _axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
     return out.scatter_add_(1, taps, weights)
 
 
-def _indices(tower: LearnedTower, side: int, h: int, w: int) -> tuple[Tensor, Tensor]:
-    """``(h·w, k²)`` table rows and float32 weights of each patch, raster order."""
-    y = torch.arange(h)[:, None].expand(h, w).reshape(-1).to(torch.float32)
-    x = torch.arange(w)[None, :].expand(h, w).reshape(-1).to(torch.float32)
-    ht, hw = axis_taps(tower.mode, side, y, torch.tensor(float(h)).expand(h * w))
-    wt, ww = axis_taps(tower.mode, side, x, torch.tensor(float(w)).expand(h * w))
+def _indices(
+    tower: LearnedTower, side: int, h: int, w: int, y: Tensor, x: Tensor
+) -> tuple[Tensor, Tensor]:
+    """``(n, k²)`` table rows and float32 weights of the patches ``(y, x)`` ``(n,)``."""
+    n = y.shape[0]
+    ht, hw = axis_taps(tower.mode, side, y.to(torch.float32), torch.tensor(float(h)).expand(n))
+    wt, ww = axis_taps(tower.mode, side, x.to(torch.float32), torch.tensor(float(w)).expand(n))
     k = ht.shape[1]
     rows = (ht[:, :, None] * side + wt[:, None, :]).reshape(-1, k * k)
     return rows, (hw[:, :, None] * ww[:, None, :]).reshape(-1, k * k)
 
 
-def _engine(combine: Callable[[Tensor, Tensor, Tensor], Tensor]) -> Callable[..., Tensor]:
-    def engine(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:
-        index, weights = _indices(tower, side, h, w)
+def _engine(
+    combine: Callable[[Tensor, Tensor, Tensor], Tensor],
+) -> tuple[Callable[..., Tensor], Callable[..., Tensor]]:
+    """The engine over the whole grid (raster order) and at given patches: each patch's taps
+    and weights are its own, so a subset gets the bits of the whole."""
+
+    def at(
+        tower: LearnedTower, rows: Tensor, side: int, h: int, w: int, y: Tensor, x: Tensor
+    ) -> Tensor:
+        index, weights = _indices(tower, side, h, w, y, x)
         return combine(rows, index, weights)
 
-    return engine
+    def engine(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:
+        y = torch.arange(h)[:, None].expand(h, w).reshape(-1)
+        x = torch.arange(w)[None, :].expand(h, w).reshape(-1)
+        return at(tower, rows, side, h, w, y, x)
+
+    return engine, at
 
 
 def _sum(rows: Tensor, index: Tensor, weights: Tensor) -> Tensor:
@@ -83,9 +96,29 @@ def _bag(rows: Tensor, index: Tensor, weights: Tensor) -> Tensor:
     return F.embedding_bag(index, rows, per_sample_weights=weights.to(rows.dtype), mode="sum")
 
 
-GATHER_SUM = ResizeRule(name="interpolate_gather", axis_weights=_axis_weights, engine=_engine(_sum))
+def _gathered_elements(_side: int, h: int, w: int, dim: int) -> int:
+    """PaddleOCR-VL and Inkling 2 (bilinear): the gathered taps ``(h·w, 4, D)``."""
+    return 4 * h * w * dim
+
+
+def _bag_elements(_side: int, h: int, w: int, _dim: int) -> int:
+    """Kimi K2.5 (bicubic): the bag's rows and weights ``(h·w, 16)`` each."""
+    return 2 * 16 * h * w
+
+
+GATHER_SUM = ResizeRule(
+    name="interpolate_gather",
+    axis_weights=_axis_weights,
+    engine=_engine(_sum)[0],
+    engine_at=_engine(_sum)[1],
+    engine_elements=_gathered_elements,
+)
 EMBEDDING_BAG = ResizeRule(
-    name="interpolate_gather", axis_weights=_axis_weights, engine=_engine(_bag)
+    name="interpolate_gather",
+    axis_weights=_axis_weights,
+    engine=_engine(_bag)[0],
+    engine_at=_engine(_bag)[1],
+    engine_elements=_bag_elements,
 )
 
 

@@ -38,22 +38,34 @@ def grid_sample_axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
     return out[0, :, 0, :].T.contiguous()  # (n, s)
 
 
+def grid_sample_at(
+    tower: LearnedTower, rows: Tensor, side: int, h: int, w: int, y: Tensor, x: Tensor
+) -> Tensor:
+    """``(n, D)``: the model's own ``grid_sample`` (float32) at the patches ``(y, x)`` ``(n,)``
+    of an ``h × w`` grid, cast back to the rows' dtype. Each patch is sampled on its own, so
+    any subset of patches gets the bits of the whole grid's call."""
+    dim = rows.shape[-1]
+    table = rows.reshape(side, side, dim).permute(2, 0, 1)[None].to(torch.float32)  # (1, D, s, s)
+    norm_w = ((x + 0.5) / torch.tensor(float(w))) * 2 - 1  # float32, as the model
+    norm_h = ((y + 0.5) / torch.tensor(float(h))) * 2 - 1
+    grid = torch.stack((norm_w, norm_h), dim=-1)[None, :, None, :]  # (1, n, 1, 2)
+    out = F.grid_sample(table, grid, mode=tower.mode, align_corners=False, padding_mode="border")
+    return out[0, :, :, 0].T.to(rows.dtype)  # (n, D)
+
+
 def grid_sample_patch_rows(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:
     """``(h·w, D)``: the model's own ``grid_sample`` (float32) at each patch of ``h × w``,
     row-major, cast back to the rows' dtype."""
-    dim = rows.shape[-1]
-    table = rows.reshape(side, side, dim).permute(2, 0, 1)[None].to(torch.float32)  # (1, D, s, s)
     y = torch.arange(h, dtype=torch.int64)[:, None].expand(h, w).reshape(-1)  # (h·w,)
     x = torch.arange(w, dtype=torch.int64)[None, :].expand(h, w).reshape(-1)
-    norm_w = ((x + 0.5) / torch.tensor(float(w))) * 2 - 1  # float32, as the model
-    norm_h = ((y + 0.5) / torch.tensor(float(h))) * 2 - 1
-    grid = torch.stack((norm_w, norm_h), dim=-1)[None, :, None, :]  # (1, h·w, 1, 2)
-    out = F.grid_sample(table, grid, mode=tower.mode, align_corners=False, padding_mode="border")
-    return out[0, :, :, 0].T.to(rows.dtype)  # (h·w, D)
+    return grid_sample_at(tower, rows, side, h, w, y, x)
 
 
 GRID_SAMPLE = ResizeRule(
-    name="grid_sample", axis_weights=grid_sample_axis_weights, engine=grid_sample_patch_rows
+    name="grid_sample",
+    axis_weights=grid_sample_axis_weights,
+    engine=grid_sample_patch_rows,
+    engine_at=grid_sample_at,
 )
 
 

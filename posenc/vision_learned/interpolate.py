@@ -10,10 +10,10 @@ upcasts to float32, ``CLIPVisionEmbeddings``, ``SiglipVisionEmbeddings`` has no 
 At the native grid the model adds the table as it is; bicubic and antialiased resizes to the
 same size are the identity, so both paths agree.
 
-The per-axis weights are ``F.interpolate`` of the identity along that axis in float64, the other
-axis kept at its size ``s`` (not squeezed to 1: torch's antialiased kernels weight a one-wide
-axis differently). Their Kronecker product equals the resize of the whole ``s² × s²`` identity
-to float64 rounding.
+The per-axis weights are ``F.interpolate`` of the ``s × s`` identity along that axis in float64,
+the other axis kept at its size ``s`` (not squeezed to 1: torch's antialiased kernels weight a
+one-wide axis differently), so that output ``[k, c]`` is the weight of row ``c``. Their Kronecker
+product equals the resize of the whole ``s² × s²`` identity to float64 rounding.
 
 Notation used for tensor shapes: ``s`` native side, ``n`` output length of one axis, ``D`` width.
 """
@@ -34,22 +34,22 @@ __all__ = ["INTERPOLATE", "TOWERS", "interpolate_axis_weights", "interpolate_pat
 
 def interpolate_axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
     """``(n, s)`` float64: how ``F.interpolate`` weights the ``s`` rows of one axis for each of
-    its ``n`` outputs, computed by resizing the identity: channel ``c`` is row ``c`` of an
-    ``s × s`` grid, resized to ``n × s`` (the other axis keeps its size; its weights sum to 1)."""
-    eye = torch.eye(side, dtype=torch.float64)[:, :, None].expand(side, side, side)
-    eye = eye.reshape(1, side, side, side).contiguous()
+    its ``n`` outputs, computed by resizing the identity: the ``s × s`` identity resized to
+    ``n × s`` (the other axis keeps its size, so its weights are one-hot), output ``[k, c]`` is
+    the weight of row ``c`` in output ``k``. ``s²`` elements in, ``n·s`` out."""
+    eye = torch.eye(side, dtype=torch.float64).reshape(1, 1, side, side)
     if tower.scale_offset is not None:  # the model's scale_factor, the other axis kept
         out = F.interpolate(
             eye,
             scale_factor=((n + tower.scale_offset) / side, 1.0),
             mode=tower.mode,
             align_corners=False,
-        )  # (1, C=s, n, s)
+        )  # (1, 1, n, s)
     else:
         out = F.interpolate(
             eye, size=(n, side), mode=tower.mode, align_corners=False, antialias=tower.antialias
-        )  # (1, C=s, n, s)
-    return out[0, :, :, 0].T.contiguous()  # (n, s)
+        )  # (1, 1, n, s)
+    return out[0, 0].contiguous()  # (n, s)
 
 
 def interpolate_patch_rows(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Tensor:

@@ -12,6 +12,7 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``P`` table rows
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,12 +23,18 @@ from posenc import kinds
 from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.learned import SEED_MAX, SEED_MIN, seeded_normal
+from posenc.vision_learned.fixed import FIXED, native_only
+from posenc.vision_learned.row_blocks import (
+    axis_weight_elements,
+    engine_streams,
+    pos_embed_blocks,
+    resample_blocks,
+)
 from posenc.vision_learned.tables import (
     VisionLearnedSpec,
     check_table,
+    engine_table,
     position_ids,
-    resample_matrix,
-    resized_table,
     vision_learned_spec,
 )
 
@@ -88,9 +95,9 @@ def _complete(p: dict[str, Any], models: Callable[[str | None], Any]) -> dict[st
             field="config",
         )
     spec = _spec(p)
-    for h, w in spec.grids:  # a fixed tower refuses another grid before any tensor
-        spec.tower.rule.axis_weights(spec.tower, spec.side, h)
-        spec.tower.rule.axis_weights(spec.tower, spec.side, w)
+    for h, w in spec.grids if spec.tower.rule is FIXED else ():  # another grid: 422, early
+        native_only(spec.side, h)
+        native_only(spec.side, w)
     return p
 
 
@@ -112,22 +119,49 @@ def _table(p: Mapping[str, Any], spec: VisionLearnedSpec, ctx: kinds.Context) ->
     return seeded_normal(spec.table_rows, spec.width, seed=p["seed"])
 
 
-def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
+    """The tensors as row blocks: each block of ``pos_embed`` and ``resample`` computes only
+    its own rows (:mod:`posenc.vision_learned.row_blocks`), on the CPU."""
     spec = _spec(p)
-    out: dict[str, Tensor] = {}
+    out: dict[str, TableBlocks] = {}
     if p["include"] in ("pos_embed", "both"):
-        table = resized_table(spec, _table(p, spec, ctx), p["precision"])
-        out["pos_embed"] = table.to(device=ctx.device, dtype=ctx.dtype)
+        table = functools.cache(lambda: _table(p, spec, ctx))  # made at the first fill
+        out["pos_embed"] = pos_embed_blocks(
+            spec, table, p["precision"], ctx.dtype, lambda: engine_table(spec, table())
+        )
     if p["include"] in ("resample", "both"):
-        out["resample"] = resample_matrix(spec).to(device=ctx.device, dtype=ctx.dtype)
+        out["resample"] = resample_blocks(spec, ctx.dtype)
     ids = position_ids(spec)
     if ids is not None:
-        out["position_ids"] = ids.to(ctx.device)
+        out["position_ids"] = tensor_blocks("position_ids", ids)
     return out
 
 
-def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
-    return {name: tensor_blocks(name, t) for name, t in _compute(p, ctx).items()}
+def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    """The blocks filled whole: the bytes a streamed response sends."""
+    return {name: b.whole().to(ctx.device) for name, b in _blocks(p, ctx).items()}
+
+
+def _streams(p: Mapping[str, Any]) -> bool:
+    """``precision="engine"`` of a rule whose model kernel runs on the whole grid
+    (``F.interpolate``, NaFlex, RADIO): not streamed (bounded by ``POSENC_MAX_ELEMENTS``);
+    everything else is."""
+    if p["include"] == "resample" or p["precision"] != "engine":
+        return True
+    return engine_streams(_spec(p))
+
+
+def _allocations(p: Mapping[str, Any]) -> dict[str, int]:
+    """What the compute holds besides its outputs, from the numbers alone: the table ``(P, D)``,
+    the per-axis weights, and the model's own arithmetic for ``precision="engine"``."""
+    spec = _spec(p)
+    out = {"grid": axis_weight_elements(spec)}
+    if p["include"] in ("pos_embed", "both"):
+        out["config"] = spec.table_rows * spec.width  # the position table itself
+        work = spec.tower.rule.engine_elements
+        if p["precision"] == "engine" and work is not None and not engine_streams(spec):
+            out["precision"] = sum(work(spec.side, h, w, spec.width) for h, w in spec.grids)
+    return out
 
 
 def _row_elements(p: Mapping[str, Any]) -> int:
@@ -254,7 +288,9 @@ VISION_LEARNED: kinds.Kind = kinds.Kind(
     check=_check,
     meta=_meta,
     blocks=_blocks,
+    streams=_streams,
     row_elements=_row_elements,
+    allocations=_allocations,
     complete=_complete,
     model_field="model",
     examples=({"config": _EXAMPLE_CONFIG, "grid": [12, 20]},),

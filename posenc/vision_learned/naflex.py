@@ -57,7 +57,12 @@ def naflex_patch_rows(_tower: LearnedTower, rows: Tensor, side: int, h: int, w: 
     return out[0].to(rows.dtype)
 
 
-NAFLEX = ResizeRule(name="naflex", axis_weights=naflex_axis_weights, engine=naflex_patch_rows)
+NAFLEX = ResizeRule(
+    name="naflex",
+    axis_weights=naflex_axis_weights,
+    engine=naflex_patch_rows,
+    engine_elements=lambda side, h, w, _dim: 2 * h * w * side * side,  # (L, 2, s), (L, s²)
+)
 
 TOWERS: Mapping[str, LearnedTower] = {
     "siglip2_vision_model": LearnedTower(

@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal
 
@@ -43,12 +42,17 @@ from posenc.vision_learned import (
     tile,
 )
 from posenc.vision_learned.base import LearnedTower
+from posenc.vision_learned.row_blocks import pos_embed_blocks, resample_blocks
+from posenc.vision_learned.spec import VisionLearnedSpec, axes, check_table
 from posenc.vision_rope import VISION_ROPE_PATH, vision_tower
 
 __all__ = [
     "LEARNED_TOWERS",
     "TOP_LEVEL_LEARNED",
     "VisionLearnedSpec",
+    "axes",
+    "check_table",
+    "engine_table",
     "find_learned_tower",
     "position_ids",
     "resample_matrix",
@@ -95,68 +99,6 @@ _PLACES = (
     "image_model_config",  # Depth Pro's image encoder (a DINOv2)
 )
 _MAX_SIDE = 2**20
-
-
-@dataclass(frozen=True)
-class VisionLearnedSpec:
-    """What a config says about its tower's learned table, with the grids to cover.
-
-    Attributes:
-        model_type: the vision config's ``model_type`` (transformers' name).
-        tower: its :class:`~posenc.vision_learned.base.LearnedTower`.
-        width: ``D``.
-        side: ``s``, the native grid's side.
-        grids: the ``(h, w)`` patch grids, in order.
-        defaulted: the config keys that took transformers' class default.
-        where: where the vision config was found (``config.vision_config``...).
-        prefix: table rows before the patch rows (the tower's, or its config's
-            ``prefix_key``); the tokens keep them unless the tower drops them
-            (:attr:`kept`).
-        merge: the side of the merge blocks the tower orders its patches in (1: row-major).
-    """
-
-    model_type: str
-    tower: LearnedTower
-    width: int
-    side: int
-    grids: tuple[tuple[int, int], ...]
-    defaulted: tuple[str, ...] = ()
-    where: str = "config"
-    prefix: int = 1
-    merge: int = 1
-
-    def order(self, h: int, w: int) -> Tensor:
-        """``(h·w,)`` int64: the row-major patch each token is, in the tower's order: row-major,
-        or ``merge × merge`` blocks (block row, block column, row in block, column in block)."""
-        m = self.merge
-        index = torch.arange(h * w, dtype=torch.int64)
-        if m == 1:
-            return index
-        return index.reshape(h // m, m, w // m, m).permute(0, 2, 1, 3).reshape(-1)
-
-    @property
-    def table_rows(self) -> int:
-        """``P``: the table's rows (prefix and ``s²`` patches)."""
-        return self.prefix + self.side * self.side
-
-    @property
-    def kept(self) -> int:
-        """Prefix rows each grid's tokens start with (0 where the tower drops them)."""
-        return 0 if self.tower.drops_prefix else self.prefix
-
-    @property
-    def tokens_per_grid(self) -> list[int]:
-        return [self.kept + h * w for h, w in self.grids]
-
-    @property
-    def tokens(self) -> int:
-        """``N``: the rows of the resized table (numbers only)."""
-        return sum(self.tokens_per_grid)
-
-    @property
-    def native(self) -> bool:
-        """Every grid is the native ``s × s``: the model adds the table as it is."""
-        return all(g == (self.side, self.side) for g in self.grids)
 
 
 def _holder(config: Mapping[str, Any], path: str) -> Any:
@@ -374,25 +316,10 @@ def _not_learned(config: Any) -> InvalidArgument:
 # ---------------------------------------------------------------------------------------------
 
 
-def _axes(spec: VisionLearnedSpec, h: int, w: int) -> tuple[Tensor, Tensor]:
-    rule = spec.tower.rule
-    if rule.axis_pair is not None:
-        return rule.axis_pair(spec.tower, spec.side, h, w)
-    return rule.axis_weights(spec.tower, spec.side, h), rule.axis_weights(spec.tower, spec.side, w)
-
-
 def resample_matrix(spec: VisionLearnedSpec) -> Tensor:
-    """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc)."""
-    p, k = spec.prefix, spec.kept
-    out = torch.zeros(spec.tokens, spec.table_rows, dtype=torch.float64)
-    start = 0
-    for h, w in spec.grids:
-        out[start : start + k, :k] = torch.eye(k, dtype=torch.float64)
-        wh, ww = _axes(spec, h, w)  # (h, s), (w, s)
-        kron = torch.kron(wh, ww)[spec.order(h, w)]  # (h·w, s²)
-        out[start + k : start + k + h * w, p:] = kron
-        start += k + h * w
-    return out
+    """``(N, P)`` float64: token ``n``'s weights over the table's rows (see the module doc);
+    :func:`~posenc.vision_learned.row_blocks.resample_blocks` filled whole."""
+    return resample_blocks(spec).whole()
 
 
 def position_ids(spec: VisionLearnedSpec) -> Tensor | None:
@@ -408,40 +335,30 @@ def position_ids(spec: VisionLearnedSpec) -> Tensor | None:
     return torch.cat(parts)
 
 
-def check_table(spec: VisionLearnedSpec, table: Tensor) -> None:
-    """``table`` must be ``(P, D)`` for this spec."""
-    want = (spec.table_rows, spec.width)
-    if tuple(table.shape) != want:
-        raise InvalidArgument(
-            f"the position table is {tuple(table.shape)}, but the config's tower needs {want} "
-            f"({spec.prefix} prefix rows + {spec.side}² patches, width {spec.width})",
-            field="model",
-        )
-
-
 def resized_table(spec: VisionLearnedSpec, table: Tensor, precision: Precision = "exact") -> Tensor:
     """``(N, D)``: ``table`` ``(P, D)`` resized to every grid of ``spec``.
 
     ``exact``: float64 per-axis weights applied to the table in float64 (``Wh · T · Wwᵀ`` per
     channel), returned in float64 for one cast by the caller. ``engine``: the model's own code
     path, in the table's dtype. A rule that gathers rows (NaViT buckets) is exact either way.
+    Both are :func:`~posenc.vision_learned.row_blocks.pos_embed_blocks` filled whole, so a
+    streamed table's blocks are these bytes.
     """
+    dtype = table.dtype if precision == "engine" else torch.float64
+    blocks = pos_embed_blocks(
+        spec, table, precision, dtype, engine_whole=lambda: engine_table(spec, table)
+    )
+    return blocks.whole()
+
+
+def engine_table(spec: VisionLearnedSpec, table: Tensor) -> Tensor:
+    """``(N, D)`` in the table's dtype: each grid through the rule's ``engine`` (the model's own
+    arithmetic, on the whole grid), prefix rows first, in the tower's order."""
     check_table(spec, table)
-    p, k, s, d = spec.prefix, spec.kept, spec.side, spec.width
-    engine = precision == "engine"
-    gathers = spec.tower.rule.position_ids is not None  # exact in any dtype
-    source = table if engine else table.to(torch.float64)
+    p, k, s = spec.prefix, spec.kept, spec.side
     parts = []
     for h, w in spec.grids:
-        parts.append(source[:k])
-        patches = source[p:]
-        if engine or gathers:
-            rows = spec.tower.rule.engine(spec.tower, patches, s, h, w)  # (h·w, D)
-            parts.append(rows if spec.merge == 1 else rows[spec.order(h, w)])
-            continue
-        wh, ww = _axes(spec, h, w)
-        grid = patches.reshape(s, s, d)  # (s, s, D)
-        rows = torch.einsum("yi,ijd->yjd", wh, grid)  # (h, s, D)
-        out = torch.einsum("xj,yjd->yxd", ww, rows)  # (h, w, D)
-        parts.append(out.reshape(h * w, d)[spec.order(h, w)])
+        parts.append(table[:k])
+        rows = spec.tower.rule.engine(spec.tower, table[p:], s, h, w)  # (h·w, D)
+        parts.append(rows if spec.merge == 1 else rows[spec.order(h, w)])
     return torch.cat(parts)

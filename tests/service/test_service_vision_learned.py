@@ -189,6 +189,121 @@ def test_streams_over_the_element_limit(
     assert too_big_for_json.status_code == 413
 
 
+SIGLIP2_SMALL = {
+    "model_type": "siglip2_vision_model",
+    "num_patches": 16,
+    "hidden_size": 16,
+    "num_attention_heads": 1,
+}
+
+
+@pytest.mark.parametrize(
+    ("config", "precision", "grids"),
+    [
+        (SIGLIP2_SMALL, "exact", [[1, 30, 20], [1, 3, 7]]),  # naflex, mixing, by rectangles
+        (
+            {
+                "model_type": "clip",
+                "vision_config": {
+                    "model_type": "clip_vision_model",
+                    "hidden_size": 16,
+                    "num_attention_heads": 1,
+                    "image_size": 224,
+                    "patch_size": 32,
+                },
+            },
+            "exact",
+            [[1, 40, 9], [1, 2, 2]],
+        ),
+        (
+            {"model_type": "idefics3_vision", "hidden_size": 16, "num_attention_heads": 1},
+            "engine",  # a gather: the model's own rows, by blocks
+            [[1, 25, 31]],
+        ),
+        (
+            {
+                "model_type": "glm4v_vision",
+                "hidden_size": 16,
+                "num_heads": 1,
+                "image_size": 64,
+                "patch_size": 8,
+                "spatial_merge_size": 2,
+            },
+            "engine",  # grid_sample patch by patch, in merge-block order
+            [[1, 20, 12], [1, 4, 30]],
+        ),
+    ],
+)
+def test_streamed_blocks_are_the_whole_table_and_the_forward(
+    small_client: httpx.Client,
+    app_client: httpx.Client,
+    monkeypatch: pytest.MonkeyPatch,
+    config: dict,
+    precision: str,
+    grids: list[list[int]],
+) -> None:
+    """Past a 4096-element limit, in blocks of 1 KiB (a few rows each, cutting grid rows):
+    npy, raw and safetensors bytes equal the unstreamed answer's, JSON's values and the
+    tower's own forward (bit for bit for engine, within 8e-6 · max|T| for exact)."""
+    import service.responses.streaming as streaming
+
+    monkeypatch.setattr(streaming, "STREAM_BLOCK_BYTES", 1024)
+    body = {"config": config, "grid_thw": grids, "precision": precision, "seed": 3}
+    whole = app_client.post(ROUTE, json=body)
+    assert whole.status_code == 200, whole.text
+    want = json_tensor(whole.json(), "pos_embed").astype(np.float32)
+    assert want.size > 4096
+    for fmt in ("npy", "raw", "safetensors"):
+        streamed = small_client.post(ROUTE, params={"format": fmt}, json=body)
+        assert streamed.status_code == 200, streamed.text
+        assert streamed.headers["server-timing"].endswith('cache;desc="stream"')
+        kept = app_client.post(ROUTE, params={"format": fmt}, json=body)
+        assert streamed.content == kept.content, fmt
+    got = np.load(io.BytesIO(small_client.post(ROUTE, params={"format": "npy"}, json=body).content))
+    np.testing.assert_array_equal(got, want)
+    vision = config.get("vision_config", config)
+    model = CONFIG_MAPPING[vision["model_type"]](
+        **{k: v for k, v in vision.items() if k != "model_type"}
+    )
+    meta = whole.json()["meta"]
+    table = seeded(meta["table_rows"], meta["width"], 3)
+    rows = np.concatenate([model_rows(model, (h, w), table).numpy() for _, h, w in grids])
+    if precision == "engine":
+        np.testing.assert_array_equal(got, rows)
+    else:
+        np.testing.assert_allclose(got, rows, rtol=0, atol=8e-6 * float(table.abs().max()))
+
+
+def test_engine_of_a_mixing_rule_is_not_streamed(small_client: httpx.Client) -> None:
+    """The model's own bicubic runs on the whole grid: past the limit it is a 413 (the exact
+    precision streams)."""
+    body = {"config": CLIP, "grid": [6, 4], "precision": "engine"}
+    r = small_client.post(ROUTE, params={"format": "npy"}, json=body)
+    assert r.status_code == 413, r.text
+    assert "POSENC_MAX_ELEMENTS" in r.text
+    assert (
+        small_client.post(
+            ROUTE, params={"format": "npy"}, json={**body, "precision": "exact"}
+        ).status_code
+        == 200
+    )
+
+
+def test_a_table_or_weights_over_the_limit_is_413_before_computing(api: httpx.Client) -> None:
+    """A config whose table (P x D) alone is over the limit, though the grid asked is one
+    patch, and a grid whose axis weights are: 413 naming what, nothing allocated."""
+    wide = {"model_type": "vit", "hidden_size": 2**20, "image_size": 224, "patch_size": 2}
+    r = api.post(ROUTE, json={"config": wide, "grid": [1, 1], "include": "resample"})
+    assert r.status_code == 200, r.text  # no table needed for the matrix alone
+    r = api.post(ROUTE, json={"config": wide, "grid": [1, 1]}, params={"format": "npy"})
+    assert r.status_code == 413, r.text
+    assert "config" in r.text
+    fine = {"model_type": "vit", "hidden_size": 1, "image_size": 2**16, "patch_size": 1}
+    r = api.post(ROUTE, json={"config": fine, "grid": [1, 1]}, params={"format": "npy"})
+    assert r.status_code == 413, r.text
+    assert "grid" in r.text
+
+
 def test_configs_positions_names_the_rule_and_the_endpoint(api: httpx.Client) -> None:
     """A ViT config alone and CLIP's whole file: the learned tower, its rule and endpoint."""
     r = api.post("/v1/configs/positions", json={"config": {"model_type": "vit"}})
