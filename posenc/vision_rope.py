@@ -936,12 +936,9 @@ def vision_rope_cos_sin(
     then cast to ``dtype``. ``half``: ``cat(v, v)`` of the half-head values ``v``;
     ``interleaved``: each value twice in place.
     """
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    shape = (spec.tokens, spec.rotary_dim)
-    cos = torch.empty(shape, dtype=dtype, device=dev)
-    sin = torch.empty(shape, dtype=dtype, device=dev)
-    _fill(spec, "cos", 0, spec.tokens, cos, precision == "engine")
-    _fill(spec, "sin", 0, spec.tokens, sin, precision == "engine")
+    kw: dict[str, Any] = dict(device=device, dtype=dtype, precision=precision)
+    cos = vision_rope_blocks(spec, which="cos", **kw).whole()  # (N, Dh)
+    sin = vision_rope_blocks(spec, which="sin", **kw).whole()  # (N, Dh)
     return cos, sin
 
 
