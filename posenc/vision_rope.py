@@ -63,8 +63,8 @@ from posenc.vision_timm import (
     TIMM_MODULES,
     TimmRopeSpec,
     timm_position_ids,
+    timm_rope_blocks,
     timm_rope_cos_sin,
-    timm_rope_fill,
     timm_rope_spec,
 )
 
@@ -1040,11 +1040,7 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
 
 def _timm_blocks(timm: TimmRopeSpec, ctx: kinds.Context) -> dict[str, Any]:
     def table(which: str) -> TableBlocks:
-        def fill(start: int, stop: int, out: Tensor) -> None:
-            timm_rope_fill(timm, which, start, stop, out)
-
-        shape = (timm.tokens, timm.width)
-        return TableBlocks(which, shape, resolve_dtype(ctx.dtype), fill, ctx.device)
+        return timm_rope_blocks(timm, which=which, dtype=ctx.dtype, device=ctx.device)
 
     ids = timm_position_ids(timm)  # (N, 2) int64: 16 bytes a row, next to 4F values a row
 

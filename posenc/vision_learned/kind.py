@@ -127,6 +127,10 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
 
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, TableBlocks]:
+    """The tables computed whole and handed out in blocks: here the whole is the one
+    computation, not a second one beside the blocks. The resized table is a resize of the
+    whole source grid (``kron(Wh, Ww)`` over every source row, or the tower's own interpolate
+    of the grid), and the source table is one seeded draw or a model's weight."""
     return {name: tensor_blocks(name, t) for name, t in _compute(p, ctx).items()}
 
 
