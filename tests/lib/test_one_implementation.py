@@ -183,7 +183,8 @@ NO_WHOLE_FUNCTION: dict[str, str] = {
     "sincos_2d": "compute is _whole(_sincos_blocks(...)): the kind has only its blocks",
     "vision_learned": "its blocks slice the whole resized table (tensor_blocks): the resize "
     "reads the whole source grid (a global operation), so the whole is the one computation",
-    "embed": "its blocks slice a model's forward pass, computed whole (a global operation)",
+    "embed": "a model's embedding of a batch, not a table: compute and blocks both call "
+    "_embed_tokens_of, on the whole batch or on a run of its tokens",
 }
 
 # Whole-table function -> the blocks twin its body must call before ``.whole()``.
@@ -260,11 +261,10 @@ def test_rope_cos_sin_shares_the_blocks_row_writer() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", sorted(n for n, k in kinds.REGISTRY.items() if k.blocks is not None and n != "embed")
+    "name", sorted(n for n, k in kinds.REGISTRY.items() if k.blocks is not None)
 )
 def test_kind_compute_is_its_blocks_whole(name: str) -> None:
-    """Each streaming kind's compute equals its blocks filled whole, on its request example
-    (embed is left out: its example runs a model)."""
+    """Each streaming kind's compute equals its blocks filled whole, on its request examples."""
     kind = kinds.REGISTRY[name]
     for example in kind.request_examples():
         params = resolve.resolve_fields(kind, example)
