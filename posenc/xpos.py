@@ -67,15 +67,17 @@ def xpos_scales(
         frequency's value on its two adjacent channels.
     """
     seq_len = check_int("seq_len", seq_len, 1)
-    _checked_log_zeta(seq_len, dim, scale_base, dtype, device)  # validates, before the size
+    log_zeta = _checked_log_zeta(seq_len, dim, scale_base, dtype, device)
     check_elements(
         2 * seq_len * dim,
         what=f"the two (T={seq_len}, R={dim}) xPos scales",
         max_elements=max_elements,
     )
-    kw: dict[str, Any] = dict(scale_base=scale_base, dtype=dtype, device=device)
-    query = xpos_blocks(seq_len, dim, which="query_scale", **kw).whole()  # (T, R)
-    key = xpos_blocks(seq_len, dim, which="key_scale", **kw).whole()  # (T, R)
+    # Both scales from one pass of the exponents: write_rows, on :func:`_log_scales` as each
+    # block of xpos_blocks is (two blocks' whole() would take the exponents twice).
+    query = torch.empty((seq_len, dim), dtype=resolve_dtype(dtype), device=log_zeta.device)
+    key = torch.empty_like(query)
+    write_rows(query, key, 0, seq_len, seq_len=seq_len, scale_base=scale_base, log_zeta=log_zeta)
     return query, key
 
 

@@ -9,8 +9,8 @@ registered kind that streams (``Kind.blocks``), this file
   case in every float dtype (an independent check of the closed forms is in each convention's
   own tests);
 - reads each such function's source and checks that it calls its blocks twin and ``whole()``
-  and allocates no table of its own (``rope_cos_sin`` instead shares ``rope_blocks``' row
-  writer, so that cos and sin come from one pass of the angles);
+  and allocates no table of its own (``rope_cos_sin`` and ``xpos_scales`` instead share their
+  blocks' row function, so that their two tables come from one pass of the angles);
 - checks the kind's own ``compute`` against its ``blocks`` filled whole, on its request example;
 - fails when a kind with ``blocks`` is in neither list, so a new convention is added here.
 """
@@ -44,7 +44,7 @@ from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
 from posenc.sinusoidal import sinusoidal_blocks, sinusoidal_table
 from posenc.vision_rope import vision_rope_blocks, vision_rope_cos_sin, vision_rope_spec
 from posenc.vision_timm import timm_rope_blocks, timm_rope_cos_sin, timm_rope_spec
-from posenc.xpos import xpos_blocks, xpos_scales
+from posenc.xpos import write_rows, xpos_blocks, xpos_scales
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -194,7 +194,6 @@ DELEGATES: dict[Callable[..., Any], str] = {
     vision_rope_cos_sin: "vision_rope_blocks",
     timm_rope_cos_sin: "timm_rope_blocks",
     relative_sinusoidal_table: "relative_sinusoidal_blocks",
-    xpos_scales: "xpos_blocks",
     alibi_bias: "alibi_bias_blocks",
     relative_buckets: "relative_buckets_blocks",
     deberta_relative_positions: "deberta_positions_blocks",
@@ -258,6 +257,14 @@ def test_rope_cos_sin_shares_the_blocks_row_writer() -> None:
     assert "_row_writer" in _calls(rope_blocks)
     assert "write_rope_rows" not in _calls(rope_cos_sin) | _calls(rope_blocks)
     assert "cos_sin_tables" not in _calls(rope_cos_sin)
+
+
+def test_xpos_scales_share_the_blocks_row_function() -> None:
+    """xpos_scales writes both scales from one pass of the exponents (write_rows); each block of
+    xpos_blocks takes the same exponents from the same function, so the two cannot drift."""
+    assert "write_rows" in _calls(xpos_scales)
+    assert "_log_scales" in _calls(write_rows) and "_log_scales" in _calls(xpos_blocks)
+    assert "_log_scales" not in _calls(xpos_scales) and "torch.exp" not in _calls(xpos_scales)
 
 
 @pytest.mark.parametrize(
