@@ -41,6 +41,7 @@ from posenc.relative import (
 )
 from posenc.relative_sinusoidal import relative_sinusoidal_blocks, relative_sinusoidal_table
 from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
+from posenc.rope.precision import engine_tables
 from posenc.sinusoidal import sinusoidal_blocks, sinusoidal_table
 from posenc.vision_rope import vision_rope_blocks, vision_rope_cos_sin, vision_rope_spec
 from posenc.vision_timm import timm_rope_blocks, timm_rope_cos_sin, timm_rope_spec
@@ -200,6 +201,19 @@ DELEGATES: dict[Callable[..., Any], str] = {
     swin_relative_position_index: "swin_index_blocks",
     attention_mask: "mask_blocks",
     attention_bias: "mask_blocks",
+    engine_tables: "engine_blocks",  # 1-D positions; M-RoPE's three rows have no blocks
+}
+
+# Requests beyond each kind's own examples: the rope kind's engines, each its own arithmetic.
+MORE_EXAMPLES: dict[str, list[dict[str, Any]]] = {
+    "rope": [
+        {"preset": "llama-3.1-8b", "positions": [0, 5, 4000, 7, 3], "precision": "engine"},
+        {"preset": "gpt-j-6b", "seq_len": 33, "precision": "engine", "dtype": "bfloat16"},
+        {"preset": "qwen2.5-7b", "seq_len": 600, "engine": "llama.cpp"},
+        {"preset": "qwen2.5-7b", "seq_len": 600, "engine": "llama.cpp", "precision": "engine"},
+        {"preset": "phi-3.5-mini", "seq_len": 70, "engine": "vllm", "precision": "engine"},
+        {"preset": "llama-3.1-8b", "positions": [9, 2, 70000], "rotation": "negative"},
+    ],
 }
 
 
@@ -271,9 +285,10 @@ def test_xpos_scales_share_the_blocks_row_function() -> None:
     "name", sorted(n for n, k in kinds.REGISTRY.items() if k.blocks is not None)
 )
 def test_kind_compute_is_its_blocks_whole(name: str) -> None:
-    """Each streaming kind's compute equals its blocks filled whole, on its request examples."""
+    """Each streaming kind's compute equals its blocks filled whole, on its request examples
+    (and, for rope, each engine's own arithmetic)."""
     kind = kinds.REGISTRY[name]
-    for example in kind.request_examples():
+    for example in kind.request_examples() + MORE_EXAMPLES.get(name, []):
         params = resolve.resolve_fields(kind, example)
         if not kind.streamable(params):
             continue
