@@ -504,9 +504,10 @@ def relative_bias(
                 f"got ids from {low} to {high}",
                 field="buckets",
             )
-    table = table.to(buckets.device)
-    bias = table[buckets.to(torch.int64)]  # (T, S, H)
-    return bias.permute(2, 0, 1).to(dtype).contiguous()  # (H, T, S)
+    held = buckets.to(torch.int64)  # (T, S)
+    shape = (int(buckets.shape[0]), int(buckets.shape[1]))
+    blocks = _bias_blocks(lambda query: held[query], shape, table, dtype, buckets.device)
+    return blocks.whole()  # (H, T, S): the gather of relative_bias_blocks, all rows at once
 
 
 __all__ = [

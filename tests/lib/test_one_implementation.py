@@ -34,6 +34,10 @@ from posenc.masks import attention_bias, attention_mask, mask_blocks, mask_input
 from posenc.relative import (
     deberta_positions_blocks,
     deberta_relative_positions,
+    num_relative_buckets,
+    relative_bias,
+    relative_bias_blocks,
+    relative_bias_table,
     relative_buckets,
     relative_buckets_blocks,
     swin_index_blocks,
@@ -134,15 +138,18 @@ def _alibi(dtype: torch.dtype) -> Any:
     return (alibi_bias(6, 7, 11, **kw),), (alibi_bias_blocks(6, 7, 11, **kw),)
 
 
-def _relative(_dtype: torch.dtype) -> Any:
+def _relative(dtype: torch.dtype) -> Any:
     t5: dict[str, Any] = dict(num_buckets=8, max_distance=20, bidirectional=False)
     deberta: dict[str, Any] = dict(position_buckets=8, max_position=30)
+    table = relative_bias_table(num_relative_buckets(num_buckets=8), 3, seed=5)  # (NB, H)
     return (
+        relative_bias(relative_buckets(9, 40, **t5), table, dtype=dtype),
         relative_buckets(9, 40, **t5),
         relative_buckets(9, 40, max_distance=3, bucketing="clip"),
         deberta_relative_positions(9, 40, **deberta),
         swin_relative_position_index(3),
     ), (
+        relative_bias_blocks(9, 40, num_heads=3, seed=5, dtype=dtype, **t5),
         relative_buckets_blocks(9, 40, **t5),
         relative_buckets_blocks(9, 40, max_distance=3, bucketing="clip"),
         deberta_positions_blocks(9, 40, **deberta),
@@ -173,7 +180,8 @@ CASES: dict[str, dict[str, Case]] = {
     "xpos": {"xpos_scales": _xpos},
     "alibi": {"alibi_bias": _alibi},
     "relative": {
-        "relative_buckets, deberta_relative_positions, swin_relative_position_index": _relative
+        "relative_bias, relative_buckets, deberta_relative_positions, "
+        "swin_relative_position_index": _relative
     },
     "masks": {"attention_mask, attention_bias": _masks},
 }
@@ -197,6 +205,7 @@ DELEGATES: dict[Callable[..., Any], str] = {
     relative_sinusoidal_table: "relative_sinusoidal_blocks",
     alibi_bias: "alibi_bias_blocks",
     relative_buckets: "relative_buckets_blocks",
+    relative_bias: "_bias_blocks",  # of any (T, S) buckets: relative_bias_blocks' gather
     deberta_relative_positions: "deberta_positions_blocks",
     swin_relative_position_index: "swin_index_blocks",
     attention_mask: "mask_blocks",
