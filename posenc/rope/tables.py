@@ -190,6 +190,9 @@ def rope_cos_sin(
     positions[t] · inv_freq[i]`` with ``inv_freq`` from :func:`rope_inv_freq`, given
     ``seq_len = max(positions) + 1``.
 
+    The rows are written by :func:`rope_blocks`' own fill (one row writer, the same bytes),
+    cos and sin in one pass of the angles: two blocks' ``whole()`` would take them twice.
+
     Args:
         positions: ``(T,)`` integers ≥ 0 (a sequence or a 1-D integer tensor); or
         seq_len: ``T``, meaning positions ``0 … T−1``. Exactly one of the two.
