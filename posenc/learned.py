@@ -89,9 +89,13 @@ def learned_table(
     """
     check_int_at_least("num_positions", num_positions, 1)
     check_int_at_least("d_model", d_model, 1)
-    table = seeded_normal(num_positions, d_model, seed=seed, max_elements=max_elements)
-    dev = device_or_cpu(device)
-    return table.to(device=dev, dtype=dtype)
+    check_elements(
+        num_positions * d_model,
+        what=f"the table ({num_positions}, {d_model})",  # as seeded_normal says it
+        max_elements=max_elements,
+    )
+    table = learned_blocks(num_positions, d_model, seed=seed, dtype=dtype).whole()  # (P, D)
+    return table.to(device_or_cpu(device))  # drawn on the CPU, as the blocks are
 
 
 # ---------------------------------------------------------------------------------------------

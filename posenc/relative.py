@@ -261,10 +261,18 @@ def relative_buckets(
     Returns:
         (T, S) int64 bucket ids in ``[0, NB)``, ``NB = num_relative_buckets(...)``.
     """
-    bucket = _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)  # validates
+    _bucket_fn(num_buckets, max_distance, bidirectional, bucketing)  # validates, first
     seq_len, key_len = _checked_lengths(seq_len, key_len, max_elements)
-    dev = device_or_cpu(device)
-    return _t5_rows(seq_len, key_len, bucket, dev)(torch.arange(seq_len, device=dev))
+    blocks = relative_buckets_blocks(
+        seq_len,
+        key_len,
+        num_buckets=num_buckets,
+        max_distance=max_distance,
+        bidirectional=bidirectional,
+        bucketing=bucketing,
+        device=device,
+    )
+    return blocks.whole()  # (T, S): one block of all the rows
 
 
 def _check_deberta_buckets(position_buckets: int | None, max_position: int | None) -> bool:
@@ -352,11 +360,16 @@ def deberta_relative_positions(
         InvalidArgument: a length below 1, ``key_len < seq_len``, or bucket settings the formula
             cannot use.
     """
-    bucketed = _check_deberta_buckets(position_buckets, max_position)
+    _check_deberta_buckets(position_buckets, max_position)  # validates, first
     seq_len, key_len = _checked_lengths(seq_len, key_len, max_elements)
-    dev = device_or_cpu(device)
-    rows = _deberta_rows(key_len, position_buckets if bucketed else None, max_position, dev)
-    return rows(torch.arange(seq_len, dtype=torch.int64, device=dev))
+    blocks = deberta_positions_blocks(
+        seq_len,
+        key_len,
+        position_buckets=position_buckets,
+        max_position=max_position,
+        device=device,
+    )
+    return blocks.whole()  # (T, S): one block of all the rows
 
 
 def _deberta_rows(
@@ -397,8 +410,7 @@ def swin_relative_position_index(
     check_elements(
         w**4, what=f"the (W²={w * w}, W²={w * w}) window index", max_elements=max_elements
     )
-    dev = device_or_cpu(device)
-    return _swin_rows(w, dev)(torch.arange(w * w, dtype=torch.int64, device=dev))
+    return swin_index_blocks(w, device=device).whole()  # (W², W²): one block of all the rows
 
 
 def _swin_rows(w: int, dev: torch.device) -> Callable[[Tensor], Tensor]:
@@ -492,9 +504,10 @@ def relative_bias(
                 f"got ids from {low} to {high}",
                 field="buckets",
             )
-    table = table.to(buckets.device)
-    bias = table[buckets.to(torch.int64)]  # (T, S, H)
-    return bias.permute(2, 0, 1).to(dtype).contiguous()  # (H, T, S)
+    held = buckets.to(torch.int64)  # (T, S)
+    shape = (int(buckets.shape[0]), int(buckets.shape[1]))
+    blocks = _bias_blocks(lambda query: held[query], shape, table, dtype, buckets.device)
+    return blocks.whole()  # (H, T, S): the gather of relative_bias_blocks, all rows at once
 
 
 __all__ = [

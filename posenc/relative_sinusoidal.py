@@ -26,6 +26,7 @@ import torch
 from posenc import kinds
 from posenc._validate import check_int, check_int_at_least, device_or_cpu
 from posenc.blocks import TableBlocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family, types_where
 from posenc.hf.reader import encoder_part
@@ -68,18 +69,43 @@ def relative_sinusoidal_table(
         sin(r ω_1), ...]``.
     """
     seq_len = check_int("seq_len", seq_len, 1)
+    d_model = _check_d_model_base(d_model, base)
+    rows = 2 * seq_len - 1
+    check_elements(
+        rows * d_model, what=f"the (P={rows}, D={d_model}) table", max_elements=max_elements
+    )
+    blocks = relative_sinusoidal_blocks(seq_len, d_model, base=base, dtype=dtype, device=device)
+    return blocks.whole()  # (P, D): one block of all the rows
+
+
+def relative_sinusoidal_blocks(
+    seq_len: int,
+    d_model: int,
+    *,
+    base: float = 10000.0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """:func:`relative_sinusoidal_table` ``(P, D)`` in row blocks: :func:`write_rows` on each
+    block's rows, the same bytes. Arguments and errors as the whole table's."""
+    seq_len = check_int("seq_len", seq_len, 1)
+    d_model = _check_d_model_base(d_model, base)
+    dev = device_or_cpu(device)
+    inv_freq = _inv_freq(d_model, base, dev)  # (D/2,) float64
+
+    def fill(start: int, stop: int, out: torch.Tensor) -> None:
+        write_rows(out, start, stop, seq_len=seq_len, inv_freq=inv_freq)
+
+    return TableBlocks("encoding", (2 * seq_len - 1, d_model), resolve_dtype(dtype), fill, dev)
+
+
+def _check_d_model_base(d_model: int, base: float) -> int:
     d_model = check_int("d_model", d_model, 2)
     if d_model % 2:
         raise InvalidArgument(f"d_model must be even, got {d_model}", field="d_model")
     if not base > 0 or base == float("inf"):
         raise InvalidArgument(f"base must be a finite number > 0, got {base!r}", field="base")
-    rows = 2 * seq_len - 1
-    check_elements(
-        rows * d_model, what=f"the (P={rows}, D={d_model}) table", max_elements=max_elements
-    )
-    out = torch.empty((rows, d_model), dtype=dtype, device=device_or_cpu(device))
-    write_rows(out, 0, rows, seq_len=seq_len, inv_freq=_inv_freq(d_model, base, out.device))
-    return out  # (P, D)
+    return d_model
 
 
 def _inv_freq(d_model: int, base: float, device: torch.device) -> torch.Tensor:
@@ -193,6 +219,7 @@ __all__ = [
     "RELATIVE_SINUSOIDAL",
     "parakeet_encoder",
     "parakeet_fields",
+    "relative_sinusoidal_blocks",
     "relative_sinusoidal_positions",
     "relative_sinusoidal_table",
     "write_rows",
@@ -228,15 +255,10 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
     r = _resolved(p)
-    seq_len, d_model = r["seq_len"], r["d_model"]
-    relative_sinusoidal_table(1, d_model, base=r["base"])  # validates d_model and base
-    inv_freq = _inv_freq(d_model, r["base"], ctx.device)
-
-    def fill(start: int, stop: int, out: torch.Tensor) -> None:
-        write_rows(out, start, stop, seq_len=seq_len, inv_freq=inv_freq)
-
-    rows = 2 * seq_len - 1
-    return {"encoding": TableBlocks("encoding", (rows, d_model), ctx.dtype, fill, ctx.device)}
+    blocks = relative_sinusoidal_blocks(
+        r["seq_len"], r["d_model"], base=r["base"], dtype=ctx.dtype, device=ctx.device
+    )
+    return {"encoding": blocks}
 
 
 def _shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:

@@ -63,8 +63,8 @@ from posenc.vision_timm import (
     TIMM_MODULES,
     TimmRopeSpec,
     timm_position_ids,
+    timm_rope_blocks,
     timm_rope_cos_sin,
-    timm_rope_fill,
     timm_rope_spec,
 )
 
@@ -936,12 +936,9 @@ def vision_rope_cos_sin(
     then cast to ``dtype``. ``half``: ``cat(v, v)`` of the half-head values ``v``;
     ``interleaved``: each value twice in place.
     """
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    shape = (spec.tokens, spec.rotary_dim)
-    cos = torch.empty(shape, dtype=dtype, device=dev)
-    sin = torch.empty(shape, dtype=dtype, device=dev)
-    _fill(spec, "cos", 0, spec.tokens, cos, precision == "engine")
-    _fill(spec, "sin", 0, spec.tokens, sin, precision == "engine")
+    kw: dict[str, Any] = dict(device=device, dtype=dtype, precision=precision)
+    cos = vision_rope_blocks(spec, which="cos", **kw).whole()  # (N, Dh)
+    sin = vision_rope_blocks(spec, which="sin", **kw).whole()  # (N, Dh)
     return cos, sin
 
 
@@ -1043,11 +1040,7 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
 
 def _timm_blocks(timm: TimmRopeSpec, ctx: kinds.Context) -> dict[str, Any]:
     def table(which: str) -> TableBlocks:
-        def fill(start: int, stop: int, out: Tensor) -> None:
-            timm_rope_fill(timm, which, start, stop, out)
-
-        shape = (timm.tokens, timm.width)
-        return TableBlocks(which, shape, resolve_dtype(ctx.dtype), fill, ctx.device)
+        return timm_rope_blocks(timm, which=which, dtype=ctx.dtype, device=ctx.device)
 
     ids = timm_position_ids(timm)  # (N, 2) int64: 16 bytes a row, next to 4F values a row
 

@@ -35,6 +35,9 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
+from posenc._validate import device_or_cpu
+from posenc.blocks import TableBlocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "TimmRopeSpec",
     "timm_position_ids",
     "timm_rope_angles",
+    "timm_rope_blocks",
     "timm_rope_cos_sin",
     "timm_rope_fill",
     "timm_rope_spec",
@@ -402,12 +406,24 @@ def timm_rope_cos_sin(
     spec: TimmRopeSpec, *, dtype: torch.dtype = torch.float32, device: Any = None
 ) -> tuple[Tensor, Tensor]:
     """``cos`` and ``sin`` ``(N, 4F)`` laid out as timm applies them, cast once."""
-    out = []
-    for which in ("cos", "sin"):
-        table = torch.empty((spec.tokens, spec.width), dtype=dtype, device=device)
-        timm_rope_fill(spec, which, 0, spec.tokens, table)
-        out.append(table)
-    return out[0], out[1]
+    cos = timm_rope_blocks(spec, which="cos", dtype=dtype, device=device).whole()  # (N, 4F)
+    sin = timm_rope_blocks(spec, which="sin", dtype=dtype, device=device).whole()  # (N, 4F)
+    return cos, sin
+
+
+def timm_rope_blocks(
+    spec: TimmRopeSpec, *, which: str, dtype: torch.dtype = torch.float32, device: Any = None
+) -> TableBlocks:
+    """``cos`` or ``sin`` ``(N, 4F)`` of :func:`timm_rope_cos_sin` in row blocks:
+    :func:`timm_rope_fill` on each block's rows, the same bytes."""
+    if which not in ("cos", "sin"):
+        raise InvalidArgument(f"which must be cos or sin, got {which!r}", field="which")
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        timm_rope_fill(spec, which, start, stop, out)
+
+    shape = (spec.tokens, spec.width)
+    return TableBlocks(which, shape, resolve_dtype(dtype), fill, device_or_cpu(device))
 
 
 def timm_position_ids(spec: TimmRopeSpec) -> Tensor:

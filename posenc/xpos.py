@@ -29,6 +29,7 @@ import torch
 from posenc import kinds
 from posenc._validate import check_int, device_or_cpu
 from posenc.blocks import TableBlocks
+from posenc.device import resolve_dtype
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 
@@ -72,10 +73,43 @@ def xpos_scales(
         what=f"the two (T={seq_len}, R={dim}) xPos scales",
         max_elements=max_elements,
     )
-    query = torch.empty((seq_len, dim), dtype=dtype, device=log_zeta.device)
+    # Both scales from one pass of the exponents: write_rows, on :func:`_log_scales` as each
+    # block of xpos_blocks is (two blocks' whole() would take the exponents twice).
+    query = torch.empty((seq_len, dim), dtype=resolve_dtype(dtype), device=log_zeta.device)
     key = torch.empty_like(query)
     write_rows(query, key, 0, seq_len, seq_len=seq_len, scale_base=scale_base, log_zeta=log_zeta)
     return query, key
+
+
+def xpos_blocks(
+    seq_len: int,
+    dim: int,
+    *,
+    which: str,
+    scale_base: float = 512.0,
+    dtype: torch.dtype = torch.float32,
+    device: str | torch.device | None = None,
+) -> TableBlocks:
+    """The ``query_scale`` or ``key_scale`` ``(T, R)`` of :func:`xpos_scales` in row blocks:
+    ``exp(±power·ln ζ)`` of each block's rows (:func:`_log_scales`), the same bytes.
+
+    Raises:
+        InvalidArgument: as :func:`xpos_scales`; ``which`` not one of the two scales.
+    """
+    if which not in ("query_scale", "key_scale"):
+        raise InvalidArgument(
+            f"which must be query_scale or key_scale, got {which!r}", field="which"
+        )
+    seq_len = check_int("seq_len", seq_len, 1)
+    dtype = resolve_dtype(dtype)
+    log_zeta = _checked_log_zeta(seq_len, dim, scale_base, dtype, device)
+    inverse = which == "key_scale"
+
+    def fill(start: int, stop: int, out: torch.Tensor) -> None:
+        log_scale = _log_scales(start, stop, out.device, seq_len, scale_base, log_zeta)
+        out.copy_(torch.exp(-log_scale if inverse else log_scale))
+
+    return TableBlocks(which, (seq_len, dim), dtype, fill, log_zeta.device)
 
 
 def _checked_log_zeta(
@@ -119,15 +153,28 @@ def write_rows(
 ) -> None:
     """Rows ``start … stop − 1`` of both scales into ``query`` and ``key`` ``(stop − start, R)``:
     the one formula of the whole tables and their row blocks (float64, one cast into each)."""
-    t = torch.arange(start, stop, dtype=torch.int64, device=query.device)
-    power = (t - seq_len // 2).to(torch.float64) / scale_base  # (N,)
-    log_scale = power[:, None] * log_zeta.to(query.device)[None, :]  # (N, R/2)
-    log_scale = log_scale.repeat_interleave(2, dim=-1)  # (N, R): pairs adjacent
+    log_scale = _log_scales(start, stop, query.device, seq_len, scale_base, log_zeta)
     query.copy_(torch.exp(log_scale))
     key.copy_(torch.exp(-log_scale))
 
 
-__all__ = ["XPOS", "write_rows", "xpos_scales", "xpos_zeta"]
+def _log_scales(
+    start: int,
+    stop: int,
+    device: torch.device,
+    seq_len: int,
+    scale_base: float,
+    log_zeta: torch.Tensor,
+) -> torch.Tensor:
+    """``power·ln ζ`` of rows ``start … stop − 1``: ``(N, R)`` float64, each frequency's value
+    on its two adjacent channels; the scales are its ``exp`` and ``exp`` of its negation."""
+    t = torch.arange(start, stop, dtype=torch.int64, device=device)
+    power = (t - seq_len // 2).to(torch.float64) / scale_base  # (N,)
+    log_scale = power[:, None] * log_zeta.to(device)[None, :]  # (N, R/2)
+    return log_scale.repeat_interleave(2, dim=-1)  # (N, R): pairs adjacent
+
+
+__all__ = ["XPOS", "write_rows", "xpos_blocks", "xpos_scales", "xpos_zeta"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,21 +190,10 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, torch.Tensor
 
 
 def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    seq_len, dim, base = p["seq_len"], p["dim"], p["scale_base"]
-    log_zeta = _checked_log_zeta(seq_len, dim, base, ctx.dtype, ctx.device)
-
-    def fill(inverse: bool) -> Any:
-        def rows(start: int, stop: int, out: torch.Tensor) -> None:
-            spare = torch.empty_like(out)  # the other table's rows, not kept
-            q, k = (spare, out) if inverse else (out, spare)
-            write_rows(q, k, start, stop, seq_len=seq_len, scale_base=base, log_zeta=log_zeta)
-
-        return rows
-
-    shape = (seq_len, dim)
+    kw: dict[str, Any] = dict(scale_base=p["scale_base"], dtype=ctx.dtype, device=ctx.device)
     return {
-        "query_scale": TableBlocks("query_scale", shape, ctx.dtype, fill(False), ctx.device),
-        "key_scale": TableBlocks("key_scale", shape, ctx.dtype, fill(True), ctx.device),
+        which: xpos_blocks(p["seq_len"], p["dim"], which=which, **kw)
+        for which in ("query_scale", "key_scale")
     }
 
 

@@ -662,19 +662,21 @@ def engine_tables(
     dtype: torch.dtype = torch.float32,
 ) -> dict[str, Tensor]:
     """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
-    ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows)."""
+    ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows).
+
+    1-D positions are :func:`engine_blocks` filled whole; M-RoPE's three rows of positions and
+    HunyuanOCR's XD-RoPE rows, which have no row blocks, are computed here."""
+    if rows is None and p.get("config_xdrope_section") is None:
+        blocks = engine_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
     if p.get("llamacpp") is not None or p.get("mlx") is not None:
         return _llamacpp_tables(p, rows, device=device, dtype=dtype)
     if p.get("config_xdrope_section") is not None:  # transformers' HunYuanVL
         tables = _hunyuan_vl_tables(p)
         return {k: v.to(device=device, dtype=dtype) for k, v in tables.items()}
-    if p.get("engine") == "vllm":
-        held = p.get("positions")
-        if rows is not None:  # MRotaryEmbedding: each frequency from its axis's cache row
-            cos, sin, inv = _vllm_mrope(p, rows)
-        else:
-            pos = torch.tensor(held) if held is not None else torch.arange(int(p["seq_len"]))
-            cos, sin, inv = vllm_half_tables(pos, p)
+    assert rows is not None  # 1-D positions went to engine_blocks above
+    if p.get("engine") == "vllm":  # MRotaryEmbedding: each frequency from its axis's cache row
+        cos, sin, inv = _vllm_mrope(p, rows)
         layout = p["layout"]
         return {
             "cos": widen(cos, layout).to(device=device, dtype=dtype),
@@ -682,13 +684,8 @@ def engine_tables(
             "inv_freq": inv.to(device=device, dtype=dtype),
         }
     kw = _arguments(p)
-    if rows is not None:
-        pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
-        kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
-    elif p.get("positions") is not None:
-        pos = torch.tensor(list(p["positions"]), dtype=torch.int64)  # (T,)
-    else:
-        pos = torch.arange(int(p["seq_len"]), dtype=torch.int64)
+    pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
+    kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
     cos, sin, inv = transformers_cos_sin(pos, dtype=dtype, **kw)
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
 

@@ -11,7 +11,7 @@ dimension (``R ≤ Dh``, even), ``N`` rows of a block.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -190,6 +190,9 @@ def rope_cos_sin(
     positions[t] · inv_freq[i]`` with ``inv_freq`` from :func:`rope_inv_freq`, given
     ``seq_len = max(positions) + 1``.
 
+    The rows are written by :func:`rope_blocks`' own fill (one row writer, the same bytes),
+    cos and sin in one pass of the angles: two blocks' ``whole()`` would take them twice.
+
     Args:
         positions: ``(T,)`` integers ≥ 0 (a sequence or a 1-D integer tensor); or
         seq_len: ``T``, meaning positions ``0 … T−1``. Exactly one of the two.
@@ -236,9 +239,13 @@ def rope_cos_sin(
         exponent_dim=exponent_dim,
     )
     dev = torch.device("cpu") if device is None else torch.device(device)
-    cos, sin = cos_sin_tables(
-        pos.to(dev), inv_freq.to(dev), attention_scaling, layout, dtype, rotation
-    )
+    held = None if positions is None else pos.to(dev, torch.float64)  # (T,)
+    write = _row_writer(held, inv_freq.to(dev), attention_scaling, layout, rotation)
+    shape = (pos.numel(), rotary_dim)
+    cos = torch.empty(shape, dtype=dtype, device=dev)  # (T, R)
+    sin = torch.empty(shape, dtype=dtype, device=dev)  # (T, R)
+    if shape[0]:
+        write(0, shape[0], ((cos, "cos"), (sin, "sin")))  # rope_blocks' fill, both at once
     return RopeTables(
         cos=cos,
         sin=sin,
@@ -384,20 +391,37 @@ def rope_blocks(
         )
     else:
         inv_freq, attention_scaling = frequencies
-    inv_freq = inv_freq.to(device=dev, dtype=torch.float64)  # (R/2,)
+    write = _row_writer(held, inv_freq.to(dev), attention_scaling, layout, rotation)
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        write(start, stop, ((out, which),))
+
+    return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
+
+
+def _row_writer(
+    held: Tensor | None,
+    inv_freq: Tensor,
+    attention_scaling: float,
+    layout: RopeLayout,
+    rotation: RopeRotation,
+) -> Callable[[int, int, Sequence[tuple[Tensor, str]]], None]:
+    """The one fill of :func:`rope_blocks` and :func:`rope_cos_sin`: rows ``start … stop − 1``
+    of the tables given (``(out (N, R), "cos" | "sin")`` each) by :func:`write_rope_rows`, for
+    the float64 positions ``held (T,)`` on ``inv_freq``'s device, or ``0 … T − 1`` (None)."""
+    dev = inv_freq.device
+    inv_freq = inv_freq.to(torch.float64)  # (R/2,)
     split = split_tables(inv_freq)  # sin, cos of r·w for r < 64: once for all the blocks
     interleaved = layout == "interleaved"
 
-    def fill(start: int, stop: int, out: Tensor) -> None:
+    def write(start: int, stop: int, tables: Sequence[tuple[Tensor, str]]) -> None:
         if held is None:
             pos = torch.arange(start, stop, dtype=torch.float64, device=dev)  # (N,)
         else:
             pos = held[start:stop]
-        write_rope_rows(
-            ((out, which),), pos, inv_freq, attention_scaling, interleaved, split, rotation
-        )
+        write_rope_rows(tables, pos, inv_freq, attention_scaling, interleaved, split, rotation)
 
-    return TableBlocks(which, (total, rotary_dim), dtype, fill, dev)
+    return write
 
 
 class RotaryEmbedding(nn.Module):
