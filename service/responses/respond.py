@@ -5,7 +5,7 @@ kept or streamed, the choice made once, in :func:`choose`.
   ``max_elements`` with row blocks, in raw, npy or safetensors, computed block by block as it
   is sent;
 - **kept** (:func:`service.responses.streaming.kept_response`): every binary cache miss of a
-  table, sent as its blocks are filled (one block: computed, then sent whole) and then put in
+  table or a token batch, sent as its blocks are filled (one block: computed, then sent whole) and then put in
   the cache whole;
 - **whole** (:func:`service.responses.whole.finish`): everything else, computed and encoded (in
   the thread pool, or on the event loop when small:
