@@ -33,7 +33,7 @@ from posenc.vision_rope import (
     vision_rope_spec,
 )
 from tests.helpers import transformers_model_classes
-from tests.references import vision_subconfigs
+from tests.references import QWEN2_VL_7B, vision_subconfigs
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig, PreTrainedConfig, PreTrainedModel  # noqa: E402
@@ -47,21 +47,7 @@ ATOL = 1e-5
 # the tower does not read are left out).
 PUBLISHED: dict[str, dict[str, Any]] = {
     # Qwen/Qwen2-VL-7B-Instruct: hidden_size is the language model's; the tower is embed_dim.
-    "qwen2-vl-7b": {
-        "model_type": "qwen2_vl",
-        "vision_config": {
-            "depth": 32,
-            "embed_dim": 1280,
-            "mlp_ratio": 4,
-            "num_heads": 16,
-            "in_chans": 3,
-            "hidden_size": 3584,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
-            "spatial_patch_size": 14,
-            "temporal_patch_size": 2,
-        },
-    },
+    "qwen2-vl-7b": {"model_type": "qwen2_vl", "vision_config": QWEN2_VL_7B["vision_config"]},
     # Qwen/Qwen2.5-VL-7B-Instruct
     "qwen2.5-vl-7b": {
         "model_type": "qwen2_5_vl",
