@@ -54,21 +54,7 @@ POSITIONS = (
 )
 
 #: Positions of the dynamic NTK cases: rows of one call over ``seq_len`` positions.
-DYNAMIC_POSITIONS = (
-    *range(8),
-    100,
-    1000,
-    4095,
-    4096,
-    8191,
-    8192,
-    16384,
-    32767,
-    65536,
-    100_000,
-    131_071,
-    131_072,
-)
+DYNAMIC_POSITIONS = (*range(8), *(p for p in POSITIONS[16:] if p <= 131_072))
 
 
 def _quoted(preset: str) -> dict[str, Any]:
