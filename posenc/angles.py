@@ -123,32 +123,7 @@ def sin_cos_rows(
         emit(rows, sin, torch.cos(a, out=buffers[2][: m * half].view(m, half)))
 
     if positions is not None:
-        for start in range(0, n, chunk):
-            stop = min(n, start + chunk)
-            m = stop - start
-            pos = positions[start:stop]  # (M,)
-            views = [buf[: m * half].view(m, half) for buf in buffers]
-            quot = torch.div(pos, _SPLIT, rounding_mode="floor")  # (M,)
-            rem = (pos - quot * _SPLIT).to(torch.int64)  # (M,) 0 … 63
-            heads, inverse = torch.unique_consecutive(quot, return_inverse=True)
-            a1 = (heads * _SPLIT)[:, None] * freqs[None, :]  # (G, D/2)
-            a = torch.mul(pos[:, None], freqs[None, :], out=views[0])  # (M, D/2)
-            sin, cos = _angle_sum(
-                a,
-                a1[inverse],
-                b[rem],
-                torch.sin(a1)[inverse],
-                torch.cos(a1)[inverse],
-                sb[rem],
-                cb[rem],
-                views[1:],
-            )
-            big = pos >= direct_from
-            if bool(big.any()):
-                where = big.nonzero().squeeze(1)
-                a = pos[where][:, None] * freqs[None, :]
-                sin[where], cos[where] = torch.sin(a), torch.cos(a)
-            emit(slice(start, stop), sin, cos)
+        _explicit_rows(freqs, positions, emit, chunk, (b, sb, cb), direct_from, buffers)
         return
 
     cut = min(n, max(0, direct_from - first))  # rows [cut, n) are computed directly
@@ -174,3 +149,46 @@ def sin_cos_rows(
         stop = min(n, start + chunk)
         pos = torch.arange(first + start, first + stop, dtype=torch.float64, device=dev)
         direct(slice(start, stop), pos)
+
+
+def _explicit_rows(
+    freqs: Tensor,
+    positions: Tensor,
+    emit: Emit,
+    chunk: int,
+    split: tuple[Tensor, Tensor, Tensor],
+    direct_from: int,
+    buffers: Sequence[Tensor],
+) -> None:
+    """:func:`sin_cos_rows` at explicit ``positions`` ``(n,)``, ``chunk`` rows at a time in
+    ``buffers`` (five flat float64 scratch tensors); positions from ``direct_from`` on take
+    ``sin`` and ``cos`` of ``fl(p·w)`` directly."""
+    half = freqs.numel()
+    b, sb, cb = split
+    n = positions.numel()
+    for start in range(0, n, chunk):
+        stop = min(n, start + chunk)
+        m = stop - start
+        pos = positions[start:stop]  # (M,)
+        views = [buf[: m * half].view(m, half) for buf in buffers]
+        quot = torch.div(pos, _SPLIT, rounding_mode="floor")  # (M,)
+        rem = (pos - quot * _SPLIT).to(torch.int64)  # (M,) 0 … 63
+        heads, inverse = torch.unique_consecutive(quot, return_inverse=True)
+        a1 = (heads * _SPLIT)[:, None] * freqs[None, :]  # (G, D/2)
+        a = torch.mul(pos[:, None], freqs[None, :], out=views[0])  # (M, D/2)
+        sin, cos = _angle_sum(
+            a,
+            a1[inverse],
+            b[rem],
+            torch.sin(a1)[inverse],
+            torch.cos(a1)[inverse],
+            sb[rem],
+            cb[rem],
+            views[1:],
+        )
+        big = pos >= direct_from
+        if bool(big.any()):
+            where = big.nonzero().squeeze(1)
+            a = pos[where][:, None] * freqs[None, :]
+            sin[where], cos[where] = torch.sin(a), torch.cos(a)
+        emit(slice(start, stop), sin, cos)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -127,8 +128,6 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
             PosencHTTPError: the server refused the request (e.g. 413 over the stream limit).
             PosencConnectionError: unreachable, or the body ended before ``Content-Length``.
         """
-        from pathlib import Path
-
         paths = {name: spec.path for name, spec in REGISTRY.items()}
         if kind not in paths:
             raise ValueError(f"kind must be one of {list(paths)}, got {kind!r}")
@@ -143,6 +142,14 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
             headers={"Accept": MEDIA_TYPES[format]},
             fmt=format,
         )
+        step = self._send_streamed(call)
+        target = Path(path)
+        written = self._write_body(step, call, target, chunk_size, progress)
+        return SavedTable(target, written, step.headers)
+
+    def _send_streamed(self, call: Call) -> httpx.Response:
+        """``call`` sent with retries, its response left open for streaming (a 4xx/5xx
+        response is read whole first, so its detail reaches the typed error)."""
         policy = Backoff(self._cfg, call)
         while True:
             outcome: Outcome
@@ -157,9 +164,19 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
                 outcome = response
             step = policy.settle(outcome)
             if isinstance(step, httpx.Response):
-                break
+                return step
             self._sleep(step)
-        target = Path(path)
+
+    def _write_body(
+        self,
+        step: httpx.Response,
+        call: Call,
+        target: Path,
+        chunk_size: int,
+        progress: Callable[[int, int | None], None] | None,
+    ) -> int:
+        """Stream ``step``'s body to ``TARGET.part``, then rename it to ``target``; the bytes
+        written. A body that breaks off or ends short of ``Content-Length`` leaves no file."""
         partial = target.with_name(target.name + ".part")
         length_text = step.headers.get("content-length")
         length = int(length_text) if length_text is not None else None
@@ -187,7 +204,7 @@ class PosencClient(BaseClient[TensorResult, Any, httpx.Client, httpx.BaseTranspo
                 attempts=1,
             )
         partial.replace(target)
-        return SavedTable(target, written, step.headers)
+        return written
 
     def close(self) -> None:
         """Close the connection pool."""
