@@ -49,7 +49,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.__main__ import (
+from bench.harness import (
     HOST,
     JSON,
     RAW,
