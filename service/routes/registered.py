@@ -105,7 +105,7 @@ def _annotation(spec: registry.FieldSpec) -> Any:
     if spec.type == "tensor":  # nested lists of numbers, spec.length deep
         item: Any = Annotated[float, Field(allow_inf_nan=False), BeforeValidator(_not_bool)]
         for _ in range(spec.length or 1):
-            item = Annotated[list[item], Field(min_length=1)]  # type: ignore[valid-type]
+            item = Annotated[list[item], Field(min_length=1)]
         return item
     if spec.type == "object":
         return dict[str, Any]
