@@ -445,7 +445,7 @@ _SHIFT_FIELDS = (
         "rotation each time, as a cache shifted again and again)",
         1,
         minimum=1,
-        maximum=1_000_000,
+        maximum=10_000,
     ),
     kinds.FieldSpec(
         "k",
