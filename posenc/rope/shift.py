@@ -42,7 +42,7 @@ from posenc.rope.precision import (
     model_type_of,
     transformers_half_tables,
     transformers_inv_freq,
-    vllm_half_tables,
+    vllm_inv_freq,
     widen,
 )
 from posenc.rope.scaling import RopeScaling, rope_inv_freq
@@ -126,9 +126,15 @@ def exact_shift(k: Tensor, p: Mapping[str, Any]) -> Tensor:
     return out
 
 
-def _check_same_frequencies(p: Mapping[str, Any]) -> None:
+def _check_engine(p: Mapping[str, Any]) -> None:
     """An engine's own shift rotates by its table at the delta: the frequencies at ``from`` and
-    ``to`` must be the same."""
+    ``to`` must be the same; MLX's own rotation is not computed here."""
+    if p.get("engine") == "mlx":
+        raise InvalidArgument(
+            'precision "engine" of /v1/rope/shift covers llama.cpp (its K-shift), transformers '
+            'and vLLM; for mlx ask precision "exact"',
+            field="precision",
+        )
     if p.get("engine") in ("llama.cpp", "vllm"):
         return
     scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
@@ -156,16 +162,22 @@ def _deltas(p: Mapping[str, Any]) -> tuple[Tensor, int]:
 
 def engine_tables(p: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
     """The engine's own ``(T, R/2)`` float32 table at each token's delta (one step): ggml's
-    cache rows for llama.cpp's K-shift arguments; vLLM's float32 cache formula; transformers'
-    float32 ``inv_freq`` and angles, without the attention factor."""
+    cache rows for llama.cpp's K-shift arguments (its ``attn_factor`` included, as libggml
+    multiplies it in); vLLM's float32 cache formula and transformers' float32 ``inv_freq`` and
+    angles, both without the attention factor (the keys carry it from their first rotation)."""
     delta, _steps = _deltas(p)
     engine = p.get("engine", "transformers")
     if engine == "llama.cpp":
         rope = kshift_rope(rope_from_dict(p["llamacpp"]), model_type=model_type_of(p))
         return ggml_rope_tables(delta, rope)
-    if engine == "vllm":
-        cos, sin, _inv = vllm_half_tables(delta, p)
-        return cos, sin
+    if engine == "vllm":  # _compute_cos_sin_cache's float32 rows, before its magnitude
+        vllm = vllm_for_fields(p)
+        inv = vllm_inv_freq(p, vllm)
+        t = delta.to(torch.float)
+        if vllm.rope_type == "linear":
+            t = t / float(p["scaling"]["factor"])
+        freqs = t[:, None] * inv[None, :]
+        return freqs.cos(), freqs.sin()
     scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
     inv, _scale = transformers_inv_freq(
         int(p["rotary_dim"]),
@@ -274,7 +286,7 @@ def _complete(p: dict[str, Any], models: Any) -> dict[str, Any]:
                 f"k's last dimension {d} is not the model's head_dim {p['head_dim']}", field="k"
             )
     if p.get("precision") == "engine":
-        _check_same_frequencies(p)
+        _check_engine(p)
     return p
 
 

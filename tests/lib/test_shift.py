@@ -237,3 +237,34 @@ def test_transformers_engine_shift_is_its_float32_rotation() -> None:
         ),
         rel=1e-9,
     )
+
+
+def test_vllm_engine_shift_keeps_longrope_s_magnitude_once() -> None:
+    """vLLM's cache rows at the delta, without the magnitude its cache multiplies in: a key
+    moved within one factor set stays within float32 rounding of exact (the keys carry the
+    magnitude from their first rotation)."""
+    fields = {"preset": "phi-3.5-mini", "positions": [100, 200], "delta": 30, "seed": 3,
+              "num_heads": 2, "engine": "vllm", "precision": "engine"}  # fmt: skip
+    p = resolve_fields(ROPE_SHIFT, fields)
+    assert ROPE_SHIFT.make_meta(p)["drift"] < 1e-5
+
+
+def test_llamacpp_kshift_applies_its_attn_factor_again() -> None:
+    """llama.cpp's K-shift passes the model's attn_factor again: Phi-3.5's LongRoPE magnitude
+    (1.19) multiplies the keys at every shift, which meta.drift shows."""
+    fields = {"preset": "phi-3.5-mini", "positions": [100], "delta": 30, "k": [[[1.0] + [0.0] * 95]],
+              "engine": "llama.cpp", "precision": "engine"}  # fmt: skip
+    p = resolve_fields(ROPE_SHIFT, fields)
+    k = compute(ROPE_SHIFT, p)["k"]
+    magnitude = math.sqrt(1 + math.log(32) / math.log(4096))
+    assert float(k[0, 0].norm()) == pytest.approx(magnitude, rel=1e-6)
+    assert ROPE_SHIFT.make_meta(p)["drift"] > 0.1
+
+
+def test_mlx_engine_shift_is_refused() -> None:
+    with pytest.raises(InvalidArgument) as err:
+        resolve_fields(
+            ROPE_SHIFT,
+            {"head_dim": 8, "positions": [1], "delta": 1, "engine": "mlx", "precision": "engine"},
+        )
+    assert err.value.field == "precision"
