@@ -102,7 +102,7 @@ def test_endpoint_kshift_is_libggml_s() -> None:
     got = compute(ROPE_SHIFT, p)["k"].numpy()
     assert pair_ulps(got, _array(case["out"], case["shape"]), case["rope"]) <= 20
     meta = ROPE_SHIFT.make_meta(p)
-    assert 0 < meta["drift"] < 1e-3
+    assert 0 < meta["drift"] < 1e-2  # 10,000 positions in float32 angles
 
 
 def test_normal_mode_turns_adjacent_pairs_and_neox_halves() -> None:
