@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.hf.families import family
 from posenc.rope.llamacpp import LlamaCppRope, ggml_rope_tables, llamacpp_inv_freq
 from posenc.rope.precision import llamacpp_complete
 
@@ -126,10 +127,11 @@ def llamacpp_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> T
 
 def kshift_rope(rope: LlamaCppRope, *, model_type: str = "") -> LlamaCppRope:
     """The arguments ``build_rope_shift`` passes: M-RoPE shifts in ``neox`` mode (no
-    sections); DeepSeek-V2/V3 (``deepseek2``) undo YaRN's magnitude."""
+    sections); DeepSeek-V2/V3 (llama.cpp's ``deepseek2``) undo YaRN's magnitude."""
     if rope.mode in ("mrope", "imrope"):
         rope = dataclasses.replace(rope, mode="neox", sections=None)
-    if model_type in ("deepseek_v2", "deepseek_v3", "deepseek2") and rope.ext_factor != 0:
+    # LLM_ARCH_DEEPSEEK2: the model types whose converter writes yarn_log_multiplier
+    if family(model_type).llamacpp_yarn_log_multiplier and rope.ext_factor != 0:
         back = np.float32(1.0) / np.float32(rope.freq_scale)
         attn = np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * np.log(back))
         rope = dataclasses.replace(rope, attn_factor=float(np.float32(attn)))
