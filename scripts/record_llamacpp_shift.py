@@ -1,11 +1,14 @@
 """Record llama.cpp's own rotation of vectors (libggml's ``ggml_rope_ext`` / ``ggml_rope_multi``
 on F32 tensors, CPU) and its K-shift into tests/fixtures/llamacpp/shift.json.
 
-Runs in the virtual environment that has ``llama-cpp-python`` (scripts/record_llamacpp_tables.py
-says how to make it)::
+Runs where ``llama-cpp-python`` is installed with torch (scripts/record_llamacpp_tables.py says
+how to make that environment)::
 
-    /work/venvs/llamacpp/bin/python scripts/record_llamacpp_shift.py          # rewrite
-    /work/venvs/llamacpp/bin/python scripts/record_llamacpp_shift.py --check  # compare only
+    python scripts/record_llamacpp_shift.py          # rewrite
+    python scripts/record_llamacpp_shift.py --check  # compare only
+
+or, from posenc's own environment, with ``POSENC_GGML_LIB`` naming a folder that holds
+``libggml-base.so`` and ``libggml-cpu.so`` (a llama-cpp-python build's ``lib`` or ``bin``).
 
 Each case is a published config read by posenc's :func:`posenc.rope.llamacpp.llamacpp_rope_for`
 (the arguments llama.cpp passes ``ggml_rope_ext``), a seeded float32 input ``(T, H, D)`` in the

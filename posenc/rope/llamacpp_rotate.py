@@ -38,7 +38,7 @@ from torch import Tensor
 
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family
-from posenc.rope.llamacpp import LlamaCppRope, ggml_rope_tables, llamacpp_inv_freq
+from posenc.rope.llamacpp import LlamaCppRope, ggml_rope_tables
 from posenc.rope.precision import llamacpp_complete
 
 
@@ -160,17 +160,11 @@ def llamacpp_kshift(
     return out
 
 
-def llamacpp_speeds(rope: LlamaCppRope) -> tuple[Tensor, float]:
-    """The float64 ``(R/2,)`` angle per position of llama.cpp's rule and its magnitude."""
-    return llamacpp_inv_freq(rope)
-
-
 __all__ = [
     "ggml_rotate",
     "kshift_rope",
     "llamacpp_apply",
     "llamacpp_kshift",
     "llamacpp_rope_of",
-    "llamacpp_speeds",
     "rope_from_dict",
 ]
