@@ -11,8 +11,6 @@ pair's magnitude per step. A live test calls libggml where ``llama_cpp`` is impo
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import sys
 from pathlib import Path
@@ -29,32 +27,10 @@ from posenc.rope.llamacpp_rotate import (
     rope_from_dict,
 )
 from posenc.rope.shift import ROPE_SHIFT
+from tests.lib.llamacpp_vectors import CASES, pair_ulps
+from tests.lib.llamacpp_vectors import fixture_array as _array
 
 ROOT = Path(__file__).resolve().parents[2]
-FIXTURE_PATH = ROOT / "tests" / "fixtures" / "llamacpp" / "shift.json"
-FIXTURE = json.loads(FIXTURE_PATH.read_text()) if FIXTURE_PATH.exists() else {"cases": []}
-CASES = {c["name"]: c for c in FIXTURE["cases"]}
-
-
-def _array(text: str, shape: list[int]) -> np.ndarray:
-    return np.frombuffer(base64.b64decode(text), dtype="<f4").reshape(shape).copy()
-
-
-def pair_ulps(got: np.ndarray, want: np.ndarray, rope: dict) -> float:
-    """The largest difference of a rotated pair's members, in float32 ulp of that pair's
-    magnitude (libggml's); channels past ``n_dims`` must be equal."""
-    n = int(rope["n_dims"])
-    if rope["mode"] == "normal":
-        first, second = slice(0, n, 2), slice(1, n, 2)
-    else:
-        first, second = slice(0, n // 2), slice(n // 2, n)
-    magnitude = np.hypot(want[..., first], want[..., second]).astype(np.float32)
-    ulp = np.spacing(magnitude)
-    worst = np.maximum(
-        np.abs(got[..., first] - want[..., first]), np.abs(got[..., second] - want[..., second])
-    )
-    assert np.array_equal(got[..., n:], want[..., n:])
-    return float((worst / ulp).max())
 
 
 def _positions(case: dict) -> torch.Tensor:
@@ -138,3 +114,15 @@ def test_live_libggml_where_importable() -> None:
         want = ggml_kshift(x.numpy(), deltas.numpy(), shift, 10)
         got = llamacpp_kshift(x, deltas, rope_from_dict(shift), steps=10).numpy()
         assert pair_ulps(got, want, shift) <= 20, preset
+        # the endpoint's own answer: the seeded key, its K-shift arguments as meta gives them
+        fields = {"preset": preset, "positions": list(range(6000, 6016)), "delta": -123,
+                  "steps": 10, "seed": 2, "num_heads": 2, "engine": "llama.cpp",
+                  "precision": "engine"}  # fmt: skip
+        p = resolve_fields(ROPE_SHIFT, fields)
+        meta = ROPE_SHIFT.make_meta(p)
+        seeded = torch.Generator().manual_seed(2)
+        torch.randn(16, 2, int(p["head_dim"]), generator=seeded)
+        key = torch.randn(16, 2, int(p["head_dim"]), generator=seeded).numpy()
+        want = ggml_kshift(key, np.full(16, -123, dtype=np.int32), meta["llamacpp_kshift"], 10)
+        got = compute(ROPE_SHIFT, p)["k"].numpy()
+        assert pair_ulps(got, want, meta["llamacpp_kshift"]) <= 20, preset

@@ -17,6 +17,7 @@ from posenc import codec
 from posenc.resolve import compute, resolve_fields
 from posenc.rope.shift import ROPE_SHIFT
 from tests.helpers import json_tensor
+from tests.lib.llamacpp_vectors import CASES, fixture_array, pair_ulps
 
 SOURCE, TARGET = [0, 7, 4000], [100, 5000, 20_000]
 
@@ -130,3 +131,20 @@ def test_unreadable_safetensors_is_400(app_client: httpx.Client) -> None:
     assert r.status_code == 400, r.text
     r = app_client.post("/v1/rope/shift", content=b"x", headers={"content-type": "text/plain"})
     assert r.status_code == 415, r.text
+
+
+@pytest.mark.skipif("gpt-oss-20b kshift x10" not in CASES, reason="no recorded fixture")
+def test_json_kshift_over_http_is_libggml_s(api: httpx.Client) -> None:
+    """The recorded libggml K-shift (YaRN, 10 steps), asked with the key as float32 JSON."""
+    case = CASES["gpt-oss-20b kshift x10"]
+    x = fixture_array(case["x"], case["shape"])
+    body = {
+        "preset": "gpt-oss-20b", "positions": [70_000 + i for i in range(x.shape[0])],
+        "delta": case["positions"][0], "steps": 10, "k": x.tolist(), "engine": "llama.cpp",
+        "precision": "engine",
+    }  # fmt: skip
+    r = api.post("/v1/rope/shift", json=body)
+    assert r.status_code == 200, r.text
+    got = json_tensor(r.json(), "k").astype(np.float32)
+    assert pair_ulps(got, fixture_array(case["out"], case["shape"]), case["rope"]) <= 20
+    assert r.json()["meta"]["llamacpp_kshift"] == case["rope"]
