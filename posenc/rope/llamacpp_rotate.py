@@ -84,6 +84,12 @@ def ggml_rotate(x: Tensor, positions: Tensor | Sequence[int], rope: LlamaCppRope
     if x.dim() != 3:
         raise InvalidArgument(f"x must be (T, H, D), got shape {tuple(x.shape)}", field="k")
     n = int(rope.n_dims)
+    if rope.mode not in ("normal", "neox", "mrope", "imrope"):
+        raise InvalidArgument(
+            f"llama.cpp's {rope.mode} rope (vision towers) is not rotated here; normal, neox, "
+            "mrope and imrope are",
+            field="llamacpp.mode",
+        )
     if n > x.shape[-1]:
         raise InvalidArgument(
             f"llama.cpp's n_dims {n} is more than the head dimension {x.shape[-1]}", field="k"
