@@ -21,6 +21,7 @@ from posenc.relative import RELATIVE
 from posenc.relative_sinusoidal import RELATIVE_SINUSOIDAL
 from posenc.rope import ROPE
 from posenc.rope.mrope_ids import MROPE_POSITION_IDS
+from posenc.rope.shift import ROPE_SHIFT
 from posenc.sinusoidal import SINUSOIDAL
 from posenc.vision_learned.kind import VISION_LEARNED
 from posenc.vision_rope import VISION_ROPE
@@ -32,6 +33,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     SINUSOIDAL,
     LEARNED,
     ROPE,
+    ROPE_SHIFT,
     VISION_ROPE,
     DIFFUSION_ROPE,
     SINCOS_2D,

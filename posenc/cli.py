@@ -320,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Transformer positional encodings: serve the HTTP API, or write a table.",
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,table,tokenize}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,table,tokenize,shift}"
+    )
 
     serve = sub.add_parser(
         "serve", help="run the HTTP service (same as python -m service)",
@@ -361,6 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
             _add_field(p, field_spec)
         _add_output_options(p)
         p.set_defaults(kind_parser=p)
+    shift = sub.add_parser(
+        "shift", help="move cached keys from one position to another (table rope_shift)",
+        description="The rotation that moves keys rotated at from to to, and the keys moved "
+        "(POST /v1/rope/shift; the same as posenc table rope_shift): --k takes JSON, --seed "
+        "seeds them; --engine llama.cpp --precision engine is llama.cpp's K-shift.",
+    )  # fmt: skip
+    for field_spec in kinds.REGISTRY["rope_shift"].fields:
+        _add_field(shift, field_spec)
+    _add_output_options(shift)
+    shift.set_defaults(kind_parser=shift, table_kind="rope_shift")
     return parser
 
 
@@ -406,9 +418,10 @@ _ARG_TYPES: dict[str, Callable[[str], Any]] = {
     "object": _object_arg,
     "struct": _struct_arg,
     "strs": _json_arg,
+    "tensor": _json_arg,
 }
 _METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_rows": "JSON",
-             "strs": "JSON"}  # fmt: skip
+             "strs": "JSON", "tensor": "JSON"}  # fmt: skip
 
 
 def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
@@ -582,7 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "tokenize":
             return _tokenize(args)
-        return _table(args)
+        return _table(args)  # table KIND, and shift (table rope_shift)
     except CliError as exc:
         print(f"posenc: error: {exc}", file=sys.stderr)
         return exc.code

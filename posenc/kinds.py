@@ -70,12 +70,23 @@ __all__ = [
     "elements",
     "preset_field",
     "register",
+    "tensor_shape",
     "total_elements",
     "unregister",
 ]
 
 FieldType = Literal[
-    "int", "float", "bool", "str", "ints", "floats", "int_rows", "object", "struct", "strs"
+    "int",
+    "float",
+    "bool",
+    "str",
+    "ints",
+    "floats",
+    "int_rows",
+    "object",
+    "struct",
+    "strs",
+    "tensor",
 ]
 """``int``, ``float``, ``bool``, ``str`` (with ``choices``: one of them), ``ints`` (a list of ints;
 comma-separated in a GET query and on the command line; with ``rows``, also that many lists of
@@ -83,7 +94,9 @@ ints), ``floats`` (a list of numbers), ``int_rows`` (a list of lists of ints, ra
 batch of token rows; or a ``(B, T)`` integer tensor, from a binary request body), ``object``
 (any JSON object, e.g. a model's ``config.json``; JSON text in a GET query, a file or JSON text
 on the command line), ``struct`` (an object of the fields ``members``; JSON text in a GET
-query and on the command line) and ``strs`` (texts: a string, one row, or a non-empty list of strings)."""
+query and on the command line), ``strs`` (texts: a string, one row, or a non-empty list of strings)
+and ``tensor`` (a float tensor: nested JSON lists of numbers, read in the request's ``dtype``, or a
+tensor of a safetensors request body in its own dtype; ``length`` gives its rank)."""
 
 
 class _Required:
@@ -588,9 +601,54 @@ def _struct(spec: FieldSpec, value: Any, where: str) -> dict[str, Any]:
     return out
 
 
+def _tensor(spec: FieldSpec, value: Any, where: str) -> Any:
+    """A ``tensor`` value: a float ``torch.Tensor`` (a binary body's) as given, or nested lists
+    of finite numbers of rank ``spec.length``, checked and returned as given (JSON-able, so a
+    service keys its cache on the values)."""
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    else:
+        if not _is_list(value):
+            raise InvalidArgument(f"{where} must be nested lists of numbers", field=where)
+        try:
+            tensor = torch.tensor(value, dtype=torch.float64)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise InvalidArgument(
+                f"{where} must be nested lists of numbers of equal lengths: {exc}", field=where
+            ) from None
+    if not tensor.is_floating_point():
+        raise InvalidArgument(f"{where} must hold floats, got {tensor.dtype}", field=where)
+    if spec.length is not None and tensor.dim() != spec.length:
+        raise InvalidArgument(
+            f"{where} must have {spec.length} dimensions, got shape {tuple(tensor.shape)}",
+            field=where,
+        )
+    if tensor.numel() == 0:
+        raise InvalidArgument(f"{where} must not be empty", field=where)
+    if not bool(torch.isfinite(tensor).all()):
+        raise InvalidArgument(f"{where} must hold finite numbers", field=where)
+    return value
+
+
+def tensor_shape(value: Any) -> tuple[int, ...]:
+    """The shape of a ``tensor`` field's value (a tensor, or nested lists), from the numbers."""
+    if isinstance(value, torch.Tensor):
+        return tuple(int(n) for n in value.shape)
+    shape = []
+    while _is_list(value):
+        items = list(value)
+        shape.append(len(items))
+        if not items:
+            break
+        value = items[0]
+    return tuple(shape)
+
+
 def coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     """``value`` as the field's type, or InvalidArgument naming the field."""
     name = where or spec.name
+    if spec.type == "tensor":
+        return _tensor(spec, value, name)
     if spec.type == "bool":
         if not isinstance(value, bool):
             raise InvalidArgument(f"{name} must be true or false, got {value!r}", field=name)

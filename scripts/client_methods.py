@@ -40,6 +40,7 @@ ANNOTATIONS = {
     "object": "Mapping[str, Any]",
     "struct": "Mapping[str, Any]",
     "strs": "str | Sequence[str]",
+    "tensor": "Sequence[Any] | Any",
 }
 OPTIONS = (
     ("format", "Format | None", "None"),

@@ -21,7 +21,7 @@ from posenc.client.calls import (
     request_body,
 )
 from posenc.client.methods import KindMethods
-from posenc.client.request_bodies import token_body
+from posenc.client.request_bodies import tensor_body, token_body
 from posenc.client.results import ArrayKind
 from posenc.client.retry import RetryConfig
 from posenc.kinds import REGISTRY
@@ -37,6 +37,14 @@ T = TypeVar("T")  # a TensorResult, or an Awaitable of one
 J = TypeVar("J")  # a JSON document, or an Awaitable of one
 HttpT = TypeVar("HttpT", httpx.Client, httpx.AsyncClient)
 TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+def _tensor_fields(path: str) -> tuple[str, ...]:
+    """The ``tensor`` fields of the registered kind at ``path`` (none for another path)."""
+    for spec in REGISTRY.values():
+        if spec.path == path:
+            return tuple(f.name for f in spec.fields if f.type == "tensor")
+    return ()
 
 
 def kind_method(name: str) -> Any:
@@ -175,15 +183,19 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
         body = request_body(fields if tokens is None else tokens.fields, extra)
         params = query_params(body) if method == "GET" or tokens is not None else {}
         params.update(query_params(request_body(query or {}, None)))
+        # float tensors (a kind's tensor fields) keep their dtype: a safetensors body
+        held = tokens
+        if held is None and method == "POST":
+            held = tensor_body(fields, _tensor_fields(path), body)
         headers = {"Accept": MEDIA_TYPES[fmt]}
-        if tokens is not None:
-            headers["Content-Type"] = tokens.content_type
+        if held is not None:
+            headers["Content-Type"] = held.content_type
         call = Call(
             method=method,
             path=path,
-            json_body=body if method == "POST" and tokens is None else None,
+            json_body=body if method == "POST" and held is None else None,
             params=params or None,
-            content=None if tokens is None else tokens.content,
+            content=None if held is None else held.content,
             headers=headers,
             fmt=fmt,
             as_=kind,

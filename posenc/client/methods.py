@@ -947,6 +947,158 @@ class KindMethods(Generic[T]):
             dtype=dtype,
         )
 
+    def rope_shift(
+        self,
+        *,
+        positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        delta: int | None = None,
+        from_positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        to_positions: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        from_seq_len: int | None = None,
+        to_seq_len: int | None = None,
+        steps: int | None = None,
+        k: Sequence[Any] | Any | None = None,
+        seed: int | None = None,
+        num_heads: int | None = None,
+        num_kv_heads: int | None = None,
+        head_dim: int | None = None,
+        rotary_dim: int | None = None,
+        base: float | None = None,
+        layout: Literal["half", "interleaved"] | None = None,
+        scaling: Mapping[str, Any] | None = None,
+        exponent_dim: int | None = None,
+        rotation: Literal["positive", "negative"] | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        layer_type: str | None = None,
+        mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        mrope_interleaved: bool | None = None,
+        engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] | None = None,
+        precision: Literal["exact", "engine"] | None = None,
+        llamacpp: Mapping[str, Any] | None = None,
+        max_model_len: int | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/rope/shift``: Move cached keys from one position to another.
+
+        The rotation that moves keys rotated at `from` to `to` (attention sinks, context shift,
+        cache eviction, position-independent caching), also across a change of frequencies
+        (LongRoPE's short to long factors, dynamic NTK's base: `from_seq_len`, `to_seq_len`).
+        `cos` and `sin` (T, R) in the model's layout hold θ_to·to − θ_from·from, with no
+        attention factor; `meta.attention_scaling_ratio` is a_to / a_from. With `k` (T, H, D)
+        the answer's `k` is that key at `to`, the ratio applied once, in k's dtype. engine
+        llama.cpp with precision "engine" is its K-shift (ggml_rope_ext on the cached F32 keys
+        at the delta, `steps` times); `meta.drift` is the largest difference from the key
+        rotated exactly.
+
+        Args:
+            positions: the keys' positions now (ints >= 0), with delta.
+            delta: how far every key moves (negative: towards 0, as a context shift); to =
+                positions + steps x delta.
+            from_positions: the keys' positions now, with to_positions.
+            to_positions: where each key moves (as many as from_positions).
+            from_seq_len: the sequence length whose frequencies rotated the keys (LongRoPE's
+                factors, dynamic NTK's base); default max(from) + 1, as transformers chooses.
+            to_seq_len: the sequence length whose frequencies apply at to; default max(to) + 1.
+            steps: with delta: repeat the shift this many times (precision engine: the engine's
+                own rotation each time, as a cache shifted again and again) (default 1).
+            k: the cached keys (T, H, D), already rotated at from: nested lists read in dtype,
+                or the tensor k of a safetensors body in its own dtype.
+            seed: instead of k: the key /v1/rope/apply seeds (q = randn(T, H, D), then k =
+                randn(T, H_kv, D) from torch.Generator().manual_seed(seed)), float32.
+            num_heads: with seed: H, the query heads.
+            num_kv_heads: with seed: H_kv, the key heads (default num_heads).
+            head_dim: Dh, even (required unless a preset or config gives it).
+            rotary_dim: R, even ≤ head_dim (default head_dim).
+            base: rope_theta (default 10000 when neither preset nor config gives it).
+            layout: half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when
+                neither preset nor config gives it.
+            scaling: null or a scaling object, with the names of transformers' rope_parameters.
+            exponent_dim: E, the exponents' denominator (inv_freq = base^(-2i/E)): rotary_dim
+                (default), or the odd rotary_dim - 1 of a config whose rotated width
+                int(head_dim x partial_rotary_factor) is odd (GLM-4-MoE: 21, a 22-wide table).
+            rotation: positive (default: x cos + rotate_half(x) sin) or negative: the model
+                rotates by -theta and sin is negated (nanochat, whose rotate_half is cat(x2,
+                -x1)).
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind rope).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means.
+            layer_type: for a config with RoPE parameters per layer type (Gemma 3:
+                sliding_attention, full_attention): which type; required there, refused
+                otherwise.
+            mrope_section: M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2.
+            mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
+                Qwen3-VL's interleaving.
+            engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
+                the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
+                or mlx (mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md (default
+                'transformers').
+            precision: exact (default: float64 angles from the engine's rule, cast once) or
+                engine: the engine's own arithmetic in its own dtype and order of operations
+                (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32
+                cos/sin, bit for bit its rotary module's output; vLLM: its float32 cache, bit
+                for bit, every class but XD-RoPE's and Gemma 4's; llama.cpp: ggml's float32
+                rope, MLX: mx.fast.rope, within 2 ulp) (default 'exact').
+            llamacpp: engine llama.cpp: ggml_rope_ext's arguments, given directly (a GGUF body
+                is read into them) instead of read from the preset or config; n_dims defaults to
+                rotary_dim.
+            max_model_len: engine vllm: the server's --max-model-len (default the config's
+                max_position_embeddings); LongRoPE uses its long factors everywhere above
+                original_max_position_embeddings.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``cos`` (T, R), ``sin`` (T, R), ``k`` (T, H, D).
+        """
+        return self.compute(
+            "rope_shift",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            positions=positions,
+            delta=delta,
+            from_positions=from_positions,
+            to_positions=to_positions,
+            from_seq_len=from_seq_len,
+            to_seq_len=to_seq_len,
+            steps=steps,
+            k=k,
+            seed=seed,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            base=base,
+            layout=layout,
+            scaling=scaling,
+            exponent_dim=exponent_dim,
+            rotation=rotation,
+            preset=preset,
+            config=config,
+            layer_type=layer_type,
+            mrope_section=mrope_section,
+            mrope_interleaved=mrope_interleaved,
+            engine=engine,
+            precision=precision,
+            llamacpp=llamacpp,
+            max_model_len=max_model_len,
+            dtype=dtype,
+        )
+
     def sincos_2d(
         self,
         *,

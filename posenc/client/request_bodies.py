@@ -10,6 +10,7 @@ they are (one cast to int64 where the array holds another type).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,3 +71,28 @@ def token_body(fields: Mapping[str, Any], names: Sequence[str]) -> TokenBody | N
             array if array.dtype.kind != "b" or n == "attention_mask" else array.astype(np.int64)
         )
     return TokenBody(codec.encode_safetensors(tensors), SAFETENSORS_TYPE, rest)
+
+
+def _float_tensor(value: Any) -> Any:
+    """A float numpy array or torch tensor as a CPU tensor or array for safetensors, else None."""
+    if isinstance(value, np.ndarray):
+        return value if value.dtype.kind == "f" else None
+    if type(value).__module__.startswith("torch") and hasattr(value, "is_floating_point"):
+        return value.detach().cpu().contiguous() if value.is_floating_point() else None
+    return None
+
+
+def tensor_body(
+    fields: Mapping[str, Any], names: Sequence[str], json_fields: Mapping[str, Any]
+) -> TokenBody | None:
+    """A safetensors body for a kind whose ``tensor`` fields (``names``: ``k`` of
+    ``/v1/rope/shift``) are given as float numpy arrays or torch tensors: they keep their own
+    dtype, and the other fields (``json_fields``, the JSON body without them) go as JSON text
+    under ``__metadata__["request"]``. None when no such field is an array."""
+    tensors = {n: _float_tensor(fields.get(n)) for n in names}
+    tensors = {n: t for n, t in tensors.items() if t is not None}
+    if not tensors:
+        return None
+    rest = {k: v for k, v in json_fields.items() if k not in tensors}
+    metadata = {"request": json.dumps(rest, separators=(",", ":"))}
+    return TokenBody(codec.encode_safetensors(tensors, metadata=metadata), SAFETENSORS_TYPE, {})

@@ -37,6 +37,7 @@ from service.responses.formats import Bundle
 from service.responses.plans import Plan
 from service.responses.streaming import StreamBundle
 from service.routes.tables import add_compute_routes
+from service.routes.tensor_bodies import BodyTensors, add_tensor_route
 from service.routes.token_bodies import TokenTensors, add_token_route
 from service.state import ServiceState
 
@@ -101,6 +102,11 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return number if spec.type == "float" else _sized(number, spec)
     if spec.type == "bool":
         return bool
+    if spec.type == "tensor":  # nested lists of numbers, spec.length deep
+        item: Any = Annotated[float, Field(allow_inf_nan=False), BeforeValidator(_not_bool)]
+        for _ in range(spec.length or 1):
+            item = Annotated[list[item], Field(min_length=1)]
+        return item
     if spec.type == "object":
         return dict[str, Any]
     if spec.type == "strs":  # one string is one row
@@ -258,7 +264,7 @@ def _plan_for(kind: registry.Kind) -> Any:
         req: BaseModel,
         state: ServiceState,
         source: Source,
-        tensors: TokenTensors | None = None,
+        tensors: TokenTensors | BodyTensors | None = None,
         *,
         may_stream: bool = False,
     ) -> Plan:
@@ -310,7 +316,16 @@ def registered_kind_routers() -> list[APIRouter]:
         axes = ", ".join(f"`{t.name}` ({', '.join(t.axes)})" for t in kind.tensors)
         description = f"{kind.description} Tensors: {axes}."
         names = tuple(t.name for t in kind.tensors)
-        if kind.binary_fields:  # a JSON body, or the ids as an npy or safetensors body
+        tensor_fields = tuple(f.name for f in kind.fields if f.type == "tensor")
+        if tensor_fields:  # a JSON body, or the tensors as a safetensors body
+            add_tensor_route(
+                router, kind.path, request_model(kind), _plan_for(kind), names=names,
+                tensors=tensor_fields, summary=kind.summary,
+                description=description + "\n\nThe tensor field(s) " + ", ".join(tensor_fields)
+                + " may also come as an `application/vnd.safetensors` body, the other fields "
+                "as JSON text in its `__metadata__` under `request`.",
+            )  # fmt: skip
+        elif kind.binary_fields:  # a JSON body, or the ids as an npy or safetensors body
             fields = ", ".join(kind.binary_fields)
             description += (
                 f"\n\nThe token ids may also be sent as `application/x-npy` "

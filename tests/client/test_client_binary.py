@@ -85,3 +85,18 @@ def test_async_client_sends_npy_too(live_server: str) -> None:
 
     result = asyncio.run(run())
     assert result["position_ids"].tolist() == [[0, 1, 2, 0], [0, 1, 0, 0]]
+
+
+def test_a_float_key_goes_as_safetensors_and_keeps_its_dtype(recorded) -> None:  # type: ignore[no-untyped-def]
+    """``/v1/rope/shift``'s ``k`` as a torch tensor: a safetensors body, the other fields in
+    its ``__metadata__``; the answer's ``k`` in the key's own dtype, equal to the JSON call's
+    (read in that dtype)."""
+    client, transport = recorded
+    k = torch.randn(2, 1, 16, dtype=torch.float64)
+    fields = {"head_dim": 16, "positions": [3, 9], "delta": 5}
+    by_tensor = client.rope_shift(k=k, as_="torch", **fields)
+    by_list = client.rope_shift(k=k.tolist(), dtype="float64", as_="torch", **fields)
+    assert transport.seen[0][0] == "application/vnd.safetensors"
+    assert transport.seen[1][0] == "application/json"
+    assert by_tensor["k"].dtype == torch.float64
+    assert torch.equal(by_tensor["k"], by_list["k"])
