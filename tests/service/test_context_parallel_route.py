@@ -21,6 +21,7 @@ from torch.distributed.tensor.experimental._context_parallel._load_balancer impo
 )
 from torch.nn.attention.flex_attention import create_block_mask
 
+from posenc.client import PosencClient
 from tests.helpers import safetensors_metadata
 
 PATH = "/v1/positions/context-parallel"
@@ -212,8 +213,16 @@ def test_configs_positions_lists_each_stacks_scheme(app_client: httpx.Client) ->
 
 
 @pytest.mark.slow
-def test_through_uvicorn(live_client: httpx.Client) -> None:
-    """The same answer through a real server on loopback."""
-    body = _ok(live_client, {"seq_len": 64, "cp_size": 4, "scheme": "head_tail"})
+def test_through_uvicorn_and_the_client(live_client: httpx.Client, live_server: str) -> None:
+    """The same answer through a real server on loopback, and through the client's derived
+    method (its tensors by name, its meta's ranks)."""
+    body = _ok(live_client, {"seq_len": 64, "cp_size": 4, "scheme": "head_tail", "head_dim": 8})
     rearrange, restore = _torch_indices(_HeadTailLoadBalancer(64, 4, "cpu"))
     assert _ranks_order(body) == rearrange and body["restore"] == restore
+    with PosencClient(live_server, timeout=60) as client:
+        result = client.context_parallel(seq_len=64, cp_size=4, head_dim=8)
+    assert result["restore"].tolist() == restore
+    assert result["1.indices"].tolist() == rearrange[16:32]
+    assert result.meta["ranks"][1]["indices"] == rearrange[16:32]
+    cos = np.array(body["ranks"][1]["cos"]["data"], dtype=np.float32)
+    assert np.array_equal(result["1.cos"], cos)
