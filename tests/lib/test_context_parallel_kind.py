@@ -74,9 +74,12 @@ def test_rank_rows_are_the_global_table_rows_bit_for_bit(scheme: str, reset: boo
         assert torch.equal(tensors[f"{r}.position_ids"], positions[idx])
         assert torch.equal(tensors[f"{r}.cos"], table["cos"][idx])
         assert torch.equal(tensors[f"{r}.sin"], table["sin"][idx])
-        # and the rank's own positions sent to the rope kind give the same bytes
+        # and the rank's own positions sent to the rope kind give the same bytes, as do the
+        # rows of a table of positions 0 … max
         alone = _rope(positions=positions[idx].tolist(), preset="llama-3.1-8b")
         assert torch.equal(tensors[f"{r}.cos"], alone["cos"])
+        counted = _rope(seq_len=int(positions.max()) + 1, preset="llama-3.1-8b")
+        assert torch.equal(tensors[f"{r}.sin"], counted["sin"][positions[idx]])
     assert meta["rope"]["rope_type"] == "llama3"
 
 
