@@ -82,8 +82,11 @@ STACKS: tuple[StackSplit, ...] = (
         "head_tail",
         None,
         True,
-        "sglang ContextParallelMetadata (zigzag_index: chunks r and 2·cp−1−r)",
-        "sglang #28463: RoPE fed the token's index on the rank instead of its global position",
+        "sglang/srt/layers/attention/nsa/utils.py ContextParallelMetadata (zigzag_index: "
+        "chunks r and 2·cp−1−r), its attention context parallel for DeepSeek's sparse "
+        "attention",
+        "sglang #28463: RoPE fed the wrong token positions; a rank's rope rows are those of its "
+        "global positions",
     ),
 )
 """Every stack posenc knows, in the order :func:`context_parallel_schemes` lists them."""
