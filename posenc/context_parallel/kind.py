@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from posenc import kinds
+from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.context_parallel.split import (
     SCHEMES,
     ContextSplit,
@@ -31,7 +32,7 @@ from posenc.context_parallel.split import (
 from posenc.errors import InvalidArgument
 from posenc.masks import MASK_KINDS, mask_inputs, mask_rows, mask_rule
 from posenc.position_ids import check_cu_seqlens
-from posenc.rope import ROPE
+from posenc.rope import ROPE, RopeScaling, rope_blocks, rope_inv_freq
 
 __all__ = ["CONTEXT_PARALLEL"]
 
@@ -154,12 +155,15 @@ def _mask_of(p: Mapping[str, Any], indices: Tensor, device: torch.device) -> Ten
 
 
 def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
+    """Every tensor whole: the row blocks filled once (:func:`_blocks`); for M-RoPE's
+    ``(3, T)`` ids, the rope kind's own table of the whole row, each rank's rows gathered."""
+    if _rows(p) == 1:
+        return {name: table.whole() for name, table in _blocks(p, ctx).items()}
     split = _split(p)
     positions = _positions(p)
     tables = None
     if p["rope"] is not None:  # the global table, the rope kind's own computation
-        given = positions.tolist()
-        tables = ROPE.compute({**p["rope"], "positions": given}, ctx)
+        tables = ROPE.compute({**p["rope"], "positions": positions.tolist()}, ctx)
     out = {"restore": split.restore.to(ctx.device)}
     for shard in split.ranks:
         r, idx = shard.rank, shard.indices
@@ -173,18 +177,84 @@ def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     return out
 
 
+def _largest_position(p: Mapping[str, Any]) -> int:
+    """The row's largest position id, from the numbers (it sets dynamic and LongRoPE
+    frequencies of the global table)."""
+    given = p["position_ids"]
+    if given is not None:
+        return int(max(max(row) for row in given) if isinstance(given[0], list) else max(given))
+    if p["reset_positions"]:
+        return int(max(b - a for a, b in itertools.pairwise(p["cu"]))) - 1
+    return int(p["seq_len"]) - 1
+
+
+def _rope_rows(
+    p: Mapping[str, Any], name: str, positions: Tensor, ctx: kinds.Context
+) -> TableBlocks:
+    """``(T_r, R)`` cos or sin rows of the global table at a rank's 1-D ``positions``, in row
+    blocks: the rope kind's row function (:func:`posenc.rope.rope_blocks`) with the global
+    table's frequencies (``seq_len`` = its largest position + 1)."""
+    rope = p["rope"]
+    scaling = RopeScaling.from_dict(rope["scaling"]) if rope["scaling"] is not None else None
+    frequencies = rope_inv_freq(
+        rope["rotary_dim"],
+        rope["base"],
+        scaling,
+        seq_len=_largest_position(p) + 1,
+        exponent_dim=rope["exponent_dim"],
+    )
+    table = rope_blocks(
+        positions,
+        rotary_dim=rope["rotary_dim"],
+        base=rope["base"],
+        layout=rope["layout"],
+        scaling=scaling,
+        which=name.rpartition(".")[2],
+        device=ctx.device,
+        dtype=ctx.dtype,
+        frequencies=frequencies,
+        exponent_dim=rope["exponent_dim"],
+        rotation=rope["rotation"],
+    )
+    return dataclasses.replace(table, name=name)
+
+
+def _mask_rows(
+    p: Mapping[str, Any], name: str, indices: Tensor, device: torch.device
+) -> TableBlocks:
+    """``(T_r, T)`` bool: a rank's mask rows (:func:`_mask_of`) in row blocks."""
+
+    def fill(start: int, stop: int, out: Tensor) -> None:
+        out.copy_(_mask_of(p, indices[start:stop], device))
+
+    return TableBlocks(name, (indices.numel(), int(p["seq_len"])), torch.bool, fill, device)
+
+
+def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
+    """Every tensor of :func:`_compute` in row blocks (1-D position ids only), for answers
+    past ``POSENC_MAX_ELEMENTS`` in raw, npy and safetensors: the same bytes."""
+    split = _split(p)
+    positions = _positions(p)
+    dev = ctx.device
+    out: dict[str, Any] = {"restore": tensor_blocks("restore", split.restore.to(dev))}
+    for shard in split.ranks:
+        r, idx = shard.rank, shard.indices
+        out[f"{r}.indices"] = tensor_blocks(f"{r}.indices", idx.to(dev))
+        out[f"{r}.position_ids"] = tensor_blocks(f"{r}.position_ids", positions[idx].to(dev))
+        if p["rope"] is not None:
+            for name in (f"{r}.cos", f"{r}.sin"):
+                out[name] = _rope_rows(p, name, positions[idx], ctx)
+        if p["rule"] is not None:
+            out[f"{r}.mask"] = _mask_rows(p, f"{r}.mask", idx, ctx.device)
+    return out
+
+
 def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any] | None:
     """The rope kind's meta for the global table (its largest position decides dynamic and
     LongRoPE scaling), without its one-table ``seq_len``."""
     if p["rope"] is None or ROPE.meta is None:
         return None
-    given = p["position_ids"]
-    if given is not None:
-        largest = max(max(row) for row in given) if isinstance(given[0], list) else max(given)
-    elif p["reset_positions"]:
-        largest = max(b - a for a, b in itertools.pairwise(p["cu"])) - 1
-    else:
-        largest = int(p["seq_len"]) - 1
+    largest = _largest_position(p)
     rows = _rows(p)
     stand_in = [[largest]] * rows if rows > 1 else [largest]
     meta = ROPE.meta({**p["rope"], "positions": stand_in})
@@ -339,6 +409,9 @@ CONTEXT_PARALLEL: kinds.Kind = kinds.Kind(
     compute=_compute,
     meta=_meta,
     get=False,
+    blocks=_blocks,
+    streams=lambda p: _rows(p) == 1,  # M-RoPE's three rows are computed whole
+    row_elements=lambda p: int(p["seq_len"]),  # restore is one row of T
     sources=ROPE.sources,
     complete=_complete,
     allocations=_allocations,

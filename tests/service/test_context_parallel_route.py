@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
 import pytest
 import torch
+from fastapi.testclient import TestClient
 from safetensors.numpy import load as load_safetensors
 from torch.distributed.tensor.experimental._context_parallel._load_balancer import (
     _HeadTailLoadBalancer,
@@ -22,7 +24,8 @@ from torch.distributed.tensor.experimental._context_parallel._load_balancer impo
 from torch.nn.attention.flex_attention import create_block_mask
 
 from posenc.client import PosencClient
-from tests.helpers import safetensors_metadata
+from service.app import create_app
+from tests.helpers import make_settings, safetensors_metadata
 
 PATH = "/v1/positions/context-parallel"
 
@@ -171,6 +174,9 @@ def test_safetensors_names_each_rank(app_client: httpx.Client) -> None:
         assert rank["indices"] == same["indices"] and rank["cu_seqlens"] == same["cu_seqlens"]
         cos = np.array(same["cos"]["data"], dtype=np.float32)
         assert np.array_equal(tensors[f"{rank['rank']}.cos"], cos)
+        mask = np.array(same["mask"]["data"], dtype=bool)
+        assert np.array_equal(tensors[f"{rank['rank']}.mask"], mask)
+        assert tensors[f"{rank['rank']}.indices"].tolist() == same["indices"]
 
 
 @pytest.mark.parametrize(
@@ -210,6 +216,42 @@ def test_configs_positions_lists_each_stacks_scheme(app_client: httpx.Client) ->
     assert stacks["transformer-engine"]["packed_scheme"] == "per_document_head_tail"
     assert stacks["torch"]["packed_scheme"] == "torch_per_document_head_tail"
     assert stacks["megatron-lm"]["reset_positions"] is False
+
+
+STREAMED = {
+    "cu_seqlens": [0, 256, 768, 1024],
+    "cp_size": 4,
+    "scheme": "ptrr",
+    "block_size": 64,
+    "mask": True,
+    "kind": "sliding",
+    "window": 100,
+    "head_dim": 16,
+    "scaling": {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 64},
+}
+
+
+def test_past_the_limit_binary_formats_stream_the_same_bytes(
+    app_client: httpx.Client, gpt2_file: Path
+) -> None:
+    """A service whose POSENC_MAX_ELEMENTS is below the answer (1,024² mask elements) streams
+    it as safetensors, each tensor equal to the whole answer of a service with room for it;
+    JSON is a 413 that says what streams."""
+    whole = _ok(app_client, STREAMED)
+    with TestClient(create_app(make_settings(gpt2_file, max_elements=100_000))) as small:
+        streamed = small.post(PATH, json=STREAMED, params={"format": "safetensors"})
+        refused = small.post(PATH, json=STREAMED)
+    assert streamed.status_code == 200, streamed.text[:300]
+    assert refused.status_code == 413 and "safetensors" in refused.text
+    tensors = load_safetensors(streamed.content)
+    assert tensors["restore"].tolist() == whole["restore"]
+    for rank in whole["ranks"]:
+        r = rank["rank"]
+        assert tensors[f"{r}.indices"].tolist() == rank["indices"]
+        assert np.array_equal(tensors[f"{r}.mask"], np.array(rank["mask"]["data"], dtype=bool))
+        for name in ("cos", "sin"):
+            want = np.array(rank[name]["data"], dtype=np.float32)
+            assert np.array_equal(tensors[f"{r}.{name}"].view(np.uint32), want.view(np.uint32))
 
 
 @pytest.mark.slow
