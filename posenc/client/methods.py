@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 TableKind = Literal[
     "alibi",
+    "context_parallel",
     "diffusion_rope",
     "embed",
     "learned",
