@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from posenc import kinds
 from posenc.alibi import ALIBI
+from posenc.context_parallel import CONTEXT_PARALLEL
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D
 from posenc.embedding import EMBED
 from posenc.learned import LEARNED
@@ -46,6 +47,7 @@ KINDS: tuple[kinds.Kind, ...] = (
     MASKS,
     POSITION_IDS,
     MROPE_POSITION_IDS,
+    CONTEXT_PARALLEL,
     EMBED,
 )
 """Every built-in kind, in the order of the API reference's sections."""

@@ -61,6 +61,7 @@ __all__ = [
     "Context",
     "FieldSpec",
     "FieldType",
+    "JsonLayout",
     "Kind",
     "Sources",
     "TensorSpec",
@@ -284,6 +285,10 @@ class TensorSpec:
 Params = Mapping[str, Any]
 Shapes = dict[str, tuple[int, ...]]
 Tensors = dict[str, torch.Tensor]
+JsonLayout = Callable[
+    [Mapping[str, torch.Tensor], Mapping[str, Any], Mapping[str, Any]], dict[str, Any]
+]
+"""``(tensors, JSON entries by name, meta) -> the JSON body`` (:attr:`Kind.json_layout`)."""
 
 
 @dataclass(frozen=True)
@@ -330,6 +335,10 @@ class Kind:
             rarely asked twice: no).
         work_bytes_per_element: peak bytes per output element its compute holds beyond the
             outputs (intermediates), measured, for a server's byte budget; 0: none to speak of.
+        json_layout: ``(tensors, entries, meta) -> body``: the JSON answer's layout, from the
+            tensors, their JSON entries (``{"shape", "dtype", "data"}``) and ``meta``; None:
+            ``{"tensors": entries, "meta": meta}`` (the context-parallel kind adds its
+            ``ranks`` and ``restore`` at the top level).
     """
 
     name: str
@@ -355,6 +364,7 @@ class Kind:
     binary_fields: tuple[str, ...] = ()
     cache_tensors: bool = True
     work_bytes_per_element: int = 0
+    json_layout: JsonLayout | None = None
     field_names: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:

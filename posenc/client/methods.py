@@ -18,6 +18,7 @@ T = TypeVar("T")
 
 TableKind = Literal[
     "alibi",
+    "context_parallel",
     "diffusion_rope",
     "embed",
     "learned",
@@ -98,6 +99,152 @@ class KindMethods(Generic[T]):
             key_len=key_len,
             mode=mode,
             max_bias=max_bias,
+            preset=preset,
+            config=config,
+            dtype=dtype,
+        )
+
+    def context_parallel(
+        self,
+        *,
+        seq_len: int | None = None,
+        cu_seqlens: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        cp_size: int | None = None,
+        scheme: Literal[
+            "contiguous",
+            "head_tail",
+            "per_document_head_tail",
+            "torch_per_document_head_tail",
+            "ptrr",
+        ]
+        | None = None,
+        block_size: int | None = None,
+        reset_positions: bool | None = None,
+        position_ids: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        mask: bool | None = None,
+        kind: Literal["causal", "sliding", "chunked", "bidirectional", "sliding_bidirectional"]
+        | None = None,
+        window: int | None = None,
+        chunk_size: int | None = None,
+        head_dim: int | None = None,
+        rotary_dim: int | None = None,
+        base: float | None = None,
+        layout: Literal["half", "interleaved"] | None = None,
+        scaling: Mapping[str, Any] | None = None,
+        exponent_dim: int | None = None,
+        rotation: Literal["positive", "negative"] | None = None,
+        layer_type: str | None = None,
+        mrope_section: Sequence[int] | Sequence[Sequence[int]] | Any | None = None,
+        mrope_interleaved: bool | None = None,
+        preset: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        dtype: Literal["float32", "float16", "bfloat16", "float64"] | None = None,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        method: Method = "POST",
+        query: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> T:
+        """``POST /v1/positions/context-parallel``: One row split across context-parallel ranks.
+
+        One sequence (`seq_len`) or packed documents (`cu_seqlens`) split across `cp_size`
+        context-parallel ranks by `scheme`: contiguous; head_tail (2·cp chunks, rank r holds
+        chunks r and 2·cp−1−r: Megatron-LM, Transformer Engine, torch's _HeadTailLoadBalancer);
+        per_document_head_tail (the same in every document: Transformer Engine's THD split);
+        torch_per_document_head_tail (torch's _PerDocumentHeadTailLoadBalancer, sharded in equal
+        contiguous pieces); ptrr (torch's _PTRRLoadBalancer over the per-document causal block
+        mask). Each rank: its global token `indices`, `position_ids` (restarting at each
+        document with reset_positions), local `cu_seqlens` and `max_seqlen`; with rope settings
+        its rows of the global cos/sin table, bit for bit; with `mask: true` its (T_r, T) rows
+        of the per-document causal (sliding, chunked) mask. `restore` puts the ranks' tokens,
+        concatenated, back in order (torch's restore=True indices). JSON lays the ranks out as
+        `ranks`; safetensors names the tensors `{rank}.{name}`.
+
+        Args:
+            seq_len: T of one sequence.
+            cu_seqlens: packed documents instead of seq_len: 0 < … < T, as flash-attn's varlen
+                calls take them.
+            cp_size: the context-parallel ranks.
+            scheme: how the row is split: contiguous, head_tail (default),
+                per_document_head_tail, torch_per_document_head_tail or ptrr (default
+                'head_tail').
+            block_size: ptrr: the block mask's BLOCK_SIZE; blocks are dealt out whole (default
+                128).
+            reset_positions: position ids restart at each document (default); false: they
+                continue across documents, as Megatron-LM without --reset-position-ids (default
+                True).
+            position_ids: explicit global position ids (T), or M-RoPE's three rows (3, T); T
+                then comes from them and each rank gets its columns.
+            mask: add each rank's (T_r, T) mask rows (default False).
+            kind: with mask: the rule, as POST /v1/masks takes it (default causal), within
+                documents.
+            window: W of kind sliding.
+            chunk_size: C of kind chunked.
+            head_dim: Dh, even: with it (or a preset or config that gives it) each rank adds cos
+                and sin, its rows of the global RoPE table (the fields as POST
+                /v1/encodings/rope takes them).
+            rotary_dim: R, even ≤ head_dim (default head_dim).
+            base: rope_theta (default 10000 when neither preset nor config gives it).
+            layout: half (GPT-NeoX, Llama) or interleaved (GPT-J, RoFormer); default half when
+                neither preset nor config gives it.
+            scaling: null or a scaling object, with the names of transformers' rope_parameters.
+            exponent_dim: E, the exponents' denominator (inv_freq = base^(-2i/E)): rotary_dim
+                (default), or the odd rotary_dim - 1 of a config whose rotated width
+                int(head_dim x partial_rotary_factor) is odd (GLM-4-MoE: 21, a 22-wide table).
+            rotation: positive (default: x cos + rotate_half(x) sin) or negative: the model
+                rotates by -theta and sin is negated (nanochat, whose rotate_half is cat(x2,
+                -x1)).
+            layer_type: for a config with RoPE parameters per layer type (Gemma 3:
+                sliding_attention, full_attention): which type; required there, refused
+                otherwise.
+            mrope_section: M-RoPE: three ints (temporal, height, width) summing to rotary_dim/2.
+            mrope_interleaved: M-RoPE: false (default) Qwen2-VL's contiguous sections, true
+                Qwen3-VL's interleaving.
+            preset: name of a preset from GET /v1/presets; its params are defaults the other
+                fields override (kind rope).
+            config: a model's Hugging Face config.json object, pasted as published (a multimodal
+                file whole): read as transformers 5 reads it; its values are defaults the other
+                fields override. Not together with preset. See POST /v1/configs/positions for
+                what it means.
+            dtype: dtype of the float tensors (integer tensors are always int64); bfloat16
+                cannot be npy (default 'float32').
+            format, as_, device, method, query, extra: as for ``compute``.
+
+        Returns:
+            A TensorResult with ``restore`` (T), ``{rank}.indices`` (T_r),
+            ``{rank}.position_ids`` (T_r), ``{rank}.cos`` (T_r, R), ``{rank}.sin`` (T_r, R),
+            ``{rank}.mask`` (T_r, T).
+        """
+        return self.compute(
+            "context_parallel",
+            format=format,
+            as_=as_,
+            device=device,
+            method=method,
+            query=query,
+            extra=extra,
+            seq_len=seq_len,
+            cu_seqlens=cu_seqlens,
+            cp_size=cp_size,
+            scheme=scheme,
+            block_size=block_size,
+            reset_positions=reset_positions,
+            position_ids=position_ids,
+            mask=mask,
+            kind=kind,
+            window=window,
+            chunk_size=chunk_size,
+            head_dim=head_dim,
+            rotary_dim=rotary_dim,
+            base=base,
+            layout=layout,
+            scaling=scaling,
+            exponent_dim=exponent_dim,
+            rotation=rotation,
+            layer_type=layer_type,
+            mrope_section=mrope_section,
+            mrope_interleaved=mrope_interleaved,
             preset=preset,
             config=config,
             dtype=dtype,

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from posenc.attention_layers import layers_summary
+from posenc.context_parallel import context_parallel_schemes
 from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
 from posenc.engine_pairs import positions_for_own_engine
@@ -68,6 +69,7 @@ def describe(
         "vision": vision_positions(config),
         "query_scale": describe_query_scale(config),
         "layers": layers_summary(config),
+        "context_parallel": context_parallel_schemes(),
     }
 
 

@@ -42,6 +42,7 @@ from starlette.responses import Response
 
 from posenc import codec
 from posenc.heatmap import heatmap_png
+from posenc.kinds import JsonLayout
 from service.observability.timing import server_timing
 
 __all__ = [
@@ -99,10 +100,13 @@ class Bundle:
         tensors: name -> tensor, in the endpoint's order; the first is the primary tensor (the
             one npy, raw and png carry). Any device, any layout: encoders move and pack them.
         meta: JSON-able metadata (numbers, strings, lists, dicts).
+        json_layout: the kind's JSON layout (:attr:`posenc.kinds.Kind.json_layout`), or None
+            for ``{"tensors", "meta"}``.
     """
 
     tensors: dict[str, torch.Tensor]
     meta: dict[str, Any] = field(default_factory=dict)
+    json_layout: JsonLayout | None = None
 
     @property
     def primary_name(self) -> str:
@@ -386,9 +390,10 @@ def _encode_json(bundle: Bundle, *, base64: bool) -> Encoded:
             # arrays, which become a plain scalar.
             entry["data"] = arr if arr.ndim else arr.item()
         tensors[name] = entry
-    body = orjson.dumps(
-        {"tensors": tensors, "meta": bundle.meta}, default=_json_default, option=_JSON_OPTIONS
-    )
+    document: dict[str, Any] = {"tensors": tensors, "meta": bundle.meta}
+    if bundle.json_layout is not None:
+        document = bundle.json_layout(bundle.tensors, tensors, bundle.meta)
+    body = orjson.dumps(document, default=_json_default, option=_JSON_OPTIONS)
     return Encoded(body, FORMAT_MEDIA_TYPES["json"])
 
 

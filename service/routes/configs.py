@@ -151,6 +151,13 @@ class ConfigPositions(BaseModel):
         "/v1/masks serves, null without attention), window, chunk_size, positions (rope, "
         "none for NoPE, or the model's kind), what (a phrase) and endpoint",
     )
+    context_parallel: dict[str, Any] | None = Field(
+        None,
+        description="how each stack splits one sequence across context-parallel ranks by "
+        "default: endpoint (POST /v1/positions/context-parallel) and stacks, each with stack, "
+        "scheme (one sequence), packed_scheme (packed documents), reset_positions, source and "
+        "note",
+    )
     warnings: list[str]
     engine: str = Field(
         ..., description="transformers, vllm, llama.cpp or mlx: whose reading this is"

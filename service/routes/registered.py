@@ -295,7 +295,7 @@ def _plan_for(kind: registry.Kind) -> Any:
                 models=state.model,
                 allocator=BODY_BUFFERS.tensor,  # big outputs into reused buffers
             )
-            return Bundle(out, meta())
+            return Bundle(out, meta(), kind.json_layout)
 
         stream = None
         if kind.blocks is not None and kind.streamable(params):  # for a table over max_elements

@@ -194,6 +194,8 @@ NO_WHOLE_FUNCTION: dict[str, str] = {
     "only its rows); its engine precision of a whole-grid kernel is not streamed",
     "embed": "a model's embedding of a batch, not a table: compute and blocks both call "
     "_embed_tokens_of, on the whole batch or on a run of its tokens",
+    "context_parallel": "compute is its blocks filled whole (the rope kind's rope_blocks and "
+    "the masks' mask_rows at each rank's rows); M-RoPE's three rows have no blocks",
 }
 
 # Whole-table function -> the blocks twin its body must call before ``.whole()``.
