@@ -280,6 +280,8 @@ def _difference(
 
 def _fields(request: Mapping[str, Any], engine: str, precision: str) -> dict[str, Any]:
     given = {k: v for k, v in request.items() if v is not None}
+    if engine != "llama.cpp":  # a GGUF's own ggml_rope_ext arguments are llama.cpp's rows only
+        given.pop("llamacpp", None)
     return resolve_fields(
         ROPE, {**given, "engine": engine, "precision": precision, "dtype": "float64"}
     )
