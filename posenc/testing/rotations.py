@@ -1,55 +1,50 @@
 """Rotated queries and keys in a caller's tests: the reference rotation, and the check of one.
 
-``reference_rotation`` rotates ``q`` ``(T, H, D)`` by the RoPE table of the engine asked for
-(:func:`posenc.testing.tables.reference_table`'s, in float64) with the library's
-:func:`posenc.rope.apply_rope` in float64: the first ``R`` channels of each head rotated in the
-model's layout, the channels from ``R`` on returned unchanged bit for bit, cast once to ``q``'s
-dtype. ``assert_rotated`` compares a caller's ``q_out`` with the rotation of ``q_in`` and, on a
-difference past ``atol``, says which engine's rotation it equals.
+``reference_rotation`` is ``/v1/rope/apply``'s rotation (:func:`posenc.rotate.rotate`) for the
+engine and precision asked. ``assert_rotated`` compares a caller's ``q_out`` (and ``k_out``)
+with the rotation of ``q_in`` (``k_in``); on a difference past ``atol`` it asks
+:func:`posenc.check.check_rotation` (``/v1/configs/check``'s code for ``q_in``/``q_out``) which
+engine's rotation it equals and which known mistakes explain it.
 
 Notation: ``T`` positions, ``H`` heads, ``D`` head dimension, ``R`` rotary dimension.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import torch
 
-from posenc.check import CANDIDATES
-from posenc.errors import PosencError
-from posenc.rope import apply_rope
-from posenc.testing.inputs import ConfigArg, as_array, rope_request, squeeze_leading
+from posenc.check import check_rotation
+from posenc.rotate import apply_fields, rotate
+from posenc.testing.inputs import (
+    ConfigArg,
+    as_array,
+    check_request,
+    engine_request,
+    rope_request,
+    squeeze_leading,
+)
 from posenc.testing.report import CheckReport, largest
-from posenc.testing.tables import positions_of, resolved_rope, table_of
-
-
-def _rotate(q: np.ndarray, p: Mapping[str, Any]) -> np.ndarray:
-    """``q`` ``(T, H, D)`` rotated in float64 by resolved rope fields ``p``' table."""
-    cos, sin = table_of(p)
-    t, _heads, d = q.shape
-    r = cos.shape[-1]
-    if cos.shape[0] != t:
-        raise AssertionError(f"q has {t} rows; the positions asked for have {cos.shape[0]}")
-    if r > d:
-        raise AssertionError(f"q's head dimension {d} is smaller than rotary_dim {r}")
-    x = torch.from_numpy(np.ascontiguousarray(q, dtype=np.float64)).permute(1, 0, 2)[None]
-    out = apply_rope(x, torch.from_numpy(cos), torch.from_numpy(sin), layout=p["layout"])
-    rotated = out[0].permute(1, 0, 2).numpy()
-    rotated[..., r:] = q[..., r:]  # the channels past R, as given, bit for bit
-    return rotated
 
 
 def _heads(value: Any, name: str) -> np.ndarray:
-    """A caller's ``(T, H, D)`` array (``(1, T, H, D)`` and ``(T, D)`` too)."""
+    """A caller's ``(T, H, D)`` array (``(1, T, H, D)``, and ``(T, D)`` as one head)."""
     array = squeeze_leading(as_array(value, name), 3)
     if array.ndim == 2:
         array = array[:, None, :]
     if array.ndim != 3:
         raise AssertionError(f"{name} must be (T, H, D), got shape {tuple(array.shape)}")
     return array
+
+
+def _input(array: np.ndarray, precision: str) -> torch.Tensor:
+    """The tensor the rotation takes: float64 for ``exact`` (the reference before rounding),
+    the caller's own float dtype for ``engine`` (the engine's arithmetic is in it)."""
+    if precision == "exact" or not np.issubdtype(array.dtype, np.floating):
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float64))
+    return torch.from_numpy(np.ascontiguousarray(array))
 
 
 def reference_rotation(
@@ -63,51 +58,34 @@ def reference_rotation(
     precision: str = "exact",
     **fields: Any,
 ) -> np.ndarray:
-    """``q`` rotated as the model applies its rotary embedding, by the engine's table.
+    """``q`` rotated as the model applies its rotary embedding (``/v1/rope/apply``).
 
     Args:
-        q: ``(T, H, D)`` queries or keys (numpy or torch; ``(T, D)`` for one head).
+        q: ``(T, H, D)`` queries or keys (numpy or torch; ``(T, D)`` for one head), ``D`` the
+            model's head dimension.
         config, preset, positions, seq_len, engine, precision, fields: as
-            :func:`posenc.testing.reference_table`.
+            :func:`posenc.testing.reference_table` (and ``offset``, ``layer`` as
+            ``/v1/rope/apply`` takes them).
 
     Returns:
-        The rotated array ``(T, H, D)`` in ``q``'s dtype (float64 for integer input), rotated
-        in float64 and rounded once; channels from ``R`` on unchanged.
+        The rotated array, ``q``'s shape and dtype (float64 for integers), in the engine's
+        channel order: ``exact`` rotates in float64 and rounds once; ``engine`` is the engine's
+        own apply. Channels from ``R`` on come back unchanged.
     """
     array = _heads(q, "q")
-    request = rope_request(config, preset, positions, seq_len, fields)
-    out = _rotate(array.astype(np.float64), resolved_rope(request, engine, precision))
+    request = engine_request(rope_request(config, preset, positions, seq_len, fields), engine)
+    out = rotate(request, _input(array, precision), engine=engine, precision=precision)["q"]
+    rotated: np.ndarray = out.numpy().reshape(array.shape)
     dtype = array.dtype if np.issubdtype(array.dtype, np.floating) else np.float64
-    return out.astype(dtype)
-
-
-def _candidates(request: Mapping[str, Any], q_in: np.ndarray, q_out: np.ndarray) -> list[dict[str, Any]]:  # fmt: skip
-    """Every engine's rotation of ``q_in`` against ``q_out``, closest first."""
-    matches = []
-    for engine, precision in CANDIDATES:
-        try:
-            p = resolved_rope(request, engine, precision)
-            want = _rotate(q_in, p)
-        except (PosencError, AssertionError):
-            continue
-        delta = np.abs(q_out.astype(np.float64) - want)
-        over = np.nonzero((delta > 1e-6).reshape(delta.shape[0], -1).any(axis=1))[0]
-        pos = positions_of(p)
-        matches.append({
-            "engine": engine,
-            "precision": precision,
-            "max_abs_diff": float(delta.max(initial=0.0)),
-            "first_position": int(pos[int(over[0])]) if over.size else None,
-            "bit_exact": bool(np.array_equal(want.astype(q_out.dtype), q_out)),
-        })  # fmt: skip
-    matches.sort(key=lambda m: (m["max_abs_diff"], not m["bit_exact"]))
-    return matches
+    return rotated.astype(dtype)
 
 
 def rotation_report(
     q_in: Any,
     q_out: Any,
     *,
+    k_in: Any = None,
+    k_out: Any = None,
     config: ConfigArg = None,
     preset: str | None = None,
     positions: Any = None,
@@ -118,23 +96,38 @@ def rotation_report(
     diagnose: bool | None = None,
     **fields: Any,
 ) -> CheckReport:
-    """``q_out`` against ``q_in`` rotated by one engine, with every engine's rotation compared
-    when it differs (``diagnose`` as :func:`posenc.testing.tables.table_report`'s)."""
-    given, got = _heads(q_in, "q_in"), _heads(q_out, "q_out")
-    if given.shape != got.shape:
-        raise AssertionError(f"q_in {given.shape} and q_out {got.shape} differ in shape")
+    """``q_out`` (and ``k_out``) against the engine's rotation of ``q_in`` (``k_in``), with
+    :func:`posenc.check.check_rotation`'s answer (``diagnose`` as
+    :func:`posenc.testing.tables.table_report`'s)."""
+    pairs = [("q", _heads(q_in, "q_in"), _heads(q_out, "q_out"))]
+    if (k_in is None) != (k_out is None):
+        raise AssertionError("give k_in with k_out, or neither")
+    if k_in is not None:
+        pairs.append(("k", _heads(k_in, "k_in"), _heads(k_out, "k_out")))
+    for name, before, after in pairs:
+        if before.shape != after.shape:
+            raise AssertionError(f"{name}_in {before.shape} and {name}_out {after.shape} differ")
     request = rope_request(config, preset, positions, seq_len, fields)
-    p = resolved_rope(request, engine, precision)
-    want = _rotate(given.astype(np.float64), p)
-    where = largest([("q", got, want)], positions_of(p), atol)
+    own = engine_request(request, engine)
+    p = apply_fields(own, engine=engine, precision=precision)
+    rows = np.asarray(p["positions"], dtype=np.int64)
+    named = []
+    for name, before, after in pairs:
+        want = rotate(own, _input(before, precision), engine=engine, precision=precision)["q"]
+        named.append((name, after, want.numpy()))
+    where = largest(named, rows if rows.ndim == 1 else rows[0], atol)
     report = CheckReport("rotation", engine, precision, atol, where)
     if diagnose is False or (diagnose is None and report.passed):
         return report
-    check = {"matches": _candidates(request, given.astype(np.float64), got), "diagnosis": []}
-    return CheckReport(
-        "rotation", engine, precision, atol, where, check=check,
-        unavailable=None,
-    )  # fmt: skip
+    k = pairs[1] if len(pairs) > 1 else None
+    answer = check_rotation(
+        engine_request(check_request(request), "transformers"),
+        pairs[0][1],
+        pairs[0][2],
+        k[1] if k else None,
+        k[2] if k else None,
+    )
+    return CheckReport("rotation", engine, precision, atol, where, check=answer)
 
 
 def assert_rotated(
@@ -148,23 +141,28 @@ def assert_rotated(
     engine: str = "transformers",
     precision: str = "exact",
     atol: float = 1e-6,
+    k_in: Any = None,
+    k_out: Any = None,
     **fields: Any,
 ) -> None:
     """Assert that ``q_out`` is ``q_in`` rotated as the engine rotates it, within ``atol``.
 
     Args:
-        q_in, q_out: ``(T, H, D)`` (numpy or torch), before and after the rotation.
+        q_in, q_out: ``(T, H, D)`` (numpy or torch), before and after the caller's rotation.
         config, preset, positions, seq_len, engine, precision, fields: as
             :func:`reference_rotation`.
         atol: the largest |difference| allowed.
+        k_in, k_out: keys too, ``(T, H_kv, D)``, checked the same way.
 
     Raises:
-        AssertionError: the largest difference and where (position, head, channel), and the
-            engine whose rotation matches best.
+        AssertionError: the largest difference and where (position, head, channel), the engine
+            and precision whose rotation matches best, and the mistakes of
+            ``/v1/configs/check``'s catalogue that explain the rotation (and no others).
     """
     report = rotation_report(
-        q_in, q_out, config=config, preset=preset, positions=positions, seq_len=seq_len,
-        engine=engine, precision=precision, atol=atol, **fields,
+        q_in, q_out, k_in=k_in, k_out=k_out, config=config, preset=preset,
+        positions=positions, seq_len=seq_len, engine=engine, precision=precision, atol=atol,
+        **fields,
     )  # fmt: skip
     if not report.passed:
         raise AssertionError(report.text())
