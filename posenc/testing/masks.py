@@ -210,6 +210,7 @@ def assert_mask(
         AssertionError: how many entries differ and the first (batch, query, key), whether
             vLLM's mask of the layer equals the caller's, and the mistakes that give it.
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not posenc's
     rows = {
         "attention_mask": attention_mask,
         "token_type_ids": token_type_ids,

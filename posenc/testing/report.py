@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from posenc.check import TOLERANCE
+
 
 @dataclass(frozen=True)
 class Largest:
@@ -144,8 +146,10 @@ def report_lines(r: CheckReport) -> list[str]:
             lines.append(f"diagnosis: not available ({r.unavailable})")
         return lines
     matches = list(r.check["matches"])
-    if matches:
+    if matches and matches[0]["max_abs_diff"] <= TOLERANCE:
         lines.append(f"best match: {_match_line(matches[0])}")
+    elif matches:
+        lines.append(f"best match: none within {TOLERANCE:g}; closest {_match_line(matches[0])}")
     named = [d for d in r.check["diagnosis"] if d["explains"]]
     if named:
         said = ", ".join(_mistake(d) for d in named)

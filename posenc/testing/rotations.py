@@ -159,6 +159,7 @@ def assert_rotated(
             and precision whose rotation matches best, and the mistakes of
             ``/v1/configs/check``'s catalogue that explain the rotation (and no others).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not posenc's
     report = rotation_report(
         q_in, q_out, k_in=k_in, k_out=k_out, config=config, preset=preset,
         positions=positions, seq_len=seq_len, engine=engine, precision=precision, atol=atol,

@@ -177,6 +177,7 @@ def assert_rope_table(
             precision that match best, and the mistakes of ``/v1/configs/check``'s catalogue
             that explain the table (and no others).
     """
+    __tracebackhide__ = True  # pytest shows the caller's line, not posenc's
     report = table_report(
         cos, sin, config=config, preset=preset, positions=positions, seq_len=seq_len,
         engine=engine, precision=precision, atol=atol, **fields,
