@@ -7,11 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import my_engine
 import numpy as np
 import pytest
 import torch
 
-import my_engine
 from posenc.testing import assert_rope_table, reference_table
 
 
