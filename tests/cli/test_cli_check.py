@@ -103,6 +103,7 @@ def test_rotations_and_a_gguf(tmp_path: Path, capsys) -> None:
 def test_bad_arguments_exit_2(tmp_path: Path, argv: list[str], code: int) -> None:
     cos, sin = _table(range(8))
     np.savez(tmp_path / "t.npz", cos=cos, sin=sin)
+    got: object
     try:
         got = cli.main(["check", str(tmp_path / "t.npz"), *argv])
     except SystemExit as exc:  # argparse's usage errors
