@@ -107,6 +107,8 @@ def rotation_report(
     for name, before, after in pairs:
         if before.shape != after.shape:
             raise AssertionError(f"{name}_in {before.shape} and {name}_out {after.shape} differ")
+    if positions is None and seq_len is None:  # the rows are positions 0 … T−1
+        seq_len = int(pairs[0][1].shape[0])
     request = rope_request(config, preset, positions, seq_len, fields)
     own = engine_request(request, engine)
     p = apply_fields(own, engine=engine, precision=precision)
@@ -150,7 +152,7 @@ def assert_rotated(
     Args:
         q_in, q_out: ``(T, H, D)`` (numpy or torch), before and after the caller's rotation.
         config, preset, positions, seq_len, engine, precision, fields: as
-            :func:`reference_rotation`.
+            :func:`reference_rotation`; without positions or seq_len, the rows are ``0 … T−1``.
         atol: the largest |difference| allowed.
         k_in, k_out: keys too, ``(T, H_kv, D)``, checked the same way.
 

@@ -125,6 +125,8 @@ def table_report(
         AssertionError: tables of another shape than the reference's.
         posenc.errors.InvalidArgument: bad fields.
     """
+    if positions is None and seq_len is None:  # the table's rows are positions 0 … T−1
+        seq_len = int(squeeze_leading(as_array(cos, "cos"), 2).shape[0])
     request = rope_request(config, preset, positions, seq_len, fields)
     p = resolved_rope(request, engine, precision)
     want_cos, want_sin = table_of(p)
@@ -169,7 +171,7 @@ def assert_rope_table(
         cos, sin: the caller's tables, numpy arrays or torch tensors, ``(T, R)`` in either
             layout or ``(T, R/2)`` (leading axes of size one are dropped: ``(1, T, R)``).
         config, preset, positions, seq_len, engine, precision, fields: as
-            :func:`reference_table`.
+            :func:`reference_table`; without positions or seq_len, the rows are ``0 … T−1``.
         atol: the largest |difference| allowed, of any value.
 
     Raises:

@@ -93,6 +93,7 @@ def test_config_as_a_path_and_as_its_folder(tmp_path: Path) -> None:
     cos, sin = _closed_form(range(64))
     assert_rope_table(cos, sin, config=tmp_path / "config.json", seq_len=64)
     assert_rope_table(cos, sin, config=str(tmp_path), seq_len=64)
+    assert_rope_table(cos, sin, config=QWEN)  # without positions: the rows are 0 … T−1
     message = _failure(
         assert_rope_table, cos, sin, config=tmp_path / "config.json", seq_len=64, base=10000.0
     )
@@ -121,7 +122,9 @@ def test_planted_mistakes_are_named_with_where_and_the_best_match(mistake: str, 
     assert f"by {delta.max():.3g} (atol 1e-06)" in message
     assert f"(position {POSITIONS[row]}, channel {channel})" in message
     best = answer["matches"][0]
-    assert f"best match: {best['engine']} ({best['precision']})" in message
+    line = next(x for x in message.splitlines() if x.startswith("best match: "))
+    assert f"{best['engine']} ({best['precision']}): max |diff|" in line
+    assert ("none within 1e-06" in line) == (best["max_abs_diff"] > 1e-6)
 
 
 def test_float32_angles_is_its_engine_precision() -> None:
@@ -251,6 +254,8 @@ def test_transformers_own_rotation_passes_and_is_the_reference() -> None:
     q = torch.randn(len(POSITIONS), 4, 128, generator=torch.Generator().manual_seed(0))
     out = _hf_rotation(q, POSITIONS)
     assert_rotated(q, out, config=QWEN, positions=POSITIONS)
+    message = _failure(assert_rotated, q, out, config=QWEN)  # rows 0 … T−1: other positions
+    assert "rotation differs from transformers (exact)" in message
     assert_rotated(q.numpy(), out.numpy(), config=QWEN, positions=POSITIONS, k_in=q, k_out=out)
     ref = reference_rotation(q, config=QWEN, positions=POSITIONS)
     assert ref.dtype == np.float32 and ref.shape == tuple(q.shape)
