@@ -4,7 +4,8 @@ The file is ``.npz`` or ``.safetensors`` with tensors ``cos`` and ``sin`` (a tab
 and ``q_out`` (a rotation; ``k_in`` and ``k_out`` too), or ``.npy`` holding them stacked:
 ``(2, T, R)`` is ``[cos, sin]`` and ``(2, T, H, D)`` is ``[q_in, q_out]``. A safetensors file's
 ``__metadata__["request"]`` may hold the check's JSON fields, as ``/v1/configs/check`` takes
-them; the arguments given win over it. Without positions, the rows are ``0 … T−1``.
+them, and a ``positions`` tensor in an ``.npz`` or ``.safetensors`` gives the rows' positions;
+the arguments given win over both. Without positions, the rows are ``0 … T−1``.
 
 Notation: ``T`` positions, ``R`` rotary dimension, ``H`` heads, ``D`` head dimension.
 """
@@ -105,6 +106,8 @@ def check_file(
     tensors, stored = read_file(path)
     given = {**stored, **{k: v for k, v in arguments.items() if v is not None}}
     first = _pair(tensors, os.fspath(path))
+    if "positions" in tensors and given.get("positions") is None and given.get("seq_len") is None:
+        given["positions"] = np.asarray(tensors["positions"]).astype(np.int64).tolist()
     if first == ("cos", "sin"):
         return [table_report(tensors["cos"], tensors["sin"], atol=atol, diagnose=True, **given)]
     reports = []

@@ -121,6 +121,12 @@ def rotation_report(
     report = CheckReport("rotation", engine, precision, atol, where)
     if diagnose is False or (diagnose is None and report.passed):
         return report
+    if not request.get("gguf_transformers_form", True):
+        return CheckReport(
+            "rotation", engine, precision, atol, where,
+            unavailable="a GGUF with rope_freqs factors has no transformers form to build the "
+            "mistakes from; check against the config.json it was converted from",
+        )  # fmt: skip
     k = pairs[1] if len(pairs) > 1 else None
     answer = check_rotation(
         engine_request(check_request(request), "transformers"),

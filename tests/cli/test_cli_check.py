@@ -58,6 +58,14 @@ def test_a_wrong_base_exits_1_and_names_it(tmp_path: Path, config: Path, capsys)
     assert "diagnosis (/v1/configs/check): wrong_base" in out
 
 
+def test_positions_in_the_file(tmp_path: Path, config: Path) -> None:
+    positions = np.array([0, 7, 4096, 30_000])
+    cos, sin = _table(positions)
+    np.savez(tmp_path / "t.npz", cos=cos, sin=sin, positions=positions)
+    assert cli.main(["check", str(tmp_path / "t.npz"), "--config", str(config)]) == 0
+    assert cli.main(["check", str(tmp_path / "t.npz"), "--config", str(config), "--seq-len", "4"]) == 1  # fmt: skip
+
+
 def test_atol_decides(tmp_path: Path, config: Path) -> None:
     """transformers' float32 angles: 1 at 1e-6 against exact, 0 with a looser --atol, 0 as its
     own precision."""
