@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from posenc.attention_layers import layer_rule
-from posenc.errors import PosencError
+from posenc.errors import InvalidArgument, PosencError
 from posenc.mask_engines import vllm_layer_masks
 from posenc.masks import MASKS
 from posenc.resolve import compute, resolve_fields
@@ -172,7 +172,13 @@ def mask_fields(mask: Any, config: ConfigArg, given: Mapping[str, Any]) -> dict[
     """``/v1/masks``' fields for a caller's mask: ``seq_len`` and ``key_len`` from its shape
     where they are not given."""
     shape = as_array(mask, "mask").shape
-    fields = {**config_fields(config), **{k: v for k, v in given.items() if v is not None}}
+    read = config_fields(config)
+    if config is not None and "config" not in read:
+        raise InvalidArgument(
+            "a GGUF file gives its rope, not its layers' masks: give the config.json, or kind",
+            field="config",
+        )
+    fields = {**read, **{k: v for k, v in given.items() if v is not None}}
     if len(shape) >= 2:
         fields.setdefault("seq_len", int(shape[-2]))
         fields.setdefault("key_len", int(shape[-1]))

@@ -237,6 +237,8 @@ def test_a_configs_layer_and_vllms_mask() -> None:
     message = _failure(assert_mask, attention_mask(mask_rule("causal"), 8), config=config, layer=0)
     assert "window_ignored" in _named_in(message)
     assert "vllm's mask of this layer: differs too" in message
+    with pytest.raises(InvalidArgument, match="GGUF"):
+        assert_mask(sliding, config=GGUF / "qwen2.5-7b.gguf")
 
 
 # --------------------------------------------------------------------------------- rotations
