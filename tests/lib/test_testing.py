@@ -12,6 +12,7 @@ as a dict, a config.json path, its folder and a GGUF file.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -314,3 +315,31 @@ def test_loading_the_plugin_imports_nothing_of_posenc() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_the_fixture_in_a_project_without_conftest(tmp_path: Path) -> None:
+    """A pytest run with the plugin (``-p pytest_posenc``, what the ``pytest11`` entry point
+    loads once installed: scripts/wheel_check runs it that way) gives ``posenc_reference``
+    with no conftest: a correct table passes, a shifted one fails naming the mistake."""
+    (tmp_path / "test_mine.py").write_text(
+        "import numpy as np\n"
+        "def _table(shift):\n"
+        "    inv = 1.0 / 1e6 ** (np.arange(0, 128, 2) / 128)\n"
+        "    a = (np.arange(16) + shift)[:, None] * inv\n"
+        "    a = np.concatenate([a, a], 1)\n"
+        "    return np.cos(a).astype(np.float32), np.sin(a).astype(np.float32)\n"
+        "def test_good(posenc_reference):\n"
+        "    posenc_reference.assert_rope_table(*_table(0), preset='qwen2.5-7b', seq_len=16)\n"
+        "def test_shifted(posenc_reference):\n"
+        "    posenc_reference.assert_rope_table(*_table(1), preset='qwen2.5-7b', seq_len=16)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "pytest_posenc", "-p", "no:cacheprovider", "-q",
+         "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "1 failed, 1 passed" in run.stdout
+    assert "diagnosis (/v1/configs/check): positions_off_by_one" in run.stdout
