@@ -6,8 +6,9 @@
   holding one), or the path of a GGUF file. A GGUF is read as llama.cpp reads it
   (:func:`posenc.gguf.llamacpp_rope_from_gguf`): the ``llama.cpp`` rows take ``ggml_rope_ext``'s
   arguments from the file, and the other engines the same rope written as
-  ``/v1/encodings/rope``'s fields (base, rotated width, layout, linear or YaRN scaling, M-RoPE
-  sections), which is the config llama.cpp's converter read.
+  ``/v1/encodings/rope``'s fields (base, rotated width, linear or YaRN scaling, M-RoPE
+  sections) in the layout llama.cpp applies to the file's (converted) weights. A rope with
+  ``rope_freqs`` factors (Llama 3, LongRoPE) has no such form: llama.cpp's rows alone.
 
 Notation: ``T`` positions, ``R`` rotary dimension.
 """
