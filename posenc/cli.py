@@ -325,7 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``posenc`` argument parser (``serve`` and ``table`` subcommands)."""
     parser = argparse.ArgumentParser(
         prog="posenc",
-        description="Transformer positional encodings: serve the HTTP API, or write a table.",
+        description="Transformer positional encodings: serve the HTTP API, write a table, or "
+        "check a table or rotation of yours (check, diff: no service needed).",
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     sub = parser.add_subparsers(
@@ -389,7 +390,7 @@ def _add_check(sub: Any) -> None:
     )  # fmt: skip
     p.add_argument("file", type=Path, help=".npz/.safetensors with cos and sin or q_in and "
                    "q_out; .npy with them stacked, (2, T, R) or (2, T, H, D)")  # fmt: skip
-    model = p.add_mutually_exclusive_group(required=True)
+    model = p.add_mutually_exclusive_group()  # or the request in a safetensors file
     model.add_argument("--config", type=Path, help="the model's config.json (or a GGUF file)")
     model.add_argument("--preset", help="a preset name (posenc table rope --help lists them)")
     model.add_argument("--gguf", type=Path, help="a GGUF file: its rope as llama.cpp reads it")
