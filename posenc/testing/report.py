@@ -8,7 +8,7 @@ The diagnosis names the mistakes that explain the caller's values (within 1e-6) 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,7 +92,6 @@ class CheckReport:
     largest: Largest
     check: Mapping[str, Any] | None = None
     unavailable: str | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def passed(self) -> bool:
@@ -140,7 +139,7 @@ def report_lines(r: CheckReport) -> list[str]:
             f"{r.what} differs from {name} by {b.value:.3g} (atol {r.atol:g}) at {_where(b)}; "
             f"{b.count} of {b.total} values past atol, the first at position {b.first_position}"
         )
-    lines = [head, *r.notes]
+    lines = [head]
     if r.check is None:
         if r.unavailable:
             lines.append(f"diagnosis: not available ({r.unavailable})")
