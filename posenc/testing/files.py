@@ -104,7 +104,11 @@ def check_file(
         InvalidArgument: an unreadable file, no pair in it, or bad fields.
     """
     tensors, stored = read_file(path)
-    given = {**stored, **{k: v for k, v in arguments.items() if v is not None}}
+    asked = {k: v for k, v in arguments.items() if v is not None}
+    for pair in (("config", "preset"), ("positions", "seq_len")):
+        if any(k in asked for k in pair):  # the model or positions given win over the file's
+            stored = {k: v for k, v in stored.items() if k not in pair}
+    given = {**stored, **asked}
     first = _pair(tensors, os.fspath(path))
     if "positions" in tensors and given.get("positions") is None and given.get("seq_len") is None:
         given["positions"] = np.asarray(tensors["positions"]).astype(np.int64).tolist()

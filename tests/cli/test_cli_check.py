@@ -86,6 +86,18 @@ def test_safetensors_with_its_request_and_a_preset(tmp_path: Path, capsys) -> No
     (tmp_path / "t.safetensors").write_bytes(body)
     assert cli.main(["check", str(tmp_path / "t.safetensors"), "--preset", "qwen2.5-7b"]) == 1
     assert "positions_off_by_one" in capsys.readouterr().out
+    # the file's request names the model; arguments given win over it
+    body = codec.encode_safetensors(
+        {"cos": torch.from_numpy(cos), "sin": torch.from_numpy(sin)},
+        {"request": json.dumps({"preset": "qwen2.5-7b", "positions": [p + 1 for p in positions]})},
+    )
+    (tmp_path / "t.safetensors").write_bytes(body)
+    assert cli.main(["check", str(tmp_path / "t.safetensors")]) == 0
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(QWEN))
+    argv = ["check", str(tmp_path / "t.safetensors"), "--config", str(config)]
+    assert cli.main(argv) == 0
+    assert cli.main([*argv, "--positions", ",".join(str(p) for p in positions)]) == 1
 
 
 def test_rotations_and_a_gguf(tmp_path: Path, capsys) -> None:
