@@ -131,6 +131,8 @@ def _differences(got: np.ndarray, want: np.ndarray) -> tuple[int, list[str]]:
 def mask_report(mask: Any, fields: Mapping[str, Any]) -> MaskReport:
     """The caller's mask against the masks kind for ``fields`` (``/v1/masks``' fields)."""
     got = _allowed(mask)
+    if got.ndim == 4 and got.shape[1] == 1:  # transformers' (B, 1, T, S), one for every head
+        got = got[:, 0]
     if got.ndim == 2:
         got = got[None]
     want = _mask_of(fields)
@@ -204,8 +206,9 @@ def assert_mask(
     """Assert that a mask equals the one ``/v1/masks`` gives (transformers' ``masking_utils``).
 
     Args:
-        mask: ``(B, T, S)`` or ``(T, S)``: bool (true: allowed), 0/1, or an additive bias (0
-            allowed, −inf or the dtype's minimum masked); numpy or torch.
+        mask: ``(B, T, S)`` or ``(T, S)`` (or transformers' ``(B, 1, T, S)``): bool (true:
+            allowed), 0/1, or an additive bias (0 allowed, −inf or the dtype's minimum masked);
+            numpy or torch.
         config: a ``config.json`` dict or path (with ``layer_type`` or ``layer``), or ``kind``
             (``causal``, ``sliding`` with ``window``, ``chunked`` with ``chunk_size``,
             ``bidirectional``, ``sliding_bidirectional``).

@@ -202,6 +202,7 @@ def test_masks_pass_as_bool_bias_and_two_dimensional() -> None:
     assert_mask(m[0].numpy(), kind="sliding", window=4)
     assert_mask(torch.where(m, 0.0, float("-inf")), kind="sliding", window=4)
     assert_mask(m.to(torch.int64), kind="sliding", window=4)
+    assert_mask(m[:, None], kind="sliding", window=4)  # transformers' (B, 1, T, S)
     # closed form: a query sees itself and the 3 keys before it
     q, k = np.arange(8)[:, None], np.arange(8)[None, :]
     assert_mask((k <= q) & (k > q - 4), kind="sliding", window=4)
