@@ -28,8 +28,10 @@ from torch import Tensor
 from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
+from posenc.rope.apply import deinterleaves
 from posenc.rope.precision import transformers_inv_freq, widen
 from posenc.rope.sections import mrope_channel_axes
+from posenc.rotate import apply_fields, rotate
 
 #: A caller's table explains a mistake (or matches an engine) within this.
 TOLERANCE = 1e-6
@@ -280,6 +282,8 @@ def _difference(
 
 def _fields(request: Mapping[str, Any], engine: str, precision: str) -> dict[str, Any]:
     given = {k: v for k, v in request.items() if v is not None}
+    if engine != "llama.cpp":  # a GGUF's own ggml_rope_ext arguments are llama.cpp's rows only
+        given.pop("llamacpp", None)
     return resolve_fields(
         ROPE, {**given, "engine": engine, "precision": precision, "dtype": "float64"}
     )
@@ -401,3 +405,306 @@ def _named(mistake: str, difference: float) -> dict[str, Any]:
 
 
 __all__ = ["CANDIDATES", "MISTAKES", "MISTAKE_NAMES", "TOLERANCE", "Reference", "check_table"]
+
+
+# --------------------------------------------------------------------------- rotations (1.4)
+# A caller's rotated q (and k) against every engine's apply, and the mistakes that explain it.
+
+#: The mistakes of applying a (right or wrong) table to the vectors, in addition to
+#: :data:`MISTAKE_NAMES`' table mistakes, each applied as a float64 rotation.
+ROTATION_MISTAKE_NAMES: tuple[str, ...] = (
+    "wrong_pairing",
+    "rotated_twice",
+    "not_rotated",
+    "partial_rotary_ignored",
+    "rotary_on_last_channels",
+    "positions_offset",
+    "attention_scaling_twice",
+)
+
+
+def _rotate_half_table(
+    x: Tensor, half: Half, layout: str, *, deinterleave: bool = False, leading: bool = True
+) -> Tensor:
+    """``x`` ``(T, H, D)`` float64 rotated by a ``(T, R/2)`` float64 table: the pairs of
+    ``layout`` (``half``: ``i, i + R/2``; ``interleaved``: ``2i, 2i + 1``) of the first ``R``
+    channels (the last with ``leading`` false), in transformers' channel order (``deinterleave``:
+    DeepSeek's evens then odds)."""
+    r = 2 * half[0].shape[-1]
+    d = x.shape[-1]
+    c, s = half[0][:, None, :], half[1][:, None, :]  # (T, 1, R/2)
+    rot, before, after = (
+        (x[..., :r], x[..., :0], x[..., r:])
+        if leading
+        else (x[..., d - r :], x[..., : d - r], x[..., :0])
+    )
+    if layout == "half":
+        x1, x2 = rot[..., : r // 2], rot[..., r // 2 :]
+    else:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+    o1, o2 = x1 * c - x2 * s, x2 * c + x1 * s
+    if layout == "half" or deinterleave:
+        out = torch.cat((o1, o2), -1)
+    else:
+        out = torch.stack((o1, o2), -1).flatten(-2)
+    return torch.cat((before, out, after), -1)
+
+
+def _rotation_difference(
+    caller: list[tuple[Tensor, Tensor]], want: list[Tensor], positions: Tensor
+) -> dict[str, Any]:
+    """``max_abs_diff``, ``first_position`` and ``bit_exact`` of the caller's outputs against
+    ``want`` (one per output, ``(T, H, D)``)."""
+    rows = positions if positions.dim() == 1 else positions[0]
+    delta = torch.zeros(rows.shape[0], dtype=torch.float64)
+    bit = True
+    for (_x, out), w in zip(caller, want, strict=True):
+        if w.shape != out.shape:
+            return {"max_abs_diff": math.inf, "first_position": int(rows[0]), "bit_exact": False}
+        delta = torch.maximum(delta, (out.double() - w.double()).abs().flatten(1).amax(-1))
+        bit = bit and torch.equal(out, w.to(out.dtype))
+    over = torch.nonzero(delta > TOLERANCE)
+    return {
+        "max_abs_diff": float(delta.max()) if delta.numel() else 0.0,
+        "first_position": int(rows[int(over[0, 0])]) if over.numel() else None,
+        "bit_exact": bit,
+    }
+
+
+def _estimate_offset(x: Tensor, out: Tensor, ref: Reference, *, deinterleave: bool) -> int | None:
+    """The position the caller rotated its first row by, unwrapped from the lowest frequency up,
+    minus the requested one (None when no pair carries an angle)."""
+    if ref.positions.dim() != 1:
+        return None
+    half = ref.rotary_dim // 2
+    x0, y0 = x[0].double(), out[0].double()  # (H, D)
+    if ref.layout == "half":
+        a1, a2 = x0[:, :half], x0[:, half : 2 * half]
+    else:
+        a1, a2 = x0[:, 0 : 2 * half : 2], x0[:, 1 : 2 * half : 2]
+    if ref.layout == "half" or deinterleave:
+        b1, b2 = y0[:, :half], y0[:, half : 2 * half]
+    else:
+        b1, b2 = y0[:, 0 : 2 * half : 2], y0[:, 1 : 2 * half : 2]
+    # angle of b relative to a, per pair, from the head with the largest pair
+    cross = (a1 * b2 - a2 * b1).sum(0)
+    dot = (a1 * b1 + a2 * b2).sum(0)
+    angle = torch.atan2(cross, dot)  # (R/2,)
+    inv = ref.inv_freq
+    order = torch.argsort(inv)
+    estimate: float | None = None
+    for i in order.tolist():
+        w = float(inv[i])
+        if w <= 0:
+            continue
+        a = float(angle[i])
+        if estimate is None:  # the lowest frequency turns less than once
+            estimate = (a % (2 * math.pi)) / w
+            continue
+        turns = round((estimate * w - a) / (2 * math.pi))
+        estimate = (a + 2 * math.pi * turns) / w
+    if estimate is None:
+        return None
+    return round(estimate) - int(ref.positions[0])
+
+
+def _rotation_mistakes(
+    ref: Reference, correct: Half, deinterleave: bool, caller: list[tuple[Tensor, Tensor]]
+) -> dict[str, tuple[list[Tensor], dict[str, Any]]]:
+    """Each rotation mistake that applies here: its float64 outputs (one per caller pair) and
+    what the diagnosis entry adds (``positions_offset``'s ``offset``)."""
+    r, d = ref.rotary_dim, int(ref.fields["head_dim"])
+    scale = ref.scale
+
+    def rotated(x: Tensor, half: Half, **kw: Any) -> Tensor:
+        kw.setdefault("deinterleave", deinterleave)
+        return _rotate_half_table(x.double(), half, kw.pop("layout", ref.layout), **kw)
+
+    out: dict[str, tuple[list[Tensor], dict[str, Any]]] = {}
+    xs = [x for x, _out in caller]
+    other = "interleaved" if ref.layout == "half" else "half"
+    out["wrong_pairing"] = ([rotated(x, correct, layout=other, deinterleave=False) for x in xs], {})
+    out["rotated_twice"] = ([rotated(rotated(x, correct), correct) for x in xs], {})
+    out["not_rotated"] = ([x.double() for x in xs], {})
+    if r < d:
+        full_inv, full_scale = _inv(ref, rotary_dim=d)
+        full = _half(_angles_any(ref, full_inv), full_scale)
+        out["partial_rotary_ignored"] = ([rotated(x, full) for x in xs], {})
+        out["rotary_on_last_channels"] = ([rotated(x, correct, leading=False) for x in xs], {})
+    if abs(scale - 1.0) > TOLERANCE:
+        twice = (correct[0] * scale, correct[1] * scale)
+        out["attention_scaling_twice"] = ([rotated(x, twice) for x in xs], {})
+    x0, y0 = caller[0]
+    offset = _estimate_offset(x0, y0, ref, deinterleave=deinterleave)
+    if offset:
+        shifted = _half(_angles(ref, ref.inv_freq, ref.positions + offset), scale)
+        out["positions_offset"] = ([rotated(x, shifted) for x in xs], {"offset": offset})
+    return out
+
+
+def _angles_any(ref: Reference, inv: Tensor) -> Tensor:
+    """``(T, R'/2)`` angles for an ``inv`` of another width (1-D positions, or M-RoPE's first
+    row)."""
+    pos = ref.positions if ref.positions.dim() == 1 else ref.positions[0]
+    return pos.to(torch.float64)[:, None] * inv[None, :]
+
+
+def _rotation_inputs(
+    q_in: Any, q_out: Any, k_in: Any, k_out: Any, t: int, d: int
+) -> list[tuple[Tensor, Tensor]]:
+    """The caller's ``(input, output)`` pairs as CPU tensors, shapes checked."""
+    pairs = [("q", q_in, q_out)]
+    if (k_in is None) != (k_out is None):
+        raise InvalidArgument("give k_in with k_out, or neither", field="k_in")
+    if k_in is not None:
+        pairs.append(("k", k_in, k_out))
+    out = []
+    for name, x, y in pairs:
+        x, y = torch.as_tensor(np.asarray(x)), torch.as_tensor(np.asarray(y))
+        for label, v in ((f"{name}_in", x), (f"{name}_out", y)):
+            if v.dim() != 3 or v.shape[0] != t or v.shape[-1] != d or not v.is_floating_point():
+                raise InvalidArgument(
+                    f"{label} must be floating-point (T, H, D) = ({t}, H, {d}) for these "
+                    f"positions and the model's head_dim {d}, got {tuple(v.shape)} {v.dtype}",
+                    field=label,
+                )
+        if x.shape != y.shape:
+            raise InvalidArgument(
+                f"{name}_in {tuple(x.shape)} and {name}_out {tuple(y.shape)} differ",
+                field=f"{name}_out",
+            )
+        out.append((x, y))
+    return out
+
+
+def check_rotation(
+    request: Mapping[str, Any],
+    q_in: Tensor | np.ndarray,
+    q_out: Tensor | np.ndarray,
+    k_in: Tensor | np.ndarray | None = None,
+    k_out: Tensor | np.ndarray | None = None,
+) -> dict[str, Any]:
+    """Which engine's apply ``q_out`` (and ``k_out``) equals, and which known mistakes explain it.
+
+    Args:
+        request: the rope kind's fields as :func:`check_table` takes them (``config`` or
+            ``preset``, ``positions`` or ``seq_len``, ``layer_type`` …; ``offset`` and
+            ``layer`` as ``/v1/rope/apply`` takes them).
+        q_in, q_out: the caller's ``(T, H, D)`` queries before and after its rotation.
+        k_in, k_out: the same for keys, or None.
+
+    Returns:
+        ``{"matches", "diagnosis", "meta"}`` as :func:`check_table`: each candidate engine and
+        precision's apply (:func:`posenc.rotate.rotate`) against the caller's outputs; each
+        rotation mistake (:data:`ROTATION_MISTAKE_NAMES`) and each table mistake
+        (:data:`MISTAKE_NAMES`, its table applied) as a float64 rotation of the inputs,
+        ``explains`` where within 1e-6; ``positions_offset`` gives the ``offset`` found.
+    """
+    for name in ("engine", "precision", "dtype"):
+        if request.get(name) is not None:
+            raise InvalidArgument(
+                f"{name} is chosen by the check itself (every engine is compared)", field=name
+            )
+    base = apply_fields(request)
+    positions = torch.tensor(base["positions"], dtype=torch.int64)
+    t, d, r = positions.shape[-1], int(base["head_dim"]), int(base["rotary_dim"])
+    caller = _rotation_inputs(q_in, q_out, k_in, k_out, t, d)
+    matches, skipped = [], {}
+    for engine, precision in CANDIDATES:
+        try:
+            got = rotate(
+                request,
+                caller[0][0],
+                caller[1][0] if len(caller) > 1 else None,
+                engine=engine,
+                precision=precision,
+            )
+        except PosencError as exc:
+            skipped[f"{engine}/{precision}"] = exc.message
+            continue
+        want = [got["q"]] + ([got["k"]] if len(caller) > 1 else [])
+        diff = _rotation_difference(caller, want, positions)
+        matches.append({"engine": engine, "precision": precision, **diff})
+    matches.sort(key=lambda m: (m["max_abs_diff"], not m["bit_exact"]))
+    diagnosis = _rotation_diagnosis(base, positions, caller)
+    return {
+        "matches": matches,
+        "diagnosis": diagnosis,
+        "meta": {
+            "rotary_dim": r,
+            "head_dim": d,
+            "layout": base["layout"],
+            "positions": t,
+            "tolerance": TOLERANCE,
+            "not_compared": skipped,
+        },
+    }
+
+
+def _rotation_diagnosis(
+    base: Mapping[str, Any], positions: Tensor, caller: list[tuple[Tensor, Tensor]]
+) -> list[dict[str, Any]]:
+    """Every rotation mistake and every table mistake that applies, closest first."""
+    r = int(base["rotary_dim"])
+    scaling = RopeScaling.from_dict(base["scaling"]) if base["scaling"] is not None else None
+    length = int(positions.max()) + 1
+    inv, scale = rope_inv_freq(
+        r, float(base["base"]), scaling, seq_len=length, exponent_dim=base["exponent_dim"]
+    )
+    ref = Reference(base, positions, inv, scale, scaling)
+    correct = _half(_angles(ref, inv), scale)
+    flip = deinterleaves(base)
+    exact = [
+        _rotate_half_table(x.double(), correct, ref.layout, deinterleave=flip) for x, _ in caller
+    ]
+    diagnosis = []
+    for name, (want, extra) in _rotation_mistakes(ref, correct, flip, caller).items():
+        if _apart_rotations(want, exact) <= TOLERANCE:
+            continue  # the mistake changes nothing here
+        d = _rotation_difference(caller, want, positions)["max_abs_diff"]
+        diagnosis.append({**_named(name, d), **extra})
+    other = "interleaved" if ref.layout == "half" else "half"
+    # wrong_layout: the right values laid out in the other layout, applied by the model's rotation
+    wrong = [_wrong_layout_rotation(x.double(), correct, ref.layout, other) for x, _ in caller]
+    if _apart_rotations(wrong, exact) > TOLERANCE:
+        d = _rotation_difference(caller, wrong, positions)["max_abs_diff"]
+        diagnosis.append(_named("wrong_layout", d))
+    for name, build in MISTAKES.items():
+        built = build(ref)
+        variants = [built] if isinstance(built, tuple) else built or []
+        variants = [v for v in variants if _apart(v, correct) > TOLERANCE]
+        if variants:
+            best = min(
+                _rotation_difference(
+                    caller,
+                    [
+                        _rotate_half_table(x.double(), v, ref.layout, deinterleave=flip)
+                        for x, _ in caller
+                    ],
+                    positions,
+                )["max_abs_diff"]
+                for v in variants
+            )
+            diagnosis.append(_named(name, best))
+    diagnosis.sort(key=lambda m: m["max_abs_diff"])
+    return diagnosis
+
+
+def _wrong_layout_rotation(x: Tensor, correct: Half, layout: str, other: str) -> Tensor:
+    """The model's own rotation (``layout``'s pairing) of a table widened in the other layout:
+    ``x · cos' + rotate(x) · sin'`` with ``cos' = widen(cos, other)``."""
+    r = 2 * correct[0].shape[-1]
+    cos, sin = widen(correct[0], other)[:, None, :], widen(correct[1], other)[:, None, :]
+    rot, rest = x[..., :r], x[..., r:]
+    if layout == "half":
+        turned = torch.cat((-rot[..., r // 2 :], rot[..., : r // 2]), -1)
+    else:
+        turned = torch.stack((-rot[..., 1::2], rot[..., 0::2]), -1).flatten(-2)
+    return torch.cat((rot * cos + turned * sin, rest), -1)
+
+
+def _apart_rotations(a: list[Tensor], b: list[Tensor]) -> float:
+    return max(float((x - y).abs().max()) if x.numel() else 0.0 for x, y in zip(a, b, strict=True))
+
+
+__all__ += ["ROTATION_MISTAKE_NAMES", "check_rotation"]

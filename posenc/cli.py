@@ -11,6 +11,8 @@ Usage::
     posenc table rope --url http://gpu-box:8000 --api-key KEY --head-dim 128 --seq-len 4096 -o r.npy
     posenc tokenize --url http://127.0.0.1:8000 --model wordy "Hello world" "héllo"
     echo "one text per line" | posenc tokenize
+    posenc check rope.safetensors --config config.json --engine vllm --atol 1e-6
+    posenc diff --config config.json --engines vllm llama.cpp --seq-len 32768 --png diff.png
 
 ``table`` computes locally with the library, or with ``--url`` asks a posenc service (through
 :mod:`posenc.client`) and writes its body as received. Its kinds and their flags are the
@@ -35,6 +37,12 @@ hides it). ``tokenize`` prints ``/v1/tokenize``'s JSON (ids, tokens, offsets) fo
 built-in model's own byte-level tokenizer (:mod:`posenc.tokenizer`). Exit status: 0 on
 success, 2 for bad arguments (argparse's usage errors, the library's or the server's
 validation errors), 1 for other failures (server unreachable, other HTTP errors).
+
+``check`` and ``diff`` need no service (:mod:`posenc.testing.files`, :mod:`posenc.testing.diffs`):
+``check FILE`` reads ``cos``/``sin`` or ``q_in``/``q_out`` from a ``.npy``, ``.npz`` or
+``.safetensors`` file, prints the matches and ``/v1/configs/check``'s diagnosis, and exits 0 when
+the named engine matches within ``--atol``, 1 when it does not (2 for bad arguments). ``diff``
+prints the largest difference of each pair of engines for a config (``--png``: the curves).
 """
 
 from __future__ import annotations
@@ -317,11 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     """The ``posenc`` argument parser (``serve`` and ``table`` subcommands)."""
     parser = argparse.ArgumentParser(
         prog="posenc",
-        description="Transformer positional encodings: serve the HTTP API, or write a table.",
+        description="Transformer positional encodings: serve the HTTP API, write a table, or "
+        "check a table or rotation of yours (check, diff: no service needed).",
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{serve,table,tokenize,shift}"
+        dest="command", required=True, metavar="{serve,table,tokenize,shift,check,diff}"
     )
 
     serve = sub.add_parser(
@@ -373,7 +382,56 @@ def build_parser() -> argparse.ArgumentParser:
         _add_field(shift, field_spec)
     _add_output_options(shift)
     shift.set_defaults(kind_parser=shift, table_kind="rope_shift")
+    _add_check(sub)
+    _add_diff(sub)
     return parser
+
+
+_ENGINES = ("transformers", "vllm", "llama.cpp", "mlx")
+
+
+def _add_check(sub: Any) -> None:
+    """``posenc check FILE``: a table or rotation from a file against an engine, no service."""
+    p = sub.add_parser(
+        "check", help="check a RoPE table or rotation in a file (no service needed)",
+        description="Check cos/sin (or q_in/q_out) in a .npy, .npz or .safetensors file against "
+        "an engine; print the matches and the diagnosis of /v1/configs/check. Exit 0 when the "
+        "engine matches within --atol, 1 when it does not.",
+    )  # fmt: skip
+    p.add_argument("file", type=Path, help=".npz/.safetensors with cos and sin or q_in and "
+                   "q_out; .npy with them stacked, (2, T, R) or (2, T, H, D)")  # fmt: skip
+    model = p.add_mutually_exclusive_group()  # or the request in a safetensors file
+    model.add_argument("--config", type=Path, help="the model's config.json (or a GGUF file)")
+    model.add_argument("--preset", help="a preset name (posenc table rope --help lists them)")
+    model.add_argument("--gguf", type=Path, help="a GGUF file: its rope as llama.cpp reads it")
+    p.add_argument("--positions", type=_positions_arg, help="the rows' positions, e.g. 0,1,5 "
+                   "(default 0 … T−1, T the file's rows)")  # fmt: skip
+    p.add_argument("--seq-len", type=int, help="positions 0 … T−1")
+    p.add_argument("--engine", choices=_ENGINES, default="transformers",
+                   help="the engine the file must match (default transformers)")  # fmt: skip
+    p.add_argument("--precision", choices=("exact", "engine"), default="exact",
+                   help="exact (default: float64 angles) or engine (its own arithmetic)")  # fmt: skip
+    p.add_argument("--atol", type=float, default=1e-6, help="largest |difference| allowed (1e-6)")
+    p.add_argument("--layer-type", help="for a config with RoPE per layer type")
+    p.add_argument("--max-model-len", type=int, help="vLLM's --max-model-len, llama.cpp's n_ctx")
+
+
+def _add_diff(sub: Any) -> None:
+    """``posenc diff``: each pair of engines' RoPE tables for a config, no service."""
+    p = sub.add_parser(
+        "diff", help="the largest difference of each pair of engines for a config",
+        description="Compare a config's RoPE tables as engines build them (POST "
+        "/v1/configs/compare without a service): the largest |difference| of each pair.",
+    )  # fmt: skip
+    p.add_argument("--config", type=Path, required=True, help="the model's config.json")
+    p.add_argument("--engines", nargs="+", default=["transformers", "vllm"],
+                   help="two or more of transformers, vllm, llama.cpp, mlx, exact; "
+                   "ENGINE:engine for its own precision (default transformers vllm)")  # fmt: skip
+    p.add_argument("--seq-len", type=int, default=4096, help="positions 0 … N−1 (default 4096)")
+    p.add_argument("--positions", type=_positions_arg, help="explicit positions instead")
+    p.add_argument("--layer-type", help="for a config with RoPE per layer type")
+    p.add_argument("--max-model-len", type=int, help="vLLM's --max-model-len, llama.cpp's n_ctx")
+    p.add_argument("--png", type=Path, help="also draw |difference| against position (Pillow)")
 
 
 def _json_arg(text: str) -> Any:
@@ -573,6 +631,68 @@ def _tokenize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check(args: argparse.Namespace) -> int:
+    from posenc.testing.files import check_file
+
+    try:
+        reports = check_file(
+            args.file,
+            atol=args.atol,
+            config=args.config or args.gguf,
+            preset=args.preset,
+            positions=args.positions,
+            seq_len=args.seq_len,
+            engine=args.engine,
+            precision=args.precision,
+            layer_type=args.layer_type,
+            max_model_len=args.max_model_len,
+        )
+    except AssertionError as exc:  # arrays of another shape than the reference's
+        print(f"posenc check: {exc}")
+        return 1
+    except PosencError as exc:
+        raise CliError(str(exc), code=2) from exc
+    for report in reports:
+        print(report.text())
+    return 0 if all(r.passed for r in reports) else 1
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from posenc.testing.diffs import engine_diff
+    from posenc.testing.inputs import config_fields
+
+    try:
+        fields = config_fields(args.config)
+        if "config" not in fields:
+            raise CliError("posenc diff takes a config.json (a GGUF has one engine)", code=2)
+        result = engine_diff(
+            fields["config"],
+            args.engines,
+            seq_len=None if args.positions else args.seq_len,
+            positions=args.positions,
+            layer_type=args.layer_type,
+            max_model_len=args.max_model_len,
+        )
+    except PosencError as exc:
+        raise CliError(str(exc), code=2) from exc
+    print("\n".join(result.lines))
+    if args.png is not None:
+        try:
+            from posenc.difference_plot import difference_png
+        except ImportError as exc:
+            raise CliError(f"--png needs Pillow: pip install 'posenc[client]' ({exc})") from exc
+        model = fields["config"].get("model_type", "config")
+        args.png.write_bytes(
+            difference_png(
+                result.positions,
+                list(result.curves),
+                title=f"|difference| of cos and sin against position ({model})",
+            )
+        )
+        print(f"posenc: wrote {args.png}", file=sys.stderr)
+    return 0
+
+
 def _report(args: argparse.Namespace, what: str) -> None:
     """One line on stderr saying what was written (``-q``: nothing)."""
     if not args.quiet:
@@ -595,6 +715,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "tokenize":
             return _tokenize(args)
+        if args.command == "check":
+            return _check(args)
+        if args.command == "diff":
+            return _diff(args)
         return _table(args)  # table KIND, and shift (table rope_shift)
     except CliError as exc:
         print(f"posenc: error: {exc}", file=sys.stderr)
