@@ -11,6 +11,7 @@ as a dict, a config.json path, its folder and a GGUF file.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -335,8 +336,12 @@ def test_the_fixture_in_a_project_without_conftest(tmp_path: Path) -> None:
         "def test_shifted(posenc_reference):\n"
         "    posenc_reference.assert_rope_table(*_table(1), preset='qwen2.5-7b', seq_len=16)\n"
     )
+    # the entry point loads the plugin where posenc is installed (./run.sh, the wheel); a
+    # checkout on PYTHONPATH alone names it with -p
+    installed = any(ep.name == "posenc" for ep in importlib.metadata.entry_points(group="pytest11"))
+    load = [] if installed else ["-p", "pytest_posenc"]
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "pytest_posenc", "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", *load, "-p", "no:cacheprovider", "-q",
          "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True, text=True, cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
