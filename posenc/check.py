@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from posenc.engines import ENGINES, check_candidates
 from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
@@ -34,16 +35,14 @@ from posenc.rope.sections import mrope_channel_axes
 #: A caller's table explains a mistake (or matches an engine) within this.
 TOLERANCE = 1e-6
 
-#: The engines and precisions a table is compared with, in this order.
-CANDIDATES: tuple[tuple[str, str], ...] = (
-    ("transformers", "exact"),
-    ("transformers", "engine"),
-    ("vllm", "exact"),
-    ("llama.cpp", "exact"),
-    ("llama.cpp", "engine"),
-    ("mlx", "exact"),
-    ("mlx", "engine"),
-)
+#: The reference every mistake is built from: transformers' rule, exact.
+REFERENCE: tuple[str, str] = (ENGINES["transformers"].name, "exact")
+
+
+def candidates() -> tuple[tuple[str, str], ...]:
+    """The engines and precisions a table is compared with, in this order: every text-RoPE
+    engine of the registry with the precisions it is checked in (``Engine.checked``)."""
+    return check_candidates()
 
 
 @dataclass(frozen=True)
@@ -325,7 +324,7 @@ def check_table(
                 f"{name} is chosen by the check itself (every engine is compared)", field=name
             )
     c, s = torch.as_tensor(np.asarray(cos)), torch.as_tensor(np.asarray(sin))
-    base = _fields(request, "transformers", "exact")
+    base = _fields(request, *REFERENCE)
     positions = _positions(base)
     t, r = positions.shape[-1], int(base["rotary_dim"])
     for name, table in (("cos", c), ("sin", s)):
@@ -340,12 +339,10 @@ def check_table(
     caller = (c, s)
     matches: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
-    for engine, precision in CANDIDATES:
+    for engine, precision in candidates():
         try:
             fields = (
-                base
-                if (engine, precision) == ("transformers", "exact")
-                else _fields(request, engine, precision)
+                base if (engine, precision) == REFERENCE else _fields(request, engine, precision)
             )
             out = dict(compute(ROPE, fields))
         except PosencError as exc:
@@ -400,4 +397,12 @@ def _named(mistake: str, difference: float) -> dict[str, Any]:
     return {"mistake": mistake, "explains": difference <= TOLERANCE, "max_abs_diff": difference}
 
 
-__all__ = ["CANDIDATES", "MISTAKES", "MISTAKE_NAMES", "TOLERANCE", "Reference", "check_table"]
+__all__ = [
+    "MISTAKES",
+    "MISTAKE_NAMES",
+    "REFERENCE",
+    "TOLERANCE",
+    "Reference",
+    "candidates",
+    "check_table",
+]

@@ -273,9 +273,6 @@ VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
     }
 )
 
-#: The engines whose tables this module computes (both precisions for llama.cpp).
-OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp", "mlx"})
-
 
 def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
     """The quoted config's text part behind a preset (empty when there is none)."""
@@ -298,11 +295,6 @@ def model_type_of(p: Mapping[str, Any]) -> str:
     if p.get("config_model_type"):
         return str(p["config_model_type"])
     return str(_preset_text_config(p).get("model_type") or "")
-
-
-def handles(p: Mapping[str, Any]) -> bool:
-    """Whether this module computes the rope kind's tables for resolved fields."""
-    return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
 
 
 def _member(name: str, type_: kinds.FieldType, description: str, **kw: Any) -> kinds.FieldSpec:
@@ -427,7 +419,8 @@ def _mlx_half(p: Mapping[str, Any], pos: Tensor, length: int | None) -> tuple[Te
     return mlx_exact_tables(pos, rope, length)
 
 
-def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+def llamacpp_arguments(p: Mapping[str, Any]) -> LlamaCppRope:
+    """The :class:`LlamaCppRope` of resolved fields with ``llamacpp``."""
     d = dict(p["llamacpp"])
     sections = d.pop("sections")
     factors = d.pop("freq_factors")
@@ -438,22 +431,22 @@ def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     )
 
 
-def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``meta`` says of the engine's own arithmetic: ``precision``, and for llama.cpp its
-    arguments, its magnitude and how it read the model."""
-    out: dict[str, Any] = {"precision": p.get("precision", "exact")}
-    if p.get("mlx") is not None:
-        magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
-        out.update(mlx=dict(p["mlx"]), attention_scaling=magnitude, layout=p["layout"])
-    if p.get("llamacpp") is not None:
-        _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
-        out.update(
-            llamacpp=dict(p["llamacpp"]),
-            llamacpp_notes=list(p.get("llamacpp_notes") or []),
-            attention_scaling=magnitude,
-            layout=p["layout"],
-        )
-    return out
+def mlx_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of MLX: its ``initialize_rope`` arguments, magnitude and layout."""
+    magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
+    return {"mlx": dict(p["mlx"]), "attention_scaling": magnitude, "layout": p["layout"]}
+
+
+def llamacpp_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of llama.cpp: its arguments, its magnitude and how it read the
+    model."""
+    _speed, magnitude = llamacpp_inv_freq(llamacpp_arguments(p))
+    return {
+        "llamacpp": dict(p["llamacpp"]),
+        "llamacpp_notes": list(p.get("llamacpp_notes") or []),
+        "attention_scaling": magnitude,
+        "layout": p["layout"],
+    }
 
 
 def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -470,38 +463,46 @@ def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def check_engine_precision(p: Mapping[str, Any]) -> None:
-    """Refuse what ``precision: "engine"`` does not cover yet, with the reason."""
-    engine = p.get("engine", "transformers")
-    if p.get("llamacpp") is not None and engine != "llama.cpp":
+def refuse_llamacpp_field(p: Mapping[str, Any], engine: str) -> None:
+    """``llamacpp`` (ggml_rope_ext's arguments) given to an engine that reads none."""
+    if p.get("llamacpp") is not None:
         raise InvalidArgument(
             f'llamacpp gives llama.cpp\'s arguments: it needs engine "llama.cpp", not {engine!r}',
             field="llamacpp",
         )
-    if p.get("precision", "exact") == "exact":
-        return
-    if p.get("config_xdrope_section") is not None:
-        _check_xdrope_engine(p, engine)
-        return
-    if engine == "vllm":
-        rope = vllm_for_fields(p)
-        if rope.rope_type not in VLLM_ENGINE_TYPES:
-            raise InvalidArgument(
-                f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
-                f'classes; this config builds {rope.rope_type!r}; ask precision "exact"',
-                field="precision",
-            )
-    elif engine not in ("transformers", *OWN_ENGINES):
+
+
+def refuse_dual_chunk(p: Mapping[str, Any]) -> None:
+    """``dual_chunk_cache`` given to an engine other than vLLM."""
+    if p.get("dual_chunk_cache") is not None:
         raise InvalidArgument(
-            f'precision "engine" is not computed for engine {engine!r}', field="precision"
+            "dual_chunk_cache picks one of vLLM's DualChunkRotaryEmbedding caches: it needs "
+            "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
+            field="dual_chunk_cache",
         )
 
 
-def _check_xdrope_engine(p: Mapping[str, Any], engine: str) -> None:
+def wants_engine_precision(p: Mapping[str, Any]) -> bool:
+    """Whether resolved fields ask for the engine's own arithmetic (``precision: "engine"``)."""
+    return bool(p.get("precision", "exact") != "exact")
+
+
+def check_vllm_engine_types(p: Mapping[str, Any]) -> None:
+    """``precision: "engine"`` with vLLM: the classes whose float32 cache posenc replays."""
+    rope = vllm_for_fields(p)
+    if rope.rope_type not in VLLM_ENGINE_TYPES:
+        raise InvalidArgument(
+            f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
+            f'classes; this config builds {rope.rope_type!r}; ask precision "exact"',
+            field="precision",
+        )
+
+
+def check_xdrope_engine(p: Mapping[str, Any], engine: str, *, replayed: bool) -> None:
     """XD-RoPE (HunyuanOCR) with ``precision: "engine"``: transformers' ``HunYuanVLRotaryEmbedding``
-    only (vLLM 0.32 has no ``XDRotaryEmbedding``: it serves the model on its Transformers
-    backend), in the half layout that module splits."""
-    if engine != "transformers":
+    only (``replayed``; vLLM 0.32 has no ``XDRotaryEmbedding``: it serves the model on its
+    Transformers backend), in the half layout that module splits."""
+    if not replayed:
         raise InvalidArgument(
             f'precision "engine" covers XD-RoPE (HunyuanOCR) for engine "transformers" only '
             f"(vLLM 0.32 has no XDRotaryEmbedding and runs HunYuanVL on its Transformers "
@@ -654,7 +655,7 @@ def _vllm_mrope(
     return cos.gather(0, index)[0], sin.gather(0, index)[0], parts[0][2]
 
 
-def engine_tables(
+def transformers_tables(
     p: Mapping[str, Any],
     rows: Sequence[Sequence[int]] | None,
     *,
@@ -664,30 +665,41 @@ def engine_tables(
     """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows).
 
-    1-D positions are :func:`engine_blocks` filled whole; M-RoPE's three rows of positions and
-    HunyuanOCR's XD-RoPE rows, which have no row blocks, are computed here."""
-    if rows is None and p.get("config_xdrope_section") is None:
-        blocks = engine_blocks(p, device=device, dtype=dtype)
-        return {name: table.whole().to(device) for name, table in blocks.items()}
-    if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_tables(p, rows, device=device, dtype=dtype)
+    1-D positions are :func:`transformers_blocks` filled whole; M-RoPE's three rows of positions
+    and HunyuanOCR's XD-RoPE rows, which have no row blocks, are computed here."""
     if p.get("config_xdrope_section") is not None:  # transformers' HunYuanVL
         tables = _hunyuan_vl_tables(p)
         return {k: v.to(device=device, dtype=dtype) for k, v in tables.items()}
-    assert rows is not None  # 1-D positions went to engine_blocks above
-    if p.get("engine") == "vllm":  # MRotaryEmbedding: each frequency from its axis's cache row
-        cos, sin, inv = _vllm_mrope(p, rows)
-        layout = p["layout"]
-        return {
-            "cos": widen(cos, layout).to(device=device, dtype=dtype),
-            "sin": widen(sin, layout).to(device=device, dtype=dtype),
-            "inv_freq": inv.to(device=device, dtype=dtype),
-        }
+    if rows is None:
+        blocks = transformers_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
     kw = _arguments(p)
     pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
     kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
     cos, sin, inv = transformers_cos_sin(pos, dtype=dtype, **kw)
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
+
+
+def vllm_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """vLLM's float32 cache rows (``precision: "engine"``): 1-D positions by
+    :func:`vllm_blocks`, M-RoPE's three rows by ``MRotaryEmbedding`` (each frequency from its
+    axis's cache row)."""
+    if rows is None:
+        blocks = vllm_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
+    cos, sin, inv = _vllm_mrope(p, rows)
+    layout = p["layout"]
+    return {
+        "cos": widen(cos, layout).to(device=device, dtype=dtype),
+        "sin": widen(sin, layout).to(device=device, dtype=dtype),
+        "inv_freq": inv.to(device=device, dtype=dtype),
+    }
 
 
 def _llamacpp_half(
@@ -697,19 +709,36 @@ def _llamacpp_half(
     (``length``: the whole table's ``max + 1``, default the rows')."""
     if p.get("mlx") is not None:
         return _mlx_half(p, pos, length)
-    rope = _llamacpp(p)
+    rope = llamacpp_arguments(p)
     if p.get("precision") == "engine":
         return ggml_rope_tables(pos, rope)
     return llamacpp_rope_tables(pos, rope)
 
 
-def _llamacpp_tables(
+def own_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """llama.cpp's (``llamacpp`` fields) or MLX's (``mlx`` fields) tables, exact or in the
+    engine's float32 (``precision``): 1-D positions by :func:`own_blocks`, else M-RoPE's rows."""
+    if rows is None and p.get("config_xdrope_section") is None:
+        blocks = own_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
+    return _own_rows(p, rows, device=device, dtype=dtype)
+
+
+def _own_rows(
     p: Mapping[str, Any],
     rows: Sequence[Sequence[int]] | None,
     *,
     device: torch.device | str | None,
     dtype: torch.dtype,
 ) -> dict[str, Tensor]:
+    """:func:`own_tables` of M-RoPE's three rows (MLX: text positions only), or of positions
+    with XD-RoPE's sections, which have no row blocks."""
     if rows is not None:
         pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
         if p.get("mlx") is not None:  # mlx-lm's "mrope" is plain RoPE: text positions only
@@ -735,19 +764,12 @@ def _llamacpp_tables(
     }
 
 
-def engine_blocks(
+def transformers_blocks(
     p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
 ) -> dict[str, TableBlocks]:
-    """:func:`engine_tables` for 1-D positions in row blocks (each element is computed alone,
-    so the blocks are the whole table's bytes)."""
-    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
-    total = int(p["seq_len"]) if held is None else held.numel()
-    length = total if held is None else int(held.max()) + 1
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_blocks(p, held, total, length, dev, dtype)
-    if p.get("engine") == "vllm":
-        return _vllm_blocks(p, held, total, dev, dtype)
+    """transformers' float32 tables for 1-D positions in row blocks (each element is computed
+    alone, so the blocks are the whole table's bytes)."""
+    held, total, length, dev = _extent(p, device)
     kw = _arguments(p)
     inv, scale = transformers_inv_freq(
         kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
@@ -766,6 +788,33 @@ def engine_blocks(
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
     out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
     return out
+
+
+def _extent(
+    p: Mapping[str, Any], device: torch.device | str | None
+) -> tuple[Tensor | None, int, int, torch.device]:
+    """``(positions given or None, T, max + 1, device)`` of resolved fields."""
+    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
+    total = int(p["seq_len"]) if held is None else held.numel()
+    length = total if held is None else int(held.max()) + 1
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    return held, total, length, dev
+
+
+def vllm_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """vLLM's float32 cache rows in row blocks (each row is computed alone)."""
+    held, total, _length, dev = _extent(p, device)
+    return _vllm_blocks(p, held, total, dev, dtype)
+
+
+def own_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """:func:`own_tables` for 1-D positions in row blocks."""
+    held, total, length, dev = _extent(p, device)
+    return _llamacpp_blocks(p, held, total, length, dev, dtype)
 
 
 def _vllm_blocks(
@@ -816,29 +865,37 @@ def _speeds(p: Mapping[str, Any], length: int = 1) -> Tensor:
     """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
     if p.get("mlx") is not None:
         return mlx_speeds(MlxRope(**p["mlx"]), length)
-    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    speed, _scale = llamacpp_inv_freq(llamacpp_arguments(p))
     return speed
 
 
 __all__ = [
     "LLAMACPP_FIELD",
-    "OWN_ENGINES",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
     "VLLM_ENGINE_TYPES",
     "Precision",
-    "check_engine_precision",
-    "engine_blocks",
-    "engine_meta",
-    "engine_tables",
-    "handles",
+    "check_vllm_engine_types",
+    "check_xdrope_engine",
+    "llamacpp_arguments",
     "llamacpp_complete",
+    "llamacpp_meta",
     "mlx_complete",
+    "mlx_meta",
     "model_type_of",
+    "own_blocks",
+    "own_tables",
+    "refuse_dual_chunk",
+    "refuse_llamacpp_field",
+    "transformers_blocks",
     "transformers_cos_sin",
     "transformers_half_tables",
     "transformers_inv_freq",
+    "transformers_tables",
+    "vllm_blocks",
     "vllm_half_tables",
     "vllm_inv_freq",
+    "vllm_tables",
+    "wants_engine_precision",
     "widen",
 ]
