@@ -18,6 +18,7 @@ from torch import Tensor
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
 from posenc.rope.precision import (
+    check_transformers_float32,
     check_xdrope_engine,
     refuse_dual_chunk,
     refuse_llamacpp_field,
@@ -25,6 +26,7 @@ from posenc.rope.precision import (
     transformers_tables,
     wants_engine_precision,
 )
+from posenc.rope.scaling import RopeScaling
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 
@@ -54,6 +56,8 @@ class Transformers(Engine):
         refuse_llamacpp_field(p, self.name)
         if wants_engine_precision(p) and p.get("config_xdrope_section") is not None:
             check_xdrope_engine(p, self.name, replayed=True)  # HunYuanVL's module
+        elif wants_engine_precision(p) and p.get("scaling") is not None:
+            check_transformers_float32(RopeScaling.from_dict(p["scaling"]).type)
         return p
 
     def tables(

@@ -36,6 +36,7 @@ from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.hf.families import types_where
 from posenc.model_configs import MODEL_CONFIGS
+from posenc.rope.float32 import default_float32
 from posenc.rope.llamacpp import (
     ROPE_MODES,
     LlamaCppRope,
@@ -52,7 +53,7 @@ from posenc.rope.mlx import (
     mlx_rope_tables,
     mlx_speeds,
 )
-from posenc.rope.scaling import RopeScaling, rope_inv_freq
+from posenc.rope.scaling import ROPE_TYPES, RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
 from posenc.rope.vllm import VllmRope, default_max_position, vllm_for_fields
 
@@ -64,89 +65,29 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 POLAR_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.polar_rotary)
 
 
-def _exponents(dim: int) -> Tensor:
-    """``torch.arange(0, dim, 2).float() / dim`` as every transformers init function writes it."""
-    return torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim
+def transformers_float32_hook(rope_type: str) -> Any:
+    """The scaling type's ``transformers_float32(E, base, params, seq_len) -> inv_freq (E/2,)``
+    (transformers' float32 rule, in the type's module), or None where its module has none."""
+    module = ROPE_TYPES.get(rope_type)
+    return None if module is None else getattr(module, "transformers_float32", None)
 
 
-def _default(dim: int, base: float) -> Tensor:
-    return 1.0 / (base ** _exponents(dim))
+def check_transformers_float32(rope_type: str) -> Any:
+    """The type's ``transformers_float32`` hook, or a refusal naming the engine and the type
+    (a type registered as one module without it has no ``precision: "engine"`` yet).
 
-
-def _dynamic(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
-    """``_compute_dynamic_ntk_parameters``: at init (python floats, ``seq_len`` the original
-    length) and, once ``max(position) + 1`` passes it, again with a 0-dim int64 ``seq_len``,
-    which makes the rescaled base a float32 tensor."""
-    factor = float(s.factor)  # type: ignore[arg-type]
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    if length <= omax:  # the buffer built at init
-        b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
-        inv: Tensor = 1.0 / (b ** _exponents(dim))
-        return inv
-    seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
-    rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (rescaled ** _exponents(dim))
-
-
-def _yarn(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_yarn_parameters``'s float32 ramp between interpolation and extrapolation."""
-    factor = float(s.factor)  # type: ignore[arg-type]
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    beta_fast = s.beta_fast or 32
-    beta_slow = s.beta_slow or 1
-
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(omax / (rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if s.truncate is None or s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
-    extrapolation = 1.0 / pos_freqs
-    interpolation = 1.0 / (factor * pos_freqs)
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
-    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
-    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
-
-
-def _longrope(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
-    """``_compute_longrope_parameters``: the long factors when ``max(position) + 1`` passes
-    the original length (``longrope_frequency_update``), else the short ones."""
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    factors = s.long_factor if length > omax else s.short_factor
-    ext = torch.tensor(factors, dtype=torch.float32)
-    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-    return 1.0 / (ext * base**shape)
-
-
-def _llama3(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_llama3_parameters`` in float32, its ``where``s in the same order."""
-    inv = _default(dim, base)
-    factor = float(s.factor)  # type: ignore[arg-type]
-    low = float(s.low_freq_factor)  # type: ignore[arg-type]
-    high = float(s.high_freq_factor)  # type: ignore[arg-type]
-    old = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    low_wavelen, high_wavelen = old / low, old / high
-    wavelen = 2 * math.pi / inv
-    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
-    smooth = (old / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * llama / factor + smooth * llama
-    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-    return torch.where(medium, smoothed, llama)
-
-
-def _proportional(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_proportional_rope_parameters``: ``dim`` is the whole head."""
-    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
-    angles = int(share * dim // 2)
-    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
-    rest = dim // 2 - angles
-    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
-    inv /= 1.0 if s.factor is None else float(s.factor)
-    return inv
+    Raises:
+        InvalidArgument: the type's module gives no ``transformers_float32``.
+    """
+    hook = transformers_float32_hook(rope_type)
+    if hook is None:
+        raise InvalidArgument(
+            f'precision "engine" of engine transformers has no float32 rule for scaling type '
+            f"{rope_type!r} (its module gives no transformers_float32); ask precision "
+            '"exact"',
+            field="precision",
+        )
+    return hook
 
 
 def transformers_inv_freq(
@@ -168,24 +109,11 @@ def transformers_inv_freq(
     _exact, attention_scaling = rope_inv_freq(
         rotary_dim, base, scaling, seq_len=seq_len, exponent_dim=exponent_dim
     )
-    kind = "default" if scaling is None else scaling.type
-    if kind == "default":
-        inv = _default(dim, base)
-    elif kind == "linear":
-        inv = _default(dim, base)
-        inv /= float(scaling.factor)  # type: ignore[union-attr, arg-type]
-    elif kind == "dynamic":
-        inv = _dynamic(dim, base, scaling, seq_len)  # type: ignore[arg-type]
-    elif kind == "yarn":
-        inv = _yarn(dim, base, scaling)  # type: ignore[arg-type]
-    elif kind == "longrope":
-        inv = _longrope(dim, base, scaling, seq_len)  # type: ignore[arg-type]
-    elif kind == "llama3":
-        inv = _llama3(dim, base, scaling)  # type: ignore[arg-type]
-    elif kind == "proportional":
-        inv = _proportional(dim, base, scaling)  # type: ignore[arg-type]
-    else:  # pragma: no cover - RopeScaling.from_dict refuses other types
-        raise InvalidArgument(f"no transformers rule for rope type {kind!r}", field="scaling")
+    if scaling is None:
+        inv = default_float32(dim, base)
+    else:  # the type's own hook, beside its exact rule in its module
+        hook = check_transformers_float32(scaling.type)
+        inv = hook(dim, base, scaling.params(), seq_len)
     return inv[: rotary_dim // 2], float(attention_scaling)
 
 
@@ -530,7 +458,7 @@ def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
     pos = torch.tensor(rows, dtype=torch.int64)
     if pos.ndim == 1:  # text: the module expands one row to every axis
         pos = pos[None, :].expand(len(section), -1)
-    inv = _default(int(p["rotary_dim"]), float(p["base"]))
+    inv = default_float32(int(p["rotary_dim"]), float(p["base"]))
     freqs = pos[..., None].float() * inv
     out = {}
     for name, values in (("cos", freqs.cos() * 1.0), ("sin", freqs.sin() * 1.0)):
@@ -543,7 +471,7 @@ def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
 def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
     """``NTKScalingRotaryEmbedding._compute_inv_freq`` in float32: fixed (``base·factor``, then
     ``/ factor ** (2/R)``) or mixed (``/ exp(a · m ** b)`` with a float32 ``a``)."""
-    inv = _default(dim, base * (factor if mixed_b is None else 1))
+    inv = default_float32(dim, base * (factor if mixed_b is None else 1))
     if mixed_b is None:
         fixed: Tensor = inv / factor ** (2 / dim)
         return fixed
@@ -551,6 +479,14 @@ def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
     lambda_1_m = (a * torch.arange(1, dim // 2 + 1).float() ** mixed_b).exp()
     mixed: Tensor = inv / lambda_1_m
     return mixed
+
+
+def _type_float32(rotary_dim: int, base: float, s: RopeScaling | None) -> Tensor:
+    """The scaling type's own float32 rule (its module's ``transformers_float32``)."""
+    assert s is not None  # vLLM builds these classes from a scaling only
+    hook = transformers_float32_hook(s.type)
+    inv: Tensor = hook(rotary_dim, base, s.params(), 0)
+    return inv
 
 
 def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
@@ -564,13 +500,10 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
     vllm = dict(p.get("config_vllm") or {})
     theta = float(vllm.get("rope_theta", base))
     kind = rope.rope_type
-    if kind == "llama3":
-        return _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
-    if kind == "yarn":
-        return _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
-    if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # always truncated
-        truncated = dataclasses.replace(s, truncate=True)  # type: ignore[type-var]
-        return _yarn(rotary_dim, base, truncated)  # type: ignore[arg-type]
+    if kind in ("llama3", "yarn"):  # the type's float32 rule, as transformers'
+        return _type_float32(rotary_dim, base, s)
+    if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # YaRN's, always truncated
+        return _type_float32(rotary_dim, base, dataclasses.replace(s, truncate=True))  # type: ignore[type-var]
     if kind in ("longrope", "longrope_long"):
         factors = s.long_factor if kind == "longrope_long" else s.short_factor  # type: ignore[union-attr]
         ext = torch.tensor(factors, dtype=torch.float32)
@@ -584,10 +517,10 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         )
         max_len = length * factor
         new_base = base * ((max_len / length) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
-        return _default(rotary_dim, new_base)
+        return default_float32(rotary_dim, new_base)
     if kind == "dynamic_alpha":
         alpha = float(vllm["alpha"])
-        return _default(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+        return default_float32(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
     if kind == "ntk":
         mixed = vllm.get("mixed_b")
         return _ntk(
@@ -595,7 +528,7 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         )
     if kind == "proportional":
         return _vllm_proportional(rotary_dim, base, s)
-    return _default(rotary_dim, theta if kind == "dual_chunk" else base)
+    return default_float32(rotary_dim, theta if kind == "dual_chunk" else base)
 
 
 def _vllm_proportional(head_size: int, base: float, s: RopeScaling | None) -> Tensor:
@@ -875,6 +808,7 @@ __all__ = [
     "PRECISIONS",
     "VLLM_ENGINE_TYPES",
     "Precision",
+    "check_transformers_float32",
     "check_vllm_engine_types",
     "check_xdrope_engine",
     "llamacpp_arguments",
@@ -889,6 +823,7 @@ __all__ = [
     "refuse_llamacpp_field",
     "transformers_blocks",
     "transformers_cos_sin",
+    "transformers_float32_hook",
     "transformers_half_tables",
     "transformers_inv_freq",
     "transformers_tables",

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from posenc._validate import check_finite
@@ -79,3 +80,15 @@ def vllm(
     out = inv_freq.clone()
     out[int(fraction * rotary_dim) // 2 :] = 0.0
     return VllmRope("proportional", out, 1.0, server.max_position)
+
+
+def transformers_float32(dim: int, base: float, s: ProportionalParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_proportional_rope_parameters``: ``dim`` is the whole head; ``(E/2,)``."""
+    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    angles = int(share * dim // 2)
+    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
+    rest = dim // 2 - angles
+    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
+    inv /= 1.0 if s.factor is None else float(s.factor)
+    return inv

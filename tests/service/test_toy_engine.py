@@ -108,7 +108,7 @@ def toy() -> Iterator[Toy]:
         yield engine
     finally:
         unregister_engine(engine.name)
-        assert ENGINES == before
+        assert before == ENGINES
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_a_missing_hook_is_refused_by_name(toy: Toy) -> None:
         with pytest.raises(InvalidArgument, match=f"engine toy .*{hook}") as err:
             engine_hook("toy", hook)
         assert err.value.field == "engine"
-    with pytest.raises(InvalidArgument, match="engine must be one of .*toy"):
+    with pytest.raises(InvalidArgument, match=r"engine must be one of .*toy"):
         engine_hook("nope", "apply")
 
 
