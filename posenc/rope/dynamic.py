@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
-from posenc.rope.float32 import exponents
+from posenc.rope.float32 import default_float32, exponents
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer, base_inv_freq
 
@@ -96,3 +96,16 @@ def transformers_float32(dim: int, base: float, s: DynamicParams, length: int) -
     rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
     out: Tensor = 1.0 / (rescaled ** exponents(dim))
     return out
+
+
+def vllm_float32(
+    dim: int, base: float, s: DynamicParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``DynamicNTKScalingRotaryEmbedding``'s base rescaled once for
+    ``max_position`` (its cache is fixed);
+    ``(R/2,)``."""
+    factor = float(s.factor)
+    max_len = max_position * factor
+    new_base = base * ((max_len / max_position) - (factor - 1)) ** (dim / (dim - 2))
+    return default_float32(dim, new_base)

@@ -61,3 +61,13 @@ def transformers_float32(dim: int, base: float, s: LinearParams, length: int) ->
     inv = default_float32(dim, base)
     inv /= float(s.factor)
     return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: LinearParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): the default one (``LinearScalingRotaryEmbedding`` divides the
+    positions by ``factor`` instead);
+    ``(R/2,)``."""
+    return default_float32(dim, base)

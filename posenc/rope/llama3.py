@@ -126,3 +126,12 @@ def transformers_float32(dim: int, base: float, s: Llama3Params, length: int) ->
     smoothed = (1 - smooth) * llama / factor + smooth * llama
     medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
     return torch.where(medium, smoothed, llama)
+
+
+def vllm_float32(
+    dim: int, base: float, s: Llama3Params, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``Llama3RotaryEmbedding``'s, transformers' float32 rule;
+    ``(R/2,)``."""
+    return transformers_float32(dim, base, s, max_position)

@@ -135,3 +135,16 @@ def transformers_float32(dim: int, base: float, s: LongRopeParams, length: int) 
     shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
     inv: Tensor = 1.0 / (ext * base**shape)
     return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: LongRopeParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``Phi3LongRoPEScaledRotaryEmbedding``'s cache of the long
+    factors (``longrope_long``) or the short ones;
+    ``(R/2,)``."""
+    factors = s.long_factor if vllm_class == "longrope_long" else s.short_factor
+    ext = torch.tensor(factors, dtype=torch.float32)
+    inv: Tensor = 1.0 / (ext * base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    return inv

@@ -23,7 +23,6 @@ Notation: ``T`` positions, ``R`` rotary dimension.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
@@ -70,6 +69,29 @@ def transformers_float32_hook(rope_type: str) -> Any:
     (transformers' float32 rule, in the type's module), or None where its module has none."""
     module = ROPE_TYPES.get(rope_type)
     return None if module is None else getattr(module, "transformers_float32", None)
+
+
+def vllm_float32_hook(rope_type: str) -> Any:
+    """The scaling type's ``vllm_float32(R, base, params, vllm_class, max_position) ->
+    inv_freq (R/2,)`` (vLLM's float32 rule, in the type's module), or None."""
+    module = ROPE_TYPES.get(rope_type)
+    return None if module is None else getattr(module, "vllm_float32", None)
+
+
+def check_vllm_float32(rope_type: str) -> Any:
+    """The type's ``vllm_float32`` hook, or a refusal naming the engine and the type.
+
+    Raises:
+        InvalidArgument: the type's module gives no ``vllm_float32``.
+    """
+    hook = vllm_float32_hook(rope_type)
+    if hook is None:
+        raise InvalidArgument(
+            f'precision "engine" of engine vllm has no float32 rule for scaling type '
+            f'{rope_type!r} (its module gives no vllm_float32); ask precision "exact"',
+            field="precision",
+        )
+    return hook
 
 
 def check_transformers_float32(rope_type: str) -> Any:
@@ -180,26 +202,10 @@ def transformers_cos_sin(
     return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
 
 
-#: vLLM's rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``): the base
-#: ``RotaryEmbedding`` and the classes that change its ``inv_freq``, positions or magnitude
-#: (DeepSeek's YaRN, LongRoPE, dynamic NTK, Hunyuan's alpha, fixed and mixed NTK, dual chunk).
-VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
-    {
-        "default",
-        "linear",
-        "llama3",
-        "yarn",
-        "deepseek_yarn",
-        "deepseek_llama_scaling",
-        "longrope",
-        "longrope_long",
-        "dynamic",
-        "dynamic_alpha",
-        "ntk",
-        "dual_chunk",
-        "proportional",
-    }
-)
+#: vLLM's own rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``) beside
+#: the scaling types' (each type's module gives ``vllm_float32``): the base ``RotaryEmbedding``,
+#: Hunyuan's alpha, fixed and mixed NTK, dual chunk.
+VLLM_OWN_CLASSES: frozenset[str] = frozenset({"default", "dynamic_alpha", "ntk", "dual_chunk"})
 
 
 def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -416,14 +422,19 @@ def wants_engine_precision(p: Mapping[str, Any]) -> bool:
 
 
 def check_vllm_engine_types(p: Mapping[str, Any]) -> None:
-    """``precision: "engine"`` with vLLM: the classes whose float32 cache posenc replays."""
+    """``precision: "engine"`` with vLLM: its own classes posenc replays, or a scaling type whose
+    module gives vLLM's float32 rule (``vllm_float32``); else a refusal naming the class."""
     rope = vllm_for_fields(p)
-    if rope.rope_type not in VLLM_ENGINE_TYPES:
+    if rope.rope_type in VLLM_OWN_CLASSES:
+        return
+    if p.get("scaling") is None or p.get("config_vllm") is not None:  # a vLLM-only class
+        covered = sorted(VLLM_OWN_CLASSES | {t for t in ROPE_TYPES if vllm_float32_hook(t)})
         raise InvalidArgument(
-            f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
-            f'classes; this config builds {rope.rope_type!r}; ask precision "exact"',
+            f'precision "engine" for vLLM covers its {", ".join(covered)} classes; this config '
+            f'builds {rope.rope_type!r}; ask precision "exact"',
             field="precision",
         )
+    check_vllm_float32(RopeScaling.from_dict(p["scaling"]).type)
 
 
 def check_xdrope_engine(p: Mapping[str, Any], engine: str, *, replayed: bool) -> None:
@@ -481,14 +492,6 @@ def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
     return mixed
 
 
-def _type_float32(rotary_dim: int, base: float, s: RopeScaling | None) -> Tensor:
-    """The scaling type's own float32 rule (its module's ``transformers_float32``)."""
-    assert s is not None  # vLLM builds these classes from a scaling only
-    hook = transformers_float32_hook(s.type)
-    inv: Tensor = hook(rotary_dim, base, s.params(), 0)
-    return inv
-
-
 def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
     """The float32 ``inv_freq`` of the vLLM class ``rope.rope_type`` (``_compute_inv_freq``),
     ``(R/2,)``: the base class's ``1.0 / (base ** (arange(0, R, 2, dtype=float) / R))`` with
@@ -500,24 +503,14 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
     vllm = dict(p.get("config_vllm") or {})
     theta = float(vllm.get("rope_theta", base))
     kind = rope.rope_type
-    if kind in ("llama3", "yarn"):  # the type's float32 rule, as transformers'
-        return _type_float32(rotary_dim, base, s)
-    if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # YaRN's, always truncated
-        return _type_float32(rotary_dim, base, dataclasses.replace(s, truncate=True))  # type: ignore[type-var]
-    if kind in ("longrope", "longrope_long"):
-        factors = s.long_factor if kind == "longrope_long" else s.short_factor  # type: ignore[union-attr]
-        ext = torch.tensor(factors, dtype=torch.float32)
-        return 1.0 / (
-            ext * base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim)
-        )
-    if kind == "dynamic":
-        factor = float(s.factor)  # type: ignore[union-attr, arg-type]
-        length = p.get("config_max_position_embeddings") or default_max_position(
+    if kind not in VLLM_OWN_CLASSES:  # a scaling type's class: its module's float32 rule
+        assert s is not None  # vLLM builds these classes from a scaling only
+        hook = check_vllm_float32(s.type)
+        max_position = p.get("config_max_position_embeddings") or default_max_position(
             p["scaling"], p.get("max_model_len")
         )
-        max_len = length * factor
-        new_base = base * ((max_len / length) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
-        return default_float32(rotary_dim, new_base)
+        inv: Tensor = hook(rotary_dim, base, s.params(), kind, max_position)
+        return inv
     if kind == "dynamic_alpha":
         alpha = float(vllm["alpha"])
         return default_float32(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
@@ -526,21 +519,7 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
         return _ntk(
             rotary_dim, theta, float(vllm["factor"]), None if mixed is None else float(mixed)
         )
-    if kind == "proportional":
-        return _vllm_proportional(rotary_dim, base, s)
     return default_float32(rotary_dim, theta if kind == "dual_chunk" else base)
-
-
-def _vllm_proportional(head_size: int, base: float, s: RopeScaling | None) -> Tensor:
-    """``Gemma4RotaryEmbedding._compute_inv_freq``: ``get_rope``'s ``rotary_dim =
-    int(head_size · partial_rotary_factor)``, its ``rotary_dim // 2`` frequencies
-    ``1.0 / (base ** (arange(0, 2·angles, 2, dtype=float) / head_size))`` in float32, then
-    zeros for the rest of the head (cos 1, sin 0). vLLM reads no ``factor`` here."""
-    fraction = 1.0 if s is None or s.partial_rotary_factor is None else s.partial_rotary_factor
-    angles = int(head_size * float(fraction)) // 2
-    exponents = torch.arange(0, 2 * angles, 2, dtype=torch.float) / head_size
-    inv: Tensor = 1.0 / (base**exponents)
-    return torch.cat([inv, torch.zeros(head_size // 2 - angles, dtype=torch.float)])
 
 
 def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
@@ -806,10 +785,11 @@ __all__ = [
     "LLAMACPP_FIELD",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
-    "VLLM_ENGINE_TYPES",
+    "VLLM_OWN_CLASSES",
     "Precision",
     "check_transformers_float32",
     "check_vllm_engine_types",
+    "check_vllm_float32",
     "check_xdrope_engine",
     "llamacpp_arguments",
     "llamacpp_complete",
@@ -828,6 +808,7 @@ __all__ = [
     "transformers_inv_freq",
     "transformers_tables",
     "vllm_blocks",
+    "vllm_float32_hook",
     "vllm_half_tables",
     "vllm_inv_freq",
     "vllm_tables",

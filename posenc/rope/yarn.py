@@ -8,6 +8,7 @@ One scaling type: its parameters (:class:`YarnParams`), their validation
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -208,3 +209,15 @@ def transformers_float32(dim: int, base: float, s: YarnParams, length: int) -> T
     extrapolation_factor = 1 - ramp.to(dtype=torch.float)
     inv: Tensor = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
     return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: YarnParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): transformers' ramp (:func:`transformers_float32`), always
+    truncated in DeepSeek's classes;
+    ``(R/2,)``."""
+    if vllm_class.startswith("deepseek"):
+        s = dataclasses.replace(s, truncate=True)
+    return transformers_float32(dim, base, s, max_position)

@@ -150,6 +150,9 @@ def test_engine_precision_needs_the_types_engine_hook(
         assert r.status_code == 422, r.text
         assert r.json()["field"] == "precision"
         assert "engine transformers" in r.json()["detail"] and "'halved'" in r.json()["detail"]
+        r = client.post("/v1/encodings/rope", json={**body, "engine": "vllm"})
+        assert r.status_code == 422, r.text
+        assert "engine vllm" in r.json()["detail"] and "'halved'" in r.json()["detail"]
         monkeypatch.setattr(HALVED, "transformers_float32", _halved_float32, raising=False)
         r = client.post("/v1/encodings/rope", json=body)
     assert r.status_code == 200, r.text
