@@ -197,3 +197,27 @@ def test_the_toy_angles_are_the_closed_form() -> None:
     """The closed form above, at one hand-worked value: ω_1 of R = 16 is 10000^(-1/8)."""
     assert omega(16, BASE)[1] == pytest.approx(10000 ** (-1 / 8), rel=1e-15)
     assert math.isclose(omega(16, BASE)[0], 1.0)
+
+
+def _unrotated(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
+    return x
+
+
+class Wired(Toy):
+    """The toy engine with an ``apply`` hook wired in one line, as the 1.4 engines will be."""
+
+    name = "toy-wired"
+    apply = staticmethod(_unrotated)
+
+
+def test_a_wired_hook_is_found_and_a_missing_one_refused() -> None:
+    register_engine(Wired())
+    try:
+        assert engine_hook("toy-wired", "apply") is _unrotated
+        with pytest.raises(InvalidArgument, match="engines with apply: toy-wired"):
+            engine_hook("transformers", "apply")
+        with pytest.raises(InvalidArgument, match="engine toy-wired re-rotates no cached keys"):
+            engine_hook("toy-wired", "shift")
+    finally:
+        unregister_engine("toy-wired")
+    assert "toy-wired" not in engine_names()
