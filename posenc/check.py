@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from posenc.engines import ENGINES, check_candidates
 from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
@@ -36,16 +37,14 @@ from posenc.rotate import apply_fields, rotate
 #: A caller's table explains a mistake (or matches an engine) within this.
 TOLERANCE = 1e-6
 
-#: The engines and precisions a table is compared with, in this order.
-CANDIDATES: tuple[tuple[str, str], ...] = (
-    ("transformers", "exact"),
-    ("transformers", "engine"),
-    ("vllm", "exact"),
-    ("llama.cpp", "exact"),
-    ("llama.cpp", "engine"),
-    ("mlx", "exact"),
-    ("mlx", "engine"),
-)
+#: The reference every mistake is built from: transformers' rule, exact.
+REFERENCE: tuple[str, str] = (ENGINES["transformers"].name, "exact")
+
+
+def candidates() -> tuple[tuple[str, str], ...]:
+    """The engines and precisions a table is compared with, in this order: every text-RoPE
+    engine of the registry with the precisions it is checked in (``Engine.checked``)."""
+    return check_candidates()
 
 
 @dataclass(frozen=True)
@@ -281,9 +280,9 @@ def _difference(
 
 
 def _fields(request: Mapping[str, Any], engine: str, precision: str) -> dict[str, Any]:
-    given = {k: v for k, v in request.items() if v is not None}
-    if engine != "llama.cpp":  # a GGUF's own ggml_rope_ext arguments are llama.cpp's rows only
-        given.pop("llamacpp", None)
+    # an engine's own fields (a GGUF's ggml_rope_ext arguments) reach that engine's rows only
+    foreign = {f for e in ENGINES.values() if e.name != engine for f in e.own_fields}
+    given = {k: v for k, v in request.items() if v is not None and k not in foreign}
     return resolve_fields(
         ROPE, {**given, "engine": engine, "precision": precision, "dtype": "float64"}
     )
@@ -329,7 +328,7 @@ def check_table(
                 f"{name} is chosen by the check itself (every engine is compared)", field=name
             )
     c, s = torch.as_tensor(np.asarray(cos)), torch.as_tensor(np.asarray(sin))
-    base = _fields(request, "transformers", "exact")
+    base = _fields(request, *REFERENCE)
     positions = _positions(base)
     t, r = positions.shape[-1], int(base["rotary_dim"])
     for name, table in (("cos", c), ("sin", s)):
@@ -344,12 +343,10 @@ def check_table(
     caller = (c, s)
     matches: list[dict[str, Any]] = []
     skipped: dict[str, str] = {}
-    for engine, precision in CANDIDATES:
+    for engine, precision in candidates():
         try:
             fields = (
-                base
-                if (engine, precision) == ("transformers", "exact")
-                else _fields(request, engine, precision)
+                base if (engine, precision) == REFERENCE else _fields(request, engine, precision)
             )
             out = dict(compute(ROPE, fields))
         except PosencError as exc:
@@ -404,7 +401,15 @@ def _named(mistake: str, difference: float) -> dict[str, Any]:
     return {"mistake": mistake, "explains": difference <= TOLERANCE, "max_abs_diff": difference}
 
 
-__all__ = ["CANDIDATES", "MISTAKES", "MISTAKE_NAMES", "TOLERANCE", "Reference", "check_table"]
+__all__ = [
+    "MISTAKES",
+    "MISTAKE_NAMES",
+    "REFERENCE",
+    "TOLERANCE",
+    "Reference",
+    "candidates",
+    "check_table",
+]
 
 
 # --------------------------------------------------------------------------- rotations (1.4)
@@ -610,7 +615,7 @@ def check_rotation(
     t, d, r = positions.shape[-1], int(base["head_dim"]), int(base["rotary_dim"])
     caller = _rotation_inputs(q_in, q_out, k_in, k_out, t, d)
     matches, skipped = [], {}
-    for engine, precision in CANDIDATES:
+    for engine, precision in candidates():
         try:
             got = rotate(
                 request,

@@ -491,8 +491,8 @@ def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
         kw["type"] = _ARG_TYPES[spec.type]
         if spec.type in _METAVARS:
             kw["metavar"] = _METAVARS[spec.type]
-    elif spec.choices is not None:
-        kw["choices"] = list(spec.choices)
+    elif spec.allowed is not None:
+        kw["choices"] = list(spec.allowed)
     if spec.default is not None and not spec.required and "default" not in spec.description:
         kw["help"] += f" (default {spec.default})"  # once: some descriptions say it themselves
     p.add_argument("--" + spec.name.replace("_", "-"), **kw)

@@ -1,8 +1,9 @@
 """``POST /v1/configs/compare`` over any engines: every pair of the tables asked for.
 
-Items are an engine name (``"transformers"``, ``"vllm"``, ``"llama.cpp"``), ``"exact"`` (posenc's
-exact table: transformers' rule in float64), or ``{"engine", "precision"}``. Each pair answers
-as the 1.2 comparison does (:func:`posenc.engines.compare_engines`): ``cos``, ``sin``,
+Items are a text-RoPE engine's name (the registry's: :func:`posenc.engines.engine_names`),
+``"exact"`` (posenc's exact table: transformers' rule in float64), or ``{"engine",
+"precision"}``. Each pair answers as the 1.2 comparison does
+(:func:`posenc.vllm_compare.compare_engines`): ``cos``, ``sin``,
 ``attention_scaling`` and ``softmax_scale`` as ``{"max_abs_diff", "first_position"}`` (values
 per position and frequency, magnitude included, whatever the layouts; first position past 1e-6),
 ``trend`` (the largest difference up to each power of two, how it grows with position) and
@@ -20,15 +21,15 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.engines import compare_engines, positions_for_engine
+from posenc.engines import ENGINES, engine_named, engine_names
 from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions
 from posenc.limits import check_elements, sequence_length
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE
+from posenc.vllm_compare import TRANSFORMERS, VLLM, compare_engines, positions_for_engine
 
-ENGINE_NAMES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "mlx")
-DEFAULT_ENGINES: tuple[str, ...] = ("transformers", "vllm")
+#: What ``engines`` defaults to: the 1.2 comparison, explained rule by rule.
+DEFAULT_ENGINES: tuple[str, ...] = (TRANSFORMERS.name, VLLM.name)
 _TOL = 1e-6
 
 
@@ -43,7 +44,7 @@ def parse_engines(items: Sequence[Any]) -> list[tuple[str, str, str]]:
     out: list[tuple[str, str, str]] = []
     for n, item in enumerate(items):
         if item == "exact":
-            engine, precision = "transformers", "exact"
+            engine, precision = TRANSFORMERS.name, "exact"
         elif isinstance(item, str):
             engine, precision = item, "exact"
         elif isinstance(item, Mapping) and set(item) <= {"engine", "precision"}:
@@ -54,9 +55,10 @@ def parse_engines(items: Sequence[Any]) -> list[tuple[str, str, str]]:
                 f"got {item!r}",
                 field=f"engines[{n}]",
             )
-        if engine not in ENGINE_NAMES or precision not in ("exact", "engine"):
+        known = ENGINES.get(engine)
+        if known is None or engine not in engine_names() or precision not in known.precisions:
             raise InvalidArgument(
-                f"engines[{n}]: engine one of {', '.join(ENGINE_NAMES)} and precision exact "
+                f"engines[{n}]: engine one of {', '.join(engine_names())} and precision exact "
                 f"or engine, got {item!r}",
                 field=f"engines[{n}]",
             )
@@ -172,7 +174,8 @@ def pair_curves(
     pos: Tensor | None = None
     for label, engine, precision in parsed:
         fields = {**given, "engine": engine, "precision": precision}
-        if engine in ("vllm", "llama.cpp") and max_model_len is not None:
+        reader = engine_named(engine)
+        if reader.takes_max_model_len and max_model_len is not None:
             fields["max_model_len"] = max_model_len
         p = resolve_fields(ROPE, fields)
         if count is not None:
@@ -184,9 +187,9 @@ def pair_curves(
         tables[label] = _half(dict(compute(ROPE, p)), p["layout"])
         meta = ROPE.meta(p)  # type: ignore[misc]
         scales[label] = float(meta["attention_scaling"])
-        notes[label] = list(meta.get("llamacpp_notes") or [])
-        reading = positions_for_engine(
-            config, "vllm" if engine == "vllm" else "transformers", max_model_len
+        notes[label] = reader.notes(p)
+        reading = positions_for_engine(  # the softmax scale of its attention
+            config, engine if reader.scales_softmax else TRANSFORMERS.name, max_model_len
         )
         softmax[label] = reading.get("softmax_scale")
         if pos is None:
@@ -222,39 +225,6 @@ def pair_curves(
     return out, pos, deltas
 
 
-def positions_for_own_engine(
-    config: Mapping[str, Any], engine: str, max_model_len: int | None = None
-) -> dict[str, Any]:
-    """``/v1/configs/positions`` for ``llama.cpp`` or ``mlx``: the config's reading with, per
-    RoPE layer type, the engine's arguments (``llamacpp`` or ``mlx``), its layout and its
-    magnitude, and ``meta.engine``.
-
-    Raises:
-        InvalidArgument: a config the engine does not run (GPT-J in llama.cpp, an mlx-lm type
-            posenc does not replay).
-    """
-    mp = read_positions(config)
-    out = mp.to_dict()
-    if mp.kind == "rope" and mp.rope:
-        for name in mp.rope:
-            given: dict[str, Any] = {"config": dict(config), "positions": [0], "engine": engine}
-            if mp.per_layer_type:
-                given["layer_type"] = name
-            if max_model_len is not None and engine == "llama.cpp":
-                given["max_model_len"] = max_model_len
-            meta = ROPE.meta(resolve_fields(ROPE, given))  # type: ignore[misc]
-            key = "llamacpp" if engine == "llama.cpp" else "mlx"
-            out["rope"][name].update(
-                {key: meta[key], "layout": meta["layout"]},
-                attention_scaling=meta["attention_scaling"],
-            )
-            if meta.get("llamacpp_notes"):
-                out["warnings"] = [*out["warnings"], *meta["llamacpp_notes"]]
-    out["engine"] = engine
-    out["meta"] = {"engine": engine, "max_model_len": max_model_len}
-    return out
-
-
 def _sentences(
     config: Mapping[str, Any],
     a: tuple[str, str, str],
@@ -268,7 +238,7 @@ def _sentences(
     said: list[str] = []
     if delta.numel() == 0 or float(delta.max()) <= _TOL:
         return said
-    if {a[1], b[1]} == {"transformers", "vllm"} and a[2] == b[2] == "exact":
+    if {a[1], b[1]} == set(DEFAULT_ENGINES) and a[2] == b[2] == "exact":
         return list(
             compare_engines(
                 config,
@@ -293,10 +263,4 @@ def _sentences(
     return said
 
 
-__all__ = [
-    "DEFAULT_ENGINES",
-    "ENGINE_NAMES",
-    "compare_pairs",
-    "parse_engines",
-    "positions_for_own_engine",
-]
+__all__ = ["DEFAULT_ENGINES", "compare_pairs", "parse_engines"]

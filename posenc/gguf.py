@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from posenc.engines.llama_cpp import ENGINE as LLAMA_CPP
+from posenc.engines.llama_cpp import gguf_entry
 from posenc.errors import InvalidArgument
 from posenc.rope.llamacpp import LlamaCppRope
 
@@ -407,6 +409,7 @@ def gguf_summary(head: GgufHead, rope: LlamaCppRope) -> dict[str, Any]:
                 "rope_theta": rope.freq_base,
                 "layout": rope.layout,
                 "llamacpp": rope.to_dict(),
+                **gguf_entry(rope),
             }
         },
         "gguf": {
@@ -415,9 +418,9 @@ def gguf_summary(head: GgufHead, rope: LlamaCppRope) -> dict[str, Any]:
             "tensors": len(head.tensors),
             "file_type": head.metadata.get("general.file_type"),
         },
-        "engine": "llama.cpp",
+        "engine": LLAMA_CPP.name,
         "warnings": list(rope.notes),
-        "meta": {"engine": "llama.cpp"},
+        "meta": {"engine": LLAMA_CPP.name},
     }
 
 

@@ -129,6 +129,8 @@ class FieldSpec:
         exclusive_minimum: the value must be greater than this (floats).
         multiple_of: ints must be a multiple of this (e.g. 2 for an even dimension).
         choices: the allowed values of a ``str`` field.
+        choices_from: instead of ``choices``, where they are asked at the time of use (a
+            registry's names: the ``engine`` fields); read both through :attr:`allowed`.
         example: a value that works, for the OpenAPI example and the docs.
         sourced: a preset or a config may give it: the request schema has no default for it
             (a generated client would send the default and override the preset), and
@@ -165,6 +167,12 @@ class FieldSpec:
     aliases: tuple[tuple[str, str], ...] = ()
     schema_name: str | None = None
     python_name: str | None = None
+    choices_from: Callable[[], tuple[str, ...]] | None = None
+
+    @property
+    def allowed(self) -> tuple[str, ...] | None:
+        """The allowed values of a ``str`` field now (``choices_from``'s, else ``choices``)."""
+        return self.choices_from() if self.choices_from is not None else self.choices
 
     @property
     def arg_name(self) -> str:
@@ -666,9 +674,10 @@ def coerce(spec: FieldSpec, value: Any, where: str | None = None) -> Any:
     if spec.type == "str":
         if not isinstance(value, str):
             raise InvalidArgument(f"{name} must be a string, got {value!r}", field=name)
-        if spec.choices is not None and value not in spec.choices:
+        allowed = spec.allowed
+        if allowed is not None and value not in allowed:
             raise InvalidArgument(
-                f"{name} must be one of {', '.join(spec.choices)}, got {value!r}", field=name
+                f"{name} must be one of {', '.join(allowed)}, got {value!r}", field=name
             )
         return value
     if spec.type == "ints":

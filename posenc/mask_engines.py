@@ -54,6 +54,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from posenc.attention_layers import AttentionLayer, attention_layers
+from posenc.engines import ENGINES
 from posenc.hf.families import family
 
 __all__ = [
@@ -194,7 +195,7 @@ def compare_mask_engines(
     vl = vllm_layer_masks(config, disable_sliding_window=disable_sliding_window)
     diffs = [_difference(i, a, b) for i, (a, b) in enumerate(zip(tf, vl, strict=True)) if a != b]
     return {
-        "engines": ["transformers", "vllm"],
+        "engines": [ENGINES["transformers"].name, ENGINES["vllm"].name],
         "window_convention": "a window W: the query and the W - 1 keys before it",
         "layers": [
             {"index": i, "transformers": a, "vllm": b}

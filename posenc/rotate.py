@@ -28,7 +28,6 @@ from posenc.errors import InvalidArgument
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE
 from posenc.rope.apply import apply_for, channel_order, check_head_dim
-from posenc.rope.precision import engine_meta
 
 #: The fields of ``/v1/rope/apply`` that are not the rope kind's.
 APPLY_ONLY: tuple[str, ...] = ("offset", "layer", "seed", "num_heads", "num_kv_heads")
@@ -114,8 +113,7 @@ def _tensor(x: Tensor | np.ndarray, name: str) -> Tensor:
 def apply_meta(fields: Mapping[str, Any]) -> dict[str, Any]:
     """``meta`` of an apply answer: ``layout`` (``neox``/``gptj``), ``rotary_dim``,
     ``attention_scaling``, ``engine``, ``precision`` and the channel order."""
-    meta = ROPE.make_meta(fields)
-    meta.update(engine_meta(fields))
+    meta = ROPE.make_meta(fields)  # the engine's own part too (Engine.meta)
     return {
         "kind": "rope_apply",
         "layout": "neox" if fields["layout"] == "half" else "gptj",

@@ -56,6 +56,8 @@ from torch import Tensor
 from posenc import kinds
 from posenc.blocks import TableBlocks, write_pair
 from posenc.device import resolve_dtype
+from posenc.engines.registry import engine_names
+from posenc.engines.timm import ENGINE as TIMM
 from posenc.errors import InvalidArgument
 from posenc.hf.families import FAMILIES
 from posenc.hf.reader import vision_part
@@ -993,7 +995,7 @@ def _spec(p: Mapping[str, Any]) -> VisionRopeSpec:
 
 def _timm(p: Mapping[str, Any]) -> TimmRopeSpec | None:
     """timm's spec where ``engine`` is ``timm``, else None (transformers' towers)."""
-    if p.get("engine", "transformers") != "timm":
+    if p.get("engine") != TIMM.name:
         return None
     if p.get("merge_sizes") is not None:
         raise InvalidArgument(
@@ -1073,7 +1075,7 @@ def _blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
 def _timm_meta(timm: TimmRopeSpec, p: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "kind": "vision_rope",
-        "engine": "timm",
+        "engine": TIMM.name,
         "rope_type": timm.rope_type,
         "reference": TIMM_MODULES[timm.rope_type],
         "head_dim": timm.head_dim,
@@ -1183,7 +1185,7 @@ VISION_ROPE: kinds.Kind = kinds.Kind(
             "timm (config is the arguments of timm's create_rope_embed: EVA's and ROPE-ViT's "
             "axial cat/base, ROPE-ViT's mixed, DINOv3's; see docs/engines.md)",
             "transformers",
-            choices=("transformers", "timm"),
+            choices_from=lambda: engine_names("vision_rope"),
         ),
         kinds.FieldSpec(
             "merge_sizes",

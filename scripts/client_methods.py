@@ -73,8 +73,8 @@ T = TypeVar("T")
 
 
 def _annotation(spec: kinds.FieldSpec) -> str:
-    if spec.type == "str" and spec.choices:
-        base = "Literal[" + ", ".join(repr(c) for c in spec.choices) + "]"
+    if spec.type == "str" and spec.allowed:
+        base = "Literal[" + ", ".join(repr(c) for c in spec.allowed) + "]"
     else:
         base = ANNOTATIONS[spec.type]
     return f"{base} | None"

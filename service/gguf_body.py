@@ -25,6 +25,7 @@ from urllib.parse import parse_qsl, urlencode
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.engines.llama_cpp import ENGINE as LLAMA_CPP
 from posenc.errors import InvalidArgument
 from posenc.gguf import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
 from service.errors import posenc_error_body
@@ -117,7 +118,7 @@ class GgufBodyMiddleware:
 def _table_fields(head: Any, rope: Any, query: dict[str, str]) -> dict[str, str]:
     """The GET twin's query: the caller's fields, then what the GGUF gives."""
     given = {k: v for k, v in query.items() if k != "config"}
-    if given.get("engine", "llama.cpp") != "llama.cpp":
+    if given.get("engine", LLAMA_CPP.name) != LLAMA_CPP.name:
         raise InvalidArgument(
             f"a GGUF body is read with engine llama.cpp, got engine {given['engine']!r}",
             field="engine",
@@ -125,7 +126,7 @@ def _table_fields(head: Any, rope: Any, query: dict[str, str]) -> dict[str, str]
     summary = gguf_summary(head, rope)
     llamacpp = {k: v for k, v in rope.to_dict().items() if v is not None}
     given.setdefault("head_dim", str(summary["head_dim"] or rope.n_dims))
-    given.update(engine="llama.cpp", llamacpp=json.dumps(llamacpp))
+    given.update(engine=LLAMA_CPP.name, llamacpp=json.dumps(llamacpp))
     return given
 
 

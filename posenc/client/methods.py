@@ -1040,8 +1040,8 @@ class KindMethods(Generic[T]):
                 Qwen3-VL's interleaving.
             engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
                 the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
-                or mlx (mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md (default
-                'transformers').
+                or mlx (mlx-lm's initialize_rope and mx.fast.rope), or another registered engine
+                (posenc.engines): see docs/engines.md (default 'transformers').
             precision: exact (default: float64 angles from the engine's rule, cast once) or
                 engine: the engine's own arithmetic in its own dtype and order of operations
                 (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32
@@ -1187,8 +1187,8 @@ class KindMethods(Generic[T]):
                 Qwen3-VL's interleaving.
             engine: whose tables: transformers (default), vllm (what vLLM's get_rope builds from
                 the same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model)
-                or mlx (mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md (default
-                'transformers').
+                or mlx (mlx-lm's initialize_rope and mx.fast.rope), or another registered engine
+                (posenc.engines): see docs/engines.md (default 'transformers').
             precision: exact (default: float64 angles from the engine's rule, cast once) or
                 engine: the engine's own arithmetic in its own dtype and order of operations
                 (transformers: float32 inv_freq, float32 position x inv_freq, torch's float32

@@ -26,6 +26,7 @@ from posenc.diffusion.configs import (
 )
 from posenc.diffusion.rules import RopeGrid, fill_rows
 from posenc.diffusion.sincos import SincosGrid, fill_sincos_rows
+from posenc.engines.diffusers import ENGINE as DIFFUSERS
 from posenc.errors import InvalidArgument
 
 __all__ = ["DIFFUSION_ROPE", "SINCOS_2D", "diffusion_rope_grid", "sincos_grid"]
@@ -67,7 +68,7 @@ def diffusion_rope_grid(p: Mapping[str, Any]) -> tuple[Reading, RopeGrid]:
         values["rope_interpolation_scale"] = list(scale)
     text_len = p.get("text_len") or 0
     grid = reading.rule.read(values, p.get("frames") or 1, p["height"], p["width"], text_len)
-    return reading, dataclasses.replace(grid, engine=p.get("precision") in ("engine", "diffusers"))
+    return reading, dataclasses.replace(grid, engine=DIFFUSERS.own_arithmetic(p.get("precision")))
 
 
 def _rope_shapes(p: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
@@ -151,7 +152,7 @@ _GRID_FIELDS = (
         "diffusers' own arithmetic, in float32 where it computes in float32 (positions, "
         "frequencies, angles), as precision engine means on every RoPE-family table",
         "exact",
-        choices=("exact", "engine", "diffusers"),
+        choices=DIFFUSERS.precisions,
     ),
 )
 
@@ -234,7 +235,7 @@ def sincos_grid(p: Mapping[str, Any]) -> tuple[Reading, SincosGrid]:
     _need_model_or_config(p)
     reading = read_sincos(p.get("model"), p.get("config"))
     grid = reading.rule.read(reading.values, p.get("frames") or 1, p["height"], p["width"])
-    return reading, dataclasses.replace(grid, engine=p.get("precision") in ("engine", "diffusers"))
+    return reading, dataclasses.replace(grid, engine=DIFFUSERS.own_arithmetic(p.get("precision")))
 
 
 def _sincos_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:

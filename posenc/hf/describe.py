@@ -7,30 +7,26 @@ calls :func:`describe`. Which reading applies is chosen here, once:
   ``model_type``): read by :mod:`posenc.diffusion` (``diffusers`` says which file and rule);
 - a vision tower's config sent alone: the tower in ``vision``, no text positions;
 - any other config: :func:`posenc.hf.positions.read_positions` as ``engine`` applies it
-  (:func:`posenc.engines.positions_for_engine` for transformers and vLLM,
-  :func:`posenc.engine_pairs.positions_for_own_engine` for llama.cpp and MLX), with the vision
-  tower, the position-dependent query scale and every layer's mixer and mask.
+  (:func:`posenc.vllm_compare.positions_for_engine`: each layer type's entry from the engine's
+  module, :mod:`posenc.engines`), with the vision tower, the position-dependent query scale and
+  every layer's mixer and mask.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from posenc.attention_layers import layers_summary
 from posenc.context_parallel import context_parallel_schemes
 from posenc.diffusion import describe as describe_diffusers
 from posenc.diffusion.configs import is_diffusers_config
-from posenc.engine_pairs import positions_for_own_engine
-from posenc.engines import positions_for_engine
+from posenc.engines import engine_named, engine_names
 from posenc.errors import InvalidArgument
 from posenc.hf.results import ModelPositions
 from posenc.query_scale import describe_query_scale
 from posenc.vision_learned.describe import is_vision_tower_alone, vision_positions
-
-#: The engines whose reading :func:`describe` gives.
-DescribeEngine = Literal["transformers", "vllm", "llama.cpp", "mlx"]
-DESCRIBE_ENGINES: tuple[str, ...] = ("transformers", "vllm", "llama.cpp", "mlx")
+from posenc.vllm_compare import positions_for_engine
 
 
 def describe(
@@ -43,7 +39,8 @@ def describe(
     Args:
         config: a model's ``config.json`` object as published (a multimodal file whole), a
             vision tower's config alone, or a diffusers transformer config / model index.
-        engine: ``transformers``, ``vllm``, ``llama.cpp`` or ``mlx``.
+        engine: a text-RoPE engine of the registry (:func:`posenc.engines.engine_names`:
+            ``transformers``, ``vllm``, ``llama.cpp``, ``mlx``).
         max_model_len: for ``vllm``: the server's ``--max-model-len`` (default the config's
             ``max_position_embeddings``).
 
@@ -54,18 +51,13 @@ def describe(
     Raises:
         InvalidArgument: an unknown engine, or a key of the config that cannot be read.
     """
-    if engine not in DESCRIBE_ENGINES:
-        raise InvalidArgument(
-            f"engine must be one of {', '.join(DESCRIBE_ENGINES)}, got {engine!r}",
-            field="engine",
-        )
+    reader = engine_named(engine)  # refuses an unknown one, listing engine_names()
     if is_diffusers_config(config):
         return _diffusers(config, engine)
     if is_vision_tower_alone(config):
         return _vision_alone(config, engine, max_model_len)
-    read = positions_for_own_engine if engine in ("llama.cpp", "mlx") else positions_for_engine
     return {
-        **read(config, engine, max_model_len),
+        **positions_for_engine(config, reader.name, max_model_len),
         "vision": vision_positions(config),
         "query_scale": describe_query_scale(config),
         "layers": layers_summary(config),
@@ -84,7 +76,7 @@ def _vision_alone(
         raise InvalidArgument("the vision tower's config cannot be read", field="config")
     rotary = bool(vision["rotary"])
     meta: dict[str, Any] = {"engine": engine}
-    if engine == "vllm":
+    if engine_named(engine).describes_layers:  # as positions_for_engine says it
         meta["max_model_len"] = max_model_len
     said = (
         f"its 2-D rotary is served by {vision['endpoint']}"
@@ -134,4 +126,4 @@ def _diffusers(config: Mapping[str, Any], engine: str) -> dict[str, Any]:
     }
 
 
-__all__ = ["DESCRIBE_ENGINES", "DescribeEngine", "describe"]
+__all__ = ["describe", "engine_names"]

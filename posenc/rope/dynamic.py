@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.float32 import default_float32, exponents
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer, base_inv_freq
 
@@ -78,3 +79,33 @@ def vllm(
         rotary_dim / (rotary_dim - 2)
     )
     return VllmRope("dynamic", base_inv_freq(rotary_dim, new_base), 1.0, server.max_position)
+
+
+def transformers_float32(dim: int, base: float, s: DynamicParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_dynamic_ntk_parameters``: at init (python floats, ``seq_len`` the original
+    length) and, once ``max(position) + 1`` passes it, again with a 0-dim int64 ``seq_len``,
+    which makes the rescaled base a float32 tensor; ``(E/2,)``."""
+    factor = float(s.factor)
+    omax = int(s.original_max_position_embeddings)
+    if length <= omax:  # the buffer built at init
+        b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
+        inv: Tensor = 1.0 / (b ** exponents(dim))
+        return inv
+    seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
+    rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
+    out: Tensor = 1.0 / (rescaled ** exponents(dim))
+    return out
+
+
+def vllm_float32(
+    dim: int, base: float, s: DynamicParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``DynamicNTKScalingRotaryEmbedding``'s base rescaled once for
+    ``max_position`` (its cache is fixed);
+    ``(R/2,)``."""
+    factor = float(s.factor)
+    max_len = max_position * factor
+    new_base = base * ((max_len / max_position) - (factor - 1)) ** (dim / (dim - 2))
+    return default_float32(dim, new_base)

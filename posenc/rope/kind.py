@@ -1,5 +1,6 @@
 """The rope endpoint kind (:mod:`posenc.kinds`): RoPE and M-RoPE tables, with presets, configs
-and the vLLM engine (:mod:`posenc.rope.vllm`)."""
+and every text-RoPE engine of the registry (:mod:`posenc.engines`): what each reads, its
+arguments, its own arithmetic and its ``meta`` come from its module."""
 
 from __future__ import annotations
 
@@ -13,20 +14,10 @@ from torch import Tensor
 from posenc import kinds
 from posenc._validate import check_seq_len_or_positions
 from posenc.blocks import tensor_blocks
+from posenc.engines.registry import engine_named, engine_names, refuse_rope_type
 from posenc.errors import InvalidArgument
-from posenc.hf.families import family
 from posenc.rope import scaling as scaling_registry
-from posenc.rope.precision import (  # issue 30: precision "engine"
-    LLAMACPP_FIELD,
-    PRECISIONS,
-    check_engine_precision,
-    engine_blocks,
-    engine_meta,
-    engine_tables,
-    handles,
-    llamacpp_complete,
-    mlx_complete,
-)
+from posenc.rope.precision import LLAMACPP_FIELD, PRECISIONS  # issue 30: precision "engine"
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,
@@ -39,10 +30,7 @@ from posenc.rope.sections import check_mrope_section, hunyuan_vl_cos_sin, mrope_
 from posenc.rope.tables import cos_sin_tables, positions_tensor, rope_blocks, rope_cos_sin
 from posenc.rope.vllm import (
     DUAL_CHUNK_CACHES,
-    VLLM_ONLY_ROPE_TYPES,
     VllmRope,
-    vllm_complete,
-    vllm_for_fields,
     xdrope_cos_sin,
 )
 
@@ -123,31 +111,20 @@ def _rope_complete(p: dict[str, Any], _models: Any) -> dict[str, Any]:
         check_mrope_section(p["rotary_dim"], p["mrope_section"])
     if p["scaling"] is not None:
         RopeScaling.from_dict(p["scaling"])
-    if p["engine"] == "vllm" and p["exponent_dim"] not in (None, p["rotary_dim"]):
-        raise InvalidArgument(  # posenc.rope.vllm builds its exponents over rotary_dim
-            f"engine vllm takes no odd exponent_dim yet (got {p['exponent_dim']} for rotary_dim "
-            f"{p['rotary_dim']}); use engine transformers",
-            field="exponent_dim",
-        )
-    if p["engine"] == "llama.cpp":  # issue 30: what llama.cpp passes ggml_rope_ext
-        p = llamacpp_complete(p)
-    if p["engine"] == "mlx":  # issue 30: mlx-lm's initialize_rope
-        p = mlx_complete(p)
-    if p["engine"] == "vllm":  # vLLM's defaults, and positions beyond its cache refused
-        p = vllm_complete(p, _rope_lengths(p)[1] - 1)
-    elif p["dual_chunk_cache"] is not None:
+    engine = engine_named(p["engine"])
+    if p["precision"] not in engine.precisions:
         raise InvalidArgument(
-            "dual_chunk_cache picks one of vLLM's DualChunkRotaryEmbedding caches: it needs "
-            "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
-            field="dual_chunk_cache",
+            f"precision {p['precision']!r} is not computed for engine {engine.name}; its "
+            f"precisions: {', '.join(engine.precisions)}",
+            field="precision",
         )
-    check_engine_precision(p)  # issue 30
-    return p
+    return engine.complete(p)  # its own arguments and refusals (issue 30)
 
 
 def _vllm(p: Mapping[str, Any]) -> VllmRope | None:
-    """vLLM's frequencies and magnitude for resolved fields with ``engine: vllm`` (or None)."""
-    return vllm_for_fields(p) if p["engine"] == "vllm" else None
+    """The engine's fixed cache of frequencies (vLLM's :class:`VllmRope`) or None."""
+    cache: VllmRope | None = engine_named(p["engine"]).cache(p)
+    return cache
 
 
 def _rope_scaling(p: Mapping[str, Any]) -> RopeScaling | None:
@@ -181,15 +158,8 @@ def _rope_meta(p: Mapping[str, Any]) -> dict[str, Any]:
         meta["mrope_section"] = p["mrope_section"]
         meta["mrope_interleaved"] = bool(p["mrope_interleaved"])
     meta["engine"] = p["engine"]
-    meta.update(engine_meta(p))  # issue 30: precision, llama.cpp's arguments
-    if vllm is not None:
-        meta.update(max_model_len=p["vllm_max_model_len"], vllm_rope=vllm.rope_type)
-        meta["vllm_rows"] = vllm.rows if vllm.rows < 2**53 else None  # None: no known limit
-        if vllm.dual_chunk is not None:
-            chunk, local, cache = vllm.dual_chunk
-            meta.update(dual_chunk_cache=cache, chunk_size=chunk, local_size=local)
-        if vllm.xdrope_section is not None:
-            meta["xdrope_section"] = list(vllm.xdrope_section)
+    meta["precision"] = p.get("precision", "exact")  # issue 30
+    meta.update(engine_named(p["engine"]).meta(p))  # its arguments, magnitude, cache
     return meta
 
 
@@ -241,8 +211,9 @@ def _xd_compute(
 
 
 def _rope_compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
-    if handles(p):  # issue 30: an engine's own arithmetic, llama.cpp
-        return engine_tables(p, _mrope_rows(p), device=ctx.device, dtype=ctx.dtype)
+    engine = engine_named(p["engine"])
+    if engine.computes(p):  # issue 30: an engine's own arithmetic, or its own rule
+        return engine.tables(p, _mrope_rows(p), device=ctx.device, dtype=ctx.dtype)
     common = _table_arguments(p, ctx)
     xd = _xd_rows(p)
     if xd is not None:
@@ -278,8 +249,9 @@ def _rope_streams(p: Mapping[str, Any]) -> bool:
 
 
 def _rope_blocks(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Any]:
-    if handles(p):  # issue 30
-        return engine_blocks(p, device=ctx.device, dtype=ctx.dtype)
+    engine = engine_named(p["engine"])
+    if engine.computes(p):  # issue 30
+        return engine.blocks(p, device=ctx.device, dtype=ctx.dtype)
     kw = {**_table_arguments(p, ctx), "seq_len": p["seq_len"]}
     _seq_len, length = _rope_lengths(p)
     inv_freq, _ = rope_inv_freq(
@@ -308,27 +280,17 @@ def _rope_from_config(
     layer_type = given.get("layer_type")
     fields = positions.rope_fields(layer_type)
     layer = positions.rope_for(layer_type)
-    info = {"rope_type": layer.rope_type}
-    if given.get("engine") in ("llama.cpp", "mlx"):  # issue 30: n_ctx_train, initialize_rope's
-        info.update(config_max_position_embeddings=positions.max_position_embeddings)
-    if given.get("engine") == "vllm":  # what vLLM's model code passes get_rope
-        fam = family(positions.model_type.removesuffix("_text"))
-        info.update(config_max_position_embeddings=positions.max_position_embeddings)
-        info.update(config_deepseek=fam.vllm_deepseek_yarn)
-        info.update(config_mrope_positions_factor=fam.vllm_mrope_positions_factor)
-        if layer.vllm is not None:  # read by vLLM only (posenc.rope.vllm.vllm_only_rope)
-            info["config_vllm"] = dict(layer.vllm)
+    info: dict[str, Any] = {"rope_type": layer.rope_type}
+    name = given.get("engine", "transformers")
+    engine = engine_named(name) if name in engine_names() else None  # else refused later
     xd = None if layer.vllm is None else layer.vllm.get("xdrope_section")
-    # engine transformers: HunYuanVL's own reading (default with the alpha base) takes it too
-    if xd is not None and (given.get("engine") == "vllm" or layer.rope_type == "default"):
+    # HunYuanVL's own reading (default with the alpha base) takes XD-RoPE's sections too
+    if xd is not None and layer.rope_type == "default":
         info["config_xdrope_section"] = list(xd)
-    if given.get("engine") != "vllm" and layer.rope_type in VLLM_ONLY_ROPE_TYPES:
-        raise InvalidArgument(
-            f"config rope_type {layer.rope_type!r} is built by vLLM only; transformers 5.24 has "
-            "no rule for it (not in ROPE_INIT_FUNCTIONS: its rotary module fails on this "
-            'config); give engine: "vllm" for vLLM\'s table',
-            field="engine",
-        )
+    if engine is not None:
+        info.update(engine.from_config(positions, layer))  # what it reads beyond transformers
+        if not engine.implements(layer.rope_type):
+            refuse_rope_type(engine, layer.rope_type, engine.why_not(layer.rope_type))
     return fields, info
 
 
@@ -513,9 +475,10 @@ ROPE: kinds.Kind = kinds.Kind(
             "str",
             "whose tables: transformers (default), vllm (what vLLM's get_rope builds from the "
             "same config), llama.cpp (what llama.cpp passes ggml_rope_ext for the model) or mlx "
-            "(mlx-lm's initialize_rope and mx.fast.rope): see docs/engines.md",
+            "(mlx-lm's initialize_rope and mx.fast.rope), or another registered engine "
+            "(posenc.engines): see docs/engines.md",
             "transformers",
-            choices=("transformers", "vllm", "llama.cpp", "mlx"),
+            choices_from=engine_names,
         ),
         kinds.FieldSpec(  # issue 30
             "precision",

@@ -14,6 +14,7 @@ from typing import Any
 
 from torch import Tensor
 
+from posenc.rope.float32 import default_float32
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer
 
@@ -52,3 +53,21 @@ def vllm(
     angles as ``ω_i / factor``) in a cache of ``ceil(max_position · factor)`` rows."""
     factor = float(scaling["factor"])
     return VllmRope("linear", inv_freq / factor, 1.0, math.ceil(server.max_position * factor))
+
+
+def transformers_float32(dim: int, base: float, s: LinearParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``): the default one, divided
+    in place by ``factor``; ``(E/2,)``."""
+    inv = default_float32(dim, base)
+    inv /= float(s.factor)
+    return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: LinearParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): the default one (``LinearScalingRotaryEmbedding`` divides the
+    positions by ``factor`` instead);
+    ``(R/2,)``."""
+    return default_float32(dim, base)

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.float32 import default_float32
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer
 
@@ -107,3 +108,30 @@ def vllm(
         ),
     )
     return VllmRope("llama3", out, 1.0, server.max_position)
+
+
+def transformers_float32(dim: int, base: float, s: Llama3Params, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_llama3_parameters`` in float32, its ``where``s in the same order (vLLM's
+    ``Llama3RotaryEmbedding`` computes the same); ``(E/2,)``."""
+    inv = default_float32(dim, base)
+    factor = float(s.factor)
+    low = float(s.low_freq_factor)
+    high = float(s.high_freq_factor)
+    old = int(s.original_max_position_embeddings)
+    low_wavelen, high_wavelen = old / low, old / high
+    wavelen = 2 * math.pi / inv
+    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * llama / factor + smooth * llama
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, llama)
+
+
+def vllm_float32(
+    dim: int, base: float, s: Llama3Params, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``Llama3RotaryEmbedding``'s, transformers' float32 rule;
+    ``(R/2,)``."""
+    return transformers_float32(dim, base, s, max_position)

@@ -123,3 +123,28 @@ def vllm(
         magnitude,
         server.max_position if use_long else omax,
     )
+
+
+def transformers_float32(dim: int, base: float, s: LongRopeParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_longrope_parameters``: the long factors when ``max(position) + 1`` passes the
+    original length (``longrope_frequency_update``), else the short ones; ``(E/2,)``."""
+    omax = int(s.original_max_position_embeddings)
+    factors = s.long_factor if length > omax else s.short_factor
+    ext = torch.tensor(factors, dtype=torch.float32)
+    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+    inv: Tensor = 1.0 / (ext * base**shape)
+    return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: LongRopeParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``Phi3LongRoPEScaledRotaryEmbedding``'s cache of the long
+    factors (``longrope_long``) or the short ones;
+    ``(R/2,)``."""
+    factors = s.long_factor if vllm_class == "longrope_long" else s.short_factor
+    ext = torch.tensor(factors, dtype=torch.float32)
+    inv: Tensor = 1.0 / (ext * base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+    return inv

@@ -50,6 +50,7 @@ import torch
 from torch import Tensor
 
 from posenc.errors import InvalidArgument
+from posenc.rope.yarn import correction_range
 
 #: mlx-lm rope types posenc replays (``initialize_rope``'s branches; ``su`` and
 #: ``deepseek_yarn`` are read as ``longrope`` and ``yarn``).
@@ -192,18 +193,13 @@ def _yarn_parts(rope: MlxRope) -> tuple[int, int | float, float]:
     factor = float(rope.get("factor", 1.0))
     omax = rope.get("original_max_position_embeddings", 4096)
 
-    def correction_dim(rotations: float) -> float:
-        return (dims * math.log(omax / (rotations * 2 * math.pi))) / (2 * math.log(base))
-
     def get_mscale(m: float) -> float:
         return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
 
-    low = max(math.floor(correction_dim(rope.get("beta_fast", 32))), 0)
-    high: int | float = min(math.ceil(correction_dim(rope.get("beta_slow", 1))), dims - 1)
-    if low == high:
-        high += 0.001
+    fast, slow = rope.get("beta_fast", 32), rope.get("beta_slow", 1)
+    low, high = correction_range(dims, base, omax, fast, slow)  # always rounded outwards
     mscale = get_mscale(rope.get("mscale", 1)) / get_mscale(rope.get("mscale_all_dim", 0))
-    return low, high, mscale
+    return int(low), high, mscale
 
 
 def _yarn_freqs(rope: MlxRope) -> np.ndarray:

@@ -23,7 +23,6 @@ Notation: ``T`` positions, ``R`` rotary dimension.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
@@ -36,6 +35,7 @@ from posenc.blocks import TableBlocks, tensor_blocks
 from posenc.errors import InvalidArgument
 from posenc.hf.families import types_where
 from posenc.model_configs import MODEL_CONFIGS
+from posenc.rope.float32 import default_float32
 from posenc.rope.llamacpp import (
     ROPE_MODES,
     LlamaCppRope,
@@ -52,7 +52,7 @@ from posenc.rope.mlx import (
     mlx_rope_tables,
     mlx_speeds,
 )
-from posenc.rope.scaling import RopeScaling, rope_inv_freq
+from posenc.rope.scaling import ROPE_TYPES, RopeScaling, rope_inv_freq
 from posenc.rope.sections import mrope_channel_axes
 from posenc.rope.vllm import VllmRope, default_max_position, vllm_for_fields
 
@@ -64,89 +64,52 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 POLAR_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.polar_rotary)
 
 
-def _exponents(dim: int) -> Tensor:
-    """``torch.arange(0, dim, 2).float() / dim`` as every transformers init function writes it."""
-    return torch.arange(0, dim, 2, dtype=torch.int64).to(dtype=torch.float) / dim
+def transformers_float32_hook(rope_type: str) -> Any:
+    """The scaling type's ``transformers_float32(E, base, params, seq_len) -> inv_freq (E/2,)``
+    (transformers' float32 rule, in the type's module), or None where its module has none."""
+    module = ROPE_TYPES.get(rope_type)
+    return None if module is None else getattr(module, "transformers_float32", None)
 
 
-def _default(dim: int, base: float) -> Tensor:
-    return 1.0 / (base ** _exponents(dim))
+def vllm_float32_hook(rope_type: str) -> Any:
+    """The scaling type's ``vllm_float32(R, base, params, vllm_class, max_position) ->
+    inv_freq (R/2,)`` (vLLM's float32 rule, in the type's module), or None."""
+    module = ROPE_TYPES.get(rope_type)
+    return None if module is None else getattr(module, "vllm_float32", None)
 
 
-def _dynamic(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
-    """``_compute_dynamic_ntk_parameters``: at init (python floats, ``seq_len`` the original
-    length) and, once ``max(position) + 1`` passes it, again with a 0-dim int64 ``seq_len``,
-    which makes the rescaled base a float32 tensor."""
-    factor = float(s.factor)  # type: ignore[arg-type]
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    if length <= omax:  # the buffer built at init
-        b = base * ((factor * omax / omax) - (factor - 1)) ** (dim / (dim - 2))
-        inv: Tensor = 1.0 / (b ** _exponents(dim))
-        return inv
-    seq = torch.maximum(torch.tensor(length), torch.tensor(omax))  # int64, as in forward
-    rescaled = base * ((factor * seq / omax) - (factor - 1)) ** (dim / (dim - 2))
-    return 1.0 / (rescaled ** _exponents(dim))
+def check_vllm_float32(rope_type: str) -> Any:
+    """The type's ``vllm_float32`` hook, or a refusal naming the engine and the type.
+
+    Raises:
+        InvalidArgument: the type's module gives no ``vllm_float32``.
+    """
+    hook = vllm_float32_hook(rope_type)
+    if hook is None:
+        raise InvalidArgument(
+            f'precision "engine" of engine vllm has no float32 rule for scaling type '
+            f'{rope_type!r} (its module gives no vllm_float32); ask precision "exact"',
+            field="precision",
+        )
+    return hook
 
 
-def _yarn(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_yarn_parameters``'s float32 ramp between interpolation and extrapolation."""
-    factor = float(s.factor)  # type: ignore[arg-type]
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    beta_fast = s.beta_fast or 32
-    beta_slow = s.beta_slow or 1
+def check_transformers_float32(rope_type: str) -> Any:
+    """The type's ``transformers_float32`` hook, or a refusal naming the engine and the type
+    (a type registered as one module without it has no ``precision: "engine"`` yet).
 
-    def correction_dim(rotations: float) -> float:
-        return (dim * math.log(omax / (rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if s.truncate is None or s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, dim - 1)
-    if low == high:
-        high += 0.001
-    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
-    extrapolation = 1.0 / pos_freqs
-    interpolation = 1.0 / (factor * pos_freqs)
-    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
-    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
-    return interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
-
-
-def _longrope(dim: int, base: float, s: RopeScaling, length: int) -> Tensor:
-    """``_compute_longrope_parameters``: the long factors when ``max(position) + 1`` passes
-    the original length (``longrope_frequency_update``), else the short ones."""
-    omax = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    factors = s.long_factor if length > omax else s.short_factor
-    ext = torch.tensor(factors, dtype=torch.float32)
-    shape = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
-    return 1.0 / (ext * base**shape)
-
-
-def _llama3(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_llama3_parameters`` in float32, its ``where``s in the same order."""
-    inv = _default(dim, base)
-    factor = float(s.factor)  # type: ignore[arg-type]
-    low = float(s.low_freq_factor)  # type: ignore[arg-type]
-    high = float(s.high_freq_factor)  # type: ignore[arg-type]
-    old = int(s.original_max_position_embeddings)  # type: ignore[arg-type]
-    low_wavelen, high_wavelen = old / low, old / high
-    wavelen = 2 * math.pi / inv
-    llama = torch.where(wavelen > low_wavelen, inv / factor, inv)
-    smooth = (old / wavelen - low) / (high - low)
-    smoothed = (1 - smooth) * llama / factor + smooth * llama
-    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
-    return torch.where(medium, smoothed, llama)
-
-
-def _proportional(dim: int, base: float, s: RopeScaling) -> Tensor:
-    """``_compute_proportional_rope_parameters``: ``dim`` is the whole head."""
-    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
-    angles = int(share * dim // 2)
-    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
-    rest = dim // 2 - angles
-    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
-    inv /= 1.0 if s.factor is None else float(s.factor)
-    return inv
+    Raises:
+        InvalidArgument: the type's module gives no ``transformers_float32``.
+    """
+    hook = transformers_float32_hook(rope_type)
+    if hook is None:
+        raise InvalidArgument(
+            f'precision "engine" of engine transformers has no float32 rule for scaling type '
+            f"{rope_type!r} (its module gives no transformers_float32); ask precision "
+            '"exact"',
+            field="precision",
+        )
+    return hook
 
 
 def transformers_inv_freq(
@@ -168,24 +131,11 @@ def transformers_inv_freq(
     _exact, attention_scaling = rope_inv_freq(
         rotary_dim, base, scaling, seq_len=seq_len, exponent_dim=exponent_dim
     )
-    kind = "default" if scaling is None else scaling.type
-    if kind == "default":
-        inv = _default(dim, base)
-    elif kind == "linear":
-        inv = _default(dim, base)
-        inv /= float(scaling.factor)  # type: ignore[union-attr, arg-type]
-    elif kind == "dynamic":
-        inv = _dynamic(dim, base, scaling, seq_len)  # type: ignore[arg-type]
-    elif kind == "yarn":
-        inv = _yarn(dim, base, scaling)  # type: ignore[arg-type]
-    elif kind == "longrope":
-        inv = _longrope(dim, base, scaling, seq_len)  # type: ignore[arg-type]
-    elif kind == "llama3":
-        inv = _llama3(dim, base, scaling)  # type: ignore[arg-type]
-    elif kind == "proportional":
-        inv = _proportional(dim, base, scaling)  # type: ignore[arg-type]
-    else:  # pragma: no cover - RopeScaling.from_dict refuses other types
-        raise InvalidArgument(f"no transformers rule for rope type {kind!r}", field="scaling")
+    if scaling is None:
+        inv = default_float32(dim, base)
+    else:  # the type's own hook, beside its exact rule in its module
+        hook = check_transformers_float32(scaling.type)
+        inv = hook(dim, base, scaling.params(), seq_len)
     return inv[: rotary_dim // 2], float(attention_scaling)
 
 
@@ -252,29 +202,10 @@ def transformers_cos_sin(
     return widen(cos, layout).to(dtype), widen(sin, layout).to(dtype), inv.to(dtype)
 
 
-#: vLLM's rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``): the base
-#: ``RotaryEmbedding`` and the classes that change its ``inv_freq``, positions or magnitude
-#: (DeepSeek's YaRN, LongRoPE, dynamic NTK, Hunyuan's alpha, fixed and mixed NTK, dual chunk).
-VLLM_ENGINE_TYPES: frozenset[str] = frozenset(
-    {
-        "default",
-        "linear",
-        "llama3",
-        "yarn",
-        "deepseek_yarn",
-        "deepseek_llama_scaling",
-        "longrope",
-        "longrope_long",
-        "dynamic",
-        "dynamic_alpha",
-        "ntk",
-        "dual_chunk",
-        "proportional",
-    }
-)
-
-#: The engines whose tables this module computes (both precisions for llama.cpp).
-OWN_ENGINES: frozenset[str] = frozenset({"llama.cpp", "mlx"})
+#: vLLM's own rotary classes whose float32 cache posenc replays (``VllmRope.rope_type``) beside
+#: the scaling types' (each type's module gives ``vllm_float32``): the base ``RotaryEmbedding``,
+#: Hunyuan's alpha, fixed and mixed NTK, dual chunk.
+VLLM_OWN_CLASSES: frozenset[str] = frozenset({"default", "dynamic_alpha", "ntk", "dual_chunk"})
 
 
 def _preset_text_config(p: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -298,11 +229,6 @@ def model_type_of(p: Mapping[str, Any]) -> str:
     if p.get("config_model_type"):
         return str(p["config_model_type"])
     return str(_preset_text_config(p).get("model_type") or "")
-
-
-def handles(p: Mapping[str, Any]) -> bool:
-    """Whether this module computes the rope kind's tables for resolved fields."""
-    return p.get("precision") == "engine" or p.get("engine") in OWN_ENGINES
 
 
 def _member(name: str, type_: kinds.FieldType, description: str, **kw: Any) -> kinds.FieldSpec:
@@ -427,7 +353,8 @@ def _mlx_half(p: Mapping[str, Any], pos: Tensor, length: int | None) -> tuple[Te
     return mlx_exact_tables(pos, rope, length)
 
 
-def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
+def llamacpp_arguments(p: Mapping[str, Any]) -> LlamaCppRope:
+    """The :class:`LlamaCppRope` of resolved fields with ``llamacpp``."""
     d = dict(p["llamacpp"])
     sections = d.pop("sections")
     factors = d.pop("freq_factors")
@@ -438,22 +365,22 @@ def _llamacpp(p: Mapping[str, Any]) -> LlamaCppRope:
     )
 
 
-def engine_meta(p: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``meta`` says of the engine's own arithmetic: ``precision``, and for llama.cpp its
-    arguments, its magnitude and how it read the model."""
-    out: dict[str, Any] = {"precision": p.get("precision", "exact")}
-    if p.get("mlx") is not None:
-        magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
-        out.update(mlx=dict(p["mlx"]), attention_scaling=magnitude, layout=p["layout"])
-    if p.get("llamacpp") is not None:
-        _speed, magnitude = llamacpp_inv_freq(_llamacpp(p))
-        out.update(
-            llamacpp=dict(p["llamacpp"]),
-            llamacpp_notes=list(p.get("llamacpp_notes") or []),
-            attention_scaling=magnitude,
-            layout=p["layout"],
-        )
-    return out
+def mlx_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of MLX: its ``initialize_rope`` arguments, magnitude and layout."""
+    magnitude = mlx_magnitude(MlxRope(**p["mlx"]))
+    return {"mlx": dict(p["mlx"]), "attention_scaling": magnitude, "layout": p["layout"]}
+
+
+def llamacpp_meta(p: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``meta`` says of llama.cpp: its arguments, its magnitude and how it read the
+    model."""
+    _speed, magnitude = llamacpp_inv_freq(llamacpp_arguments(p))
+    return {
+        "llamacpp": dict(p["llamacpp"]),
+        "llamacpp_notes": list(p.get("llamacpp_notes") or []),
+        "attention_scaling": magnitude,
+        "layout": p["layout"],
+    }
 
 
 def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
@@ -470,38 +397,51 @@ def _arguments(p: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def check_engine_precision(p: Mapping[str, Any]) -> None:
-    """Refuse what ``precision: "engine"`` does not cover yet, with the reason."""
-    engine = p.get("engine", "transformers")
-    if p.get("llamacpp") is not None and engine != "llama.cpp":
+def refuse_llamacpp_field(p: Mapping[str, Any], engine: str) -> None:
+    """``llamacpp`` (ggml_rope_ext's arguments) given to an engine that reads none."""
+    if p.get("llamacpp") is not None:
         raise InvalidArgument(
             f'llamacpp gives llama.cpp\'s arguments: it needs engine "llama.cpp", not {engine!r}',
             field="llamacpp",
         )
-    if p.get("precision", "exact") == "exact":
-        return
-    if p.get("config_xdrope_section") is not None:
-        _check_xdrope_engine(p, engine)
-        return
-    if engine == "vllm":
-        rope = vllm_for_fields(p)
-        if rope.rope_type not in VLLM_ENGINE_TYPES:
-            raise InvalidArgument(
-                f'precision "engine" for vLLM covers its {", ".join(sorted(VLLM_ENGINE_TYPES))} '
-                f'classes; this config builds {rope.rope_type!r}; ask precision "exact"',
-                field="precision",
-            )
-    elif engine not in ("transformers", *OWN_ENGINES):
+
+
+def refuse_dual_chunk(p: Mapping[str, Any]) -> None:
+    """``dual_chunk_cache`` given to an engine other than vLLM."""
+    if p.get("dual_chunk_cache") is not None:
         raise InvalidArgument(
-            f'precision "engine" is not computed for engine {engine!r}', field="precision"
+            "dual_chunk_cache picks one of vLLM's DualChunkRotaryEmbedding caches: it needs "
+            "engine vllm (transformers applies plain RoPE to a dual-chunk config)",
+            field="dual_chunk_cache",
         )
 
 
-def _check_xdrope_engine(p: Mapping[str, Any], engine: str) -> None:
+def wants_engine_precision(p: Mapping[str, Any]) -> bool:
+    """Whether resolved fields ask for the engine's own arithmetic (``precision: "engine"``)."""
+    return bool(p.get("precision", "exact") != "exact")
+
+
+def check_vllm_engine_types(p: Mapping[str, Any]) -> None:
+    """``precision: "engine"`` with vLLM: its own classes posenc replays, or a scaling type whose
+    module gives vLLM's float32 rule (``vllm_float32``); else a refusal naming the class."""
+    rope = vllm_for_fields(p)
+    if rope.rope_type in VLLM_OWN_CLASSES:
+        return
+    if p.get("scaling") is None or p.get("config_vllm") is not None:  # a vLLM-only class
+        covered = sorted(VLLM_OWN_CLASSES | {t for t in ROPE_TYPES if vllm_float32_hook(t)})
+        raise InvalidArgument(
+            f'precision "engine" for vLLM covers its {", ".join(covered)} classes; this config '
+            f'builds {rope.rope_type!r}; ask precision "exact"',
+            field="precision",
+        )
+    check_vllm_float32(RopeScaling.from_dict(p["scaling"]).type)
+
+
+def check_xdrope_engine(p: Mapping[str, Any], engine: str, *, replayed: bool) -> None:
     """XD-RoPE (HunyuanOCR) with ``precision: "engine"``: transformers' ``HunYuanVLRotaryEmbedding``
-    only (vLLM 0.32 has no ``XDRotaryEmbedding``: it serves the model on its Transformers
-    backend), in the half layout that module splits."""
-    if engine != "transformers":
+    only (``replayed``; vLLM 0.32 has no ``XDRotaryEmbedding``: it serves the model on its
+    Transformers backend), in the half layout that module splits."""
+    if not replayed:
         raise InvalidArgument(
             f'precision "engine" covers XD-RoPE (HunyuanOCR) for engine "transformers" only '
             f"(vLLM 0.32 has no XDRotaryEmbedding and runs HunYuanVL on its Transformers "
@@ -529,7 +469,7 @@ def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
     pos = torch.tensor(rows, dtype=torch.int64)
     if pos.ndim == 1:  # text: the module expands one row to every axis
         pos = pos[None, :].expand(len(section), -1)
-    inv = _default(int(p["rotary_dim"]), float(p["base"]))
+    inv = default_float32(int(p["rotary_dim"]), float(p["base"]))
     freqs = pos[..., None].float() * inv
     out = {}
     for name, values in (("cos", freqs.cos() * 1.0), ("sin", freqs.sin() * 1.0)):
@@ -542,7 +482,7 @@ def _hunyuan_vl_tables(p: Mapping[str, Any]) -> dict[str, Tensor]:
 def _ntk(dim: int, base: float, factor: float, mixed_b: float | None) -> Tensor:
     """``NTKScalingRotaryEmbedding._compute_inv_freq`` in float32: fixed (``base·factor``, then
     ``/ factor ** (2/R)``) or mixed (``/ exp(a · m ** b)`` with a float32 ``a``)."""
-    inv = _default(dim, base * (factor if mixed_b is None else 1))
+    inv = default_float32(dim, base * (factor if mixed_b is None else 1))
     if mixed_b is None:
         fixed: Tensor = inv / factor ** (2 / dim)
         return fixed
@@ -563,50 +503,23 @@ def vllm_inv_freq(p: Mapping[str, Any], rope: VllmRope) -> Tensor:
     vllm = dict(p.get("config_vllm") or {})
     theta = float(vllm.get("rope_theta", base))
     kind = rope.rope_type
-    if kind == "llama3":
-        return _llama3(rotary_dim, base, s)  # type: ignore[arg-type]
-    if kind == "yarn":
-        return _yarn(rotary_dim, base, s)  # type: ignore[arg-type]
-    if kind in ("deepseek_yarn", "deepseek_llama_scaling"):  # always truncated
-        truncated = dataclasses.replace(s, truncate=True)  # type: ignore[type-var]
-        return _yarn(rotary_dim, base, truncated)  # type: ignore[arg-type]
-    if kind in ("longrope", "longrope_long"):
-        factors = s.long_factor if kind == "longrope_long" else s.short_factor  # type: ignore[union-attr]
-        ext = torch.tensor(factors, dtype=torch.float32)
-        return 1.0 / (
-            ext * base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float) / rotary_dim)
-        )
-    if kind == "dynamic":
-        factor = float(s.factor)  # type: ignore[union-attr, arg-type]
-        length = p.get("config_max_position_embeddings") or default_max_position(
+    if kind not in VLLM_OWN_CLASSES:  # a scaling type's class: its module's float32 rule
+        assert s is not None  # vLLM builds these classes from a scaling only
+        hook = check_vllm_float32(s.type)
+        max_position = p.get("config_max_position_embeddings") or default_max_position(
             p["scaling"], p.get("max_model_len")
         )
-        max_len = length * factor
-        new_base = base * ((max_len / length) - (factor - 1)) ** (rotary_dim / (rotary_dim - 2))
-        return _default(rotary_dim, new_base)
+        inv: Tensor = hook(rotary_dim, base, s.params(), kind, max_position)
+        return inv
     if kind == "dynamic_alpha":
         alpha = float(vllm["alpha"])
-        return _default(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
+        return default_float32(rotary_dim, theta * alpha ** (rotary_dim / (rotary_dim - 2)))
     if kind == "ntk":
         mixed = vllm.get("mixed_b")
         return _ntk(
             rotary_dim, theta, float(vllm["factor"]), None if mixed is None else float(mixed)
         )
-    if kind == "proportional":
-        return _vllm_proportional(rotary_dim, base, s)
-    return _default(rotary_dim, theta if kind == "dual_chunk" else base)
-
-
-def _vllm_proportional(head_size: int, base: float, s: RopeScaling | None) -> Tensor:
-    """``Gemma4RotaryEmbedding._compute_inv_freq``: ``get_rope``'s ``rotary_dim =
-    int(head_size · partial_rotary_factor)``, its ``rotary_dim // 2`` frequencies
-    ``1.0 / (base ** (arange(0, 2·angles, 2, dtype=float) / head_size))`` in float32, then
-    zeros for the rest of the head (cos 1, sin 0). vLLM reads no ``factor`` here."""
-    fraction = 1.0 if s is None or s.partial_rotary_factor is None else s.partial_rotary_factor
-    angles = int(head_size * float(fraction)) // 2
-    exponents = torch.arange(0, 2 * angles, 2, dtype=torch.float) / head_size
-    inv: Tensor = 1.0 / (base**exponents)
-    return torch.cat([inv, torch.zeros(head_size // 2 - angles, dtype=torch.float)])
+    return default_float32(rotary_dim, theta if kind == "dual_chunk" else base)
 
 
 def vllm_half_tables(positions: Tensor, p: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor]:
@@ -654,7 +567,7 @@ def _vllm_mrope(
     return cos.gather(0, index)[0], sin.gather(0, index)[0], parts[0][2]
 
 
-def engine_tables(
+def transformers_tables(
     p: Mapping[str, Any],
     rows: Sequence[Sequence[int]] | None,
     *,
@@ -664,30 +577,41 @@ def engine_tables(
     """The rope kind's tensors with ``precision: "engine"``: transformers' own float32
     ``cos``, ``sin`` and ``inv_freq`` for resolved fields (``rows``: M-RoPE's three rows).
 
-    1-D positions are :func:`engine_blocks` filled whole; M-RoPE's three rows of positions and
-    HunyuanOCR's XD-RoPE rows, which have no row blocks, are computed here."""
-    if rows is None and p.get("config_xdrope_section") is None:
-        blocks = engine_blocks(p, device=device, dtype=dtype)
-        return {name: table.whole().to(device) for name, table in blocks.items()}
-    if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_tables(p, rows, device=device, dtype=dtype)
+    1-D positions are :func:`transformers_blocks` filled whole; M-RoPE's three rows of positions
+    and HunyuanOCR's XD-RoPE rows, which have no row blocks, are computed here."""
     if p.get("config_xdrope_section") is not None:  # transformers' HunYuanVL
         tables = _hunyuan_vl_tables(p)
         return {k: v.to(device=device, dtype=dtype) for k, v in tables.items()}
-    assert rows is not None  # 1-D positions went to engine_blocks above
-    if p.get("engine") == "vllm":  # MRotaryEmbedding: each frequency from its axis's cache row
-        cos, sin, inv = _vllm_mrope(p, rows)
-        layout = p["layout"]
-        return {
-            "cos": widen(cos, layout).to(device=device, dtype=dtype),
-            "sin": widen(sin, layout).to(device=device, dtype=dtype),
-            "inv_freq": inv.to(device=device, dtype=dtype),
-        }
+    if rows is None:
+        blocks = transformers_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
     kw = _arguments(p)
     pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
     kw.update(mrope_section=p["mrope_section"], mrope_interleaved=bool(p["mrope_interleaved"]))
     cos, sin, inv = transformers_cos_sin(pos, dtype=dtype, **kw)
     return {"cos": cos.to(device), "sin": sin.to(device), "inv_freq": inv.to(device)}
+
+
+def vllm_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """vLLM's float32 cache rows (``precision: "engine"``): 1-D positions by
+    :func:`vllm_blocks`, M-RoPE's three rows by ``MRotaryEmbedding`` (each frequency from its
+    axis's cache row)."""
+    if rows is None:
+        blocks = vllm_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
+    cos, sin, inv = _vllm_mrope(p, rows)
+    layout = p["layout"]
+    return {
+        "cos": widen(cos, layout).to(device=device, dtype=dtype),
+        "sin": widen(sin, layout).to(device=device, dtype=dtype),
+        "inv_freq": inv.to(device=device, dtype=dtype),
+    }
 
 
 def _llamacpp_half(
@@ -697,19 +621,36 @@ def _llamacpp_half(
     (``length``: the whole table's ``max + 1``, default the rows')."""
     if p.get("mlx") is not None:
         return _mlx_half(p, pos, length)
-    rope = _llamacpp(p)
+    rope = llamacpp_arguments(p)
     if p.get("precision") == "engine":
         return ggml_rope_tables(pos, rope)
     return llamacpp_rope_tables(pos, rope)
 
 
-def _llamacpp_tables(
+def own_tables(
+    p: Mapping[str, Any],
+    rows: Sequence[Sequence[int]] | None,
+    *,
+    device: torch.device | str | None = None,
+    dtype: torch.dtype = torch.float32,
+) -> dict[str, Tensor]:
+    """llama.cpp's (``llamacpp`` fields) or MLX's (``mlx`` fields) tables, exact or in the
+    engine's float32 (``precision``): 1-D positions by :func:`own_blocks`, else M-RoPE's rows."""
+    if rows is None and p.get("config_xdrope_section") is None:
+        blocks = own_blocks(p, device=device, dtype=dtype)
+        return {name: table.whole().to(device) for name, table in blocks.items()}
+    return _own_rows(p, rows, device=device, dtype=dtype)
+
+
+def _own_rows(
     p: Mapping[str, Any],
     rows: Sequence[Sequence[int]] | None,
     *,
     device: torch.device | str | None,
     dtype: torch.dtype,
 ) -> dict[str, Tensor]:
+    """:func:`own_tables` of M-RoPE's three rows (MLX: text positions only), or of positions
+    with XD-RoPE's sections, which have no row blocks."""
     if rows is not None:
         pos = torch.tensor([list(r) for r in rows], dtype=torch.int64)  # (3, T)
         if p.get("mlx") is not None:  # mlx-lm's "mrope" is plain RoPE: text positions only
@@ -735,19 +676,12 @@ def _llamacpp_tables(
     }
 
 
-def engine_blocks(
+def transformers_blocks(
     p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
 ) -> dict[str, TableBlocks]:
-    """:func:`engine_tables` for 1-D positions in row blocks (each element is computed alone,
-    so the blocks are the whole table's bytes)."""
-    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
-    total = int(p["seq_len"]) if held is None else held.numel()
-    length = total if held is None else int(held.max()) + 1
-    dev = torch.device("cpu") if device is None else torch.device(device)
-    if p.get("llamacpp") is not None or p.get("mlx") is not None:
-        return _llamacpp_blocks(p, held, total, length, dev, dtype)
-    if p.get("engine") == "vllm":
-        return _vllm_blocks(p, held, total, dev, dtype)
+    """transformers' float32 tables for 1-D positions in row blocks (each element is computed
+    alone, so the blocks are the whole table's bytes)."""
+    held, total, length, dev = _extent(p, device)
     kw = _arguments(p)
     inv, scale = transformers_inv_freq(
         kw["rotary_dim"], kw["base"], kw["scaling"], seq_len=length, exponent_dim=kw["exponent_dim"]
@@ -766,6 +700,33 @@ def engine_blocks(
     out = {w: TableBlocks(w, (total, width), dtype, filler(w), dev) for w in ("cos", "sin")}
     out["inv_freq"] = tensor_blocks("inv_freq", inv.to(dtype))
     return out
+
+
+def _extent(
+    p: Mapping[str, Any], device: torch.device | str | None
+) -> tuple[Tensor | None, int, int, torch.device]:
+    """``(positions given or None, T, max + 1, device)`` of resolved fields."""
+    held = None if p.get("positions") is None else torch.tensor(list(p["positions"]))
+    total = int(p["seq_len"]) if held is None else held.numel()
+    length = total if held is None else int(held.max()) + 1
+    dev = torch.device("cpu") if device is None else torch.device(device)
+    return held, total, length, dev
+
+
+def vllm_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """vLLM's float32 cache rows in row blocks (each row is computed alone)."""
+    held, total, _length, dev = _extent(p, device)
+    return _vllm_blocks(p, held, total, dev, dtype)
+
+
+def own_blocks(
+    p: Mapping[str, Any], *, device: torch.device | str | None = None, dtype: torch.dtype
+) -> dict[str, TableBlocks]:
+    """:func:`own_tables` for 1-D positions in row blocks."""
+    held, total, length, dev = _extent(p, device)
+    return _llamacpp_blocks(p, held, total, length, dev, dtype)
 
 
 def _vllm_blocks(
@@ -816,29 +777,41 @@ def _speeds(p: Mapping[str, Any], length: int = 1) -> Tensor:
     """The ``(R/2,)`` angle per position of llama.cpp's or MLX's rule, float64."""
     if p.get("mlx") is not None:
         return mlx_speeds(MlxRope(**p["mlx"]), length)
-    speed, _scale = llamacpp_inv_freq(_llamacpp(p))
+    speed, _scale = llamacpp_inv_freq(llamacpp_arguments(p))
     return speed
 
 
 __all__ = [
     "LLAMACPP_FIELD",
-    "OWN_ENGINES",
     "POLAR_MODEL_TYPES",
     "PRECISIONS",
-    "VLLM_ENGINE_TYPES",
+    "VLLM_OWN_CLASSES",
     "Precision",
-    "check_engine_precision",
-    "engine_blocks",
-    "engine_meta",
-    "engine_tables",
-    "handles",
+    "check_transformers_float32",
+    "check_vllm_engine_types",
+    "check_vllm_float32",
+    "check_xdrope_engine",
+    "llamacpp_arguments",
     "llamacpp_complete",
+    "llamacpp_meta",
     "mlx_complete",
+    "mlx_meta",
     "model_type_of",
+    "own_blocks",
+    "own_tables",
+    "refuse_dual_chunk",
+    "refuse_llamacpp_field",
+    "transformers_blocks",
     "transformers_cos_sin",
+    "transformers_float32_hook",
     "transformers_half_tables",
     "transformers_inv_freq",
+    "transformers_tables",
+    "vllm_blocks",
+    "vllm_float32_hook",
     "vllm_half_tables",
     "vllm_inv_freq",
+    "vllm_tables",
+    "wants_engine_precision",
     "widen",
 ]

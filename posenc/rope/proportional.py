@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from posenc._validate import check_finite
@@ -79,3 +80,31 @@ def vllm(
     out = inv_freq.clone()
     out[int(fraction * rotary_dim) // 2 :] = 0.0
     return VllmRope("proportional", out, 1.0, server.max_position)
+
+
+def transformers_float32(dim: int, base: float, s: ProportionalParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_proportional_rope_parameters``: ``dim`` is the whole head; ``(E/2,)``."""
+    share = 1.0 if s.partial_rotary_factor is None else float(s.partial_rotary_factor)
+    angles = int(share * dim // 2)
+    rotated = 1.0 / (base ** (torch.arange(0, 2 * angles, 2, dtype=torch.int64).float() / dim))
+    rest = dim // 2 - angles
+    inv = torch.cat((rotated, torch.zeros(rest, dtype=torch.float32))) if rest > 0 else rotated
+    inv /= 1.0 if s.factor is None else float(s.factor)
+    return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: ProportionalParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): ``Gemma4RotaryEmbedding._compute_inv_freq``:
+    ``get_rope``'s ``rotary_dim = int(head_size · partial_rotary_factor)``, its ``rotary_dim // 2``
+    frequencies ``1.0 / (base ** (arange(0, 2·angles, 2, dtype=float) / head_size))`` in float32,
+    then zeros for the rest of the head (cos 1, sin 0); vLLM reads no ``factor`` here;
+    ``(R/2,)``."""
+    fraction = 1.0 if s.partial_rotary_factor is None else s.partial_rotary_factor
+    angles = int(dim * float(fraction)) // 2
+    exponents = torch.arange(0, 2 * angles, 2, dtype=torch.float) / dim
+    inv: Tensor = 1.0 / (base**exponents)
+    return torch.cat([inv, torch.zeros(dim // 2 - angles, dtype=torch.float)])

@@ -41,7 +41,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from types import ModuleType
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -58,9 +58,6 @@ from posenc.rope.vllm_cache import (
     check_dual_chunk_cache,
     dual_chunk_positions,
 )
-
-Engine = Literal["transformers", "vllm"]
-ENGINES: tuple[str, ...] = ("transformers", "vllm")
 
 #: Model types whose vLLM model code builds DeepSeek's YaRN (``deepseek_v2.py`` and the
 #: models that reuse its attention) for any non-default RoPE type.
@@ -326,10 +323,8 @@ def angles_table(positions: Tensor, inv_freq: Tensor, magnitude: float) -> tuple
 __all__ = [
     "DEEPSEEK_MODEL_TYPES",
     "DUAL_CHUNK_CACHES",
-    "ENGINES",
     "UNBOUNDED",
     "VLLM_ONLY_ROPE_TYPES",
-    "Engine",
     "VllmRope",
     "angles_table",
     "check_rows",

@@ -8,6 +8,7 @@ One scaling type: its parameters (:class:`YarnParams`), their validation
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,6 +61,33 @@ class YarnParams:
 Params = YarnParams
 
 
+def correction_range(
+    dim: int,
+    base: float,
+    original: int | float,
+    beta_fast: float,
+    beta_slow: float,
+    *,
+    truncate: bool = True,
+) -> tuple[float, float]:
+    """YaRN's correction range ``(low, high)``, the ramp's ends in dimensions (Python floats, as
+    transformers' ``find_correction_range``, vLLM's ``yarn_find_correction_range`` and mlx-lm's
+    ``YarnRoPE`` compute it): the dimension whose wavelength fits ``beta`` rotations into the
+    ``original`` context, ``E·ln(L/(β·2π)) / (2·ln base)``, rounded outwards when ``truncate``,
+    clamped to ``[0, E − 1]``, ``high`` nudged by 0.001 where the two meet."""
+
+    def dimension(rotations: float) -> float:
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = dimension(beta_fast), dimension(beta_slow)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001  # as transformers: prevent a zero-width ramp
+    return low, high
+
+
 def validate(p: YarnParams) -> None:
     """The ramp's ends in order: ``beta_fast >= beta_slow`` (their defaults 32 and 1)."""
     fast = p.beta_fast if p.beta_fast is not None else BETA_FAST
@@ -92,16 +120,8 @@ def _yarn(
     beta_fast = s.beta_fast if s.beta_fast is not None else BETA_FAST
     beta_slow = s.beta_slow if s.beta_slow is not None else BETA_SLOW
 
-    def correction_dim(num_rotations: float) -> float:
-        # the dimension whose wavelength fits num_rotations times into the original context
-        return (rotary_dim * math.log(omax / (num_rotations * 2 * math.pi))) / (2 * math.log(base))
-
-    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
-    if s.truncate is None or s.truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, rotary_dim - 1)
-    if low == high:
-        high += 0.001  # as transformers: prevent a zero-width ramp
+    truncate = s.truncate is None or s.truncate
+    low, high = correction_range(rotary_dim, base, omax, beta_fast, beta_slow, truncate=truncate)
 
     ramp = torch.arange(rotary_dim // 2, dtype=torch.float64)
     ramp = ((ramp - low) / (high - low)).clamp(0, 1)  # (R/2,)
@@ -129,15 +149,9 @@ def _vllm_inv_freq(
     """vLLM's YaRN frequencies (``yarn_find_correction_range`` and ``yarn_linear_ramp_mask``):
     extrapolated above the ramp, interpolated (``/ factor``) below it; ``(R/2,)`` float64."""
 
-    def dim(rotations: float) -> float:
-        return rotary_dim * math.log(original / (rotations * 2 * math.pi)) / (2 * math.log(base))
-
-    low, high = dim(beta_fast), dim(beta_slow)
-    if truncate:
-        low, high = math.floor(low), math.ceil(high)
-    low, high = max(low, 0), min(high, rotary_dim - 1)
-    if low == high:
-        high += 0.001
+    low, high = correction_range(
+        rotary_dim, base, original, beta_fast, beta_slow, truncate=truncate
+    )
     ramp = ((torch.arange(rotary_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
     mask = 1 - ramp  # 1: extrapolation (ω), 0: interpolation (ω / factor)
     return (inv / factor) * (1 - mask) + inv * mask
@@ -176,3 +190,34 @@ def vllm(
     else:
         magnitude = yarn_get_mscale(factor)
     return VllmRope("yarn", inv, magnitude, rows)
+
+
+def transformers_float32(dim: int, base: float, s: YarnParams, length: int) -> Tensor:
+    """transformers' float32 ``inv_freq`` (``precision: "engine"``),
+    ``_compute_yarn_parameters``' float32 ramp between interpolation and extrapolation (vLLM's
+    YaRN classes compute the same; DeepSeek's always truncated); ``(E/2,)``."""
+    factor = float(s.factor)
+    omax = int(s.original_max_position_embeddings)
+    beta_fast = s.beta_fast or 32
+    beta_slow = s.beta_slow or 1
+    truncate = s.truncate is None or s.truncate
+    low, high = correction_range(dim, base, omax, beta_fast, beta_slow, truncate=truncate)
+    pos_freqs = base ** (torch.arange(0, dim, 2).to(dtype=torch.float) / dim)
+    extrapolation = 1.0 / pos_freqs
+    interpolation = 1.0 / (factor * pos_freqs)
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)
+    extrapolation_factor = 1 - ramp.to(dtype=torch.float)
+    inv: Tensor = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor
+    return inv
+
+
+def vllm_float32(
+    dim: int, base: float, s: YarnParams, vllm_class: str, max_position: int
+) -> Tensor:
+    """vLLM's float32 ``inv_freq`` for this type (``precision: "engine"`` with ``engine:
+    "vllm"``; ``vllm_class`` the class it builds, ``max_position`` its cache's length): transformers' ramp (:func:`transformers_float32`), always
+    truncated in DeepSeek's classes;
+    ``(R/2,)``."""
+    if vllm_class.startswith("deepseek"):
+        s = dataclasses.replace(s, truncate=True)
+    return transformers_float32(dim, base, s, max_position)

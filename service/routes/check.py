@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from posenc import codec
-from posenc.check import CANDIDATES, MISTAKE_NAMES, MISTAKES, check_table
+from posenc.check import MISTAKE_NAMES, MISTAKES, candidates, check_table
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 from service.errors import BadBody, is_json_media_type, media_type_refusal
@@ -160,7 +160,7 @@ def _rows(rows: list[list[float]], name: str) -> Any:
         "and the JSON fields in its header's __metadata__ under request) with config or preset "
         "and positions or seq_len; (T, R) in either layout, or (T, R/2). `matches` compares it "
         "with each engine and precision ("
-        + ", ".join(f"{e}/{p}" for e, p in CANDIDATES)
+        + ", ".join(f"{e}/{p}" for e, p in candidates())
         + "), closest first; `diagnosis` names the known mistakes that reproduce it within "
         "1e-6, from a fixed vocabulary: " + ", ".join(MISTAKE_NAMES) + "."
     ),
@@ -188,7 +188,7 @@ async def config_check(request: Request, state: State) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()
     req, cos, sin = _read(body, content_type)
-    work = (len(CANDIDATES) + len(MISTAKES) + 2) * 2 * int(np.size(cos))
+    work = (len(candidates()) + len(MISTAKES) + 2) * 2 * int(np.size(cos))
     check_elements(work, what="the tables compared", max_elements=state.settings.max_elements)
     fields = req.model_dump(exclude={"cos", "sin"}, exclude_none=True)
     return await run_in_threadpool(check_table, fields, cos, sin)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
 from posenc.difference_plot import HEIGHT, WIDTH, difference_png
@@ -15,10 +15,11 @@ from posenc.engine_pairs import (
     compare_pairs,
     pair_curves,
 )
-from posenc.engines import compare_engines
+from posenc.engines import engine_names
 from posenc.errors import InvalidArgument
 from posenc.hf.describe import describe
 from posenc.mask_engines import compare_mask_engines
+from posenc.vllm_compare import compare_engines
 from service.responses.formats import FORMAT_MEDIA_TYPES, negotiate
 from service.state import State
 from service.statuses import Does, declared_responses, with_ok
@@ -55,11 +56,12 @@ class ConfigPositionsRequest(BaseModel):
         description="a model's Hugging Face config.json object, as published (a multimodal file "
         "whole: its text_config is read)",
     )
-    engine: Literal["transformers", "vllm", "llama.cpp", "mlx"] = Field(
+    engine: str = Field(
         "transformers",
         description="whose reading: transformers (default), vllm (its magnitudes, cache rows "
-        "and softmax scale), llama.cpp or mlx (their rope arguments per layer type; see "
-        "docs/engines.md)",
+        "and softmax scale), llama.cpp or mlx (their rope arguments per layer type and the "
+        "scaling type as each names it; see docs/engines.md), or another registered engine",
+        json_schema_extra=lambda schema: schema.update(enum=list(engine_names())),
     )
     max_model_len: int | None = Field(
         None,
@@ -67,6 +69,14 @@ class ConfigPositionsRequest(BaseModel):
         description="engine vllm: the server's --max-model-len (default the config's "
         "max_position_embeddings)",
     )
+
+    @field_validator("engine")
+    @classmethod
+    def _registered(cls, engine: str) -> str:
+        """One of the registry's text-RoPE engines, asked at the time of the request."""
+        if engine not in engine_names():
+            raise ValueError(f"engine must be one of {', '.join(engine_names())}")
+        return engine
 
 
 class RopeLayerInfo(BaseModel):
@@ -200,8 +210,9 @@ class CompareRequest(BaseModel):
     engines: list[str | dict[str, str]] | None = Field(  # issue 30
         None,
         min_length=2,
-        description='two or more of transformers, vllm, llama.cpp, mlx, "exact", or {engine, '
-        'precision}; default ["transformers", "vllm"]. With more than two, pairs answers',
+        description="two or more of transformers, vllm, llama.cpp, mlx (the registered "
+        'engines), "exact", or {engine, precision}; default ["transformers", "vllm"]. With '
+        "more than two, pairs answers",
     )
 
     @model_validator(mode="after")

@@ -113,8 +113,8 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         return str | Annotated[list[str], Field(min_length=1)]
     if spec.type == "struct":
         return _struct_model(spec)
-    if spec.choices is not None:
-        return Literal[spec.choices]
+    if spec.allowed is not None:
+        return Literal[spec.allowed]
     return str
 
 

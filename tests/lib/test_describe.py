@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pytest
 
+from posenc.engines import engine_names
 from posenc.errors import InvalidArgument
-from posenc.hf.describe import DESCRIBE_ENGINES, describe
+from posenc.hf.describe import describe
 from posenc.model_configs import model_config
 
 FLUX = {"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [16, 56, 56]}
@@ -44,7 +45,7 @@ def test_a_vision_tower_alone_has_no_text_positions() -> None:
 
 
 def test_a_diffusers_config_is_read_by_diffusers_whatever_the_engine() -> None:
-    for engine in DESCRIBE_ENGINES:
+    for engine in engine_names():
         said = describe(FLUX, engine)
         assert (said["kind"], said["model_type"], said["layout"]) == (
             "diffusion_rope",

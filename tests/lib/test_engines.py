@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from posenc import resolve
-from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
 from posenc.rope import ROPE
 from posenc.rope.vllm import dual_chunk_positions, llama4_query_scale, ntk_inv_freq, vllm_rope
+from posenc.vllm_compare import compare_engines, positions_for_engine
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 RECORDED = json.loads(FIXTURE.read_text())

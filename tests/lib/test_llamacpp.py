@@ -185,14 +185,14 @@ def test_gptj_has_no_rope_in_llamacpp() -> None:
 
 
 def test_blocks_equal_the_whole_table() -> None:
-    from posenc.rope.precision import engine_blocks
+    from posenc.engines import ENGINES
 
     p = resolve_fields(
         ROPE,
         {"preset": "qwen2.5-7b", "seq_len": 3000, "engine": "llama.cpp", "precision": "engine"},
     )
     whole = dict(compute(ROPE, p))
-    for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+    for name, blocks in ENGINES[p["engine"]].blocks(p, device=None, dtype=torch.float32).items():
         out = torch.empty(blocks.shape).reshape(-1, blocks.row_elements)
         for start in range(0, blocks.rows, 701):
             blocks.fill_rows(start, min(start + 701, blocks.rows), out[start : start + 701])

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.engines import ENGINES
 from posenc.errors import InvalidArgument
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE
@@ -32,7 +33,6 @@ from posenc.rope.mlx import (
     mlx_rope_for,
     mlx_rope_tables,
 )
-from posenc.rope.precision import engine_blocks
 
 FIXTURE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "mlx" / "tables.json").read_text()
@@ -177,7 +177,7 @@ def test_dynamic_blocks_see_the_whole_table_length() -> None:
         ROPE, {"config": config, "seq_len": 300, "engine": "mlx", "precision": "engine"}
     )
     whole = dict(compute(ROPE, p))
-    for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+    for name, blocks in ENGINES[p["engine"]].blocks(p, device=None, dtype=torch.float32).items():
         out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
         for start in range(0, blocks.rows, 37):
             stop = min(start + 37, blocks.rows)

@@ -165,12 +165,12 @@ def test_records_hold_the_models_facts(model_type: str, field: str, value: objec
 
 def test_views_are_the_records() -> None:
     """The names other modules import are derived from the records, not kept beside them."""
-    from posenc.engines import LLAMA4_QUERY_SCALE_TYPES
     from posenc.hf_config import INTERLEAVED_MODEL_TYPES
     from posenc.query_scale import BETA_MODEL_TYPES
     from posenc.relative_sinusoidal import PARAKEET_MODEL_TYPES
     from posenc.rope.vllm import DEEPSEEK_MODEL_TYPES
     from posenc.vision_rope import TOP_LEVEL_VISION
+    from posenc.vllm_compare import LLAMA4_QUERY_SCALE_TYPES
 
     assert BETA_MODEL_TYPES == LLAMA4_QUERY_SCALE_TYPES == types_where(lambda f: f.query_scale)
     assert types_where(lambda f: f.layout == "interleaved") == INTERLEAVED_MODEL_TYPES

@@ -45,7 +45,7 @@ from posenc.relative import (
 )
 from posenc.relative_sinusoidal import relative_sinusoidal_blocks, relative_sinusoidal_table
 from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
-from posenc.rope.precision import engine_tables
+from posenc.rope.precision import own_tables, transformers_tables, vllm_tables
 from posenc.sinusoidal import sinusoidal_blocks, sinusoidal_table
 from posenc.vision_rope import vision_rope_blocks, vision_rope_cos_sin, vision_rope_spec
 from posenc.vision_timm import timm_rope_blocks, timm_rope_cos_sin, timm_rope_spec
@@ -212,7 +212,10 @@ DELEGATES: dict[Callable[..., Any], str] = {
     swin_relative_position_index: "swin_index_blocks",
     attention_mask: "mask_blocks",
     attention_bias: "mask_blocks",
-    engine_tables: "engine_blocks",  # 1-D positions; M-RoPE's three rows have no blocks
+    # the engines' own arithmetic (posenc.engines): 1-D positions; M-RoPE's rows have no blocks
+    transformers_tables: "transformers_blocks",
+    vllm_tables: "vllm_blocks",
+    own_tables: "own_blocks",
 }
 
 # Requests beyond each kind's own examples: the rope kind's engines, each its own arithmetic.

@@ -17,12 +17,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from posenc.engines import ENGINES
 from posenc.hf_config import read_positions
 from posenc.model_configs import model_config
 from posenc.presets import PRESETS
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import ROPE
-from posenc.rope.precision import engine_blocks, transformers_cos_sin
+from posenc.rope.precision import transformers_cos_sin
 from posenc.rope.scaling import RopeScaling
 
 transformers = pytest.importorskip("transformers")
@@ -197,7 +198,7 @@ def test_blocks_equal_the_whole_table() -> None:
     """Row blocks of odd sizes give the same bytes as the whole table."""
     p = resolve_fields(ROPE, {"preset": "phi-3.5-mini", "seq_len": 9000, "precision": "engine"})
     whole = dict(compute(ROPE, p))
-    for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+    for name, blocks in ENGINES[p["engine"]].blocks(p, device=None, dtype=torch.float32).items():
         out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
         for start in range(0, blocks.rows, 777):
             stop = min(start + 777, blocks.rows)
@@ -319,7 +320,9 @@ def test_vllm_engine_blocks_equal_the_whole_table() -> None:
                 fields[name] = case[name]
         p = resolve_fields(ROPE, fields)
         whole = dict(compute(ROPE, p))
-        for name, blocks in engine_blocks(p, dtype=torch.float32).items():
+        for name, blocks in (
+            ENGINES[p["engine"]].blocks(p, device=None, dtype=torch.float32).items()
+        ):
             out = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
             for start in range(0, blocks.rows, 701):
                 stop = min(start + 701, blocks.rows)

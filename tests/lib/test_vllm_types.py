@@ -24,13 +24,13 @@ import pytest
 import torch
 
 from posenc import resolve
-from posenc.engines import compare_engines, positions_for_engine
 from posenc.errors import InvalidArgument
 from posenc.hf_config import read_positions
 from posenc.model_configs import model_config, vllm_config
 from posenc.rope import ROPE
 from posenc.rope.kind import ROPE as KIND
 from posenc.rope.vllm import dual_chunk_positions, vllm_for_fields, xdrope_cos_sin
+from posenc.vllm_compare import compare_engines, positions_for_engine
 
 F64 = torch.float64
 QWEN_1M = "qwen2.5-7b-instruct-1m"
@@ -247,11 +247,11 @@ def test_hunyuan_ocr_engine_precision_equals_the_module_bit_for_bit() -> None:
         assert torch.equal(out["inv_freq"], rot.inv_freq)
         exact = resolve.compute(ROPE, _fields(config, "transformers", positions=rows))
         assert (exact["cos"] - cos[0].double()).abs().max() > 1e-4  # float32 angles
-    from posenc.rope.precision import engine_blocks
+    from posenc.engines import ENGINES
 
     f = _fields(config, "transformers", seq_len=3000, precision="engine", dtype="float32")
     whole = resolve.compute(ROPE, f)  # text rows stream: blocks are the whole table's bytes
-    for name, blocks in engine_blocks(f, dtype=torch.float32).items():
+    for name, blocks in ENGINES[f["engine"]].blocks(f, device=None, dtype=torch.float32).items():
         got = torch.empty(blocks.shape, dtype=blocks.dtype).reshape(-1, blocks.row_elements)
         for start in range(0, blocks.rows, 777):
             blocks.fill_rows(start, min(start + 777, blocks.rows), got[start : start + 777])

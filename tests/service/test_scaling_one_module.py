@@ -131,6 +131,36 @@ def test_a_registered_type_is_served_validated_and_documented(halved: None) -> N
     assert {"type": "number", "exclusiveMinimum": 0} in members["factor"]["anyOf"]
 
 
+def _halved_float32(dim: int, base: float, s: HalvedParams, length: int) -> Tensor:
+    """The type's engine hook: transformers' float32 default ``inv_freq`` over ``2·factor``."""
+    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
+    inv: Tensor = 1.0 / (base**exponents) / (2.0 * float(s.factor))
+    return inv
+
+
+def test_engine_precision_needs_the_types_engine_hook(
+    halved: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without ``transformers_float32`` the type's ``precision: "engine"`` is a 422 naming the
+    engine and the type; with it (one more function in the module), it is served."""
+    body = {"seq_len": 5, "head_dim": 8, "precision": "engine"}
+    body["scaling"] = {"type": "halved", "factor": 1.5}
+    with TestClient(create_app(Settings())) as client:
+        r = client.post("/v1/encodings/rope", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["field"] == "precision"
+        assert "engine transformers" in r.json()["detail"] and "'halved'" in r.json()["detail"]
+        r = client.post("/v1/encodings/rope", json={**body, "engine": "vllm"})
+        assert r.status_code == 422, r.text
+        assert "engine vllm" in r.json()["detail"] and "'halved'" in r.json()["detail"]
+        monkeypatch.setattr(HALVED, "transformers_float32", _halved_float32, raising=False)
+        r = client.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text
+    assert r.json()["meta"]["precision"] == "engine"
+    cos = json_tensor(r.json(), "cos")
+    np.testing.assert_allclose(cos, _closed_form(5, 8, 10000.0, 1.5), rtol=0, atol=2e-7)
+
+
 def test_the_library_follows_the_registry(halved: None) -> None:
     s = RopeScaling.from_dict({"type": "halved", "factor": 2.0})
     inv, scale = rope_inv_freq(8, 10000.0, s)

@@ -1,9 +1,10 @@
 """transformers' and vLLM's RoPE for one config, side by side.
 
-:func:`positions_for_engine` is ``POST /v1/configs/positions`` for either engine (vLLM's
-magnitudes, cache rows and softmax scale); :func:`compare_engines` is ``POST
-/v1/configs/compare``: where the two engines' tables and scales differ at the requested
-positions, with one sentence per rule (see docs/engines.md). vLLM's rules are
+:func:`positions_for_engine` is ``POST /v1/configs/positions``' reading of a config's
+positions for any registered engine (:mod:`posenc.engines`: each RoPE layer type's entry,
+softmax scale and ``meta`` from the engine's module); :func:`compare_engines` is ``POST
+/v1/configs/compare`` of transformers and vLLM: where the two engines' tables and scales differ
+at the requested positions, with one sentence per rule (see docs/engines.md). vLLM's rules are
 :mod:`posenc.rope.vllm`; transformers' are :mod:`posenc.rope` and :mod:`posenc.hf_config`.
 
 Notation: ``T`` positions, ``R`` rotary dimension.
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.engines import ENGINES, engine_named
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family, types_where
 from posenc.hf.reader import text_part
@@ -25,7 +27,6 @@ from posenc.limits import check_elements, sequence_length
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE, RopeScaling, rope_inv_freq
 from posenc.rope.vllm import (
-    ENGINES,
     VllmRope,
     angles_table,
     llama4_query_scale,
@@ -61,6 +62,10 @@ def query_scale_beta(config: Mapping[str, Any]) -> tuple[float, int] | None:
     return float(beta), int(omax)
 
 
+#: The two engines :func:`compare_engines` explains, rule by rule.
+TRANSFORMERS, VLLM = ENGINES["transformers"], ENGINES["vllm"]
+
+
 def _resolve(config: Mapping[str, Any], engine: str, extra: Mapping[str, Any]) -> dict[str, Any]:
     given = {"config": dict(config), "engine": engine, "dtype": "float64", **extra}
     return resolve_fields(ROPE, {k: v for k, v in given.items() if v is not None})
@@ -71,14 +76,16 @@ def positions_for_engine(
 ) -> dict[str, Any]:
     """``read_positions(config).to_dict()`` as ``engine`` applies it, with ``meta``.
 
-    For ``vllm``: each RoPE layer type's ``attention_scaling`` is vLLM's magnitude, with
-    ``vllm_rope_type`` (the class vLLM builds) and ``vllm_rows`` (its cache's rows), and
-    ``softmax_scale`` is the one vLLM's attention uses.
+    Each RoPE layer type's entry is updated with the engine's own (:meth:`Engine.layer_entry`:
+    vLLM's magnitude, class and cache rows; llama.cpp's and MLX's arguments, layout, magnitude
+    and scaling type as each names it), the softmax scale multiplied by its factor (vLLM's
+    smallest), its notes added to ``warnings``; ``meta`` names the engine and, for one that
+    reads a server's context (``takes_max_model_len``), the ``max_model_len`` it used.
+
+    Raises:
+        InvalidArgument: an unknown engine, a bad ``max_model_len``, a config it does not run.
     """
-    if engine not in ENGINES:
-        raise InvalidArgument(
-            f"engine must be one of {', '.join(ENGINES)}, got {engine!r}", field="engine"
-        )
+    reader = engine_named(engine)
     if max_model_len is not None and (
         isinstance(max_model_len, bool) or not isinstance(max_model_len, int) or max_model_len < 1
     ):
@@ -87,32 +94,32 @@ def positions_for_engine(
         )
     mp = read_positions(config)
     out = mp.to_dict()
-    meta: dict[str, Any] = {"engine": engine}
-    if engine == "vllm" and mp.kind == "rope" and mp.rope:
-        factors = set()
+    meta: dict[str, Any] = {"engine": reader.name}
+    if reader.describes_layers:
+        meta["max_model_len"] = max_model_len
+    if reader.describes_layers and mp.kind == "rope" and mp.rope:
+        factors = []
         for name in mp.rope:
-            fields = _resolve(
-                config,
-                "vllm",
-                {
-                    "positions": [0],
-                    "max_model_len": max_model_len,
-                    "layer_type": name if mp.per_layer_type else None,
-                },
-            )
-            rope = vllm_for_fields(fields)
-            out["rope"][name].update(
-                attention_scaling=rope.attention_scaling,
-                vllm_rope_type=rope.rope_type,
-                vllm_rows=rope.rows,
-            )
-            factors.add(rope.softmax_factor)
-            meta["max_model_len"] = fields["vllm_max_model_len"]
-        if out["softmax_scale"] is not None:
+            given: dict[str, Any] = {"positions": [0]}
+            given["layer_type"] = name if mp.per_layer_type else None
+            if reader.takes_max_model_len:
+                given["max_model_len"] = max_model_len
+            fields = _resolve(config, reader.name, given)
+            out["rope"][name].update(reader.layer_entry(fields))
+            factors.append(reader.softmax_factor(fields))
+            notes = reader.notes(fields)
+            if notes:
+                out["warnings"] = [*out["warnings"], *notes]
+            if "vllm_max_model_len" in fields:  # what the server's context defaulted to
+                meta["max_model_len"] = fields["vllm_max_model_len"]
+        if reader.scales_softmax and out["softmax_scale"] is not None:
             out["softmax_scale"] = out["softmax_scale"] * min(factors)
-    elif engine == "vllm":
+        if mp.layout is not None:  # the engine's layout, as each layer entry says it
+            layouts = {out["rope"][n].get("layout", mp.layout) for n in mp.rope}
+            out["layout"] = layouts.pop() if len(layouts) == 1 else mp.layout
+    elif reader.scales_softmax:
         meta["max_model_len"] = max_model_len or mp.max_position_embeddings
-    out["engine"] = engine
+    out["engine"] = reader.name
     out["meta"] = meta
     return out
 
@@ -178,14 +185,14 @@ def compare_engines(
             field="config",
         )
     where = {"seq_len": seq_len, "positions": list(positions) if positions is not None else None}
-    tf = _resolve(config, "transformers", {**where, "layer_type": layer_type})
+    tf = _resolve(config, TRANSFORMERS.name, {**where, "layer_type": layer_type})
     if count is not None:
         check_elements(
             4 * count * tf["rotary_dim"], what="the compared tables", max_elements=max_elements
         )
     vf = _resolve(
         config,
-        "vllm",
+        VLLM.name,
         {"positions": [0], "max_model_len": max_model_len, "layer_type": layer_type},
     )
     if tf["positions"] is not None:  # (T,), checked by resolve_fields
@@ -204,7 +211,7 @@ def compare_engines(
     tf_softmax = mp.softmax_scale
     vl_softmax = None if tf_softmax is None else tf_softmax * vl.softmax_factor
     out: dict[str, Any] = {
-        "engines": ["transformers", "vllm"],
+        "engines": [TRANSFORMERS.name, VLLM.name],
         "cos": _diff(tf_cos, vl_cos, shown),
         "sin": _diff(tf_sin, vl_sin, shown),
         "attention_scaling": _scalar(tf_scale, vl.attention_scaling, first),
