@@ -57,6 +57,35 @@ LOST = (RayActorError, WorkerCrashedError, ReplicaUnavailableError, ObjectLostEr
 UNAVAILABLE = (BackPressureError, DeploymentUnavailableError)
 
 
+def bind_replica_grpc_to_node_ip() -> None:
+    """Make this replica's inter-deployment gRPC server listen on the node's address only.
+
+    Ray Serve 2.60 starts one in every replica, on ``[::]:0`` (all interfaces, hard-coded in
+    ``ray.serve._private.replica``), even where nothing uses it (``RAY_SERVE_USE_GRPC_BY_DEFAULT``
+    is off by default). The node's address is where the other nodes reach the replica anyway; on
+    a cluster bound to 127.0.0.1 it is loopback, so the cluster listens on loopback alone. Called
+    in each deployment's ``__init__``, which Serve runs before it starts that server. A Ray
+    without that function is left as it is (logged)."""
+    import ray
+    from ray.serve._private import replica
+
+    original = getattr(replica, "add_port_to_grpc_server", None)
+    if original is None or getattr(original, "_posenc_bound", False):
+        if original is None:
+            logger.warning("this Ray has no replica gRPC bind to narrow; left as it is")
+        return
+    node_ip = ray.util.get_node_ip_address()
+    host = f"[{node_ip}]" if ":" in node_ip else node_ip
+
+    def bound(server: Any, address: str) -> int:
+        if address == "[::]:0":
+            address = f"{host}:0"
+        return int(original(server, address))
+
+    bound._posenc_bound = True  # type: ignore[attr-defined]
+    replica.add_port_to_grpc_server = bound
+
+
 @serve.deployment(name="PosencService")
 class PosencService:
     """One posenc service process: the app of ``service.app.create_app()`` and its lifespan."""
@@ -64,6 +93,7 @@ class PosencService:
     async def __init__(self) -> None:
         from service.app import create_app  # the replica's own POSENC_* environment
 
+        bind_replica_grpc_to_node_ip()
         self.app = create_app()
         self.lifespan = Lifespan(self.app)
         await self.lifespan.start()  # device and models, as python -m service; raises if not
@@ -111,6 +141,7 @@ class PosencIngress:
     def __init__(
         self, service: DeploymentHandle, retries: int = 3, retry_after_seconds: int = 1
     ) -> None:
+        bind_replica_grpc_to_node_ip()
         self.service = service
         self.retries = retries
         self.retry_after = retry_after_seconds
