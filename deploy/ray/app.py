@@ -205,7 +205,7 @@ class PosencIngress:
         results: list[Any] = await self.service.broadcast("metrics").results_async(
             timeout_s=30, return_exceptions=True
         )
-        texts = dict(r for r in results if isinstance(r, tuple))
+        texts: dict[str, str] = dict(r for r in results if isinstance(r, tuple))
         if not texts:
             return _unavailable("no posenc replica answered for its metrics", self.retry_after)
         texts[f"ingress-{self.ingress_id}"] = generate_latest(self.registry).decode()

@@ -74,7 +74,7 @@ def render_config(source: Path, port: int, **deployment_options: dict[str, objec
     for app in config["applications"]:
         for deployment in app.get("deployments", []):
             deployment.update(deployment_options.get(deployment["name"], {}))
-    return yaml.safe_dump(config, sort_keys=False)
+    return str(yaml.safe_dump(config, sort_keys=False))
 
 
 @dataclass
@@ -151,9 +151,9 @@ class LocalCluster:
         """Until ``/readyz`` through Serve's proxy answers 200 (every process still alive)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for proc in (self.head, self.serve):
+            for name, proc in (("ray start", self.head), ("serve run", self.serve)):
                 if proc is not None and proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args[:2]} exited {proc.returncode}:\n{self.logs()}")
+                    raise RuntimeError(f"{name} exited {proc.returncode}:\n{self.logs()}")
             try:
                 with urllib.request.urlopen(self.url + "/readyz", timeout=5) as r:
                     if r.status == 200:

@@ -42,4 +42,4 @@ def merge_expositions(texts: dict[str, str]) -> bytes:
             for s in family.samples:
                 labels = {**s.labels, REPLICA_LABEL: replica}
                 into.samples.append(Sample(s.name, labels, s.value, s.timestamp, s.exemplar))
-    return generate_latest(_Families(merged.values()))  # type: ignore[arg-type]
+    return generate_latest(_Families(merged.values()))  # type: ignore[arg-type,unused-ignore]

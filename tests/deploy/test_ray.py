@@ -18,7 +18,6 @@ import signal
 import subprocess
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -146,14 +145,14 @@ def test_answers_are_byte_identical_to_one_service(cluster: LocalCluster, live_s
 def replica_metrics(url: str) -> dict[str, float]:
     """``{replica: its /v1/ requests counted}`` from the proxy's ``/metrics``."""
     text = httpx.get(url + "/metrics", timeout=30).text
-    served: Counter[str] = Counter()
+    served: dict[str, float] = {}
     for line in text.splitlines():
         m = re.match(r"posenc_requests_total\{(.*)\} (\S+)$", line)
         if m and 'route="/v1/' in m.group(1):
             replica = re.search(r'replica="([^"]+)"', m.group(1))
             assert replica is not None, line
-            served[replica.group(1)] += float(m.group(2))
-    return dict(served)
+            served[replica.group(1)] = served.get(replica.group(1), 0.0) + float(m.group(2))
+    return served
 
 
 def test_metrics_of_every_replica(cluster: LocalCluster) -> None:
