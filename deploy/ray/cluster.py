@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -101,10 +102,21 @@ class LocalCluster:
         return str(beside) if beside.exists() else name
 
     def _env(self) -> dict[str, str]:
+        """``env`` plus loopback (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0), no usage stats, and this
+        cluster's own token (RAY_AUTH_MODE=token): Ray 2.60 turns token authentication on for
+        ``ray start`` whenever ``~/.ray/auth_token`` exists (a local ``ray.init()`` writes one)
+        but not for a client such as ``serve run``, so both are given the same token here, from
+        a file of this cluster's (mode 0600), whatever the home folder holds."""
+        token = self.workdir / "auth_token"
+        if not token.exists():
+            token.touch(mode=0o600)
+            token.write_text(secrets.token_hex(32))
         return {
             **self.env,
             "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
             "RAY_USAGE_STATS_ENABLED": "0",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": str(token),
         }
 
     def start(self) -> None:
