@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -186,9 +187,10 @@ class LocalCluster:
         title = f"ray::ServeReplica:{app}:{deployment}"
         return [pid for pid in self.pids() if process_title(pid).startswith(title)]
 
-    def stop(self, grace: float = 10) -> list[int]:
-        """SIGTERM to ``serve run`` and then to every process of the cluster, SIGKILL to those
-        still alive after ``grace`` seconds; returns the PIDs that outlived even that."""
+    def stop(self, grace: float = 10, keep_files: bool = False) -> list[int]:
+        """SIGINT to ``serve run``, then SIGTERM to every process of the cluster and SIGKILL to
+        those still alive after ``grace`` seconds; returns the PIDs that outlived even that.
+        ``workdir`` (logs, Ray's session files) is removed unless ``keep_files``."""
         if self.serve is not None and self.serve.poll() is None:
             self.serve.send_signal(signal.SIGINT)  # serve run shuts Serve down on Ctrl-C
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -204,4 +206,7 @@ class LocalCluster:
             if proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
-        return self.pids()
+        left = self.pids()
+        if not left and not keep_files:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return left

@@ -60,7 +60,8 @@ def cluster(gpt2_file: Path) -> Iterator[LocalCluster]:
         running.wait_ready(timeout=300)
         yield running
     finally:
-        left = running.stop()
+        # POSENC_KEEP_RAY_FILES=1 keeps the cluster's logs (its workdir) for a failure's study
+        left = running.stop(keep_files=bool(os.environ.get("POSENC_KEEP_RAY_FILES")))
         assert left == [], f"Ray processes still alive after stop: {left}"
 
 
