@@ -12,8 +12,6 @@
 
 from __future__ import annotations
 
-import copy
-import importlib
 import math
 from typing import Any
 
@@ -23,44 +21,16 @@ import torch
 from posenc.errors import InvalidArgument
 from posenc.model_configs import model_config
 from posenc.rotate import rotate, seeded_vectors
+from tests.fixtures.apply.configs import COHERE, QWEN2_VL, QWEN_YARN
+from tests.references import transformers_rotation
 
 transformers = pytest.importorskip("transformers")
-from transformers import AutoConfig  # noqa: E402
-
-#: CohereForAI/c4ai-command-r-v01 config.json (the rotary part and the head geometry).
-COHERE = {
-    "model_type": "cohere",
-    "hidden_size": 8192,
-    "num_attention_heads": 64,
-    "num_key_value_heads": 64,
-    "max_position_embeddings": 8192,
-    "rope_theta": 8000000.0,
-    "use_qk_norm": False,
-}
-
-#: Qwen/Qwen2-VL-7B-Instruct config.json (text part: M-RoPE sections 16, 24, 24).
-QWEN2_VL = {
-    "model_type": "qwen2_vl",
-    "hidden_size": 3584,
-    "num_attention_heads": 28,
-    "num_key_value_heads": 4,
-    "max_position_embeddings": 32768,
-    "rope_theta": 1000000.0,
-    "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
-    "vision_start_token_id": 151652,
-    "image_token_id": 151655,
-    "video_token_id": 151656,
-}
 
 
 def _qwen_yarn() -> dict[str, Any]:
     """Qwen2.5-7B with the YaRN block its model card gives for 128K."""
     cfg = dict(model_config("qwen2.5-7b"))
-    cfg["rope_scaling"] = {
-        "type": "yarn",
-        "factor": 4.0,
-        "original_max_position_embeddings": 32768,
-    }
+    cfg["rope_scaling"] = dict(QWEN_YARN)
     return cfg
 
 
@@ -81,43 +51,6 @@ CASES: list[tuple[str, dict[str, Any], Any, str | None]] = [
     ("deepseek-v3", model_config("deepseek-v3"), [0, 1, 9, 5000], None),
     ("qwen2-vl", QWEN2_VL, [[0, 1, 2, 2, 2, 5], [0, 1, 2, 3, 3, 5], [0, 1, 2, 3, 4, 5]], None),
 ]
-
-
-def _module(model_type: str) -> Any:
-    name = model_type.removesuffix("_text")
-    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
-
-
-def _transformers_rotation(
-    config: dict[str, Any], positions: Any, q: torch.Tensor, k: torch.Tensor, layer_type: str | None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The model's own rotary module and apply function on ``q``/``k`` ``(T, H, D)``."""
-    tc = AutoConfig.for_model(**copy.deepcopy(config)).get_text_config()  # it edits the dict
-    mod = _module(tc.model_type)
-    qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # (1, H, T, D)
-    pos = torch.tensor(positions)
-    if tc.model_type == "gptj":  # (B, T, H, D) and its own sinusoid table
-        rot = mod.GPTJRotaryEmbedding(tc)
-        sin, cos = rot(q, pos[None])
-        r = tc.rotary_dim
-        out = []
-        for x in (q[None], k[None]):
-            turned = mod.apply_rotary_pos_emb(x[..., :r], sin, cos)
-            out.append(torch.cat([turned, x[..., r:]], -1)[0])
-        return out[0], out[1]
-    names = [n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n]
-    rot = getattr(mod, names[0])(config=tc)
-    if tc.model_type.startswith("qwen2_vl"):  # (3, B, T) position ids
-        cos, sin = rot(qb, pos[:, None, :])
-    elif layer_type is not None:
-        cos, sin = rot(qb, pos[None], layer_type)
-    else:
-        cos, sin = rot(qb, pos[None])
-    if getattr(tc, "rope_interleave", False):
-        qo, ko = mod.apply_rotary_pos_emb_interleave(qb, kb, cos, sin)
-    else:
-        qo, ko = mod.apply_rotary_pos_emb(qb, kb, cos, sin)
-    return qo[0].transpose(0, 1), ko[0].transpose(0, 1)
 
 
 def _request(config: dict[str, Any], positions: Any, layer_type: str | None) -> dict[str, Any]:
@@ -144,7 +77,7 @@ def test_engine_precision_is_transformers_apply_bit_for_bit(
     t = len(positions[0]) if isinstance(positions[0], list) else len(positions)
     q, k = _vectors(d, t)
     got = rotate(req, q, k, engine="transformers", precision="engine")
-    want_q, want_k = _transformers_rotation(config, positions, q, k, layer_type)
+    want_q, want_k = transformers_rotation(config, positions, q, k, layer_type)
     assert got["q"].dtype == q.dtype and got["q"].shape == q.shape
     assert torch.equal(got["q"], want_q), (got["q"] - want_q).abs().max()
     assert torch.equal(got["k"], want_k), (got["k"] - want_k).abs().max()
@@ -195,7 +128,7 @@ def test_exact_within_1e6_of_transformers_in_its_order(
     t = len(positions[0]) if isinstance(positions[0], list) else len(positions)
     q, k = _vectors(d, t)
     got = rotate(req, q, k)
-    want_q, _ = _transformers_rotation(config, positions, q, k, layer_type)
+    want_q, _ = transformers_rotation(config, positions, q, k, layer_type)
     biggest = max(max(p) if isinstance(p, list) else p for p in positions)
     # transformers' float32 angle p·w is off by up to ~p·2^-24 radians
     assert (got["q"] - want_q).abs().max() <= 1e-5 + 8 * biggest * 2**-24

@@ -14,8 +14,9 @@ import torch
 from posenc import codec
 from posenc.model_configs import model_config
 from posenc.rotate import seeded_vectors
+from tests.fixtures.apply.configs import QWEN2_VL
 from tests.helpers import json_tensor
-from tests.lib.test_rope_apply import QWEN2_VL, _transformers_rotation
+from tests.references import transformers_rotation
 
 POSITIONS = [0, 1, 5, 4096]
 
@@ -60,7 +61,7 @@ def test_safetensors_engine_is_transformers_apply(
     )
     assert r.status_code == 200, r.text
     tensors, meta = codec.decode_safetensors(r.content)
-    want_q, want_k = _transformers_rotation(config, positions, q, k, None)
+    want_q, want_k = transformers_rotation(config, positions, q, k, None)
     assert np.array_equal(tensors["q"], want_q.numpy())
     assert np.array_equal(tensors["k"], want_k.numpy())
     assert json.loads(meta["meta"])["precision"] == "engine"
