@@ -143,9 +143,31 @@ def _transformers_rotation(
     return (x * c) + (rotate(x) * s)
 
 
-def _split(x: Tensor, fields: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+#: Elements of ``x`` rotated at a time: each block's intermediates stay in the CPU's caches, and
+#: the answer is the same whatever the block (every operation is elementwise).
+BLOCK_ELEMENTS = 1 << 20
+
+
+def _blocks(
+    x: Tensor,
+    fields: Mapping[str, Any],
+    cos: Tensor,
+    sin: Tensor,
+    rotate: Callable[[Tensor, Tensor, Tensor], Tensor],
+) -> Tensor:
+    """``x`` ``(T, H, D)`` with its first ``R`` channels replaced by ``rotate(x_rot, cos, sin)``
+    (cast to ``x``'s dtype), a block of rows at a time; channels at and past ``R`` copied
+    unchanged. ``cos``/``sin``: ``(T, ·)`` rows for ``rotate``."""
     r = int(fields["rotary_dim"])
-    return x[..., :r], x[..., r:]
+    t, h, _d = x.shape
+    out = torch.empty_like(x)
+    if r < x.shape[-1]:
+        out[..., r:] = x[..., r:]
+    rows = max(1, BLOCK_ELEMENTS // max(1, h * r))
+    for start in range(0, t, rows):
+        stop = min(t, start + rows)
+        out[start:stop, :, :r] = rotate(x[start:stop, :, :r], cos[start:stop], sin[start:stop])
+    return out
 
 
 def transformers_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
@@ -153,12 +175,14 @@ def transformers_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) 
     (bit for bit, see the module docstring). ``x`` ``(T, H, D)``."""
     cos, sin = rope_tables(positions, fields, torch.float32)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # the rotary module's cast
-    x_rot, x_pass = _split(x, fields)
-    if model_type_of(fields) in UPCASTING_TYPES:
-        out = _transformers_rotation(x_rot.float(), cos.float(), sin.float(), fields).to(x.dtype)
-    else:
-        out = _transformers_rotation(x_rot, cos, sin, fields)
-    return torch.cat([out, x_pass], dim=-1)
+    upcast = model_type_of(fields) in UPCASTING_TYPES
+
+    def rotate(x_rot: Tensor, c: Tensor, s: Tensor) -> Tensor:
+        if upcast:  # Cohere: q.float(), the products in float32, cast back
+            return _transformers_rotation(x_rot.float(), c.float(), s.float(), fields)
+        return _transformers_rotation(x_rot, c, s, fields)
+
+    return _blocks(x, fields, cos, sin, rotate)
 
 
 def _pairs(x_rot: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
@@ -187,8 +211,7 @@ def _engine_pairs(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Te
     cos, sin = rope_tables(positions, fields, torch.float32)
     layout = str(fields["layout"])
     c, s = _half_of(cos, layout).to(x.dtype), _half_of(sin, layout).to(x.dtype)
-    x_rot, x_pass = _split(x, fields)
-    return torch.cat((_pairs(x_rot, c, s, layout == "half"), x_pass), dim=-1)
+    return _blocks(x, fields, c, s, lambda xr, cb, sb: _pairs(xr, cb, sb, layout == "half"))
 
 
 def vllm_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
@@ -220,9 +243,9 @@ def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tens
     rotation of ``x``, rounded once to ``x``'s dtype, in transformers' channel order (DeepSeek's
     evens then odds). ``x`` ``(T, H, D)``."""
     cos, sin = rope_tables(positions, fields, torch.float64)
-    x_rot, x_pass = _split(x, fields)
-    out = _transformers_rotation(x_rot.double(), cos, sin, fields).to(x.dtype)
-    return torch.cat([out, x_pass], dim=-1)
+    return _blocks(
+        x, fields, cos, sin, lambda xr, c, s: _transformers_rotation(xr.double(), c, s, fields)
+    )
 
 
 #: ``precision: "engine"``: each engine's own apply (the only place engine names appear here).
