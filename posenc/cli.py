@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import torch
 
 from posenc import __version__, codec, kinds, resolve
+from posenc.cli_apply import add_apply_parser, run_apply
 from posenc.errors import PosencError, TooLarge
 from posenc.limits import check_elements
 
@@ -320,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Transformer positional encodings: serve the HTTP API, or write a table.",
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,table,tokenize}")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="{serve,table,tokenize,apply}"
+    )
 
     serve = sub.add_parser(
         "serve", help="run the HTTP service (same as python -m service)",
@@ -344,6 +347,8 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--timeout", type=float, default=60.0, help="seconds, with --url")
     tok.add_argument("--no-special-tokens", dest="add_special_tokens", action="store_false",
                      help="leave out the tokenizer's special tokens")  # fmt: skip
+
+    add_apply_parser(sub)  # posenc apply: q and k rotated (POST /v1/rope/apply)
 
     table = sub.add_parser(
         "table", help="write a positional table to .npy, .safetensors or .png",
@@ -582,6 +587,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "tokenize":
             return _tokenize(args)
+        if args.command == "apply":
+            try:
+                return run_apply(args)
+            except (PosencError, ValueError, OSError) as exc:
+                raise CliError(str(getattr(exc, "message", exc)), code=2) from exc
         return _table(args)
     except CliError as exc:
         print(f"posenc: error: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -147,10 +148,12 @@ async def _read(request: Request, state: ServiceState) -> tuple[dict[str, Any], 
             decoded, _meta = codec.decode_safetensors(body)
         except codec.CodecError as exc:
             raise BadBody(f"the safetensors body cannot be read: {exc}") from None
-        tensors = {
-            n: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
-            for n, v in decoded.items()
-        }
+        with warnings.catch_warnings():  # read-only views of the body: only ever read
+            warnings.simplefilter("ignore", UserWarning)
+            tensors = {
+                n: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
+                for n, v in decoded.items()
+            }
         return params, tensors
     if not is_json_media_type(content_type):
         raise media_type_refusal(content_type, [JSON_TYPE, SAFETENSORS_TYPE])
