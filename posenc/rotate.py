@@ -205,11 +205,13 @@ def kind_fields(request: Mapping[str, Any], q_shape: tuple[int, ...] | None,
     against the head dimension before anything is read."""
     fields = apply_fields(request, engine=engine, precision=precision)
     d = int(fields["head_dim"])
+    rows = fields["positions"]
+    t = len(rows[0]) if isinstance(rows[0], list) else len(rows)
     for name, shape in (("q", q_shape), ("k", k_shape)):
-        if shape is not None and (len(shape) != 3 or shape[-1] != d):
+        if shape is not None and (len(shape) != 3 or shape[-1] != d or shape[0] != t):
             raise InvalidArgument(
-                f"{name} must be (T, H, D) with D the model's head_dim {d}, got shape "
-                f"{tuple(shape)}",
+                f"{name} must be (T, H, D) = ({t}, H, {d}) for {t} positions and the model's "
+                f"head_dim {d} (D = {shape[-1] if shape else None}), got shape {tuple(shape)}",
                 field=name,
             )
     if q_shape is not None:

@@ -161,6 +161,8 @@ async def _read(request: Request, state: ServiceState) -> tuple[dict[str, Any], 
         raw = json.loads(await request.body() or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadBody(f"the body is not JSON: {exc}") from None
+    except RecursionError:
+        raise BadBody("the body's JSON is nested too deeply to read") from None
     fields = _request_fields(raw)
     shapes = {n: _shape(fields[n], n) for n in VECTORS if fields.get(n) is not None}
     params = _sizes({k: v for k, v in fields.items() if k != "dtype"}, shapes, limit)
@@ -175,7 +177,7 @@ def _digest(tensors: Mapping[str, torch.Tensor]) -> str | None:
     h = hashlib.blake2b(digest_size=16)
     for name, t in tensors.items():
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(t.contiguous().numpy().view(np.uint8).tobytes())
+        h.update(t.contiguous().reshape(-1).view(torch.uint8).numpy())  # bfloat16 too, no copy
     return h.hexdigest()
 
 

@@ -19,6 +19,7 @@ from tests.helpers import json_tensor
 from tests.references import transformers_rotation
 
 POSITIONS = [0, 1, 5, 4096]
+JSON_TYPE = "application/json"
 
 
 def _safetensors(tensors: dict[str, torch.Tensor], request: dict[str, object]) -> bytes:
@@ -119,6 +120,19 @@ def test_refusals(app_client: httpx.Client) -> None:
     assert r.status_code == 422 and "ggml_rope_ext" in r.text
     r = app_client.post("/v1/rope/apply", json={"preset": "llama-3.1-8b", "seq_len": 2, "qq": 1})
     assert r.status_code == 422 and "qq" in r.text
+    two = [[[1.0] * 128]] * 2
+    r = app_client.post(
+        "/v1/rope/apply", json={"preset": "llama-3.1-8b", "seq_len": 2, "q": two, "k": two + two}
+    )
+    assert r.status_code == 422 and "(4, 1, 128)" in r.text  # k of 4 rows for 2 positions
+    deep = b'{"q": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    r = app_client.post("/v1/rope/apply", content=deep, headers={"content-type": JSON_TYPE})
+    assert r.status_code == 400, r.text
+    r = app_client.post(
+        "/v1/rope/apply",
+        json={"preset": "llama-3.1-8b", "seq_len": 2, "q": two, "dtype": "bfloat16"},
+    )
+    assert r.status_code == 200 and r.json()["tensors"]["q"]["dtype"] == "bfloat16"
     huge = {"preset": "llama-3.1-8b", "seq_len": 100_000, "seed": 0, "num_heads": 10_000}
     r = app_client.post("/v1/rope/apply", json=huge)
     assert r.status_code == 413, r.text
