@@ -177,9 +177,8 @@ def _digest(tensors: Mapping[str, torch.Tensor]) -> str | None:
     h = hashlib.blake2b(digest_size=16)
     for name, t in tensors.items():
         h.update(f"{name}:{t.dtype}:{tuple(t.shape)}".encode())
-        h.update(
-            memoryview(t.contiguous().reshape(-1).view(torch.uint8).numpy())
-        )  # bfloat16 too, no copy
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()  # bfloat16 too, no copy
+        h.update(raw.data)
     return h.hexdigest()
 
 
