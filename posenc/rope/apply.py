@@ -47,34 +47,20 @@ from torch import Tensor
 
 from posenc import kinds
 from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
 from posenc.rope.kind import ROPE
 from posenc.rope.precision import model_type_of
 
 ApplyFn = Callable[[Tensor, Tensor, Mapping[str, Any]], Tensor]
 
 #: transformers' model types whose ``apply_rotary_pos_emb_interleave`` returns the rotated even
-#: channels, then the odd ones (used when the config's ``rope_interleave`` holds: layout
-#: ``interleaved``). From ``grep "def apply_rotary_pos_emb_interleave"`` over transformers 5.
-DEINTERLEAVING_TYPES: frozenset[str] = frozenset(
-    {
-        "axk1",
-        "axk2",
-        "bailing_hybrid",
-        "deepseek_v3",
-        "deepseek_v32",
-        "dots3_note",
-        "glm4_moe_lite",
-        "glm_moe_dsa",
-        "longcat_flash",
-        "mistral4",
-        "mistral_large4",
-        "youtu",
-    }
-)
+#: channels, then the odd ones (when the config's ``rope_interleave`` holds: layout
+#: ``interleaved``); their records in :mod:`posenc.hf.families` say ``apply_evens_first``.
+DEINTERLEAVING_TYPES: frozenset[str] = types_where(lambda f: f.apply_evens_first)
 
 #: transformers' model types whose ``apply_rotary_pos_emb`` computes in float32 (``q.float()``)
-#: and casts the result back to the input's dtype (Cohere).
-UPCASTING_TYPES: frozenset[str] = frozenset({"cohere", "cohere2", "cohere2_moe"})
+#: and casts the result back to the input's dtype (Cohere: ``apply_in_float32``).
+UPCASTING_TYPES: frozenset[str] = types_where(lambda f: f.apply_in_float32)
 
 
 def check_head_dim(x: Tensor, fields: Mapping[str, Any], name: str = "q") -> None:
