@@ -185,3 +185,28 @@ def test_rotation_keeps_norms_and_relative_positions() -> None:
         dots.append(float((a * b).sum()))
         assert math.isclose(float(a.norm()), float(q.norm()), rel_tol=1e-12)
     assert math.isclose(dots[0], dots[1], rel_tol=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("config", "positions"),
+    [
+        (model_config("llama-3.1-8b"), [0, 1, 7, 9000]),
+        (COHERE, [0, 1, 7, 8000]),
+        (model_config("gpt-j-6b"), [0, 1, 7, 2000]),
+        (model_config("deepseek-v3"), [0, 3, 7000]),
+    ],
+    ids=["llama-3.1", "cohere", "gpt-j", "deepseek-v3"],
+)
+def test_engine_precision_in_bfloat16_is_transformers_apply(
+    config: dict[str, Any], positions: list[int]
+) -> None:
+    """bfloat16 q and k: the rotary module casts cos and sin to bfloat16 and the products are
+    bfloat16 (Cohere: float32, cast back), bit for bit."""
+    req = _request(config, positions, None)
+    d = rotate({**req, "seed": 0, "num_heads": 1}, None)["meta"]["head_dim"]
+    q, k = (v.to(torch.bfloat16) for v in _vectors(d, len(positions)))
+    got = rotate(req, q, k, precision="engine")
+    want_q, want_k = transformers_rotation(config, positions, q, k, None)
+    assert got["q"].dtype == torch.bfloat16
+    assert torch.equal(got["q"], want_q.to(torch.bfloat16))
+    assert torch.equal(got["k"], want_k.to(torch.bfloat16))
