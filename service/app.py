@@ -197,7 +197,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     routes = [route for router in routers for route in router.routes]
     app.state.routes = routes  # every route with its path and methods (a 405's Allow)
     if settings.api_key is not None:
-        app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)
+        app.add_middleware(
+            BearerAuthMiddleware,
+            api_key=settings.api_key,
+            routes=routes,
+            admin_key=settings.admin_key,
+        )
     # errors as RFC 9457 problem details where Accept asks (401 included)
     app.add_middleware(ProblemJsonMiddleware)
     app.add_middleware(ResponseHeadersMiddleware)

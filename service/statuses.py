@@ -7,6 +7,7 @@ follow, with their bodies (:mod:`service.error_bodies`), each as ``application/j
 | it ... | so it can answer |
 | --- | --- |
 | lives under ``/v1/`` (``POSENC_API_KEY``, ``service.middleware.BearerAuthMiddleware``) | 401 |
+| is an operator's door (``POSENC_ADMIN_KEY``, ``service.middleware.admin_refusal``) | 401, 403 |
 | takes a body (``service.body_limit``, ``service.errors``) | 400 unreadable, 413 over ``POSENC_MAX_BODY_BYTES``, 415 media type |
 | validates fields (body or query) | 422 |
 | counts its output against ``POSENC_MAX_ELEMENTS`` | 413 |
@@ -67,6 +68,7 @@ class Does:
     etag: bool = False
     path_name: bool = False
     state: bool = False
+    admin: bool = False
 
 
 def _too_large(does: Does) -> dict[str, Any] | None:
@@ -102,6 +104,23 @@ def declared_responses(method: str, path: str, does: Does) -> Responses:
                     "schema": {"type": "string"},
                 }
             },
+        }
+    if does.admin:
+        out[401] = {
+            **out.get(401, {"model": ErrorBody}),
+            "description": "POSENC_API_KEY or POSENC_ADMIN_KEY is set and neither was sent as "
+            "the bearer token",
+            "headers": {
+                "WWW-Authenticate": {
+                    "description": 'Bearer realm="posenc"',
+                    "schema": {"type": "string"},
+                }
+            },
+        }
+        out[403] = {
+            "model": ErrorBody,
+            "description": "neither POSENC_API_KEY nor POSENC_ADMIN_KEY is set, and "
+            "POSENC_ALLOW_RELOAD is off: an operator's door stays shut",
         }
     if does.body:
         out[400] = {"model": ErrorBody, "description": "a body that cannot be read at all"}
