@@ -76,6 +76,20 @@ class Settings(BaseSettings):
         "does not fit waits (POSENC_QUEUE_TIMEOUT), then gets 429 (one larger than the whole "
         "budget is admitted alone)",
     )
+    max_request_cpu_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="largest CPU cost of one request, estimated from its numbers before it "
+        "runs (elements, engine and precision, format, streamed or not): a 413 that names the "
+        "cost (docs/sizing.md)",
+    )
+    max_inflight_cpu_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="estimated CPU-seconds of the requests computing at once; a request that "
+        "does not fit waits (POSENC_QUEUE_TIMEOUT), then gets 429 (one larger than the whole "
+        "budget is admitted alone)",
+    )
     queue_timeout: float = Field(
         2.0, ge=0, description="seconds a request waits for room in the in-flight budget, then 429"
     )
