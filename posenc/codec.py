@@ -103,18 +103,19 @@ INT64_MAX: Final = 2**63 - 1
 
 def element_count(shape: Sequence[int], itemsize: int, name: str = "array") -> int:
     """The elements of ``shape``, multiplied in Python integers (never wrapping, as
-    ``np.prod`` in int64 does) and checked, with their bytes, against int64 before anything
-    is sized from them.
+    ``np.prod`` in int64 does) and checked, with their bytes and each dimension, against int64
+    before anything is sized from them (``(2^63, 0)`` holds no element, but numpy cannot make
+    that shape).
 
     Raises:
-        CodecError: the elements or their bytes are over 2^63 - 1.
+        CodecError: the elements, their bytes or a dimension are over 2^63 - 1.
     """
     count = math.prod(int(n) for n in shape)
-    if count * itemsize > INT64_MAX:
+    if count * itemsize > INT64_MAX or any(int(n) > INT64_MAX for n in shape):
         dims = ", ".join(str(n) for n in shape)
         raise CodecError(
-            f"{name}: shape ({dims}) holds {count} elements of {itemsize} bytes, over the "
-            f"2^63 - 1 bytes an array can have"
+            f"{name}: shape ({dims}) of {itemsize}-byte elements is over what an array can "
+            f"have: 2^63 - 1 bytes, and 2^63 - 1 along each dimension"
         )
     return count
 

@@ -16,15 +16,44 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from fastapi.testclient import TestClient
+from safetensors.torch import save_file
 
 from posenc.checkpoints import read_checkpoint
 from posenc.errors import InvalidArgument
 from service.app import create_app
 from tests.helpers import make_settings
-from tests.service.test_models_reload import embed, llama_folder, table_of
 
 TENSOR = "model.embed_tokens.weight"
+D = 16
+
+
+def llama_folder(folder: Path, *, model_type: str, vocab_size: int, seed: int = 0) -> Path:
+    """A Llama-named token table of 32 rows and a config.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    table = torch.randn(32, D, generator=torch.Generator().manual_seed(seed))
+    save_file({TENSOR: table}, str(folder / "model.safetensors"))
+    config = {
+        "model_type": model_type,
+        "hidden_size": D,
+        "num_attention_heads": 2,
+        "vocab_size": vocab_size,
+    }
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def table_of(folder: Path) -> np.ndarray:
+    from safetensors.numpy import load_file
+
+    return load_file(str(folder / "model.safetensors"))[TENSOR]
+
+
+def embed(client: TestClient, model: str, ids: list[int]) -> np.ndarray:
+    r = client.post("/v1/embed?format=raw", json={"model": model, "input_ids": [ids]})
+    assert r.status_code == 200, r.text
+    return np.frombuffer(r.content, dtype="<f4").reshape(len(ids), -1)
 
 
 def _app(tmp_path: Path, folder: Path, **overrides: object):  # type: ignore[no-untyped-def]
