@@ -11,7 +11,7 @@ follow, with their bodies (:mod:`service.error_bodies`), each as ``application/j
 | takes a body (``service.body_limit``, ``service.errors``) | 400 unreadable, 413 over ``POSENC_MAX_BODY_BYTES``, 415 media type |
 | validates fields (body or query) | 422 |
 | counts its output against ``POSENC_MAX_ELEMENTS`` | 413 |
-| is admitted by the byte budget and computes on the device | 429, 503 (out of device memory) |
+| is admitted by the byte and CPU budgets and computes on the device | 413 (CPU cost), 429, 503 (out of device memory) |
 | negotiates formats (``?format=`` / ``Accept``) | 406 |
 | sends an ETag (``If-None-Match``) | 304 on GET, 412 on POST |
 | reads a name from its path | 404 |
@@ -81,6 +81,8 @@ def _too_large(does: Does) -> dict[str, Any] | None:
             else "the output would be over POSENC_MAX_ELEMENTS elements"
         )
         models.append(TooLargeBody)
+    if does.budget:  # priced before it runs (service.admission.cost)
+        reasons.append("its estimated CPU cost is over POSENC_MAX_REQUEST_CPU_SECONDS")
     if does.body or does.raw_body:
         reasons.append("the request body is over POSENC_MAX_BODY_BYTES")
         models.append(BodyTooLargeBody)
@@ -153,8 +155,9 @@ def declared_responses(method: str, path: str, does: Does) -> Responses:
     if does.budget:
         out[429] = {
             "model": OverloadedBody,
-            "description": "no room in POSENC_MAX_INFLIGHT_BYTES within POSENC_QUEUE_TIMEOUT "
-            "seconds; retry after Retry-After seconds",
+            "description": "no room in POSENC_MAX_INFLIGHT_BYTES (or "
+            "POSENC_MAX_INFLIGHT_CPU_SECONDS) within POSENC_QUEUE_TIMEOUT seconds; retry after "
+            "Retry-After seconds",
             "headers": _RETRY_AFTER,
         }
     if does.budget or does.state:
