@@ -63,6 +63,9 @@ class Engine(Protocol):
         own_fields: the rope kind's fields that only this engine reads (llama.cpp's
             ``llamacpp``: a GGUF's ``ggml_rope_ext`` arguments); a request that compares every
             engine (``/v1/configs/check``) gives them to this engine alone.
+        compute_ns: nanoseconds of CPU its engine-precision arithmetic takes per output
+            element, with about 50 % added (measured; the service's cost admission prices a
+            request with it, docs/sizing.md).
         apply: the 1.4 rotation of queries and keys (:data:`ApplyHook`), or None.
         shift: the 1.4 re-rotation of cached keys (:data:`ShiftHook`), or None.
     """
@@ -77,6 +80,7 @@ class Engine(Protocol):
     describes_layers: ClassVar[bool] = False
     rope_type_key: ClassVar[str | None] = None
     own_fields: ClassVar[tuple[str, ...]] = ()
+    compute_ns: ClassVar[float] = 30.0
     apply: ApplyHook | None = None
     shift: ShiftHook | None = None
 

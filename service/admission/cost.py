@@ -9,8 +9,8 @@ before anything is allocated (:func:`estimate_cost`):
     seconds = elements x (compute + encode) + json_ints x JSON_INT + OVERHEAD
 
 with ``compute`` the nanoseconds per output element of the kind's compute, by precision and
-engine (``COMPUTE_NS``), ``encode`` those of the format (``ENCODE_NS``; a streamed table is
-always binary), and ``json_ints`` the integers a JSON token batch holds. The figures are the
+engine (``EXACT_NS``, or the engine's ``Engine.compute_ns``), ``encode`` those of the format
+(``ENCODE_NS``; a streamed table is always binary), and ``json_ints`` the integers a JSON token batch holds. The figures are the
 largest measured per element over rope (exact and each engine's precision), sinusoidal,
 learned, ALiBi and relative tables of 2 M elements on the 2-core machine posenc is measured on
 (``docs/sizing.md``), with about 50 % added: an estimate must not undercount on a loaded host.
@@ -32,11 +32,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from posenc.engines import ENGINES
 from service.admission.budget import ByteBudget, Overloaded
 
 __all__ = [
-    "COMPUTE_NS",
     "ENCODE_NS",
+    "EXACT_NS",
     "CpuBudget",
     "CpuCost",
     "CpuOverloaded",
@@ -44,15 +45,9 @@ __all__ = [
     "estimate_cost",
 ]
 
-#: Nanoseconds of compute per output element, by ``(precision, engine)``; ``None`` for any
-#: engine. Measured (docs/sizing.md): exact tables 14-18 ns, llama.cpp's and MLX's float32
-#: arithmetic 13 ns, vLLM's and transformers' 7-9 ns (per element of cos and sin together).
-COMPUTE_NS: dict[tuple[str, str | None], float] = {
-    ("exact", None): 30.0,
-    ("engine", None): 30.0,
-    ("engine", "llama.cpp"): 40.0,
-    ("engine", "mlx"): 40.0,
-}
+#: Nanoseconds of compute per output element of an exact table (measured, docs/sizing.md:
+#: 14-18 ns, about 50 % added); an engine's own arithmetic is its ``Engine.compute_ns``.
+EXACT_NS = 30.0
 #: Nanoseconds per output element to encode, by format (JSON text of float32: 20-45 ns).
 ENCODE_NS: dict[str, float] = {
     "json": 70.0,
@@ -120,7 +115,9 @@ def estimate_cost(
     """
     precision = str(params.get("precision") or "exact")
     engine = params.get("engine") if isinstance(params.get("engine"), str) else None
-    compute = COMPUTE_NS.get((precision, engine)) or COMPUTE_NS.get((precision, None)) or 30.0
+    compute = (
+        ENGINES[engine].compute_ns if precision == "engine" and engine in ENGINES else EXACT_NS
+    )
     kind = "binary" if fmt in _BINARY_FORMATS else fmt
     if kind == "json" and base64:
         kind = "json-base64"
