@@ -358,13 +358,22 @@ def scaling_field() -> kinds.FieldSpec:
     )
 
 
+def with_current_scaling(kind: kinds.Kind) -> kinds.Kind:
+    """``kind`` with its ``scaling`` field (the rope kind's, and every kind that takes rope
+    settings: apply, shift, context parallel) read off the scaling types registered now; a
+    kind without one is returned as it is."""
+    if not any(f.name == "scaling" for f in kind.fields):
+        return kind
+    return dataclasses.replace(
+        kind, fields=tuple(scaling_field() if f.name == "scaling" else f for f in kind.fields)
+    )
+
+
 def rope_kind() -> kinds.Kind:
     """The rope kind with its ``scaling`` field read off the scaling types registered now (a
-    type registered after import is served once this kind replaces :data:`ROPE` in the
-    registry)."""
-    return dataclasses.replace(
-        ROPE, fields=tuple(scaling_field() if f.name == "scaling" else f for f in ROPE.fields)
-    )
+    type registered after import is served once this kind, and :func:`with_current_scaling`
+    of the other kinds with rope settings, replace theirs in the registry)."""
+    return with_current_scaling(ROPE)
 
 
 ROPE: kinds.Kind = kinds.Kind(

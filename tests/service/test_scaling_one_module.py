@@ -24,7 +24,7 @@ from torch import Tensor
 from posenc import kinds
 from posenc.errors import InvalidArgument
 from posenc.rope import RopeScaling, rope_inv_freq, scaling
-from posenc.rope.kind import rope_kind
+from posenc.rope.kind import with_current_scaling
 from posenc.rope.parameters import parameter, parameters_of
 from posenc.rope.vllm import vllm_classes, vllm_rope
 from posenc.rope.vllm_cache import VllmRope, VllmServer
@@ -80,19 +80,19 @@ def halved() -> Iterator[None]:
     order = list(kinds.REGISTRY.values())
     scaling.register_scaling_type(HALVED)
 
-    def reregister(rope: kinds.Kind) -> None:
+    def reregister(fresh: list[kinds.Kind]) -> None:
         for kind in order:
             kinds.unregister(kind.name)
-        for kind in order:
-            kinds.register(rope if kind.name == "rope" else kind)
+        for kind in fresh:
+            kinds.register(kind)
 
-    original = kinds.REGISTRY["rope"]
     try:
-        reregister(rope_kind())
+        # every kind with rope settings (rope, apply, shift, context parallel) takes the type
+        reregister([with_current_scaling(kind) for kind in order])
         yield
     finally:
         scaling.unregister_scaling_type("halved")
-        reregister(original)
+        reregister(order)
 
 
 def _closed_form(seq_len: int, dim: int, base: float, factor: float) -> np.ndarray:
