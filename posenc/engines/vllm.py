@@ -28,6 +28,7 @@ from posenc.rope.precision import (
     vllm_tables,
     wants_engine_precision,
 )
+from posenc.rope.shift_engines import vllm_delta_tables, vllm_shift
 from posenc.rope.vllm import VllmRope, vllm_complete, vllm_for_fields
 
 
@@ -54,7 +55,7 @@ class Vllm(Engine):
     describes_layers = True
     rope_type_key = "vllm_rope_type"
     apply: ApplyHook | None = None  # 1.4: staticmethod(vLLM's rotation)
-    shift: ShiftHook | None = None
+    shift: ShiftHook | None = staticmethod(vllm_shift)
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:
         fam = family(positions.model_type.removesuffix("_text"))
@@ -128,6 +129,16 @@ class Vllm(Engine):
 
     def softmax_factor(self, p: Mapping[str, Any]) -> float:
         return float(vllm_for_fields(p).softmax_factor)
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        vllm = vllm_for_fields(p)  # fixed once per server: seq_len is not read
+        return vllm.inv_freq.to(torch.float64), float(vllm.attention_scaling)
+
+    def frequencies_differ(self, p: Mapping[str, Any], from_seq_len: int, to_seq_len: int) -> bool:
+        return False  # its cache is built once per server
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        return vllm_delta_tables(p, delta)
 
 
 ENGINE = Vllm()

@@ -46,6 +46,7 @@ import torch
 from torch import Tensor
 
 from posenc import kinds
+from posenc.engines.registry import engine_named
 from posenc.errors import InvalidArgument
 from posenc.rope.kind import ROPE
 from posenc.rope.precision import model_type_of
@@ -248,10 +249,10 @@ def apply_for(fields: Mapping[str, Any]) -> ApplyFn:
 
 def channel_order(fields: Mapping[str, Any]) -> str:
     """``"in_place"`` or ``"evens_then_odds"`` (transformers' DeepSeek-V3 with
-    ``rope_interleave``, and ``exact`` for it)."""
-    engine = fields.get("engine", "transformers")
+    ``rope_interleave``, and ``exact`` for it: :attr:`posenc.engines.base.Engine.evens_first`)."""
+    engine = engine_named(fields.get("engine", "transformers"))
     exact = fields.get("precision", "exact") == "exact"
-    if deinterleaves(fields) and (exact or engine == "transformers"):
+    if deinterleaves(fields) and (exact or engine.evens_first):
         return "evens_then_odds"
     return "in_place"
 

@@ -210,14 +210,24 @@ class Wired(Toy):
     apply = staticmethod(_unrotated)
 
 
+class Bare(Toy):
+    """The toy engine with no hook."""
+
+    name = "toy-bare"
+
+
 def test_a_wired_hook_is_found_and_a_missing_one_refused() -> None:
     register_engine(Wired())
+    register_engine(Bare())
     try:
         assert engine_hook("toy-wired", "apply") is _unrotated
-        with pytest.raises(InvalidArgument, match="engines with apply: toy-wired"):
-            engine_hook("transformers", "apply")
+        with pytest.raises(InvalidArgument, match="engine toy-bare rotates no queries") as err:
+            engine_hook("toy-bare", "apply")
+        having = str(err.value).rpartition("engines with apply: ")[2].split(", ")
+        assert "toy-wired" in having and "toy-bare" not in having
         with pytest.raises(InvalidArgument, match="engine toy-wired re-rotates no cached keys"):
             engine_hook("toy-wired", "shift")
     finally:
         unregister_engine("toy-wired")
+        unregister_engine("toy-bare")
     assert "toy-wired" not in engine_names()
