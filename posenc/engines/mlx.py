@@ -15,6 +15,7 @@ from torch import Tensor
 
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.rope.apply import mlx_apply
 from posenc.rope.mlx import MlxRope, mlx_magnitude, mlx_speeds
 from posenc.rope.precision import (
     check_xdrope_engine,
@@ -38,7 +39,7 @@ class Mlx(Engine):
     checked = ("exact", "engine")
     describes_layers = True
     rope_type_key = "mlx_rope_type"
-    apply: ApplyHook | None = None  # 1.4: staticmethod(mx.fast.rope's rotation)
+    apply: ApplyHook | None = staticmethod(mlx_apply)  # mx.fast.rope
     shift: ShiftHook | None = None  # mlx-lm moves no cached keys: precision "exact" only
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.rope.apply import transformers_apply
 from posenc.rope.precision import (
     check_transformers_float32,
     check_xdrope_engine,
@@ -42,7 +43,7 @@ class Transformers(Engine):
     precisions = ("exact", "engine")
     checked = ("exact", "engine")
     evens_first = True  # apply_rotary_pos_emb_interleave: cat(evens, odds)
-    apply: ApplyHook | None = None  # 1.4: staticmethod(the transformers rotation)
+    apply: ApplyHook | None = staticmethod(transformers_apply)  # apply_rotary_pos_emb
     shift: ShiftHook | None = staticmethod(transformers_shift)
 
     def implements(self, rope_type: str) -> bool:

@@ -20,6 +20,7 @@ from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family
+from posenc.rope.apply import vllm_apply
 from posenc.rope.precision import (
     check_vllm_engine_types,
     check_xdrope_engine,
@@ -54,7 +55,7 @@ class Vllm(Engine):
     scales_softmax = True
     describes_layers = True
     rope_type_key = "vllm_rope_type"
-    apply: ApplyHook | None = None  # 1.4: staticmethod(vLLM's rotation)
+    apply: ApplyHook | None = staticmethod(vllm_apply)  # forward_native
     shift: ShiftHook | None = staticmethod(vllm_shift)
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:

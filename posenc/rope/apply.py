@@ -31,8 +31,11 @@ float32 tables (bit for bit transformers' rotary module and vLLM's ``cos_sin_cac
 - exact: float64 angles and a float64 rotation of the inputs, rounded once to ``x``'s dtype, in
   transformers' channel order.
 
-:data:`APPLY` maps each engine name to its ``precision: "engine"`` function; it is the only place
-an engine is named in this module.
+Each engine's ``precision: "engine"`` function is its ``apply`` hook in the registry
+(:mod:`posenc.engines`: ``apply = staticmethod(transformers_apply)`` in its module);
+:func:`apply_for` asks :func:`posenc.engines.registry.engine_hook`, which refuses an engine
+without one by name. The rope kind's tables are read from the registry of kinds when a request
+comes (:func:`rope_tables`), so the engines' modules import this one below the kind.
 
 Notation: ``T`` positions, ``H`` heads, ``D`` head dimension, ``R`` rotary dimension.
 """
@@ -46,9 +49,8 @@ import torch
 from torch import Tensor
 
 from posenc import kinds
-from posenc.engines.registry import engine_named
+from posenc.engines.registry import TEXT_ROPE, engine_hook, engine_named
 from posenc.errors import InvalidArgument
-from posenc.rope.kind import ROPE
 from posenc.rope.precision import model_type_of
 
 ApplyFn = Callable[[Tensor, Tensor, Mapping[str, Any]], Tensor]
@@ -111,7 +113,8 @@ def rope_tables(
     ctx = kinds.Context(
         device=torch.device("cpu"), dtype=dtype, models=lambda _name: None, allocator=None
     )
-    out = ROPE.compute(p, ctx)
+    rope = kinds.REGISTRY[TEXT_ROPE]  # the rope kind (posenc.catalog registers it)
+    out = rope.compute(p, ctx)
     return out["cos"], out["sin"]
 
 
@@ -207,15 +210,6 @@ def mlx_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor
     return _engine_pairs(x, positions, fields)
 
 
-def llamacpp_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
-    """llama.cpp's ``ggml_rope_ext`` on F32 vectors is not computed here yet."""
-    raise InvalidArgument(
-        'precision "engine" with engine "llama.cpp" (ggml_rope_ext on F32 vectors) is not '
-        'served yet; ask precision "exact" (llama.cpp\'s rule in float64)',
-        field="precision",
-    )
-
-
 def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """float64 angles (the engine's rule, :func:`rope_tables` in float64) and a float64
     rotation of ``x``, rounded once to ``x``'s dtype, in transformers' channel order (DeepSeek's
@@ -226,25 +220,13 @@ def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tens
     return torch.cat([out, x_pass], dim=-1)
 
 
-#: ``precision: "engine"``: each engine's own apply (the only place engine names appear here).
-APPLY: dict[str, ApplyFn] = {
-    "transformers": transformers_apply,
-    "vllm": vllm_apply,
-    "llama.cpp": llamacpp_apply,
-    "mlx": mlx_apply,
-}
-
-
 def apply_for(fields: Mapping[str, Any]) -> ApplyFn:
-    """The apply function of resolved fields: :func:`exact_apply`, or the engine's own."""
+    """The apply function of resolved fields: :func:`exact_apply`, or the engine's own (its
+    ``apply`` hook; an engine without one is refused by name)."""
     if fields.get("precision", "exact") == "exact":
         return exact_apply
-    engine = str(fields.get("engine", "transformers"))
-    if engine not in APPLY:
-        raise InvalidArgument(
-            f"no apply for engine {engine!r}; engines: {', '.join(APPLY)}", field="engine"
-        )
-    return APPLY[engine]
+    hook: ApplyFn = engine_hook(fields.get("engine", "transformers"), "apply")
+    return hook
 
 
 def channel_order(fields: Mapping[str, Any]) -> str:
@@ -258,7 +240,6 @@ def channel_order(fields: Mapping[str, Any]) -> str:
 
 
 __all__ = [
-    "APPLY",
     "DEINTERLEAVING_TYPES",
     "UPCASTING_TYPES",
     "ApplyFn",
