@@ -40,6 +40,7 @@ import json
 import math
 import random
 import statistics
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -71,7 +72,8 @@ from bench.harness import (
 NPY = "application/x-npy"
 SIN = "/v1/encodings/sinusoidal"
 ROPE = "/v1/encodings/rope"
-CASES = ("cold_sin_raw", "rope_stream", "distinct_small", "embed_npy", "embed_text")
+CASES = ("cold_sin_raw", "rope_stream", "distinct_small", "embed_npy", "embed_text", "rope_apply")
+SAFETENSORS = "application/vnd.safetensors"
 
 WORDS = ("position", "rotary", "embedding", "token", "table", "sinusoidal", "learned", "bias",
          "attention", "héllo", "wörld", "日本語", "count", "from", "zero", "and", "the")  # fmt: skip
@@ -408,6 +410,10 @@ def run_cold(args: argparse.Namespace) -> Results:
                 )
             )
 
+        # 3c. q and k (4096, 32, 128) float32 rotated: safetensors in and out (issue 40)
+        if "rope_apply" in want:
+            _rope_apply(client, posenc.url, baseline.url, store_ceiling, res, q)
+
         # 4. 8 clients, each request a distinct small table: 9 alternating slices
         if "distinct_small" in want:
             slice_s = 1.0 if q else 3.0
@@ -495,3 +501,60 @@ def run_cold(args: argparse.Namespace) -> Results:
         for s in servers:
             stop(s)
     return res
+
+
+def _rope_apply(
+    client: httpx.Client,
+    posenc_url: str,
+    baseline_url: str,
+    store_ceiling: Callable[[str, httpx.Response], None],
+    res: Results,
+    quick: bool,
+) -> None:
+    """``POST /v1/rope/apply`` with a safetensors q and k of (4096, 32, 128) float32 (64 MiB in,
+    64 MiB out), Llama 3.1's rule, exact: the same body each request (warm), and a body with one
+    value changed each request (cold: nothing cached), against the ceiling reading the same bytes
+    and answering posenc's answer prebuilt. Target <= 1.5x."""
+    from posenc import codec
+
+    log("cold: rope apply, safetensors q and k (4096, 32, 128) float32, vs ceiling")
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((4096, 32, 128), dtype=np.float32)
+    k = rng.standard_normal((4096, 32, 128), dtype=np.float32)
+    request = json.dumps({"preset": "llama-3.1-8b", "seq_len": 4096})
+    base = codec.encode_safetensors({"q": q, "k": k}, {"request": request})
+    url = posenc_url + "/v1/rope/apply"
+
+    def body(i: int) -> bytes:  # the last value of the data changed: a new request each time
+        changed = bytearray(base)
+        changed[-4:] = struct.pack("<f", float(i))
+        return bytes(changed)
+
+    first = TypedCall(url, base, SAFETENSORS, content_type=SAFETENSORS).send(client)
+    store_ceiling("rope_apply", first)
+    ceiling = f"{baseline_url}/ceiling/rope_apply"
+    n = 5 if quick else 9
+    for label, make in (("warm (same body)", lambda i: base), ("cold (a new body)", body)):
+        tp, tc, r = compare(
+            client,
+            lambda i, make=make: TypedCall(url, make(i), SAFETENSORS, content_type=SAFETENSORS),
+            lambda i, make=make: TypedCall(ceiling, make(i), SAFETENSORS,
+                                           content_type=SAFETENSORS),
+            warmup=1,
+            reps=n,
+            budget_s=60 if quick else 180,
+            min_reps=3,
+        )  # fmt: skip
+        ratio = paired_ratio(tp, tc)
+        res.rows.append(
+            Row(
+                f"rope apply q,k 4096x32x128 safetensors, {label}",
+                tp.median_s * 1e3,
+                "ceiling, same bytes in and out",
+                tc.median_s * 1e3,
+                ratio,
+                "<= 1.5x",
+                ratio <= 1.5,
+                f"{len(r.content) / 2**20:.0f} MiB out; {spread(tp)}; {_server_timing(r)}",
+            )
+        )

@@ -60,6 +60,7 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 import torch
 
 from posenc import __version__, codec, kinds, resolve
+from posenc.cli_apply import add_apply_parser, run_apply
 from posenc.engines import check_candidates, engine_names
 from posenc.errors import PosencError, TooLarge
 from posenc.limits import check_elements
@@ -331,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"posenc {__version__}")
     sub = parser.add_subparsers(
-        dest="command", required=True, metavar="{serve,table,tokenize,shift,check,diff}"
+        dest="command", required=True, metavar="{serve,table,tokenize,shift,apply,check,diff}"
     )
 
     serve = sub.add_parser(
@@ -356,6 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--timeout", type=float, default=60.0, help="seconds, with --url")
     tok.add_argument("--no-special-tokens", dest="add_special_tokens", action="store_false",
                      help="leave out the tokenizer's special tokens")  # fmt: skip
+
+    add_apply_parser(sub)  # posenc apply: q and k rotated (POST /v1/rope/apply)
 
     table = sub.add_parser(
         "table", help="write a positional table to .npy, .safetensors or .png",
@@ -724,6 +727,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _check(args)
         if args.command == "diff":
             return _diff(args)
+        if args.command == "apply":
+            try:
+                return run_apply(args)
+            except (PosencError, ValueError, OSError) as exc:
+                raise CliError(str(getattr(exc, "message", exc)), code=2) from exc
         return _table(args)  # table KIND, and shift (table rope_shift)
     except CliError as exc:
         print(f"posenc: error: {exc}", file=sys.stderr)

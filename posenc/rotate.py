@@ -24,7 +24,8 @@ from torch import Tensor
 
 from posenc import kinds
 from posenc.attention_layers import layer_rule
-from posenc.errors import InvalidArgument
+from posenc.engines import engine_named
+from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE
 from posenc.rope.apply import apply_for, channel_order, check_head_dim
@@ -91,12 +92,26 @@ def apply_fields(
     if layer_type is not None:
         given["layer_type"] = layer_type
     try:
-        return resolve_fields(ROPE, given)
+        fields = resolve_fields(ROPE, given)
     except InvalidArgument as exc:
         if request.get("layer") is None or exc.field != "layer_type":
             raise
-    given.pop("layer_type")  # a layer index into a config with one RoPE for every layer
-    return resolve_fields(ROPE, given)
+        given.pop("layer_type")  # a layer index into a config with one RoPE for every layer
+        fields = resolve_fields(ROPE, given)
+    if precision == "exact" and not engine_named(engine).transformers_order:
+        fields["layout"] = _transformers_layout(given, str(fields["layout"]))
+    return fields
+
+
+def _transformers_layout(given: Mapping[str, Any], own: str) -> str:
+    """The layout transformers applies for these fields: ``exact`` answers in transformers'
+    channel order whatever engine's angles it takes (llama.cpp rotates Llama's adjacent pairs
+    on weights its converter permuted; transformers rotates the halves). The engine's own
+    layout where transformers has no reading of these fields."""
+    try:
+        return str(resolve_fields(ROPE, {**given, "engine": "transformers"})["layout"])
+    except PosencError:
+        return own
 
 
 def _positions(fields: Mapping[str, Any]) -> Tensor:
@@ -203,11 +218,13 @@ def kind_fields(request: Mapping[str, Any], q_shape: tuple[int, ...] | None,
     against the head dimension before anything is read."""
     fields = apply_fields(request, engine=engine, precision=precision)
     d = int(fields["head_dim"])
+    rows = fields["positions"]
+    t = len(rows[0]) if isinstance(rows[0], list) else len(rows)
     for name, shape in (("q", q_shape), ("k", k_shape)):
-        if shape is not None and (len(shape) != 3 or shape[-1] != d):
+        if shape is not None and (len(shape) != 3 or shape[-1] != d or shape[0] != t):
             raise InvalidArgument(
-                f"{name} must be (T, H, D) with D the model's head_dim {d}, got shape "
-                f"{tuple(shape)}",
+                f"{name} must be (T, H, D) = ({t}, H, {d}) for {t} positions and the model's "
+                f"head_dim {d} (D = {shape[-1] if shape else None}), got shape {tuple(shape)}",
                 field=name,
             )
     if q_shape is not None:

@@ -43,7 +43,7 @@ from service.observability.tracing import setup as setup_tracing
 from service.openapi import custom_openapi, install_docs
 from service.problem import ProblemJsonMiddleware
 from service.responses.replay import ReplayMiddleware
-from service.routes import catalog, check, configs, ops, text
+from service.routes import apply, catalog, check, configs, ops, text
 from service.routes.registered import registered_kind_routers
 from service.state import ServiceState
 
@@ -172,7 +172,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
 
     install_error_handlers(app)
-    modules = (text, catalog, configs, check, ops)  # check: issue 30
+    modules = (text, catalog, configs, check, apply, ops)  # check: issue 30; apply: 40
     # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:

@@ -14,6 +14,8 @@ one test file sends. A test file imports them from here, never from another test
   (:func:`t5_buckets`, :func:`deberta_build_relative_position`).
 - M-RoPE ids: transformers' ``get_rope_index`` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL on the
   published configs (:data:`MROPE_CONFIGS`, :func:`mrope_reference`).
+- RoPE applied to queries and keys: the model's rotary module and modeling file's apply
+  function (:func:`transformers_rotation`).
 - Vision towers: the sub-configs of a transformers config that describe one
   (:func:`vision_subconfigs`).
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import math
 import types
 from typing import Any
@@ -357,3 +360,50 @@ GRANITE_4H = {
     "num_key_value_heads": 4,
     "mamba_n_heads": 48,
 }
+
+
+# ---------------------------------------------------------------------------------------------
+# RoPE applied (POST /v1/rope/apply)
+# ---------------------------------------------------------------------------------------------
+
+
+def _modeling_module(model_type: str) -> Any:
+    name = model_type.removesuffix("_text")
+    return importlib.import_module(f"transformers.models.{name}.modeling_{name}")
+
+
+def transformers_rotation(
+    config: dict[str, Any], positions: Any, q: torch.Tensor, k: torch.Tensor, layer_type: str | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``q``/``k`` ``(T, H, D)`` rotated by the model's own rotary module (built from the config
+    with no weights) and its modeling file's apply function: ``apply_rotary_pos_emb``, GPT-J's
+    on ``create_sinusoidal_positions``, DeepSeek-V3's ``apply_rotary_pos_emb_interleave``
+    (``rope_interleave``), Qwen2-VL's module on ``(3, B, T)`` position ids."""
+    from transformers import AutoConfig
+
+    tc = AutoConfig.for_model(**copy.deepcopy(config)).get_text_config()  # it edits the dict
+    mod = _modeling_module(tc.model_type)
+    qb, kb = q.transpose(0, 1)[None], k.transpose(0, 1)[None]  # (1, H, T, D)
+    pos = torch.tensor(positions)
+    if tc.model_type == "gptj":  # (B, T, H, D) and its own sinusoid table
+        rot = mod.GPTJRotaryEmbedding(tc)
+        sin, cos = rot(q, pos[None])
+        r = tc.rotary_dim
+        out = []
+        for x in (q[None], k[None]):
+            turned = mod.apply_rotary_pos_emb(x[..., :r], sin, cos)
+            out.append(torch.cat([turned, x[..., r:]], -1)[0])
+        return out[0], out[1]
+    names = [n for n in dir(mod) if n.endswith("RotaryEmbedding") and "Vision" not in n]
+    rot = getattr(mod, names[0])(config=tc)
+    if tc.model_type.startswith("qwen2_vl"):  # (3, B, T) position ids
+        cos, sin = rot(qb, pos[:, None, :])
+    elif layer_type is not None:
+        cos, sin = rot(qb, pos[None], layer_type)
+    else:
+        cos, sin = rot(qb, pos[None])
+    if getattr(tc, "rope_interleave", False):
+        qo, ko = mod.apply_rotary_pos_emb_interleave(qb, kb, cos, sin)
+    else:
+        qo, ko = mod.apply_rotary_pos_emb(qb, kb, cos, sin)
+    return qo[0].transpose(0, 1), ko[0].transpose(0, 1)

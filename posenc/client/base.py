@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any, Generic, TypeVar
 
 import httpx
 
-from posenc import __version__
+from posenc import __version__, codec
 from posenc.client.calls import (
     DEFAULT_BASE_URL,
     MEDIA_TYPES,
@@ -260,6 +261,55 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
         if kind is None or name.startswith("_"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         return kind_method(kind).__get__(self, type(self))
+
+    # -- RoPE applied to vectors (POST /v1/rope/apply) ----------------------------------------
+
+    def rope_apply(
+        self,
+        q: Any = None,
+        k: Any = None,
+        *,
+        format: Format | None = None,
+        as_: ArrayKind | None = None,
+        device: str | None = None,
+        **fields: Any,
+    ) -> T:
+        """``POST /v1/rope/apply``: ``q`` (T, H, D) and ``k`` (T, H_kv, D) rotated as the model
+        applies RoPE (tensors ``q`` and ``k`` of the answer, ``meta``: layout, rotary_dim,
+        attention_scaling, engine, precision).
+
+        Args:
+            q, k: numpy arrays or torch tensors, sent as a safetensors body in their own dtype
+                (the fields in its ``__metadata__`` under ``request``); None with ``seed`` and
+                ``num_heads`` in ``fields`` for the seeded vectors.
+            fields: the endpoint's fields (``config`` or ``preset``, ``positions`` or
+                ``seq_len``, ``offset``, ``engine``, ``precision`` ...).
+        """
+        fmt = format or self._format
+        kind = as_ or self._as
+        dev = device if device is not None else self._device
+        check_output(fmt, kind, dev)
+        body = request_body(fields, None)
+        headers = {"Accept": MEDIA_TYPES[fmt]}
+        content = None
+        if q is not None:
+            arrays = {"q": q} if k is None else {"q": q, "k": k}
+            tensors = {
+                n: v.detach().cpu() if hasattr(v, "detach") else v for n, v in arrays.items()
+            }
+            content = codec.encode_safetensors(tensors, {"request": json.dumps(body)})
+            headers["Content-Type"] = "application/vnd.safetensors"
+        call = Call(
+            method="POST",
+            path="/v1/rope/apply",
+            json_body=body if content is None else None,
+            content=content,
+            headers=headers,
+            fmt=fmt,
+            as_=kind,
+            device=None if dev is None else str(dev),
+        )
+        return self._tensor(call)
 
     # -- text: a model's tokenizer -----------------------------------------------------------
     # (embed and position_ids take ``text=[...]`` in place of ``input_ids``: a field of theirs)

@@ -64,9 +64,10 @@ class Engine(Protocol):
         own_fields: the rope kind's fields that only this engine reads (llama.cpp's
             ``llamacpp``: a GGUF's ``ggml_rope_ext`` arguments); a request that compares every
             engine (``/v1/configs/check``) gives them to this engine alone.
-        evens_first: its apply answers the models whose transformers apply deinterleaves
-            (DeepSeek-V3's ``apply_rotary_pos_emb_interleave``, layout ``interleaved``) with the
-            rotated even channels first, then the odd ones (transformers); else in place.
+        transformers_order: its apply answers in transformers' channel order, the order
+            ``precision: "exact"`` answers in whatever the engine (its layouts; DeepSeek-V3's
+            ``apply_rotary_pos_emb_interleave``: the rotated even channels, then the odd ones);
+            the others rotate the pairs in place in their own layout.
         apply: the 1.4 rotation of queries and keys (:data:`ApplyHook`), or None (the
             registry refuses it by name: :func:`posenc.engines.registry.engine_hook`).
         shift: the 1.4 re-rotation of cached keys (:data:`ShiftHook`), or None; an engine
@@ -83,7 +84,7 @@ class Engine(Protocol):
     describes_layers: ClassVar[bool] = False
     rope_type_key: ClassVar[str | None] = None
     own_fields: ClassVar[tuple[str, ...]] = ()
-    evens_first: ClassVar[bool] = False
+    transformers_order: ClassVar[bool] = False
     apply: ApplyHook | None = None
     shift: ShiftHook | None = None
 

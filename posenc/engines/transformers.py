@@ -42,7 +42,7 @@ class Transformers(Engine):
     kinds = frozenset({"rope", "vision_rope"})
     precisions = ("exact", "engine")
     checked = ("exact", "engine")
-    evens_first = True  # apply_rotary_pos_emb_interleave: cat(evens, odds)
+    transformers_order = True  # apply_rotary_pos_emb_interleave: cat(evens, odds)
     apply: ApplyHook | None = staticmethod(transformers_apply)  # apply_rotary_pos_emb
     shift: ShiftHook | None = staticmethod(transformers_shift)
 

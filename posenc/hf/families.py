@@ -132,6 +132,11 @@ class Family:
         llamacpp_yarn_log_multiplier: llama.cpp's converter writes
             ``rope.scaling.yarn_log_multiplier`` from ``mscale_all_dim`` (DeepSeek V2/V3).
         polar_rotary: its transformers rotary module returns ``torch.polar(1, θ)`` (Llama 4).
+        apply_evens_first: its modeling file's ``apply_rotary_pos_emb_interleave`` (taken when
+            ``rope_interleave`` holds) returns the rotated even channels, then the odd ones
+            (DeepSeek-V3; ``/v1/rope/apply``'s transformers order).
+        apply_in_float32: its ``apply_rotary_pos_emb`` computes in float32 (``q.float()``) and
+            casts back to the input's dtype (Cohere).
         vllm_window_rule: how vLLM's model code gives its layers the config's ``sliding_window``
             (:mod:`posenc.mask_engines`): ``model_level`` (no per-layer window, so every layer
             takes the model's: Qwen2), ``even_layers`` (gpt-oss) or ``plus_one`` (the sliding
@@ -205,6 +210,8 @@ class Family:
     llamacpp_rope: Literal["normal", "neox", "mrope", "imrope", "none"] | None = None
     llamacpp_yarn_log_multiplier: bool = False
     polar_rotary: bool = False
+    apply_evens_first: bool = False
+    apply_in_float32: bool = False
     vllm_window_rule: Literal["model_level", "even_layers", "plus_one"] | None = None
     position_bias_form: (
         Literal["key_index", "from_last", "scaled_alibi", "t5_table", "t5_decoder_only"] | None
@@ -220,8 +227,16 @@ def _f(model_type: str, **facts: Any) -> Family:
 _RECORDS = (
     _f("albert", scheme="learned", learned_width_key="embedding_size"),
     _f("apertus", scheme="rope", default_theta=12000000.0),
-    _f("axk2", scheme="rope", layout="interleaved", always_interleaved=True),
-    _f("bailing_hybrid", scheme="rope", layout="interleaved", always_interleaved=True),
+    _f(
+        "axk2", apply_evens_first=True, scheme="rope", layout="interleaved", always_interleaved=True
+    ),
+    _f(
+        "bailing_hybrid",
+        apply_evens_first=True,
+        scheme="rope",
+        layout="interleaved",
+        always_interleaved=True,
+    ),
     _f("bart", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
     _f("bert", scheme="learned", checkpoint_scheme="learned"),
     _f("biogpt", scheme="learned", learned_offset=2, checkpoint_scheme="learned"),
@@ -259,6 +274,7 @@ _RECORDS = (
     ),
     _f(
         "cohere",
+        apply_in_float32=True,
         llamacpp_rope="normal",
         scheme="rope",
         default_theta=500000.0,
@@ -266,6 +282,7 @@ _RECORDS = (
     ),
     _f(
         "cohere2",
+        apply_in_float32=True,
         llamacpp_rope="normal",
         scheme="rope",
         layout="interleaved",
@@ -274,7 +291,13 @@ _RECORDS = (
         full_is_no_rope=True,
         vllm_window_rule="plus_one",
     ),
-    _f("cohere2_moe", scheme="rope", layout="interleaved", vllm_window_rule="plus_one"),
+    _f(
+        "cohere2_moe",
+        apply_in_float32=True,
+        scheme="rope",
+        layout="interleaved",
+        vllm_window_rule="plus_one",
+    ),
     _f("cohere_compass", mrope_section=(24, 20, 20), vision_tower="cohere_compass_vision"),
     _f("colqwen2", vision_tower="qwen2_vl_vision"),
     _f("cosmos3_edge", mrope_section=(24, 20, 20), mrope_interleaved=True),
@@ -292,6 +315,7 @@ _RECORDS = (
     ),
     _f(
         "deepseek_v3",
+        apply_evens_first=True,
         llamacpp_rope="normal",
         llamacpp_yarn_log_multiplier=True,
         scheme="rope",
@@ -301,6 +325,7 @@ _RECORDS = (
     ),
     _f(
         "deepseek_v32",
+        apply_evens_first=True,
         scheme="rope",
         layout="interleaved",
         always_interleaved=True,
@@ -310,6 +335,7 @@ _RECORDS = (
     _f("distilbert", scheme="learned", checkpoint_scheme="learned"),
     _f(
         "dots3_note",
+        apply_evens_first=True,
         scheme="rope",
         layout="interleaved",
         always_interleaved=True,
@@ -433,7 +459,13 @@ _RECORDS = (
     _f("glm4v_text", scheme="rope", layout="interleaved"),
     _f("glm5_next", vision_tower="glm5_next_vision"),
     _f("glm_image", mrope_section=(8, 12, 12)),
-    _f("glm_moe_dsa", scheme="rope", layout="interleaved", always_interleaved=True),
+    _f(
+        "glm_moe_dsa",
+        apply_evens_first=True,
+        scheme="rope",
+        layout="interleaved",
+        always_interleaved=True,
+    ),
     _f(
         "glm_ocr",
         scheme="rope",
@@ -512,7 +544,13 @@ _RECORDS = (
         layout="interleaved",
     ),
     _f("llava", learned_vision_tower="clip_vision_model", vision_tower="clip_vision_model"),
-    _f("longcat_flash", scheme="rope", layout="interleaved", always_interleaved=True),
+    _f(
+        "longcat_flash",
+        apply_evens_first=True,
+        scheme="rope",
+        layout="interleaved",
+        always_interleaved=True,
+    ),
     _f(
         "longt5",
         scheme="relative",
@@ -535,9 +573,10 @@ _RECORDS = (
     _f("ministral3", llamacpp_rope="normal", query_scale="llama4_beta"),
     _f("mistral", llamacpp_rope="normal", scheme="rope"),
     _f("mistral3", llamacpp_rope="normal", vision_tower="pixtral"),
-    _f("mistral4", query_scale="llama4_beta"),
+    _f("mistral4", apply_evens_first=True, query_scale="llama4_beta"),
     _f(
         "mistral_large4",
+        apply_evens_first=True,
         scheme="rope",
         layout="interleaved",
         always_interleaved=True,

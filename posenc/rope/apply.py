@@ -51,33 +51,19 @@ from torch import Tensor
 from posenc import kinds
 from posenc.engines.registry import TEXT_ROPE, engine_hook, engine_named
 from posenc.errors import InvalidArgument
+from posenc.hf.families import types_where
 from posenc.rope.precision import model_type_of
 
 ApplyFn = Callable[[Tensor, Tensor, Mapping[str, Any]], Tensor]
 
 #: transformers' model types whose ``apply_rotary_pos_emb_interleave`` returns the rotated even
-#: channels, then the odd ones (used when the config's ``rope_interleave`` holds: layout
-#: ``interleaved``). From ``grep "def apply_rotary_pos_emb_interleave"`` over transformers 5.
-DEINTERLEAVING_TYPES: frozenset[str] = frozenset(
-    {
-        "axk1",
-        "axk2",
-        "bailing_hybrid",
-        "deepseek_v3",
-        "deepseek_v32",
-        "dots3_note",
-        "glm4_moe_lite",
-        "glm_moe_dsa",
-        "longcat_flash",
-        "mistral4",
-        "mistral_large4",
-        "youtu",
-    }
-)
+#: channels, then the odd ones (when the config's ``rope_interleave`` holds: layout
+#: ``interleaved``); their records in :mod:`posenc.hf.families` say ``apply_evens_first``.
+DEINTERLEAVING_TYPES: frozenset[str] = types_where(lambda f: f.apply_evens_first)
 
 #: transformers' model types whose ``apply_rotary_pos_emb`` computes in float32 (``q.float()``)
-#: and casts the result back to the input's dtype (Cohere).
-UPCASTING_TYPES: frozenset[str] = frozenset({"cohere", "cohere2", "cohere2_moe"})
+#: and casts the result back to the input's dtype (Cohere: ``apply_in_float32``).
+UPCASTING_TYPES: frozenset[str] = types_where(lambda f: f.apply_in_float32)
 
 
 def check_head_dim(x: Tensor, fields: Mapping[str, Any], name: str = "q") -> None:
@@ -118,81 +104,89 @@ def rope_tables(
     return out["cos"], out["sin"]
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def _rotate_every_two(x: Tensor) -> Tensor:
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack((-x2, x1), dim=-1).flatten(-2)
-
-
 def deinterleaves(fields: Mapping[str, Any]) -> bool:
     """Whether transformers answers this model's rotated channels evens first, then odds."""
     return fields["layout"] == "interleaved" and model_type_of(fields) in DEINTERLEAVING_TYPES
 
 
-def _transformers_rotation(
-    x: Tensor, cos: Tensor, sin: Tensor, fields: Mapping[str, Any]
-) -> Tensor:
-    """``(T, H, R)`` rotated as transformers' apply function does, ``cos``/``sin`` ``(T, R)``
-    already in ``x``'s dtype."""
-    c, s = cos[:, None, :], sin[:, None, :]  # (T, 1, R)
-    if deinterleaves(fields):  # apply_rotary_pos_emb_interleave: the first half of cat(f, f)
-        c, s = c[..., 0::2], s[..., 0::2]  # (T, 1, R/2): posenc's table is interleaved
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-        return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
-    rotate = _rotate_half if fields["layout"] == "half" else _rotate_every_two
-    return (x * c) + (rotate(x) * s)
+def _rotate_into(
+    dst: Tensor, x: Tensor, cos: Tensor, sin: Tensor, layout: str, *, evens_first: bool,
+    fused: bool,
+) -> None:  # fmt: skip
+    """Write ``x`` ``(n, H, R)`` rotated by ``cos``/``sin`` ``(n, R)`` (the rope kind's table in
+    ``layout``, in ``x``'s dtype) into ``dst`` ``(n, H, R)``, cast to ``dst``'s dtype.
+
+    With ``x1, x2`` the pairs' first and second members (halves, or even and odd channels) and
+    ``c1, c2, s1, s2`` the table's values at them: ``o1 = x1·c1 − x2·s1``, ``o2 = x2·c2 +
+    x1·s2``. Unfused, these are the same roundings as transformers' ``(x * cos) +
+    (rotate(x) * sin)`` (``rotate`` gives ``−x2`` and ``x1``, and ``a + (−b) = a − b`` exactly),
+    DeepSeek-V3's ``apply_rotary_pos_emb_interleave`` and vLLM's ``forward_static``.
+    ``fused``: ``addcmul`` (the exact float64 path, one rounding fewer). ``evens_first``: the
+    pairs' results as ``cat(o1, o2)`` (DeepSeek-V3), else back in place."""
+    h = x.shape[-1] // 2
+    if layout == "half":
+        x1, x2, c1, c2 = x[..., :h], x[..., h:], cos[:, None, :h], cos[:, None, h:]
+        s1, s2 = sin[:, None, :h], sin[:, None, h:]
+    else:
+        x1, x2, c1, c2 = x[..., 0::2], x[..., 1::2], cos[:, None, 0::2], cos[:, None, 1::2]
+        s1, s2 = sin[:, None, 0::2], sin[:, None, 1::2]
+    if layout == "half" or evens_first:
+        d1, d2 = dst[..., :h], dst[..., h:]
+    else:
+        d1, d2 = dst[..., 0::2], dst[..., 1::2]
+    if fused:
+        d1.copy_(torch.addcmul(x1 * c1, x2, s1, value=-1))
+        d2.copy_(torch.addcmul(x2 * c2, x1, s2))
+    else:
+        d1.copy_(x1 * c1 - x2 * s1)
+        d2.copy_(x2 * c2 + x1 * s2)
 
 
-def _split(x: Tensor, fields: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
+#: Elements of ``x`` rotated at a time: each block's intermediates stay small, and the answer is
+#: the same whatever the block (every operation is elementwise).
+BLOCK_ELEMENTS = 1 << 20
+
+
+def _blocks(
+    x: Tensor, fields: Mapping[str, Any], cos: Tensor, sin: Tensor, compute: torch.dtype, *,
+    evens_first: bool, fused: bool = False,
+) -> Tensor:  # fmt: skip
+    """``x`` ``(T, H, D)`` with its first ``R`` channels rotated (:func:`_rotate_into`, in
+    ``compute``, the table ``(T, R)`` cast to it), a block of rows at a time; channels at and
+    past ``R`` copied unchanged."""
     r = int(fields["rotary_dim"])
-    return x[..., :r], x[..., r:]
+    t, h, _d = x.shape
+    out = torch.empty_like(x)
+    if r < x.shape[-1]:
+        out[..., r:] = x[..., r:]
+    cos, sin = cos.to(compute), sin.to(compute)
+    layout = str(fields["layout"])
+    rows = max(1, BLOCK_ELEMENTS // max(1, h * r))
+    for a in range(0, t, rows):
+        b = min(t, a + rows)
+        x_rot = x[a:b, :, :r].to(compute)
+        _rotate_into(out[a:b, :, :r], x_rot, cos[a:b], sin[a:b], layout,
+                     evens_first=evens_first, fused=fused)  # fmt: skip
+    return out
 
 
 def transformers_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """transformers' ``apply_rotary_pos_emb`` of the model on its rotary module's cos and sin
-    (bit for bit, see the module docstring). ``x`` ``(T, H, D)``."""
+    (bit for bit, see the module docstring). ``x`` ``(T, H, D)``: the products in ``x``'s
+    dtype with cos and sin cast to it (the rotary module's ``.to(x.dtype)``), or in float32
+    for Cohere (``q.float()``), cast back."""
     cos, sin = rope_tables(positions, fields, torch.float32)
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # the rotary module's cast
-    x_rot, x_pass = _split(x, fields)
-    if model_type_of(fields) in UPCASTING_TYPES:
-        out = _transformers_rotation(x_rot.float(), cos.float(), sin.float(), fields).to(x.dtype)
-    else:
-        out = _transformers_rotation(x_rot, cos, sin, fields)
-    return torch.cat([out, x_pass], dim=-1)
-
-
-def _pairs(x_rot: Tensor, cos: Tensor, sin: Tensor, neox: bool) -> Tensor:
-    """``ApplyRotaryEmb.forward_static`` (vLLM) and ``mx.fast.rope``'s pairing: ``cos``/``sin``
-    ``(T, R/2)`` in ``x``'s dtype; the rotated pairs put back where they were."""
-    c, s = cos[:, None, :], sin[:, None, :]  # (T, 1, R/2)
-    if neox:
-        x1, x2 = torch.chunk(x_rot, 2, dim=-1)
-    else:
-        x1, x2 = x_rot[..., ::2], x_rot[..., 1::2]
-    o1 = x1 * c - x2 * s
-    o2 = x2 * c + x1 * s
-    if neox:
-        return torch.cat((o1, o2), dim=-1)
-    return torch.stack((o1, o2), dim=-1).flatten(-2)
-
-
-def _half_of(table: Tensor, layout: str) -> Tensor:
-    """A ``(T, R)`` table of the rope kind as its ``(T, R/2)`` values."""
-    return table[:, : table.shape[-1] // 2] if layout == "half" else table[:, 0::2]
+    compute = torch.float32 if model_type_of(fields) in UPCASTING_TYPES else x.dtype
+    return _blocks(x, fields, cos, sin, compute, evens_first=deinterleaves(fields))
 
 
 def _engine_pairs(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """vLLM's ``forward_native`` / MLX's rope: the engine's float32 table cast to ``x``'s dtype,
     pairs rotated in place."""
     cos, sin = rope_tables(positions, fields, torch.float32)
-    layout = str(fields["layout"])
-    c, s = _half_of(cos, layout).to(x.dtype), _half_of(sin, layout).to(x.dtype)
-    x_rot, x_pass = _split(x, fields)
-    return torch.cat((_pairs(x_rot, c, s, layout == "half"), x_pass), dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # _match_cos_sin_cache_dtype
+    return _blocks(x, fields, cos, sin, x.dtype, evens_first=False)
 
 
 def vllm_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
@@ -215,9 +209,9 @@ def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tens
     rotation of ``x``, rounded once to ``x``'s dtype, in transformers' channel order (DeepSeek's
     evens then odds). ``x`` ``(T, H, D)``."""
     cos, sin = rope_tables(positions, fields, torch.float64)
-    x_rot, x_pass = _split(x, fields)
-    out = _transformers_rotation(x_rot.double(), cos, sin, fields).to(x.dtype)
-    return torch.cat([out, x_pass], dim=-1)
+    return _blocks(
+        x, fields, cos, sin, torch.float64, evens_first=deinterleaves(fields), fused=True
+    )
 
 
 def apply_for(fields: Mapping[str, Any]) -> ApplyFn:
@@ -231,10 +225,11 @@ def apply_for(fields: Mapping[str, Any]) -> ApplyFn:
 
 def channel_order(fields: Mapping[str, Any]) -> str:
     """``"in_place"`` or ``"evens_then_odds"`` (transformers' DeepSeek-V3 with
-    ``rope_interleave``, and ``exact`` for it: :attr:`posenc.engines.base.Engine.evens_first`)."""
+    ``rope_interleave``, and ``exact`` for it:
+    :attr:`posenc.engines.base.Engine.transformers_order`)."""
     engine = engine_named(fields.get("engine", "transformers"))
     exact = fields.get("precision", "exact") == "exact"
-    if deinterleaves(fields) and (exact or engine.evens_first):
+    if deinterleaves(fields) and (exact or engine.transformers_order):
         return "evens_then_odds"
     return "in_place"
 

@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from posenc import codec
-from posenc.check import MISTAKE_NAMES, MISTAKES, candidates, check_table
+from posenc.check import (
+    MISTAKE_NAMES,
+    MISTAKES,
+    ROTATION_MISTAKE_NAMES,
+    candidates,
+    check_rotation,
+    check_table,
+)
 from posenc.errors import InvalidArgument
 from posenc.limits import check_elements
 from service.errors import BadBody, is_json_media_type, media_type_refusal
@@ -65,6 +72,16 @@ class CheckRequest(BaseModel):
         None, description="your cos table, (T, R) or (T, R/2); JSON numbers are read as float32"
     )
     sin: list[list[float]] | None = Field(None, description="your sin table, same shape")
+    q_in: list[list[list[float]]] | None = Field(
+        None, description="your queries before rotation, (T, H, D), instead of cos and sin"
+    )
+    q_out: list[list[list[float]]] | None = Field(
+        None, description="your queries after rotation, (T, H, D), in the engine's channel order"
+    )
+    k_in: list[list[list[float]]] | None = Field(None, description="your keys before, (T, H_kv, D)")
+    k_out: list[list[list[float]]] | None = Field(None, description="your keys after")
+    offset: int | None = Field(None, description="added to every position, as /v1/rope/apply")
+    layer: int | None = Field(None, ge=0, description="a layer index of config")
 
 
 class Match(BaseModel):
@@ -76,9 +93,12 @@ class Match(BaseModel):
 
 
 class Diagnosis(BaseModel):
-    mistake: str = Field(..., description=f"one of {', '.join(MISTAKE_NAMES)}")
+    mistake: str = Field(
+        ..., description=f"one of {', '.join((*MISTAKE_NAMES, *ROTATION_MISTAKE_NAMES))}"
+    )
     explains: bool
     max_abs_diff: float
+    offset: int | None = Field(None, description="positions_offset: the offset found")
 
 
 class CheckAnswer(BaseModel):
@@ -100,24 +120,34 @@ def _array(value: Any) -> Any:
     return np.asarray(value.float()) if hasattr(value, "float") else np.asarray(value)
 
 
-def _read(body: bytes, content_type: str) -> tuple[CheckRequest, Any, Any]:
+TABLES = ("cos", "sin")
+VECTORS = ("q_in", "q_out", "k_in", "k_out")
+
+
+def _read(body: bytes, content_type: str) -> tuple[CheckRequest, dict[str, Any]]:
+    """The fields and the caller's arrays: ``cos`` and ``sin``, or ``q_in``/``q_out`` (and
+    ``k_in``/``k_out``)."""
     if content_type == SAFETENSORS_TYPE:
         try:
             tensors, metadata = codec.decode_safetensors(body)
         except codec.CodecError as exc:
             raise BadBody(f"the safetensors body cannot be read: {exc}") from None
-        missing = [n for n in ("cos", "sin") if n not in tensors]
+        names = TABLES if "cos" in tensors or "q_in" not in tensors else VECTORS
+        needed = names if names == TABLES else ("q_in", "q_out")
+        missing = [n for n in needed if n not in tensors]
         if missing:
-            raise BadBody(f"the safetensors body has no {missing[0]!r} tensor (cos and sin)")
+            raise BadBody(
+                f"the safetensors body has no {missing[0]!r} tensor (cos and sin, or q_in and "
+                "q_out with optionally k_in and k_out)"
+            )
         try:
             fields = json.loads((metadata or {}).get("request") or "{}")
         except json.JSONDecodeError as exc:
             raise BadBody(f"__metadata__.request is not JSON: {exc}") from None
         req = _request(fields, "body")
-        if req.cos is not None or req.sin is not None:
-            raise BadBody("cos and sin are the safetensors tensors, not request fields")
-        cos, sin = (_array(tensors[n]) for n in ("cos", "sin"))
-        return req, cos, sin
+        if any(getattr(req, n) is not None for n in (*TABLES, *VECTORS)):
+            raise BadBody("the arrays are the safetensors tensors, not request fields")
+        return req, {n: _array(tensors[n]) for n in names if n in tensors}
     if not is_json_media_type(content_type):
         raise media_type_refusal(content_type, ["application/json", SAFETENSORS_TYPE])
     try:
@@ -125,19 +155,33 @@ def _read(body: bytes, content_type: str) -> tuple[CheckRequest, Any, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadBody(f"the body is not JSON: {exc}") from None
     req = _request(raw, "body")
+    if req.q_in is not None or req.q_out is not None:
+        # JSON numbers are read as float32, as the tables are
+        return req, {n: _cube(getattr(req, n), n) for n in VECTORS if getattr(req, n) is not None}
     if req.cos is None or req.sin is None:
         raise RequestValidationError(
             [
                 {
                     "loc": ("body", "cos" if req.cos is None else "sin"),
-                    "msg": "cos and sin are required (JSON rows, or tensors of a safetensors body)",
+                    "msg": "cos and sin (or q_in and q_out) are required (JSON rows, or tensors "
+                    "of a safetensors body)",
                     "type": "missing",
                 }
             ]
         )
     # JSON numbers are read as float32, the dtype models hold their tables in (the shortest
     # decimal of a float32 rounds back to it); a safetensors body keeps its own dtype
-    return req, _rows(req.cos, "cos"), _rows(req.sin, "sin")
+    return req, {"cos": _rows(req.cos, "cos"), "sin": _rows(req.sin, "sin")}
+
+
+def _cube(rows: list[list[list[float]]], name: str) -> Any:
+    """JSON ``(T, H, D)`` lists as float32; ragged is a 422."""
+    try:
+        return np.asarray(rows, dtype=np.float32)
+    except ValueError:
+        raise InvalidArgument(
+            f"{name} must be (T, H, D) lists of equal lengths", field=name
+        ) from None
 
 
 def _rows(rows: list[list[float]], name: str) -> Any:
@@ -158,11 +202,14 @@ def _rows(rows: list[list[float]], name: str) -> Any:
     description=(
         "Send your own cos and sin (JSON rows, or a safetensors body with tensors cos and sin "
         "and the JSON fields in its header's __metadata__ under request) with config or preset "
-        "and positions or seq_len; (T, R) in either layout, or (T, R/2). `matches` compares it "
-        "with each engine and precision ("
+        "and positions or seq_len; (T, R) in either layout, or (T, R/2). Or send q_in and "
+        "q_out (and k_in, k_out), (T, H, D), in place of cos and sin: your vectors before and "
+        "after your rotation. `matches` compares it with each engine and precision ("
         + ", ".join(f"{e}/{p}" for e, p in candidates())
         + "), closest first; `diagnosis` names the known mistakes that reproduce it within "
-        "1e-6, from a fixed vocabulary: " + ", ".join(MISTAKE_NAMES) + "."
+        "1e-6, from a fixed vocabulary: "
+        + ", ".join((*MISTAKE_NAMES, *ROTATION_MISTAKE_NAMES))
+        + " (the last seven for rotations; positions_offset gives the offset found)."
     ),
     responses=declared_responses(
         "POST",
@@ -187,11 +234,26 @@ def _rows(rows: list[list[float]], name: str) -> Any:
 async def config_check(request: Request, state: State) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()
-    req, cos, sin = _read(body, content_type)
-    work = (len(candidates()) + len(MISTAKES) + 2) * 2 * int(np.size(cos))
-    check_elements(work, what="the tables compared", max_elements=state.settings.max_elements)
-    fields = req.model_dump(exclude={"cos", "sin"}, exclude_none=True)
-    return await run_in_threadpool(check_table, fields, cos, sin)
+    req, arrays = _read(body, content_type)
+    fields = req.model_dump(exclude={*TABLES, *VECTORS}, exclude_none=True)
+    if "cos" in arrays:
+        work = (len(candidates()) + len(MISTAKES) + 2) * 2 * int(np.size(arrays["cos"]))
+        check_elements(work, what="the tables compared", max_elements=state.settings.max_elements)
+        fields = {k: v for k, v in fields.items() if k not in ("offset", "layer")}
+        return await run_in_threadpool(check_table, fields, arrays["cos"], arrays["sin"])
+    if ("q_in" in arrays) != ("q_out" in arrays):
+        raise InvalidArgument("give q_in with q_out", field="q_out")
+    rotations = len(candidates()) + len(MISTAKES) + len(ROTATION_MISTAKE_NAMES) + 2
+    work = rotations * sum(int(np.size(a)) for a in arrays.values())
+    check_elements(work, what="the rotations compared", max_elements=state.settings.max_elements)
+    return await run_in_threadpool(
+        check_rotation,
+        fields,
+        arrays["q_in"],
+        arrays["q_out"],
+        arrays.get("k_in"),
+        arrays.get("k_out"),
+    )
 
 
 config_check.posenc_model = CheckRequest  # type: ignore[attr-defined]  # 422 hints
