@@ -28,22 +28,10 @@ from posenc.engines import engine_named
 from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE
-from posenc.rope.apply import apply_for, channel_order, check_head_dim
+from posenc.rope.apply import apply_for, channel_order, check_head_dim, seeded_vectors
 
 #: The fields of ``/v1/rope/apply`` that are not the rope kind's.
 APPLY_ONLY: tuple[str, ...] = ("offset", "layer", "seed", "num_heads", "num_kv_heads")
-
-
-def seeded_vectors(
-    seq_len: int, num_heads: int, num_kv_heads: int, head_dim: int, seed: int
-) -> tuple[Tensor, Tensor]:
-    """The contract's seeded ``q (T, H, D)`` and ``k (T, H_kv, D)``, float32:
-    ``g = torch.Generator().manual_seed(seed)``, ``q = torch.randn(T, H, D, generator=g)``, then
-    ``k`` from the same generator."""
-    g = torch.Generator().manual_seed(int(seed))
-    q = torch.randn(seq_len, num_heads, head_dim, generator=g)
-    k = torch.randn(seq_len, num_kv_heads, head_dim, generator=g)
-    return q, k
 
 
 def _offset_positions(request: Mapping[str, Any]) -> list[Any]:

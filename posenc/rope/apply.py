@@ -52,7 +52,7 @@ from posenc import kinds
 from posenc.engines.registry import TEXT_ROPE, engine_hook, engine_named
 from posenc.errors import InvalidArgument
 from posenc.hf.families import types_where
-from posenc.rope.precision import model_type_of
+from posenc.rope.precision import model_type_of, widen
 
 ApplyFn = Callable[[Tensor, Tensor, Mapping[str, Any]], Tensor]
 
@@ -87,6 +87,18 @@ def _positions_field(positions: Tensor) -> list[Any]:
         if positions.dim() == 2
         else [int(p) for p in positions.tolist()]
     )
+
+
+def seeded_vectors(
+    seq_len: int, num_heads: int, num_kv_heads: int, head_dim: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """The contract's seeded ``q (T, H, D)`` and ``k (T, H_kv, D)``, float32:
+    ``g = torch.Generator().manual_seed(seed)``, ``q = torch.randn(T, H, D, generator=g)``, then
+    ``k`` from the same generator (``/v1/rope/apply``'s and ``/v1/rope/shift``'s ``seed``)."""
+    g = torch.Generator().manual_seed(int(seed))
+    q = torch.randn(seq_len, num_heads, head_dim, generator=g)
+    k = torch.randn(seq_len, num_kv_heads, head_dim, generator=g)
+    return q, k
 
 
 def rope_tables(
@@ -181,6 +193,17 @@ def transformers_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) 
     return _blocks(x, fields, cos, sin, compute, evens_first=deinterleaves(fields))
 
 
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """``x`` ``(T, H, D)`` with its first ``R`` channels turned by a table of one value per pair,
+    ``cos``/``sin`` ``(T, R/2)`` cast to ``x``'s dtype (``half``: pairs ``(x[i], x[i + R/2])``;
+    ``interleaved``: ``(x[2i], x[2i+1])``), computed in ``x``'s dtype and put back in place:
+    ``x1·c − x2·s``, ``x2·c + x1·s``, unfused (vLLM's ``forward_native`` with a given table;
+    ``/v1/rope/shift`` turns keys by the delta with it). The rest is copied."""
+    table = {"rotary_dim": 2 * cos.shape[-1], "layout": layout}
+    cos, sin = widen(cos, layout).to(x.dtype), widen(sin, layout).to(x.dtype)
+    return _blocks(x, table, cos, sin, x.dtype, evens_first=False)
+
+
 def _engine_pairs(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """vLLM's ``forward_native`` / MLX's rope: the engine's float32 table cast to ``x``'s dtype,
     pairs rotated in place."""
@@ -245,6 +268,8 @@ __all__ = [
     "exact_apply",
     "mlx_apply",
     "rope_tables",
+    "rotate_pairs",
+    "seeded_vectors",
     "transformers_apply",
     "vllm_apply",
 ]

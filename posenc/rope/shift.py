@@ -37,11 +37,11 @@ from posenc import kinds
 from posenc.device import resolve_dtype
 from posenc.engines.registry import engine_hook, engine_named
 from posenc.errors import InvalidArgument
+from posenc.rope.apply import rotate_pairs, seeded_vectors
 from posenc.rope.kind import ROPE
 from posenc.rope.precision import widen
 from posenc.rope.shift_engines import (
     llamacpp_shift_rope,
-    rotate_pairs,
     rotation_sign,
     step_deltas,
 )
@@ -217,13 +217,12 @@ def _complete(p: dict[str, Any], models: Any) -> dict[str, Any]:
 
 
 def seeded_key(p: Mapping[str, Any]) -> Tensor:
-    """The key ``/v1/rope/apply`` seeds: ``g = torch.Generator().manual_seed(seed)``, ``q =
-    randn(T, H, D)``, then ``k = randn(T, H_kv, D)`` from the same generator, float32."""
-    t = _length(p)
-    d = int(p["head_dim"])
-    g = torch.Generator().manual_seed(int(p["seed"]))
-    torch.randn(t, int(p["num_heads"]), d, generator=g)  # q
-    return torch.randn(t, int(p.get("num_kv_heads") or p["num_heads"]), d, generator=g)
+    """The key ``/v1/rope/apply`` seeds (:func:`posenc.rope.apply.seeded_vectors`'s ``k``:
+    ``q = randn(T, H, D)``, then ``k = randn(T, H_kv, D)`` from one generator), float32."""
+    heads = int(p["num_heads"])
+    kv = int(p.get("num_kv_heads") or heads)
+    _q, k = seeded_vectors(_length(p), heads, kv, int(p["head_dim"]), int(p["seed"]))
+    return k
 
 
 def given_key(p: Mapping[str, Any]) -> Tensor:

@@ -8,7 +8,8 @@ A shift turns keys rotated at ``from`` positions by each token's ``delta = to �
   ``attn_factor`` included as libggml multiplies it in;
 - transformers and vLLM have no shift of their own: theirs is their float32 rotation
   (``apply_rotary_pos_emb``, ``forward_native``: ``x0·cos − x1·sin``, ``x1·cos + x0·sin`` in
-  ``k``'s dtype, the table cast to it) by their float32 table at the delta, without the
+  ``k``'s dtype, the table cast to it: :func:`posenc.rope.apply.rotate_pairs`, the arithmetic
+  of their apply hooks) by their float32 table at the delta, without the
   attention factor (the keys carry it from their first rotation): transformers' float32
   ``inv_freq`` at ``to_seq_len``, vLLM's ``_compute_cos_sin_cache`` rows.
 
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.rope.apply import rotate_pairs
 from posenc.rope.llamacpp import LlamaCppRope, ggml_rope_tables
 from posenc.rope.llamacpp_rotate import kshift_rope, llamacpp_kshift, rope_from_dict
 from posenc.rope.precision import (
@@ -42,21 +44,6 @@ from posenc.rope.vllm import vllm_for_fields
 def rotation_sign(p: Mapping[str, Any]) -> float:
     """``-1`` for ``rotation: "negative"`` (the sines negated), else ``1``."""
     return -1.0 if p.get("rotation") == "negative" else 1.0
-
-
-def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """``x`` ``(T, H, D)`` with its first ``R`` channels turned by ``(cos, sin)`` ``(T, R/2)``
-    (``half``: pairs ``(x[i], x[i + R/2])``; ``interleaved``: ``(x[2i], x[2i+1])``), in the
-    tensors' own dtype: ``x0·cos − x1·sin``, ``x0·sin + x1·cos``. The rest is copied."""
-    r = 2 * cos.shape[-1]
-    out = x.clone()
-    first = slice(0, r, 2) if layout == "interleaved" else slice(0, r // 2)
-    second = slice(1, r, 2) if layout == "interleaved" else slice(r // 2, r)
-    x0, x1 = x[..., first], x[..., second]
-    c, s = cos[:, None, :], sin[:, None, :]
-    out[..., first] = x0 * c - x1 * s
-    out[..., second] = x0 * s + x1 * c
-    return out
 
 
 def step_deltas(
@@ -147,7 +134,6 @@ __all__ = [
     "llamacpp_delta_tables",
     "llamacpp_shift",
     "llamacpp_shift_rope",
-    "rotate_pairs",
     "rotation_sign",
     "step_deltas",
     "transformers_delta_tables",

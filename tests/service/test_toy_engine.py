@@ -31,9 +31,9 @@ from posenc.engines import (
 )
 from posenc.errors import InvalidArgument
 from posenc.resolve import compute, resolve_fields
+from posenc.rope.apply import rotate_pairs
 from posenc.rope.precision import widen
 from posenc.rope.shift import ROPE_SHIFT
-from posenc.rope.shift_engines import rotate_pairs
 from tests.helpers import json_tensor, make_settings
 
 SEQ = 8
