@@ -152,7 +152,7 @@ def rotate(
         k: ``(T, H_kv, D)`` keys, or None.
         engine: ``transformers``, ``vllm``, ``llama.cpp`` or ``mlx``.
         precision: ``exact`` (float64 angles and rotation, rounded once) or ``engine`` (the
-            engine's own apply, :data:`posenc.rope.apply.APPLY`).
+            engine's own apply: its ``apply`` hook, :func:`posenc.rope.apply.apply_for`).
 
     Returns:
         ``{"q": Tensor, "k": Tensor | None, "meta": dict}``: the rotated tensors in the
@@ -244,7 +244,7 @@ ROPE_APPLY: kinds.Kind = kinds.Kind(
     description="q (T, H, D) and k (T, H_kv, D) rotated at the positions with the model's "
     "rule: precision exact (float64 angles and rotation, rounded once, transformers' channel "
     "order) or engine (transformers' apply_rotary_pos_emb, vLLM's forward_native, MLX's "
-    "mx.fast.rope).",
+    "mx.fast.rope, llama.cpp's ggml_rope_ext on F32 vectors: each engine's apply hook).",
     fields=(
         kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1),
         kinds.FieldSpec("num_heads", "int", "H (seeded vectors)", None, minimum=1),
