@@ -194,6 +194,31 @@ def _listing(names: list[str]) -> str:
     return shown + (f", … and {more} more" if more > 0 else "") if names else "(none)"
 
 
+def _check_shard_name(index: str, tensor: str, shard: object) -> None:
+    """A ``weight_map`` entry names a file inside the index's folder: a relative path that does
+    not climb out of it (``..``) and is not absolute. What the folder holds may be a link
+    (a Hugging Face cache snapshot's files link to ``../../blobs/``): the name is checked, the
+    link is followed.
+
+    Raises:
+        InvalidArgument: a name that is not a string, is absolute, or leaves the folder.
+    """
+    if not isinstance(shard, str) or not shard:
+        why = f"is {shard!r}, not a file name"
+    elif os.path.isabs(shard) or shard.startswith(("/", "\\")) or os.path.splitdrive(shard)[0]:
+        why = f"is the absolute path {shard!r}"
+    elif ".." in shard.replace("\\", "/").split("/"):
+        why = f"is {shard!r}, which climbs out of the model's folder"
+    else:
+        return
+    message = (
+        f"{index}: weight_map entry of {tensor!r} {why}; a shard must be a file in the index's "
+        "own folder"
+    )
+    logger.error("refused to load %s", message)
+    raise InvalidArgument(message, field="path")
+
+
 def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, str]:
     """``(names, get, where, folder)`` of a safetensors file, a sharded index, or a folder.
 
@@ -225,6 +250,8 @@ def _open_tensors(path: str) -> tuple[list[str], Callable[[str], Tensor], str, s
                 f"a weight_map): {exc}",
                 field="path",
             ) from exc
+        for name, shard in weight_map.items():
+            _check_shard_name(path, str(name), shard)
 
         def get_sharded(name: str) -> Tensor:
             shard = os.path.join(folder, str(weight_map[name]))

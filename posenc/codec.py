@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import io
 import json
+import math
 import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "decode_npy",
     "decode_raw",
     "decode_safetensors",
+    "element_count",
     "encode_npy",
     "encode_raw",
     "encode_safetensors",
@@ -93,6 +95,29 @@ SAFETENSORS_NUMPY_DTYPES: Final[Mapping[str, np.dtype[Any]]] = {
 
 class CodecError(ValueError):
     """Bytes that are not a well-formed file of the format; the message says what is wrong."""
+
+
+#: The most elements (and bytes) a shape may describe: numpy and torch count in int64.
+INT64_MAX: Final = 2**63 - 1
+
+
+def element_count(shape: Sequence[int], itemsize: int, name: str = "array") -> int:
+    """The elements of ``shape``, multiplied in Python integers (never wrapping, as
+    ``np.prod`` in int64 does) and checked, with their bytes and each dimension, against int64
+    before anything is sized from them (``(2^63, 0)`` holds no element, but numpy cannot make
+    that shape).
+
+    Raises:
+        CodecError: the elements, their bytes or a dimension are over 2^63 - 1.
+    """
+    count = math.prod(int(n) for n in shape)
+    if count * itemsize > INT64_MAX or any(int(n) > INT64_MAX for n in shape):
+        dims = ", ".join(str(n) for n in shape)
+        raise CodecError(
+            f"{name}: shape ({dims}) of {itemsize}-byte elements is over what an array can "
+            f"have: 2^63 - 1 bytes, and 2^63 - 1 along each dimension"
+        )
+    return count
 
 
 def no_bfloat16_npy(name: str) -> str:
@@ -212,7 +237,7 @@ def npy_array(
     Raises:
         CodecError: the data is shorter or longer than the shape claims.
     """
-    count = int(np.prod(shape, dtype=np.int64))
+    count = element_count(shape, header.dtype.itemsize, name)
     data = len(body) - header.data_offset
     expected = count * header.dtype.itemsize
     if data != expected:
@@ -262,7 +287,7 @@ def safetensors_header(
     offset = 0
     for name in order:
         shape, dtype = tensors[name]
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(int(n) for n in shape) * dtype.itemsize
         entries[name] = {
             "dtype": SAFETENSORS_DTYPES[dtype],
             "shape": [int(n) for n in shape],
@@ -365,7 +390,7 @@ def safetensors_array(
             f"{name}: data_offsets must be [begin, end] within the {header.data_len} data bytes, "
             f"got {offsets!r}"
         )
-    count = int(np.prod(shape, dtype=np.int64))
+    count = element_count(shape, dtype.itemsize, name)
     expected = count * dtype.itemsize
     if offsets[1] - offsets[0] != expected:
         dims = ", ".join(str(n) for n in shape)
@@ -423,6 +448,6 @@ def decode_raw(body: bytes, shape: Sequence[int], dtype: str) -> np.ndarray | to
     if torch_dtype == torch.bfloat16:
         return torch.frombuffer(bytearray(body), dtype=torch.bfloat16).reshape(shape)
     nd = numpy_dtype(torch_dtype)
-    if len(body) != int(np.prod(shape, dtype=np.int64)) * nd.itemsize:
+    if len(body) != element_count(shape, nd.itemsize) * nd.itemsize:
         raise CodecError(f"the raw body holds {len(body)} bytes, not a {shape} {dtype} tensor")
     return np.frombuffer(body, dtype=nd).reshape(shape).copy()

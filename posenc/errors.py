@@ -65,6 +65,10 @@ def closest_name(name: object, known: Iterable[str]) -> str | None:
     if not isinstance(name, str):
         return None
     names = list(known)
+    # a ratio of 0.6 needs the lengths within a factor of 7/3: a name longer than that of the
+    # longest known one is close to none, and is not compared (its cost would grow with it)
+    if not names or 3 * len(name) > 7 * max(len(n) for n in names):
+        return None
     by_lower = {n.lower(): n for n in names}
     match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
     return by_lower[match[0]] if match else None

@@ -185,57 +185,196 @@ class GgufHead:
         return tuple(float(v) for v in values)
 
 
+#: Largest value of a signed 64-bit count (llama.cpp's ``int64_t`` element counts).
+INT64_MAX = 2**63 - 1
+#: llama.cpp's ``GGML_MAX_DIMS``: a tensor record with more dimensions is not a ggml tensor.
+MAX_DIMS = 4
+
+
+@dataclass(frozen=True)
+class GgufBudget:
+    """What one reading of a GGUF head may hold: the reader counts against it as it goes and
+    stops with a 422 that names the count that ran out (:class:`GgufLimit`), so that its work
+    is bounded by these numbers whatever the bytes claim. The defaults hold every published
+    model's head with room to spare: Llama 3 8B's has a few dozen key/value pairs, about
+    537,000 array items (128,256 tokens and token types, 280,147 merges) and 291 tensors.
+
+    Attributes:
+        max_kv: key/value pairs.
+        max_items: array items, over all arrays (a string, a nested array and a number each 1).
+        max_depth: arrays nested in arrays (1: an array of scalars or strings).
+        max_nested: arrays inside arrays, over the whole head (llama.cpp's own reader refuses
+            any; each costs a Python call, where a string or a number costs a loop step).
+        max_tensors: tensor records in the directory.
+    """
+
+    max_kv: int = 65_536
+    max_items: int = 2_097_152
+    max_depth: int = 3
+    max_nested: int = 65_536
+    max_tensors: int = 262_144
+
+
+DEFAULT_BUDGET = GgufBudget()
+
+
+class GgufLimit(InvalidArgument):
+    """A GGUF head asks for more than its :class:`GgufBudget` (HTTP 422, ``field="body"``)."""
+
+
 class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+    """Reads a GGUF head's values from ``data``, counting against ``budget``."""
+
+    def __init__(self, data: bytes, budget: GgufBudget) -> None:
+        self.data = memoryview(data)
+        self.size = len(data)
         self.at = 0
         self.what = "the header"
+        self.budget = budget
+        self.items = 0
+        self.nested = 0
+
+    def _short(self, n: int) -> InvalidArgument:
+        return InvalidArgument(
+            f"GGUF truncated: read {self.size} bytes, but {self.what} needs "
+            f"{self.at + n - self.size} more (up to byte {self.at + n}); send the file, "
+            "or its head up to the end of its key/value section",
+            field="body",
+        )
 
     def take(self, n: int) -> bytes:
-        if self.at + n > len(self.data):
-            raise InvalidArgument(
-                f"GGUF truncated: read {len(self.data)} bytes, but {self.what} needs "
-                f"{self.at + n - len(self.data)} more (up to byte {self.at + n}); send the file, "
-                "or its head up to the end of its key/value section",
-                field="body",
-            )
-        out = self.data[self.at : self.at + n]
+        if self.at + n > self.size:
+            raise self._short(n)
+        out = bytes(self.data[self.at : self.at + n])
         self.at += n
         return out
 
     def unpack(self, fmt: str) -> Any:
-        return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
+        size = struct.calcsize(fmt)
+        if self.at + size > self.size:
+            raise self._short(size)
+        value = struct.unpack_from(fmt, self.data, self.at)[0]
+        self.at += size
+        return value
 
     def string(self) -> str:
         n = self.unpack("<Q")
         return self.take(n).decode("utf-8", errors="replace")
 
-    def value(self, kind: int) -> Any:
+    def count(self, n: int) -> None:
+        """Take ``n`` array items from the budget (before any is read)."""
+        self.items += n
+        if self.items > self.budget.max_items:
+            raise GgufLimit(
+                f"GGUF: {self.what} takes the array items read to {self.items}, over the "
+                f"limit of {self.budget.max_items} array items in a GGUF head",
+                field="body",
+            )
+
+    def value(self, kind: int, depth: int = 0) -> Any:
         if kind in _SCALARS:
             return self.unpack(_SCALARS[kind][1])
         if kind == _STRING:
             return self.string()
         if kind == _ARRAY:
+            if depth >= self.budget.max_depth:
+                raise GgufLimit(
+                    f"GGUF: {self.what} nests arrays more than {self.budget.max_depth} deep, "
+                    "the limit in a GGUF head",
+                    field="body",
+                )
             item, count = self.unpack("<I"), self.unpack("<Q")
             if item in _SCALARS:
                 fmt = _SCALARS[item][1]
                 size = struct.calcsize(fmt)
+                if self.at + size * count > self.size:  # before the budget: a truncated head
+                    raise self._short(size * count)
+                self.count(count)
                 raw = self.take(size * count)
-                return list(struct.unpack(f"<{count}{fmt[1:]}", raw))
-            return [self.value(item) for _ in range(count)]
+                return np.frombuffer(raw, dtype=np.dtype(fmt)).tolist()
+            if item == _STRING:
+                self.count(count)
+                return self.strings(count)
+            if item != _ARRAY:
+                raise InvalidArgument(
+                    f"GGUF: unknown array item type {item} at byte {self.at - 12} ({self.what})",
+                    field="body",
+                )
+            self.count(count)
+            self.nested += count
+            if self.nested > self.budget.max_nested:
+                raise GgufLimit(
+                    f"GGUF: {self.what} takes the arrays nested in arrays to {self.nested}, "
+                    f"over the limit of {self.budget.max_nested} in a GGUF head",
+                    field="body",
+                )
+            return [self.value(item, depth + 1) for _ in range(count)]
         raise InvalidArgument(
             f"GGUF: unknown value type {kind} at byte {self.at - 4} ({self.what})", field="body"
         )
 
+    def strings(self, count: int) -> list[str]:
+        """``count`` strings (an array's items): one tight loop, no call per string."""
+        data, at, size, out = self.data, self.at, self.size, []
+        unpack_from = struct.unpack_from
+        for _ in range(count):
+            if at + 8 > size:
+                self.at = at
+                raise self._short(8)
+            (n,) = unpack_from("<Q", data, at)
+            at += 8
+            if at + n > size:
+                self.at = at
+                raise self._short(n)
+            out.append(str(data[at : at + n], "utf-8", "replace"))
+            at += n
+        self.at = at
+        return out
 
-def read_gguf_head(data: bytes) -> GgufHead:
+
+def _alignment(metadata: Mapping[str, Any]) -> int:
+    """``general.alignment`` (default 32): a positive power of two, as llama.cpp requires."""
+    align = metadata.get("general.alignment", 32)
+    if isinstance(align, bool) or not isinstance(align, int) or align <= 0 or align & (align - 1):
+        raise InvalidArgument(
+            f"GGUF: general.alignment must be a positive power of two, got {align!r}",
+            field="body",
+        )
+    return align
+
+
+def _tensor_record(r: _Reader) -> TensorInfo:
+    """One tensor record: its dimensions checked (at most :data:`MAX_DIMS`, each and their
+    product within int64, as llama.cpp checks them) before anything is sized from them."""
+    name = r.string()
+    n_dims = r.unpack("<I")
+    if n_dims > MAX_DIMS:
+        raise GgufLimit(
+            f"GGUF: {r.what} ({name!r}) has {n_dims} dimensions; ggml tensors have at most "
+            f"{MAX_DIMS}",
+            field="body",
+        )
+    dims = tuple(r.unpack("<Q") for _ in range(n_dims))
+    if math.prod(dims) > INT64_MAX:
+        raise GgufLimit(
+            f"GGUF: {r.what} ({name!r}) has shape {dims}, of more than 2^63 - 1 elements",
+            field="body",
+        )
+    return TensorInfo(name, dims, r.unpack("<I"), r.unpack("<Q"))
+
+
+def read_gguf_head(data: bytes, budget: GgufBudget = DEFAULT_BUDGET) -> GgufHead:
     """Parse a GGUF file's head: header, key/value pairs and, when the bytes reach that far,
-    the tensor directory.
+    the tensor directory. The work is bounded by ``budget`` (:class:`GgufBudget`), whatever
+    the counts in the bytes say.
 
     Raises:
         InvalidArgument: not GGUF (the first bytes and their count), an unknown version, or
             bytes that end inside the header or the key/value section (how many were read,
-            which part and how many bytes more it needs). ``field="body"``.
+            which part and how many bytes more it needs), an unknown value type, an alignment
+            that is not a positive power of two. ``field="body"``.
+        GgufLimit: more key/value pairs, array items, nesting or tensor records than
+            ``budget`` allows, or a tensor of more than 4 dimensions or 2^63 - 1 elements.
     """
     if len(data) < 4 or data[:4] != MAGIC:
         raise InvalidArgument(
@@ -243,7 +382,7 @@ def read_gguf_head(data: bytes) -> GgufHead:
             "file starts with b'GGUF'",
             field="body",
         )
-    r = _Reader(data)
+    r = _Reader(data, budget)
     r.take(4)
     version = r.unpack("<I")
     if version not in (2, 3):
@@ -252,23 +391,36 @@ def read_gguf_head(data: bytes) -> GgufHead:
             field="body",
         )
     n_tensors, n_kv = r.unpack("<Q"), r.unpack("<Q")
+    if n_kv > budget.max_kv:
+        raise GgufLimit(
+            f"GGUF: the header claims {n_kv} key/value pairs, over the limit of "
+            f"{budget.max_kv} in a GGUF head",
+            field="body",
+        )
     metadata: dict[str, Any] = {}
     for i in range(n_kv):
         r.what = f"key/value pair {i + 1} of {n_kv}"
         key = r.string()
-        r.what = f"key/value pair {i + 1} of {n_kv} ({key!r})"
+        r.what = f"key/value pair {i + 1} of {n_kv} ({key[:64]!r})"
         metadata[key] = r.value(r.unpack("<I"))
     kv_end = r.at
+    align = _alignment(metadata)
+    if n_tensors > budget.max_tensors:
+        raise GgufLimit(
+            f"GGUF: the header claims {n_tensors} tensors, over the limit of "
+            f"{budget.max_tensors} in a GGUF head",
+            field="body",
+        )
     tensors: dict[str, TensorInfo] = {}
     data_start = None
     try:
         for i in range(n_tensors):
             r.what = f"tensor record {i + 1} of {n_tensors}"
-            name = r.string()
-            dims = tuple(r.unpack("<Q") for _ in range(r.unpack("<I")))
-            tensors[name] = TensorInfo(name, dims, r.unpack("<I"), r.unpack("<Q"))
-        align = int(metadata.get("general.alignment", 32))
+            info = _tensor_record(r)
+            tensors[info.name] = info
         data_start = -(-r.at // align) * align
+    except GgufLimit:
+        raise
     except InvalidArgument:  # a head that stops after the key/value section is enough
         tensors = {}
     return GgufHead(version, metadata, tensors, kv_end, data_start, bytes(data))
@@ -431,7 +583,10 @@ def as_mapping(head: GgufHead) -> Mapping[str, Any]:
 
 __all__ = [
     "ARCH_MODES",
+    "DEFAULT_BUDGET",
+    "GgufBudget",
     "GgufHead",
+    "GgufLimit",
     "TensorInfo",
     "as_mapping",
     "gguf_summary",

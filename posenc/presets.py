@@ -203,6 +203,11 @@ def _aliases() -> dict[str, str]:
 PRESET_ALIASES: Mapping[str, str] = MappingProxyType(_aliases())
 
 
+#: Longest name :func:`_typo_of` looks at (longer ones are no preset's typo): the "did you
+#: mean" of a request runs in bounded time whatever name it sends.
+MAX_TYPO_NAME = 256
+
+
 def _numbers(name: str) -> list[str]:
     return re.findall(r"\d+", name)
 
@@ -233,9 +238,13 @@ def _typo_of(name: str) -> str | None:
     ``phi-3.5-mini`` and ``Llama-3.1-70B`` is not ``llama-3.1-8b``.
     """
     best: tuple[int, str] | None = None
+    if len(name) > MAX_TYPO_NAME:  # no preset name or alias is this long: not a typo
+        return None
     for asked in {name.lower(), name.lower().rsplit("/", 1)[-1]}:
         for known, preset in [*((n, n) for n in PRESETS), *PRESET_ALIASES.items()]:
-            if _numbers(asked) != _numbers(known):
+            # two edits change the length by at most two: only names of similar length are
+            # compared, so the cost is bounded by the known names' lengths, not the input's
+            if abs(len(asked) - len(known)) > 2 or _numbers(asked) != _numbers(known):
                 continue
             distance = _edits(asked, known)
             if distance <= 2 and (best is None or distance < best[0]):
@@ -258,8 +267,13 @@ def get_preset(name: str) -> Preset:
         if preset is not None:
             return preset
     typo = _typo_of(name) if isinstance(name, str) else None
+    shown = (
+        f"{name[:MAX_TYPO_NAME]!r}... ({len(name)} characters)"
+        if isinstance(name, str) and len(name) > MAX_TYPO_NAME
+        else repr(name)
+    )
     raise UnknownName(
-        f"unknown preset {name!r}; known presets: {', '.join(PRESETS)} (or the Hugging Face "
+        f"unknown preset {shown}; known presets: {', '.join(PRESETS)} (or the Hugging Face "
         "repository id of one)",
         field="preset",
         name=name,

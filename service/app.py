@@ -182,14 +182,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     # add_middleware puts each new one outside the previous: this is innermost first.
     app.add_middleware(ReplayMiddleware, fastapi_app=app)
-    # a body over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
-    app.add_middleware(BodyLimitMiddleware, limit=settings.max_body_bytes)
+    # issue 30: GGUF bodies, their head parsed on a worker thread, inside the body limit
+    app.add_middleware(
+        GgufBodyMiddleware,
+        head_bytes=min(settings.max_gguf_head_bytes, settings.max_body_bytes),
+    )
+    # a body of any type over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit=settings.max_body_bytes,
+        max_elements=settings.max_elements,
+    )
     app.add_exception_handler(BodyTooLarge, _body_too_large)
     routes = [route for router in routers for route in router.routes]
     app.state.routes = routes  # every route with its path and methods (a 405's Allow)
-    app.add_middleware(GgufBodyMiddleware)  # issue 30: GGUF bodies, read before the limit
     if settings.api_key is not None:
-        app.add_middleware(BearerAuthMiddleware, api_key=settings.api_key, routes=routes)
+        app.add_middleware(
+            BearerAuthMiddleware,
+            api_key=settings.api_key,
+            routes=routes,
+            admin_key=settings.admin_key,
+        )
     # errors as RFC 9457 problem details where Accept asks (401 included)
     app.add_middleware(ProblemJsonMiddleware)
     app.add_middleware(ResponseHeadersMiddleware)

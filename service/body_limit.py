@@ -6,9 +6,11 @@ is answered at once, nothing of the body read; a body without one (``Transfer-En
 chunked``) is counted as it arrives, and the read that crosses the limit ends the request with
 the same 413, so at most the limit (plus one network chunk) is ever held.
 
-Token ids sent as ``application/x-npy`` or ``application/vnd.safetensors`` are not counted
-here: their own limit follows ``POSENC_MAX_ELEMENTS`` (``service.bodies``), and an npy body of
-the largest batch is far beyond a JSON limit.
+Every media type is counted the same way: JSON, GGUF (``service.gguf_body`` sits inside this
+middleware), and token ids sent as ``application/x-npy`` or ``application/vnd.safetensors``,
+whose limit is the smaller of this one and what ``POSENC_MAX_ELEMENTS`` lets a token batch hold
+(:func:`binary_body_bytes`). So whatever is sent, and however it is framed, the service holds at
+most ``POSENC_MAX_BODY_BYTES`` of it.
 
 Measured before the limit (``python -m bench.big_body``, 2 cores): 200 MB of JSON token ids to
 ``/v1/position-ids`` took 12-18 s and 4 GiB of memory over the idle process; with the limit it
@@ -23,25 +25,35 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc import codec
+
 # Methods whose routes here never read a body: their Content-Length is not a reason to refuse
 # (a route answers only the statuses service.statuses declares for it).
 _NO_BODY = ("GET", "HEAD", "OPTIONS")
 
-# Bodies with a limit of their own (service.bodies: from POSENC_MAX_ELEMENTS).
+# Token bodies, bounded by POSENC_MAX_ELEMENTS as well (binary_body_bytes).
 BINARY_TYPES = (b"application/x-npy", b"application/vnd.safetensors")
+
+
+def binary_body_bytes(max_elements: int) -> int:
+    """The most bytes an npy or safetensors token body can usefully hold: every output has at
+    least 2 elements per token (mask and positions), so at most ``max_elements / 2`` tokens,
+    each at most 8 bytes in each of 3 tensors, plus the largest header."""
+    return 12 * max_elements + codec.MAX_SAFETENSORS_HEADER + 8
 
 
 class BodyTooLarge(HTTPException):
     """The 413 of a body over ``POSENC_MAX_BODY_BYTES``. An ``HTTPException``, so that a read
-    inside FastAPI's body parsing or a route reaches the app's handler as it is."""
+    inside FastAPI's body parsing or a route reaches the app's handler as it is. ``note`` says
+    more of a limit that is not the body limit alone (a token body's)."""
 
-    def __init__(self, limit: int, received: int, declared: bool) -> None:
+    def __init__(self, limit: int, received: int, declared: bool, note: str = "") -> None:
         how = "declares" if declared else "sent more than"
         size = received if declared else limit
         super().__init__(
             413,
             detail=f"the request body {how} {size} bytes, over the limit of {limit} bytes "
-            "(POSENC_MAX_BODY_BYTES); send fewer rows per request, or token ids as "
+            f"(POSENC_MAX_BODY_BYTES{note}); send fewer rows per request, or token ids as "
             "application/x-npy",
         )
         self.limit = limit
@@ -61,21 +73,32 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 class BodyLimitMiddleware:
     """413 for a request body over ``limit`` bytes (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, max_elements: int | None = None) -> None:
         self.app = app
         self.limit = limit
+        self.max_elements = max_elements  # npy and safetensors token bodies (binary_body_bytes)
+
+    def _limit(self, scope: Scope) -> tuple[int, str]:
+        """The limit of this request's body, and what to add to its 413's words."""
+        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
+        if content_type not in BINARY_TYPES or self.max_elements is None:
+            return self.limit, ""
+        most = binary_body_bytes(self.max_elements)
+        note = (
+            f"; a binary token body holds at most {self.max_elements // 2} tokens within the "
+            f"output limit of {self.max_elements} elements, POSENC_MAX_ELEMENTS: at most "
+            f"{most} bytes"
+        )
+        return min(self.limit, most), note
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") in _NO_BODY:
             await self.app(scope, receive, send)
             return
-        content_type = (_header(scope, b"content-type") or b"").split(b";")[0].strip().lower()
-        if content_type in BINARY_TYPES:
-            await self.app(scope, receive, send)
-            return
+        limit, note = self._limit(scope)
         declared = _header(scope, b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.limit:
-            await self._refuse(BodyTooLarge(self.limit, int(declared), True), scope, send)
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await self._refuse(BodyTooLarge(limit, int(declared), True, note), scope, send)
             return
 
         received = 0
@@ -86,8 +109,8 @@ class BodyLimitMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise BodyTooLarge(self.limit, received, False)
+                if received > limit:
+                    raise BodyTooLarge(limit, received, False, note)
             return message
 
         async def watched(message: Message) -> None:

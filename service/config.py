@@ -56,8 +56,15 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1,
-        description="largest request body, in bytes, of any framing (chunked included): a 413 "
-        "before it is parsed; npy and safetensors token bodies are bounded by max_elements",
+        description="largest request body, in bytes, of every media type (JSON, GGUF, npy, "
+        "safetensors) and framing (chunked included), counted as it arrives: a 413 before it is "
+        "parsed; npy and safetensors token bodies are also bounded by max_elements",
+    )
+    max_gguf_head_bytes: int = Field(
+        16 * 1024 * 1024,
+        ge=1024,
+        description="bytes of a GGUF body that are parsed (its head: key/value section and "
+        "tensor directory), at most max_body_bytes; the rest of the body is read and dropped",
     )
     cache_bytes: int = Field(
         256 * 1024 * 1024, ge=0, description="byte budget of the table and response cache (0: off)"
@@ -69,11 +76,36 @@ class Settings(BaseSettings):
         "does not fit waits (POSENC_QUEUE_TIMEOUT), then gets 429 (one larger than the whole "
         "budget is admitted alone)",
     )
+    max_request_cpu_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="largest CPU cost of one request, estimated from its numbers before it "
+        "runs (elements, engine and precision, format, streamed or not): a 413 that names the "
+        "cost (docs/sizing.md)",
+    )
+    max_inflight_cpu_seconds: float = Field(
+        120.0,
+        gt=0,
+        description="estimated CPU-seconds of the requests computing at once; a request that "
+        "does not fit waits (POSENC_QUEUE_TIMEOUT), then gets 429 (one larger than the whole "
+        "budget is admitted alone)",
+    )
     queue_timeout: float = Field(
         2.0, ge=0, description="seconds a request waits for room in the in-flight budget, then 429"
     )
     api_key: str | None = Field(
         None, description="when set, every /v1/ request needs 'Authorization: Bearer <key>'"
+    )
+    admin_key: str | None = Field(
+        None,
+        description="when set, POST /v1/models/reload needs 'Authorization: Bearer <key>' "
+        "(this key or POSENC_API_KEY); without either key, reload is a 403 unless "
+        "POSENC_ALLOW_RELOAD=1",
+    )
+    allow_reload: bool = Field(
+        False,
+        description="allow POST /v1/models/reload without a key when neither POSENC_API_KEY nor "
+        "POSENC_ADMIN_KEY is set (SIGHUP reloads in every case)",
     )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS ('*': any)")
     log_level: LogLevel = Field("info", description="uvicorn and service log level")
@@ -91,7 +123,7 @@ class Settings(BaseSettings):
     def _lower_log_level(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
 
-    @field_validator("api_key", "default_model", mode="before")
+    @field_validator("api_key", "admin_key", "default_model", mode="before")
     @classmethod
     def _empty_key_is_none(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

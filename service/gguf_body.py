@@ -10,18 +10,25 @@ JSON fields in the query string, is read with the ``llama.cpp`` engine
   string plus ``head_dim``, ``engine=llama.cpp`` and ``llamacpp`` (ggml_rope_ext's arguments
   read from the file), so the table, its formats and its streaming are the endpoint's own.
 
-Only the first :data:`HEAD_BYTES` of the body are kept (the rest is read and dropped): a
-model's head is far smaller, and a whole file of gigabytes is never held. A body that is not
-GGUF, or whose key/value section is cut short, is a 422 saying how many bytes were read and
-what is missing.
+The whole body counts against ``POSENC_MAX_BODY_BYTES`` as any other (the middleware sits
+inside :class:`service.body_limit.BodyLimitMiddleware`: a larger one, chunked or not, is a 413
+once the limit is crossed). Of it, only the first ``POSENC_MAX_GGUF_HEAD_BYTES`` (default
+:data:`HEAD_BYTES`, never more than the body limit) are parsed, the rest read and dropped: a
+model's head (its key/value section and tensor directory) is far smaller. The parse runs on a
+worker thread, counting key/value pairs, array items, nesting and tensor records against
+:class:`posenc.gguf.GgufBudget`, so no body holds the event loop or costs more than a bounded
+amount of CPU. A body that is not GGUF, or whose key/value section is cut short, is a 422
+saying how many bytes were read and what is missing; one over a budget a 422 naming it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from anyio import to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -30,8 +37,9 @@ from posenc.errors import InvalidArgument
 from posenc.gguf import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
 from service.errors import posenc_error_body
 
-#: The bytes of a GGUF body that are read (its head: header, key/value pairs, tensor records).
-HEAD_BYTES = 64 * 1024 * 1024
+#: The default bytes of a GGUF body that are parsed (its head: header, key/value pairs, tensor
+#: records): ``POSENC_MAX_GGUF_HEAD_BYTES``. Llama 3 8B's head is about 8 MB.
+HEAD_BYTES = 16 * 1024 * 1024
 GGUF_MEDIA_TYPE = b"application/octet-stream"
 POSITIONS_PATH = "/v1/configs/positions"
 #: Table endpoints that take a GGUF body.
@@ -45,8 +53,9 @@ def _content_type(scope: Scope) -> bytes:
     return b""
 
 
-async def _head(receive: Receive) -> bytes:
-    """The body's first :data:`HEAD_BYTES`, the rest read and dropped."""
+async def _head(receive: Receive, limit: int) -> bytes:
+    """The body's first ``limit`` bytes, the rest read and dropped (the body limit outside
+    bounds how much that is)."""
     kept = bytearray()
     more = True
     while more:
@@ -54,8 +63,8 @@ async def _head(receive: Receive) -> bytes:
         if message["type"] != "http.request":
             break
         chunk = message.get("body", b"")
-        if len(kept) < HEAD_BYTES:
-            kept += chunk[: HEAD_BYTES - len(kept)]
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
         more = bool(message.get("more_body"))
     return bytes(kept)
 
@@ -74,8 +83,9 @@ def _int(query: dict[str, str], name: str) -> int | None:
 class GgufBodyMiddleware:
     """Reads GGUF bodies on the endpoints that take them (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, head_bytes: int = HEAD_BYTES) -> None:
         self.app = app
+        self.head_bytes = head_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -87,15 +97,15 @@ class GgufBodyMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        data = await _head(receive)
+        data = await _head(receive, self.head_bytes)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
-        try:
-            head = read_gguf_head(data)
-            rope = llamacpp_rope_from_gguf(head, n_ctx=_int(query, "max_model_len"))
-            if path == POSITIONS_PATH:
-                await JSONResponse(gguf_summary(head, rope))(scope, _nothing, send)
+        try:  # parsing is CPU work: on a worker thread, never on the event loop
+            answer, fields = await to_thread.run_sync(
+                functools.partial(_read, data, query, positions=path == POSITIONS_PATH)
+            )
+            if answer is not None:
+                await JSONResponse(answer)(scope, _nothing, send)
                 return
-            fields = _table_fields(head, rope, query)
         except InvalidArgument as exc:
             await JSONResponse(posenc_error_body(exc), status_code=422)(scope, _nothing, send)
             return
@@ -113,6 +123,18 @@ class GgufBodyMiddleware:
             "headers": [h for h in headers if h[0] != b"content-length"],
         }
         await self.app(inner, _empty_then(receive), send)
+
+
+def _read(
+    data: bytes, query: dict[str, str], *, positions: bool
+) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """The GGUF's answer to ``/v1/configs/positions`` (``positions``), or the table request's
+    GET-twin query: blocking, run on a worker thread."""
+    head = read_gguf_head(data)
+    rope = llamacpp_rope_from_gguf(head, n_ctx=_int(query, "max_model_len"))
+    if positions:
+        return gguf_summary(head, rope), {}
+    return None, _table_fields(head, rope, query)
 
 
 def _table_fields(head: Any, rope: Any, query: dict[str, str]) -> dict[str, str]:

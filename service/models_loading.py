@@ -20,6 +20,8 @@ Design (docs/deployment.md, "Models that change on disk"):
   failed is not tried again until the files change once more.
 - Reloads run one at a time (a lock); the response cache is emptied after each, and each model's
   fingerprint (the key of cached responses and ETags) is that of the files it was read from.
+- What a failed reload answers says what failed without the server's paths
+  (:func:`public_errors`: each path as the model's folder relative name); the log keeps them.
 """
 
 from __future__ import annotations
@@ -28,8 +30,10 @@ import asyncio
 import hashlib
 import logging
 import os
+import re
 import signal
 import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -123,6 +127,52 @@ def reload_models(state: ServiceState) -> list[dict[str, str]]:
             f"; kept the old weights of {', '.join(e['name'] for e in errors)}" if errors else "",
         )
         return errors
+
+
+# An absolute path in an error's words: from a '/' that does not follow a name character, to
+# the next space, quote or punctuation that ends it.
+_ABSOLUTE = re.compile(r"(?<![\w.~-])/[^\s'\"`,;:()\[\]{}<>]+")
+
+
+def _roots(path: str) -> list[str]:
+    """The folders a model's files are named relative to: its folder, as given and resolved."""
+    folder = path if os.path.isdir(path) else os.path.dirname(path) or "."
+    return list(dict.fromkeys([os.path.abspath(folder), os.path.realpath(folder)]))
+
+
+def without_paths(text: str, path: str) -> str:
+    """``text`` with every absolute path written relative to model ``path``'s folder, or as its
+    last part where it lies elsewhere: what failed, not where the server keeps it."""
+    roots = _roots(path)
+    text = text.replace(path, os.path.basename(os.path.normpath(path)))
+
+    def short(match: re.Match[str]) -> str:
+        found = match.group(0)
+        for root in roots:
+            relative = os.path.relpath(found, root)
+            if not relative.startswith(".."):
+                return relative
+        return os.path.basename(found.rstrip("/")) or "<path>"
+
+    return _ABSOLUTE.sub(short, text)
+
+
+def public_errors(
+    errors: Sequence[Mapping[str, str]], paths: Mapping[str, str]
+) -> list[dict[str, str]]:
+    """A reload's failures as an HTTP answer gives them: each ``path`` as its last part, each
+    ``detail`` :func:`without_paths`."""
+    out = []
+    for error in errors:
+        path = paths.get(error["name"], error["path"])
+        out.append(
+            {
+                "name": error["name"],
+                "path": os.path.basename(os.path.normpath(path)),
+                "detail": without_paths(error["detail"], path),
+            }
+        )
+    return out
 
 
 def install_sighup(state: ServiceState) -> Any:

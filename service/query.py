@@ -162,13 +162,15 @@ def query_fields(request: Request, shape: QueryShape = SCALARS_ONLY) -> dict[str
         if key in shape.json:
             try:
                 data[key] = json.loads(value)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:
+                # nested past the parser's depth: refused as a body nested as deep is
+                why = "it is nested too deeply to parse" if isinstance(exc, RecursionError) else exc
                 errors.append(
                     {
                         "type": "json_invalid",
                         "loc": (key,),
-                        "msg": f"{key} must be JSON text (an object or null): {exc}",
-                        "input": value,
+                        "msg": f"{key} must be JSON text (an object or null): {why}",
+                        "input": value if len(value) <= 256 else value[:256] + "...",
                     }
                 )
             continue

@@ -14,6 +14,7 @@ from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
 from service.admission.budget import ByteBudget
 from service.admission.cache import ByteLRU
+from service.admission.cost import CpuBudget
 from service.config import Settings
 from service.errors import NotReady
 from service.observability.metrics import Metrics
@@ -34,10 +35,16 @@ class ServiceState:
     # The in-flight byte budget (service.admission.budget), built from the settings, shared by
     # every request of this app: a plain attribute, read on every miss.
     budget: ByteBudget = field(init=False, repr=False)
+    # and the CPU-milliseconds in flight (service.admission.cost), next to it
+    cpu_budget: CpuBudget = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.budget = ByteBudget(
             self.settings.max_inflight_bytes, self.settings.queue_timeout, metrics=self.metrics
+        )
+        self.cpu_budget = CpuBudget(
+            max(1, int(self.settings.max_inflight_cpu_seconds * 1000)),
+            self.settings.queue_timeout,
         )
 
     def text_models(self) -> list[str]:

@@ -7,10 +7,11 @@ follow, with their bodies (:mod:`service.error_bodies`), each as ``application/j
 | it ... | so it can answer |
 | --- | --- |
 | lives under ``/v1/`` (``POSENC_API_KEY``, ``service.middleware.BearerAuthMiddleware``) | 401 |
+| is an operator's door (``POSENC_ADMIN_KEY``, ``service.middleware.admin_refusal``) | 401, 403 |
 | takes a body (``service.body_limit``, ``service.errors``) | 400 unreadable, 413 over ``POSENC_MAX_BODY_BYTES``, 415 media type |
 | validates fields (body or query) | 422 |
 | counts its output against ``POSENC_MAX_ELEMENTS`` | 413 |
-| is admitted by the byte budget and computes on the device | 429, 503 (out of device memory) |
+| is admitted by the byte and CPU budgets and computes on the device | 413 (CPU cost), 429, 503 (out of device memory) |
 | negotiates formats (``?format=`` / ``Accept``) | 406 |
 | sends an ETag (``If-None-Match``) | 304 on GET, 412 on POST |
 | reads a name from its path | 404 |
@@ -67,6 +68,7 @@ class Does:
     etag: bool = False
     path_name: bool = False
     state: bool = False
+    admin: bool = False
 
 
 def _too_large(does: Does) -> dict[str, Any] | None:
@@ -79,6 +81,8 @@ def _too_large(does: Does) -> dict[str, Any] | None:
             else "the output would be over POSENC_MAX_ELEMENTS elements"
         )
         models.append(TooLargeBody)
+    if does.budget:  # priced before it runs (service.admission.cost)
+        reasons.append("its estimated CPU cost is over POSENC_MAX_REQUEST_CPU_SECONDS")
     if does.body or does.raw_body:
         reasons.append("the request body is over POSENC_MAX_BODY_BYTES")
         models.append(BodyTooLargeBody)
@@ -102,6 +106,23 @@ def declared_responses(method: str, path: str, does: Does) -> Responses:
                     "schema": {"type": "string"},
                 }
             },
+        }
+    if does.admin:
+        out[401] = {
+            **out.get(401, {"model": ErrorBody}),
+            "description": "POSENC_API_KEY or POSENC_ADMIN_KEY is set and neither was sent as "
+            "the bearer token",
+            "headers": {
+                "WWW-Authenticate": {
+                    "description": 'Bearer realm="posenc"',
+                    "schema": {"type": "string"},
+                }
+            },
+        }
+        out[403] = {
+            "model": ErrorBody,
+            "description": "neither POSENC_API_KEY nor POSENC_ADMIN_KEY is set, and "
+            "POSENC_ALLOW_RELOAD is off: an operator's door stays shut",
         }
     if does.body:
         out[400] = {"model": ErrorBody, "description": "a body that cannot be read at all"}
@@ -134,8 +155,9 @@ def declared_responses(method: str, path: str, does: Does) -> Responses:
     if does.budget:
         out[429] = {
             "model": OverloadedBody,
-            "description": "no room in POSENC_MAX_INFLIGHT_BYTES within POSENC_QUEUE_TIMEOUT "
-            "seconds; retry after Retry-After seconds",
+            "description": "no room in POSENC_MAX_INFLIGHT_BYTES (or "
+            "POSENC_MAX_INFLIGHT_CPU_SECONDS) within POSENC_QUEUE_TIMEOUT seconds; retry after "
+            "Retry-After seconds",
             "headers": _RETRY_AFTER,
         }
     if does.budget or does.state:

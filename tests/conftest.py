@@ -198,7 +198,9 @@ def live_server(live_log: Path, gpt2_file: Path) -> Iterator[str]:
     """Base URL of a real ``python -m service`` on a free loopback port."""
     port = free_port()
     log_path = live_log
-    env = clean_env(POSENC_DEVICE="cpu", POSENC_MODELS=f"{GPT2_NAME}={gpt2_file}")
+    env = clean_env(
+        POSENC_DEVICE="cpu", POSENC_MODELS=f"{GPT2_NAME}={gpt2_file}", POSENC_ALLOW_RELOAD="1"
+    )
     proc = start_service(port, log_path, env)
     url = f"http://{HOST}:{port}"
     try:

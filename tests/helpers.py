@@ -206,6 +206,7 @@ def make_settings(gpt2_file: Path, **overrides: object):  # type: ignore[no-unty
         "models": f"{GPT2_NAME}={gpt2_file}",
         "api_key": None,
         "cors_origins": "",
+        "allow_reload": True,  # the test apps have no key: reload is open (POSENC_ALLOW_RELOAD)
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]

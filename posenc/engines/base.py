@@ -68,6 +68,9 @@ class Engine(Protocol):
             ``precision: "exact"`` answers in whatever the engine (its layouts; DeepSeek-V3's
             ``apply_rotary_pos_emb_interleave``: the rotated even channels, then the odd ones);
             the others rotate the pairs in place in their own layout.
+        compute_ns: nanoseconds of CPU its engine-precision arithmetic takes per output
+            element, with about 50 % added (measured; the service's cost admission prices a
+            request with it, docs/sizing.md).
         apply: the 1.4 rotation of queries and keys (:data:`ApplyHook`), or None (the
             registry refuses it by name: :func:`posenc.engines.registry.engine_hook`).
         shift: the 1.4 re-rotation of cached keys (:data:`ShiftHook`), or None; an engine
@@ -85,6 +88,7 @@ class Engine(Protocol):
     rope_type_key: ClassVar[str | None] = None
     own_fields: ClassVar[tuple[str, ...]] = ()
     transformers_order: ClassVar[bool] = False
+    compute_ns: ClassVar[float] = 30.0
     apply: ApplyHook | None = None
     shift: ShiftHook | None = None
 

@@ -60,6 +60,7 @@ class LlamaCpp(Engine):
     summary = "llama.cpp (what llama.cpp passes ggml_rope_ext for the model)"
     kinds = frozenset({"rope"})
     precisions = ("exact", "engine")
+    compute_ns = 40.0  # float32 arithmetic replayed step by step (13 ns measured)
     own_fields = ("llamacpp",)
     checked = ("exact", "engine")
     takes_max_model_len = True

@@ -152,29 +152,27 @@ def _rows(
 def _section_rows(rope: LlamaCppRope) -> list[int]:
     """Which position row (0 t, 1 h, 2 w, 3 e) turns each of the ``R/2`` frequencies, as
     ``ggml_mrope_cache_init`` chooses it (``sector = i mod sum(sections)``)."""
+    return [int(r) for r in _section_row_array(rope)]
+
+
+def _section_row_array(rope: LlamaCppRope) -> np.ndarray:
+    """:func:`_section_rows` as an ``(R/2,)`` int64 array, computed over all the frequencies at
+    once (no Python step per frequency)."""
     s = rope.sections or (0, 0, 0, 0)
-    total = sum(s)
-    rows = []
-    for i in range(rope.n_dims // 2):
-        sector = i % total
-        if rope.mode == "imrope":
-            if sector % 3 == 1 and sector < 3 * s[1]:
-                rows.append(1)
-            elif sector % 3 == 2 and sector < 3 * s[2]:
-                rows.append(2)
-            elif sector % 3 == 0 and sector < 3 * s[0]:
-                rows.append(0)
-            else:
-                rows.append(3)
-        elif sector < s[0]:
-            rows.append(0)
-        elif sector < s[0] + s[1]:
-            rows.append(1)
-        elif sector < s[0] + s[1] + s[2]:
-            rows.append(2)
-        else:
-            rows.append(3)
-    return rows
+    sector = np.arange(rope.n_dims // 2, dtype=np.int64) % sum(s)
+    if rope.mode == "imrope":
+        return np.select(
+            [
+                (sector % 3 == 1) & (sector < 3 * s[1]),
+                (sector % 3 == 2) & (sector < 3 * s[2]),
+                (sector % 3 == 0) & (sector < 3 * s[0]),
+            ],
+            [1, 2, 0],
+            default=3,
+        )
+    return np.select(
+        [sector < s[0], sector < s[0] + s[1], sector < s[0] + s[1] + s[2]], [0, 1, 2], default=3
+    )
 
 
 def ggml_rope_tables(
@@ -187,7 +185,6 @@ def ggml_rope_tables(
     of the float32 angle rounded once (glibc's are correctly rounded to within an ulp).
     """
     pos = _rows(positions, rope)
-    t = pos.shape[-1]
     half = rope.n_dims // 2
     theta_scale = np.float32(
         math.pow(float(_f32(rope.freq_base)), float(np.float32(-2.0) / np.float32(rope.n_dims)))
@@ -209,27 +206,31 @@ def ggml_rope_tables(
             field="config",
         )
     start = pos.numpy().astype(np.float32)  # (T,) or (4, T): float(p), exact below 2**24
-    theta = start.copy()
-    rows = _section_rows(rope) if rope.sections is not None else None
-    angles = np.empty((t, half), dtype=np.float32)
-    for i in range(half):
-        th = theta if rows is None else theta[rows[i]]
-        extrap = th / factors[i]
-        interp = freq_scale * extrap
-        if ext != 0:
-            y = (np.float32(i) - low) / max(np.float32(0.001), high - low)
-            ramp = (np.float32(1) - min(np.float32(1), max(np.float32(0), y))) * ext
-            # ggml writes interp * (1 - ramp) + extrap * ramp; built with -march=native the
-            # compiler fuses it into fma(interp, 1 - ramp, extrap * ramp): the product of two
-            # float32 is exact in float64, so one rounding of the float64 sum is that fma
-            extra = extrap * ramp
-            angles[:, i] = (
-                interp.astype(np.float64) * np.float64(np.float32(1) - ramp)
-                + extra.astype(np.float64)
-            ).astype(np.float32)
-        else:
-            angles[:, i] = interp
-        theta = theta * theta_scale
+    # theta before pair i is p · theta_scale^i rounded after every step: a running product in
+    # float32, which np.multiply.accumulate computes in C one rounding a step, as ggml does
+    steps = np.empty((*start.shape, half), dtype=np.float32)  # (T, R/2) or (4, T, R/2)
+    steps[..., 0] = start
+    steps[..., 1:] = theta_scale
+    theta = np.multiply.accumulate(steps, axis=-1)
+    if rope.sections is not None:  # each pair turns with its section's position row
+        rows = _section_row_array(rope)
+        theta = theta[rows, :, np.arange(half)].T  # (T, R/2)
+    extrap = theta / factors[None, :half]
+    interp = freq_scale * extrap
+    if ext != 0:
+        i = np.arange(half).astype(np.float32)
+        y = (i - low) / max(np.float32(0.001), high - low)
+        ramp = (np.float32(1) - np.minimum(np.float32(1), np.maximum(np.float32(0), y))) * ext
+        # ggml writes interp * (1 - ramp) + extrap * ramp; built with -march=native the
+        # compiler fuses it into fma(interp, 1 - ramp, extrap * ramp): the product of two
+        # float32 is exact in float64, so one rounding of the float64 sum is that fma
+        extra = extrap * ramp[None, :]
+        angles = (
+            interp.astype(np.float64) * (np.float32(1) - ramp).astype(np.float64)[None, :]
+            + extra.astype(np.float64)
+        ).astype(np.float32)
+    else:
+        angles = interp
     wide = angles.astype(np.float64)
     cos = np.cos(wide).astype(np.float32) * mscale
     sin = np.sin(wide).astype(np.float32) * mscale

@@ -255,6 +255,9 @@ class ByteBudget:
         clock: monotonic seconds (tests pass their own).
     """
 
+    #: What a request refused for want of room raises (a subclass's words may differ).
+    refusal: type[Overloaded] = Overloaded
+
     def __init__(
         self,
         limit: int,
@@ -432,7 +435,7 @@ class ByteBudget:
         self._observe_wait(waited)
         if self.metrics is not None:
             self.metrics.rejected.labels(reason="overload").inc()
-        exc = Overloaded(
+        exc = self.refusal(
             requested=nbytes,
             in_flight=self.in_flight,
             limit=self.limit,
@@ -547,7 +550,7 @@ class HeldResponse(Response):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            if isinstance(self.inner, StreamingResponse):
+            if isinstance(self.inner, StreamingResponse | HeldResponse):  # sends itself
                 self.inner.background = self.background
                 await self.inner(scope, receive, send)
                 return

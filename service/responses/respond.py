@@ -11,7 +11,10 @@ kept or streamed, the choice made once, in :func:`choose`.
   the thread pool, or on the event loop when small:
   :func:`~service.responses.threads.computes_on_loop`), then cached.
 
-Each of the three takes its bytes from the in-flight budget through the one
+Each of the three is priced in CPU-seconds from its numbers first
+(:mod:`service.admission.cost`: a 413 over ``POSENC_MAX_REQUEST_CPU_SECONDS``, else its cost
+taken from the CPU budget, 429 when none frees up in time, given back once computed, or once
+sent for a stream). Each takes its bytes from the in-flight budget through the one
 ``async with budget.reserve(n)`` below (429 when none frees up in time), shrinks them once its
 compute's scratch is gone, and hands what is left to the response, which gives it back after
 its last byte (:class:`~service.admission.budget.HeldResponse`).
@@ -23,9 +26,10 @@ from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
-from service.admission.budget import estimate_bytes
+from service.admission.budget import HeldResponse, estimate_bytes
+from service.admission.cost import cost_message, estimate_cost
 from service.query import OutputOptions
-from service.responses.plans import Plan, Prepared, prepare
+from service.responses.plans import Plan, Prepared, check_output, prepare
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.streaming import (
     kept_body,
@@ -51,8 +55,23 @@ async def respond(
     prepared = choose(request, state, plan, out)
     if prepared.response is not None:  # 304, 412, or a body-cache hit
         return prepared.response
-    async with state.budget.reserve(prepared.nbytes) as held:
-        prepared.queue_s = held.waited
+    cost = estimate_cost(
+        plan.elements,
+        plan.params,
+        prepared.fmt,
+        base64=prepared.base64,
+        streamed=prepared.path == "streamed",
+        json_ints=plan.json_ints,
+    )
+    limit_s = state.settings.max_request_cpu_seconds
+    check_output(  # 413 naming the cost, in CPU-milliseconds
+        cost.millis, int(limit_s * 1000), field="cost", message=cost_message(cost, limit_s)
+    )
+    async with (
+        state.cpu_budget.reserve(cost.millis) as cpu,
+        state.budget.reserve(prepared.nbytes) as held,
+    ):
+        prepared.queue_s = cpu.waited + held.waited
         if prepared.path == "streamed":
             response = streamed_response(request, plan, prepared, held)
         elif prepared.path == "kept":
@@ -62,7 +81,11 @@ async def respond(
                 response = finish(request, state, plan, prepared)
         else:
             response = await run_in_threadpool(finish, request, state, plan, prepared)
-        return held.until_sent(response)
+        sending = held.until_sent(response)
+        if prepared.path == "whole":  # computed and encoded: its CPU is spent
+            return sending
+        cpu.handed = True  # streamed and kept compute as they send: the cost stays held
+        return HeldResponse(sending, cpu)
 
 
 def choose(request: Request, state: ServiceState, plan: Plan, out: OutputOptions) -> Prepared:

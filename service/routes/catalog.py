@@ -17,7 +17,8 @@ from fastapi.responses import JSONResponse
 from posenc.errors import UnknownName
 from posenc.models import EmbeddingModel
 from posenc.presets import PRESETS, PresetKind, get_preset
-from service.models_loading import reload_models
+from service.middleware import admin_refusal
+from service.models_loading import public_errors, reload_models, without_paths
 from service.schemas import ModelInfo, ModelList, PresetInfo, PresetList, ReloadAnswer
 from service.state import ServiceState, State
 from service.statuses import Does, declared_responses
@@ -103,7 +104,9 @@ def list_models(state: State) -> dict[str, Any]:
 
 def _reload_responses() -> dict[int | str, dict[str, Any]]:
     """The reload's statuses: those of what it does, its 503 also when files are unreadable."""
-    out = declared_responses("POST", "/v1/models/reload", Does(raw_body=True, state=True))
+    out = declared_responses(
+        "POST", "/v1/models/reload", Does(raw_body=True, state=True, admin=True)
+    )
     out[503] = {
         **out[503],
         "description": "still starting (models loading); or some files could not be read "
@@ -124,13 +127,34 @@ async def reload(state: State, request: Request) -> Any:
 
     Each model's new weights are read and validated whole before they replace the old ones;
     requests in flight finish on the old weights. A model whose files cannot be read keeps its
-    old weights: the answer is then a 503 with `Retry-After` that lists why.
+    old weights: the answer is then a 503 with `Retry-After` that lists why (without the
+    server's paths).
+
+    An operator's door: it takes `POSENC_ADMIN_KEY` or `POSENC_API_KEY` as the bearer token;
+    with neither set it is a 403 unless `POSENC_ALLOW_RELOAD=1`.
     """
+    settings = state.settings
+    refused = admin_refusal(
+        request.scope.get("headers", ()),
+        api_key=settings.api_key,
+        admin_key=settings.admin_key,
+        allow=settings.allow_reload,
+    )
+    if refused is not None:
+        return refused
     await request.body()  # none is needed; one over POSENC_MAX_BODY_BYTES is the usual 413
     errors = await anyio.to_thread.run_sync(reload_models, state)
     answer = {**_model_list(state), "errors": errors}
     if not errors:
         return answer
+    # what failed, without the server's paths (the log has them)
+    paths = settings.model_paths
+    errors = public_errors(errors, paths)
+    models = [
+        {**m, "source": without_paths(m["source"], paths[m["name"]])} if m["name"] in paths else m
+        for m in answer["models"]
+    ]
+    answer = {**answer, "models": models, "errors": errors}
     names = ", ".join(e["name"] for e in errors)
     detail = f"model(s) {names} could not be read again and keep their old weights: " + "; ".join(
         f"{e['name']}: {e['detail']}" for e in errors

@@ -31,8 +31,9 @@ def root() -> dict[str, str]:
 
 
 @router.get("/healthz", response_model=Status, tags=OPERATIONS, summary="Liveness")
-def healthz() -> dict[str, str]:
-    """200 while the process runs."""
+async def healthz() -> dict[str, str]:
+    """200 while the process runs. On the event loop itself: it never waits for a worker
+    thread, however busy they are."""
     return {"status": "ok"}
 
 
@@ -43,8 +44,9 @@ def healthz() -> dict[str, str]:
     responses=declared_responses("GET", "/readyz", Does(state=True)),
     summary="Readiness",
 )
-def readyz(request: Request) -> Any:
-    """200 once the device is chosen and the models are loaded; 503 before."""
+async def readyz(request: Request) -> Any:
+    """200 once the device is chosen and the models are loaded; 503 before. On the event loop,
+    as ``/healthz``."""
     state = getattr(request.app.state, "posenc", None)
     if state is None or not state.ready:
         return JSONResponse(

@@ -11,6 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
@@ -116,6 +117,17 @@ def add_post_route(
     )
 
 
+def _plan_query(
+    request: Request,
+    model_cls: type[BaseModel],
+    query: QueryShape,
+    plan: PlanFn,
+    state: ServiceState,
+) -> Plan:
+    """A GET's plan from its query string (JSON fields parsed): blocking, on a worker thread."""
+    return plan(parse_query(request, model_cls, query), state, "query")
+
+
 def add_compute_routes(
     router: APIRouter,
     path: str,
@@ -140,7 +152,9 @@ def add_compute_routes(
     async def post_handler(body: model_cls, request: Request) -> Response:  # type: ignore[valid-type]
         out = read_output(request)
         state = read_state(request)
-        return await respond(request, state, plan(body, state, "body"), out)
+        # planning resolves presets, configs and models: work, never on the event loop
+        made = await run_in_threadpool(plan, body, state, "body")
+        return await respond(request, state, made, out)
 
     add_post_route(
         router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
@@ -152,8 +166,8 @@ def add_compute_routes(
     async def get_handler(request: Request) -> Response:
         out = read_output(request)
         state = read_state(request)
-        req = parse_query(request, model_cls, query)
-        return await respond(request, state, plan(req, state, "query"), out)
+        made = await run_in_threadpool(_plan_query, request, model_cls, query, plan, state)
+        return await respond(request, state, made, out)
 
     get_handler.__name__ = f"get_{stem}"
     get_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints

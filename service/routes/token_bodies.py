@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from posenc import codec
 from posenc.errors import InvalidArgument
+from service.body_limit import binary_body_bytes
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
     OutputOptions,
@@ -215,7 +216,7 @@ def _check_declared_length(request: Request) -> None:
     if not declared.isdigit():
         return
     limit = read_state(request).settings.max_elements
-    most = 12 * limit + codec.MAX_SAFETENSORS_HEADER + 8
+    most = binary_body_bytes(limit)
     # the body's tokens make at least one output element per 12 bytes past the headers (24
     # bytes a token at most, 2 elements a token): over the limit exactly when it is over `most`
     check_output(
@@ -267,7 +268,17 @@ async def read_token_request(
     kind = media_type(content_type)
     if kind in (NPY_TYPE, SAFETENSORS_TYPE):
         _check_declared_length(request)
-    raw = await request.body()
+    raw = await request.body()  # at most POSENC_MAX_BODY_BYTES (service.body_limit)
+    # parsing and validating up to the body limit is CPU work: on a worker thread
+    return await run_in_threadpool(parse_token_request, request, model_cls, names, raw)
+
+
+def parse_token_request(
+    request: Request, model_cls: type[BaseModel], names: Sequence[str], raw: bytes
+) -> tuple[Any, TokenTensors | None]:
+    """:func:`read_token_request`'s work on the body it read (blocking: a worker thread's)."""
+    content_type = request.headers.get("content-type")
+    kind = media_type(content_type)
     accepted = [n for n in names if n in model_cls.model_fields]
     if kind is None and not raw:
         raise validation_error(
@@ -384,13 +395,12 @@ def add_token_route(
         out = read_output(request)
         state = read_state(request)
         req, given = await read_token_request(request, model_cls, accepted)
-        if getattr(req, "text", None) is not None:  # tokenizing is work: not on the event loop
-            streams = _may_stream(request, out)
-            made = await run_in_threadpool(
-                functools.partial(plan, req, state, "body", given, may_stream=streams)
-            )
-        else:
-            made = plan(req, state, "body", given)
+        # planning (tokenizing, checking ids against the vocabulary) is work: never on the
+        # event loop
+        streams = getattr(req, "text", None) is not None and _may_stream(request, out)
+        made = await run_in_threadpool(
+            functools.partial(plan, req, state, "body", given, may_stream=streams)
+        )
         return await respond(request, state, made, out)
 
     body = request_body_openapi(model_cls, tensors=accepted)

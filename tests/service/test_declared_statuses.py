@@ -36,6 +36,7 @@ def _app(**overrides: Any) -> FastAPI:
         "api_key": None,
         "cors_origins": "",
         "max_body_bytes": BODY_LIMIT,
+        "allow_reload": True,
     }
     values.update(overrides)
     return create_app(Settings(**values))
@@ -43,13 +44,15 @@ def _app(**overrides: Any) -> FastAPI:
 
 @pytest.fixture(scope="module")
 def clients() -> Iterator[dict[str, TestClient]]:
-    """``plain``; ``keyed`` (POSENC_API_KEY); ``small`` (one element allowed); ``full`` (the
+    """``plain`` (reload allowed without a key); ``keyed`` (POSENC_API_KEY); ``locked`` (no
+    key, reload not allowed); ``small`` (one element allowed); ``full`` (the
     byte budget taken, no queueing); ``cold`` (no lifespan run: nothing loaded)."""
     apps = {
         "plain": _app(),
         "keyed": _app(api_key="sesame"),
         "small": _app(max_elements=1, max_stream_elements=1),
         "full": _app(queue_timeout=0.0),
+        "locked": _app(allow_reload=False),
     }
     started = {k: TestClient(a, raise_server_exceptions=False) for k, a in apps.items()}
     for c in started.values():
@@ -140,6 +143,7 @@ class Probe:
         note(self.valid(plain, name, **{"If-None-Match": "*"}), "If-None-Match: *")
         note(self.valid(plain, name, accept="image/gif"), "Accept: image/gif")
         note(self.valid(clients["keyed"], name), "no bearer token, with POSENC_API_KEY set")
+        note(self.valid(clients["locked"], name), "no key set, POSENC_ALLOW_RELOAD off")
         note(self.valid(clients["small"], name), "POSENC_MAX_ELEMENTS=1")
         note(self.valid(clients["full"], name), "a full byte budget")
         note(self.valid(clients["cold"], name), "models not loaded")

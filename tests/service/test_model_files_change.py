@@ -108,6 +108,7 @@ def live(tmp_path: Path) -> Iterator[Live]:
         POSENC_DEVICE="cpu",
         POSENC_MODELS=f"llama={folder},gpt2={gpt2}",
         POSENC_LOG_LEVEL="info",
+        POSENC_ALLOW_RELOAD="1",  # no key here: reload opened for the test
     )
     proc = start_service(port, log, env)
     url = f"http://127.0.0.1:{port}"

@@ -406,7 +406,8 @@ def limited() -> Iterator[ApiClient]:
     from service.app import create_app
     from service.config import Settings
 
-    with TestClient(create_app(Settings(device="cpu", max_body_bytes=LIMIT))) as client:
+    settings = Settings(device="cpu", max_body_bytes=LIMIT, allow_reload=True)  # reload: no key
+    with TestClient(create_app(settings)) as client:
         yield client
 
 
@@ -449,15 +450,30 @@ def test_a_body_at_the_limit_is_read(limited: httpx.Client) -> None:
     assert r.status_code == 200 and len(r.json()["input_ids"][0]) == len(text)
 
 
-def test_a_large_npy_body_keeps_its_own_limit(limited: httpx.Client) -> None:
+def test_an_npy_body_counts_against_the_body_limit(limited: httpx.Client) -> None:
+    """Issue 39: one limit on every body, binary ones included (they once had only their
+    POSENC_MAX_ELEMENTS bound, and a chunked one was read whole)."""
     import io
 
-    buf = io.BytesIO()
-    np.save(buf, np.ones((4, 512), dtype=np.int64))  # 16 kB, over the JSON limit
+    def npy(rows: int) -> bytes:
+        buf = io.BytesIO()
+        np.save(buf, np.ones((rows, 64), dtype=np.int64))
+        return buf.getvalue()
+
+    for chunked in (False, True):
+        big = npy(32)  # 16 kB, over the limit
+        content = _chunks(big) if chunked else big
+        r = limited.post(
+            "/v1/position-ids", content=content, headers={"Content-Type": "application/x-npy"}
+        )
+        assert r.status_code == 413, r.text
+        assert "POSENC_MAX_BODY_BYTES" in r.json()["detail"] and r.json()["limit"] == LIMIT
     r = limited.post(
-        "/v1/position-ids", content=buf.getvalue(), headers={"Content-Type": "application/x-npy"}
+        "/v1/position-ids", content=npy(4), headers={"Content-Type": "application/x-npy"}
     )
     assert r.status_code == 200, r.text
+    ids = np.asarray(r.json()["tensors"]["position_ids"]["data"]).reshape(4, 64)
+    np.testing.assert_array_equal(ids, np.tile(np.arange(64), (4, 1)))
 
 
 def test_a_body_over_the_limit_through_uvicorn(tmp_path: Path) -> None:
