@@ -61,6 +61,7 @@ import torch
 
 from posenc import __version__, codec, kinds, resolve
 from posenc.cli_apply import add_apply_parser, run_apply
+from posenc.engines import check_candidates, engine_names
 from posenc.errors import PosencError, TooLarge
 from posenc.limits import check_elements
 
@@ -390,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-_ENGINES = ("transformers", "vllm", "llama.cpp", "mlx")
+def _checked_engines() -> tuple[str, ...]:
+    """The engines ``/v1/configs/check`` compares a table with, in the registry's order."""
+    return tuple(dict.fromkeys(name for name, _precision in check_candidates()))
 
 
 def _add_check(sub: Any) -> None:
@@ -410,8 +413,9 @@ def _add_check(sub: Any) -> None:
     p.add_argument("--positions", type=_positions_arg, help="the rows' positions, e.g. 0,1,5 "
                    "(default 0 … T−1, T the file's rows)")  # fmt: skip
     p.add_argument("--seq-len", type=int, help="positions 0 … T−1")
-    p.add_argument("--engine", choices=_ENGINES, default="transformers",
-                   help="the engine the file must match (default transformers)")  # fmt: skip
+    engines = _checked_engines()
+    p.add_argument("--engine", choices=engines, default=engines[0],
+                   help=f"the engine the file must match (default {engines[0]})")  # fmt: skip
     p.add_argument("--precision", choices=("exact", "engine"), default="exact",
                    help="exact (default: float64 angles) or engine (its own arithmetic)")  # fmt: skip
     p.add_argument("--atol", type=float, default=1e-6, help="largest |difference| allowed (1e-6)")
@@ -427,9 +431,10 @@ def _add_diff(sub: Any) -> None:
         "/v1/configs/compare without a service): the largest |difference| of each pair.",
     )  # fmt: skip
     p.add_argument("--config", type=Path, required=True, help="the model's config.json")
-    p.add_argument("--engines", nargs="+", default=["transformers", "vllm"],
-                   help="two or more of transformers, vllm, llama.cpp, mlx, exact; "
-                   "ENGINE:engine for its own precision (default transformers vllm)")  # fmt: skip
+    engines = engine_names()
+    p.add_argument("--engines", nargs="+", default=list(engines[:2]),
+                   help=f"two or more of {', '.join(engines)}, exact; ENGINE:engine for its "
+                   f"own precision (default {' '.join(engines[:2])})")  # fmt: skip
     p.add_argument("--seq-len", type=int, default=4096, help="positions 0 … N−1 (default 4096)")
     p.add_argument("--positions", type=_positions_arg, help="explicit positions instead")
     p.add_argument("--layer-type", help="for a config with RoPE per layer type")

@@ -19,9 +19,13 @@ import numpy as np
 import torch
 
 from posenc import codec
+from posenc.engines import ENGINES, engine_names
 from posenc.rotate import rotate
 
-ENGINES = ("transformers", "vllm", "llama.cpp", "mlx")
+
+def _applying_engines() -> tuple[str, ...]:
+    """The engines with an ``apply`` hook, in the registry's order."""
+    return tuple(name for name in engine_names() if ENGINES[name].apply is not None)
 
 
 def add_apply_parser(sub: Any) -> None:
@@ -39,7 +43,8 @@ def add_apply_parser(sub: Any) -> None:
     p.add_argument("--seq-len", type=int, help="positions 0 … T−1")
     p.add_argument("--offset", type=int, help="added to every position")
     p.add_argument("--layer-type", help="for configs with per-layer-type RoPE (Gemma 3)")
-    p.add_argument("--engine", choices=ENGINES, default="transformers")
+    engines = _applying_engines()
+    p.add_argument("--engine", choices=engines, default=engines[0])
     p.add_argument("--precision", choices=("exact", "engine"), default="exact")
     p.add_argument("--input", type=Path, help=".safetensors (q, k) or .npy (q) of (T, H, D)")
     p.add_argument("--seed", type=int, help="seeded vectors (no --input)")

@@ -24,25 +24,14 @@ from torch import Tensor
 
 from posenc import kinds
 from posenc.attention_layers import layer_rule
+from posenc.engines import engine_named
 from posenc.errors import InvalidArgument, PosencError
 from posenc.resolve import resolve_fields
 from posenc.rope import ROPE
-from posenc.rope.apply import apply_for, channel_order, check_head_dim
+from posenc.rope.apply import apply_for, channel_order, check_head_dim, seeded_vectors
 
 #: The fields of ``/v1/rope/apply`` that are not the rope kind's.
 APPLY_ONLY: tuple[str, ...] = ("offset", "layer", "seed", "num_heads", "num_kv_heads")
-
-
-def seeded_vectors(
-    seq_len: int, num_heads: int, num_kv_heads: int, head_dim: int, seed: int
-) -> tuple[Tensor, Tensor]:
-    """The contract's seeded ``q (T, H, D)`` and ``k (T, H_kv, D)``, float32:
-    ``g = torch.Generator().manual_seed(seed)``, ``q = torch.randn(T, H, D, generator=g)``, then
-    ``k`` from the same generator."""
-    g = torch.Generator().manual_seed(int(seed))
-    q = torch.randn(seq_len, num_heads, head_dim, generator=g)
-    k = torch.randn(seq_len, num_kv_heads, head_dim, generator=g)
-    return q, k
 
 
 def _offset_positions(request: Mapping[str, Any]) -> list[Any]:
@@ -97,7 +86,7 @@ def apply_fields(
             raise
         given.pop("layer_type")  # a layer index into a config with one RoPE for every layer
         fields = resolve_fields(ROPE, given)
-    if precision == "exact" and engine != "transformers":
+    if precision == "exact" and not engine_named(engine).transformers_order:
         fields["layout"] = _transformers_layout(given, str(fields["layout"]))
     return fields
 
@@ -163,7 +152,7 @@ def rotate(
         k: ``(T, H_kv, D)`` keys, or None.
         engine: ``transformers``, ``vllm``, ``llama.cpp`` or ``mlx``.
         precision: ``exact`` (float64 angles and rotation, rounded once) or ``engine`` (the
-            engine's own apply, :data:`posenc.rope.apply.APPLY`).
+            engine's own apply: its ``apply`` hook, :func:`posenc.rope.apply.apply_for`).
 
     Returns:
         ``{"q": Tensor, "k": Tensor | None, "meta": dict}``: the rotated tensors in the
@@ -255,7 +244,7 @@ ROPE_APPLY: kinds.Kind = kinds.Kind(
     description="q (T, H, D) and k (T, H_kv, D) rotated at the positions with the model's "
     "rule: precision exact (float64 angles and rotation, rounded once, transformers' channel "
     "order) or engine (transformers' apply_rotary_pos_emb, vLLM's forward_native, MLX's "
-    "mx.fast.rope).",
+    "mx.fast.rope, llama.cpp's ggml_rope_ext on F32 vectors: each engine's apply hook).",
     fields=(
         kinds.FieldSpec("seq_len", "int", "T: positions 0 … T−1", None, minimum=1),
         kinds.FieldSpec("num_heads", "int", "H (seeded vectors)", None, minimum=1),

@@ -5,7 +5,7 @@ below register them, in the order answers list them. Adding an engine is one mod
 line here. :data:`ENGINES` (:mod:`posenc.engines.registry`) is the only list of engines.
 
 The 1.4 hooks (``apply``: rotate queries and keys; ``shift``: re-rotate cached keys) are class
-attributes of each engine (``apply = staticmethod(fn)``), None until wired;
+attributes of each engine (``apply = staticmethod(fn)``), None where it has none (MLX's shift);
 :func:`posenc.engines.registry.engine_hook` refuses an engine without one by name.
 """
 

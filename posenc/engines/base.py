@@ -27,6 +27,7 @@ from posenc.rope.precision import (
     refuse_llamacpp_field,
     wants_engine_precision,
 )
+from posenc.rope.scaling import RopeScaling, rope_inv_freq
 
 #: ``apply(x, positions, fields) -> x rotated``: ``x`` ``(T, H, D)`` queries or keys,
 #: ``positions`` ``(T,)`` (or ``(3, T)`` M-RoPE rows), ``fields`` the rope kind's resolved
@@ -63,11 +64,17 @@ class Engine(Protocol):
         own_fields: the rope kind's fields that only this engine reads (llama.cpp's
             ``llamacpp``: a GGUF's ``ggml_rope_ext`` arguments); a request that compares every
             engine (``/v1/configs/check``) gives them to this engine alone.
+        transformers_order: its apply answers in transformers' channel order, the order
+            ``precision: "exact"`` answers in whatever the engine (its layouts; DeepSeek-V3's
+            ``apply_rotary_pos_emb_interleave``: the rotated even channels, then the odd ones);
+            the others rotate the pairs in place in their own layout.
         compute_ns: nanoseconds of CPU its engine-precision arithmetic takes per output
             element, with about 50 % added (measured; the service's cost admission prices a
             request with it, docs/sizing.md).
-        apply: the 1.4 rotation of queries and keys (:data:`ApplyHook`), or None.
-        shift: the 1.4 re-rotation of cached keys (:data:`ShiftHook`), or None.
+        apply: the 1.4 rotation of queries and keys (:data:`ApplyHook`), or None (the
+            registry refuses it by name: :func:`posenc.engines.registry.engine_hook`).
+        shift: the 1.4 re-rotation of cached keys (:data:`ShiftHook`), or None; an engine
+            with one also gives :meth:`shift_tables`.
     """
 
     name: ClassVar[str]
@@ -80,6 +87,7 @@ class Engine(Protocol):
     describes_layers: ClassVar[bool] = False
     rope_type_key: ClassVar[str | None] = None
     own_fields: ClassVar[tuple[str, ...]] = ()
+    transformers_order: ClassVar[bool] = False
     compute_ns: ClassVar[float] = 30.0
     apply: ApplyHook | None = None
     shift: ShiftHook | None = None
@@ -153,6 +161,33 @@ class Engine(Protocol):
         """How it read the model, one sentence each (warnings of ``positions``, ``compare``'s
         differences)."""
         return []
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        """Its float64 angle per position ``(R/2,)`` and its magnitude for a sequence of
+        ``seq_len`` positions (``POST /v1/rope/shift``'s exact rotation; default: transformers'
+        rule, whose dynamic and LongRoPE types read ``seq_len``)."""
+        scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+        inv, scale = rope_inv_freq(
+            int(p["rotary_dim"]),
+            float(p["base"]),
+            scaling,
+            seq_len=seq_len,
+            exponent_dim=p.get("exponent_dim"),
+        )
+        return inv.to(torch.float64), float(scale)
+
+    def frequencies_differ(self, p: Mapping[str, Any], from_seq_len: int, to_seq_len: int) -> bool:
+        """Whether its frequencies or magnitude at ``from_seq_len`` and ``to_seq_len`` differ
+        (LongRoPE's switch, dynamic NTK's base): its :attr:`shift` rotates by one table at the
+        delta, so it has none across them (default: :meth:`frequencies` at both)."""
+        a, sa = self.frequencies(p, from_seq_len)
+        b, sb = self.frequencies(p, to_seq_len)
+        return sa != sb or not torch.equal(a, b)
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        """The ``(T, R/2)`` float32 cos and sin its :attr:`shift` rotates by at each token's
+        ``delta`` ``(T,)`` (one step), for the shift's resolved fields."""
+        raise InvalidArgument(f"engine {self.name} re-rotates no cached keys", field="engine")
 
 
 def refuse_foreign_fields(p: Mapping[str, Any], engine: str) -> None:

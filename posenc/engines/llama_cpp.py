@@ -17,6 +17,7 @@ from torch import Tensor
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
 from posenc.rope.llamacpp import LlamaCppRope, llamacpp_inv_freq
+from posenc.rope.llamacpp_rotate import llamacpp_apply, rope_from_dict
 from posenc.rope.precision import (
     check_xdrope_engine,
     llamacpp_arguments,
@@ -27,6 +28,7 @@ from posenc.rope.precision import (
     refuse_dual_chunk,
     wants_engine_precision,
 )
+from posenc.rope.shift_engines import llamacpp_delta_tables, llamacpp_shift
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 
@@ -64,8 +66,8 @@ class LlamaCpp(Engine):
     takes_max_model_len = True
     describes_layers = True
     rope_type_key = "llamacpp_rope_type"
-    apply: ApplyHook | None = None  # 1.4: staticmethod(ggml_rope_ext on F32 vectors)
-    shift: ShiftHook | None = None  # 1.4: staticmethod(llama.cpp's K-shift)
+    apply: ApplyHook | None = staticmethod(llamacpp_apply)  # ggml_rope_ext on F32 vectors
+    shift: ShiftHook | None = staticmethod(llamacpp_shift)  # its K-shift
 
     def implements(self, rope_type: str) -> bool:
         return rope_type not in VLLM_ONLY_ROPE_TYPES
@@ -115,6 +117,15 @@ class LlamaCpp(Engine):
 
     def notes(self, p: Mapping[str, Any]) -> list[str]:
         return list(p.get("llamacpp_notes") or [])
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        return llamacpp_inv_freq(rope_from_dict(p["llamacpp"]))  # fixed by the GGUF's arguments
+
+    def frequencies_differ(self, p: Mapping[str, Any], from_seq_len: int, to_seq_len: int) -> bool:
+        return False  # ggml_rope_ext's arguments are the model's, whatever the length
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        return llamacpp_delta_tables(p, delta)
 
 
 ENGINE = LlamaCpp()

@@ -15,6 +15,8 @@ from torch import Tensor
 
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.rope.apply import mlx_apply
+from posenc.rope.mlx import MlxRope, mlx_magnitude, mlx_speeds
 from posenc.rope.precision import (
     check_xdrope_engine,
     mlx_complete,
@@ -38,8 +40,8 @@ class Mlx(Engine):
     checked = ("exact", "engine")
     describes_layers = True
     rope_type_key = "mlx_rope_type"
-    apply: ApplyHook | None = None  # 1.4: staticmethod(mx.fast.rope's rotation)
-    shift: ShiftHook | None = None
+    apply: ApplyHook | None = staticmethod(mlx_apply)  # mx.fast.rope
+    shift: ShiftHook | None = None  # mlx-lm moves no cached keys: precision "exact" only
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:
         return {"config_max_position_embeddings": positions.max_position_embeddings}
@@ -72,6 +74,10 @@ class Mlx(Engine):
 
     def meta(self, p: Mapping[str, Any]) -> dict[str, Any]:
         return mlx_meta(p)
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        rope = MlxRope(**p["mlx"])
+        return mlx_speeds(rope, seq_len), float(mlx_magnitude(rope))
 
     def layer_entry(self, p: Mapping[str, Any]) -> dict[str, Any]:
         meta = mlx_meta(p)

@@ -17,16 +17,19 @@ from torch import Tensor
 
 from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.rope.apply import transformers_apply
 from posenc.rope.precision import (
     check_transformers_float32,
     check_xdrope_engine,
     refuse_dual_chunk,
     refuse_llamacpp_field,
     transformers_blocks,
+    transformers_inv_freq,
     transformers_tables,
     wants_engine_precision,
 )
 from posenc.rope.scaling import RopeScaling
+from posenc.rope.shift_engines import transformers_delta_tables, transformers_shift
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 
@@ -39,8 +42,9 @@ class Transformers(Engine):
     kinds = frozenset({"rope", "vision_rope"})
     precisions = ("exact", "engine")
     checked = ("exact", "engine")
-    apply: ApplyHook | None = None  # 1.4: staticmethod(the transformers rotation)
-    shift: ShiftHook | None = None
+    transformers_order = True  # apply_rotary_pos_emb_interleave: cat(evens, odds)
+    apply: ApplyHook | None = staticmethod(transformers_apply)  # apply_rotary_pos_emb
+    shift: ShiftHook | None = staticmethod(transformers_shift)
 
     def implements(self, rope_type: str) -> bool:
         return rope_type not in VLLM_ONLY_ROPE_TYPES
@@ -74,6 +78,18 @@ class Transformers(Engine):
         self, p: Mapping[str, Any], *, device: torch.device | str | None, dtype: torch.dtype
     ) -> dict[str, TableBlocks]:
         return transformers_blocks(p, device=device, dtype=dtype)
+
+    def frequencies_differ(self, p: Mapping[str, Any], from_seq_len: int, to_seq_len: int) -> bool:
+        # its rotary module's float32 inv_freq and scaling: what it would rotate by
+        scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
+        dim, base = int(p["rotary_dim"]), float(p["base"])
+        kw = {"exponent_dim": p.get("exponent_dim")}
+        a, sa = transformers_inv_freq(dim, base, scaling, seq_len=from_seq_len, **kw)
+        b, sb = transformers_inv_freq(dim, base, scaling, seq_len=to_seq_len, **kw)
+        return sa != sb or not torch.equal(a, b)
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        return transformers_delta_tables(p, delta)
 
 
 ENGINE = Transformers()

@@ -20,6 +20,7 @@ from posenc.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
 from posenc.errors import InvalidArgument
 from posenc.hf.families import family
+from posenc.rope.apply import vllm_apply
 from posenc.rope.precision import (
     check_vllm_engine_types,
     check_xdrope_engine,
@@ -28,6 +29,7 @@ from posenc.rope.precision import (
     vllm_tables,
     wants_engine_precision,
 )
+from posenc.rope.shift_engines import vllm_delta_tables, vllm_shift
 from posenc.rope.vllm import VllmRope, vllm_complete, vllm_for_fields
 
 
@@ -53,8 +55,8 @@ class Vllm(Engine):
     scales_softmax = True
     describes_layers = True
     rope_type_key = "vllm_rope_type"
-    apply: ApplyHook | None = None  # 1.4: staticmethod(vLLM's rotation)
-    shift: ShiftHook | None = None
+    apply: ApplyHook | None = staticmethod(vllm_apply)  # forward_native
+    shift: ShiftHook | None = staticmethod(vllm_shift)
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:
         fam = family(positions.model_type.removesuffix("_text"))
@@ -128,6 +130,16 @@ class Vllm(Engine):
 
     def softmax_factor(self, p: Mapping[str, Any]) -> float:
         return float(vllm_for_fields(p).softmax_factor)
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        vllm = vllm_for_fields(p)  # fixed once per server: seq_len is not read
+        return vllm.inv_freq.to(torch.float64), float(vllm.attention_scaling)
+
+    def frequencies_differ(self, p: Mapping[str, Any], from_seq_len: int, to_seq_len: int) -> bool:
+        return False  # its cache is built once per server
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        return vllm_delta_tables(p, delta)
 
 
 ENGINE = Vllm()

@@ -31,8 +31,11 @@ float32 tables (bit for bit transformers' rotary module and vLLM's ``cos_sin_cac
 - exact: float64 angles and a float64 rotation of the inputs, rounded once to ``x``'s dtype, in
   transformers' channel order.
 
-:data:`APPLY` maps each engine name to its ``precision: "engine"`` function; it is the only place
-an engine is named in this module.
+Each engine's ``precision: "engine"`` function is its ``apply`` hook in the registry
+(:mod:`posenc.engines`: ``apply = staticmethod(transformers_apply)`` in its module);
+:func:`apply_for` asks :func:`posenc.engines.registry.engine_hook`, which refuses an engine
+without one by name. The rope kind's tables are read from the registry of kinds when a request
+comes (:func:`rope_tables`), so the engines' modules import this one below the kind.
 
 Notation: ``T`` positions, ``H`` heads, ``D`` head dimension, ``R`` rotary dimension.
 """
@@ -46,10 +49,10 @@ import torch
 from torch import Tensor
 
 from posenc import kinds
+from posenc.engines.registry import TEXT_ROPE, engine_hook, engine_named
 from posenc.errors import InvalidArgument
 from posenc.hf.families import types_where
-from posenc.rope.kind import ROPE
-from posenc.rope.precision import model_type_of
+from posenc.rope.precision import model_type_of, widen
 
 ApplyFn = Callable[[Tensor, Tensor, Mapping[str, Any]], Tensor]
 
@@ -86,6 +89,18 @@ def _positions_field(positions: Tensor) -> list[Any]:
     )
 
 
+def seeded_vectors(
+    seq_len: int, num_heads: int, num_kv_heads: int, head_dim: int, seed: int
+) -> tuple[Tensor, Tensor]:
+    """The contract's seeded ``q (T, H, D)`` and ``k (T, H_kv, D)``, float32:
+    ``g = torch.Generator().manual_seed(seed)``, ``q = torch.randn(T, H, D, generator=g)``, then
+    ``k`` from the same generator (``/v1/rope/apply``'s and ``/v1/rope/shift``'s ``seed``)."""
+    g = torch.Generator().manual_seed(int(seed))
+    q = torch.randn(seq_len, num_heads, head_dim, generator=g)
+    k = torch.randn(seq_len, num_kv_heads, head_dim, generator=g)
+    return q, k
+
+
 def rope_tables(
     positions: Tensor, fields: Mapping[str, Any], dtype: torch.dtype
 ) -> tuple[Tensor, Tensor]:
@@ -96,7 +111,8 @@ def rope_tables(
     ctx = kinds.Context(
         device=torch.device("cpu"), dtype=dtype, models=lambda _name: None, allocator=None
     )
-    out = ROPE.compute(p, ctx)
+    rope = kinds.REGISTRY[TEXT_ROPE]  # the rope kind (posenc.catalog registers it)
+    out = rope.compute(p, ctx)
     return out["cos"], out["sin"]
 
 
@@ -177,6 +193,17 @@ def transformers_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) 
     return _blocks(x, fields, cos, sin, compute, evens_first=deinterleaves(fields))
 
 
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
+    """``x`` ``(T, H, D)`` with its first ``R`` channels turned by a table of one value per pair,
+    ``cos``/``sin`` ``(T, R/2)`` cast to ``x``'s dtype (``half``: pairs ``(x[i], x[i + R/2])``;
+    ``interleaved``: ``(x[2i], x[2i+1])``), computed in ``x``'s dtype and put back in place:
+    ``x1·c − x2·s``, ``x2·c + x1·s``, unfused (vLLM's ``forward_native`` with a given table;
+    ``/v1/rope/shift`` turns keys by the delta with it). The rest is copied."""
+    table = {"rotary_dim": 2 * cos.shape[-1], "layout": layout}
+    cos, sin = widen(cos, layout).to(x.dtype), widen(sin, layout).to(x.dtype)
+    return _blocks(x, table, cos, sin, x.dtype, evens_first=False)
+
+
 def _engine_pairs(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """vLLM's ``forward_native`` / MLX's rope: the engine's float32 table cast to ``x``'s dtype,
     pairs rotated in place."""
@@ -200,15 +227,6 @@ def mlx_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor
     return _engine_pairs(x, positions, fields)
 
 
-def llamacpp_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
-    """llama.cpp's ``ggml_rope_ext`` on F32 vectors is not computed here yet."""
-    raise InvalidArgument(
-        'precision "engine" with engine "llama.cpp" (ggml_rope_ext on F32 vectors) is not '
-        'served yet; ask precision "exact" (llama.cpp\'s rule in float64)',
-        field="precision",
-    )
-
-
 def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tensor:
     """float64 angles (the engine's rule, :func:`rope_tables` in float64) and a float64
     rotation of ``x``, rounded once to ``x``'s dtype, in transformers' channel order (DeepSeek's
@@ -219,39 +237,27 @@ def exact_apply(x: Tensor, positions: Tensor, fields: Mapping[str, Any]) -> Tens
     )
 
 
-#: ``precision: "engine"``: each engine's own apply (the only place engine names appear here).
-APPLY: dict[str, ApplyFn] = {
-    "transformers": transformers_apply,
-    "vllm": vllm_apply,
-    "llama.cpp": llamacpp_apply,
-    "mlx": mlx_apply,
-}
-
-
 def apply_for(fields: Mapping[str, Any]) -> ApplyFn:
-    """The apply function of resolved fields: :func:`exact_apply`, or the engine's own."""
+    """The apply function of resolved fields: :func:`exact_apply`, or the engine's own (its
+    ``apply`` hook; an engine without one is refused by name)."""
     if fields.get("precision", "exact") == "exact":
         return exact_apply
-    engine = str(fields.get("engine", "transformers"))
-    if engine not in APPLY:
-        raise InvalidArgument(
-            f"no apply for engine {engine!r}; engines: {', '.join(APPLY)}", field="engine"
-        )
-    return APPLY[engine]
+    hook: ApplyFn = engine_hook(fields.get("engine", "transformers"), "apply")
+    return hook
 
 
 def channel_order(fields: Mapping[str, Any]) -> str:
     """``"in_place"`` or ``"evens_then_odds"`` (transformers' DeepSeek-V3 with
-    ``rope_interleave``, and ``exact`` for it)."""
-    engine = fields.get("engine", "transformers")
+    ``rope_interleave``, and ``exact`` for it:
+    :attr:`posenc.engines.base.Engine.transformers_order`)."""
+    engine = engine_named(fields.get("engine", "transformers"))
     exact = fields.get("precision", "exact") == "exact"
-    if deinterleaves(fields) and (exact or engine == "transformers"):
+    if deinterleaves(fields) and (exact or engine.transformers_order):
         return "evens_then_odds"
     return "in_place"
 
 
 __all__ = [
-    "APPLY",
     "DEINTERLEAVING_TYPES",
     "UPCASTING_TYPES",
     "ApplyFn",
@@ -262,6 +268,8 @@ __all__ = [
     "exact_apply",
     "mlx_apply",
     "rope_tables",
+    "rotate_pairs",
+    "seeded_vectors",
     "transformers_apply",
     "vllm_apply",
 ]

@@ -15,8 +15,10 @@ positions' largest value plus one, as transformers chooses them). The magnitude 
 - ``precision: "engine"``: what the engine runs. llama.cpp's K-shift is ``ggml_rope_ext`` on the
   cached F32 keys at the delta positions (:mod:`posenc.rope.llamacpp_rotate`), ``steps`` times;
   transformers and vLLM have no shift of their own, so theirs is their float32 rotation by
-  their float32 table at the delta (:func:`engine_rotation`). ``meta.drift`` is the largest
-  ``|k_out − k rotated exactly by θ·(to − from)|``.
+  their float32 table at the delta (:mod:`posenc.rope.shift_engines`). Each is the engine's
+  ``shift`` hook in the registry (:func:`posenc.engines.registry.engine_hook`), which refuses an
+  engine without one by name. ``meta.drift`` is the largest ``|k_out − k rotated exactly by
+  θ·(to − from)|``.
 
 Notation: ``T`` tokens, ``H`` key heads, ``D`` head dimension, ``R`` rotary dimension.
 """
@@ -33,20 +35,16 @@ from torch import Tensor
 
 from posenc import kinds
 from posenc.device import resolve_dtype
+from posenc.engines.registry import engine_hook, engine_named
 from posenc.errors import InvalidArgument
+from posenc.rope.apply import rotate_pairs, seeded_vectors
 from posenc.rope.kind import ROPE
-from posenc.rope.llamacpp import ggml_rope_tables, llamacpp_inv_freq
-from posenc.rope.llamacpp_rotate import kshift_rope, llamacpp_kshift, rope_from_dict
-from posenc.rope.mlx import MlxRope, mlx_magnitude, mlx_speeds
-from posenc.rope.precision import (
-    model_type_of,
-    transformers_half_tables,
-    transformers_inv_freq,
-    vllm_inv_freq,
-    widen,
+from posenc.rope.precision import widen
+from posenc.rope.shift_engines import (
+    llamacpp_shift_rope,
+    rotation_sign,
+    step_deltas,
 )
-from posenc.rope.scaling import RopeScaling, rope_inv_freq
-from posenc.rope.vllm import vllm_for_fields
 
 #: The rope kind's fields the shift takes as they are (settings, engine, precision).
 _ROPE_FIELDS = tuple(
@@ -65,26 +63,10 @@ def shift_positions(p: Mapping[str, Any]) -> tuple[list[int], list[int]]:
 
 def frequencies(p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
     """The engine's float64 ``(R/2,)`` angle per position and its magnitude for a sequence of
-    ``seq_len`` (which only transformers' and MLX's dynamic rules, and transformers'
-    LongRoPE, read: vLLM and llama.cpp fix theirs once per server)."""
-    engine = p.get("engine", "transformers")
-    if engine == "llama.cpp":
-        return llamacpp_inv_freq(rope_from_dict(p["llamacpp"]))
-    if engine == "mlx":
-        rope = MlxRope(**p["mlx"])
-        return mlx_speeds(rope, seq_len), float(mlx_magnitude(rope))
-    if engine == "vllm":
-        vllm = vllm_for_fields(p)
-        return vllm.inv_freq.to(torch.float64), float(vllm.attention_scaling)
-    scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
-    inv, scale = rope_inv_freq(
-        int(p["rotary_dim"]),
-        float(p["base"]),
-        scaling,
-        seq_len=seq_len,
-        exponent_dim=p.get("exponent_dim"),
-    )
-    return inv.to(torch.float64), float(scale)
+    ``seq_len`` (:meth:`posenc.engines.base.Engine.frequencies`: only transformers' and MLX's
+    dynamic rules, and transformers' LongRoPE, read it; vLLM and llama.cpp fix theirs once per
+    server)."""
+    return engine_named(p.get("engine", "transformers")).frequencies(p, seq_len)
 
 
 def shift_angles(p: Mapping[str, Any]) -> tuple[Tensor, float, float]:
@@ -97,52 +79,28 @@ def shift_angles(p: Mapping[str, Any]) -> tuple[Tensor, float, float]:
     return n * inv_to[None, :] - m * inv_from[None, :], a_from, a_to
 
 
-def _sign(p: Mapping[str, Any]) -> float:
-    return -1.0 if p.get("rotation") == "negative" else 1.0
-
-
-def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, layout: str) -> Tensor:
-    """``x`` ``(T, H, D)`` with its first ``R`` channels turned by ``(cos, sin)`` ``(T, R/2)``
-    (``half``: pairs ``(x[i], x[i + R/2])``; ``interleaved``: ``(x[2i], x[2i+1])``), in the
-    tensors' own dtype: ``x0·cos − x1·sin``, ``x0·sin + x1·cos``. The rest is copied."""
-    r = 2 * cos.shape[-1]
-    out = x.clone()
-    first = slice(0, r, 2) if layout == "interleaved" else slice(0, r // 2)
-    second = slice(1, r, 2) if layout == "interleaved" else slice(r // 2, r)
-    x0, x1 = x[..., first], x[..., second]
-    c, s = cos[:, None, :], sin[:, None, :]
-    out[..., first] = x0 * c - x1 * s
-    out[..., second] = x0 * s + x1 * c
-    return out
-
-
 def exact_shift(k: Tensor, p: Mapping[str, Any]) -> Tensor:
     """``k`` ``(T, H, D)`` at ``to``: float64 angles, a float64 rotation, ``a_to / a_from``
     applied once; float64 (cast by the caller)."""
     angles, a_from, a_to = shift_angles(p)
-    out = rotate_pairs(k.to(torch.float64), angles.cos(), _sign(p) * angles.sin(), p["layout"])
+    out = rotate_pairs(
+        k.to(torch.float64), angles.cos(), rotation_sign(p) * angles.sin(), p["layout"]
+    )
     r = 2 * angles.shape[-1]
     out[..., :r] *= a_to / a_from
     return out
 
 
 def _check_engine(p: Mapping[str, Any]) -> None:
-    """An engine's own shift rotates by its table at the delta: the frequencies at ``from`` and
-    ``to`` must be the same; MLX's own rotation is not computed here."""
-    if p.get("engine") == "mlx":
-        raise InvalidArgument(
-            'precision "engine" of /v1/rope/shift covers llama.cpp (its K-shift), transformers '
-            'and vLLM; for mlx ask precision "exact"',
-            field="precision",
-        )
-    if p.get("engine") in ("llama.cpp", "vllm"):
-        return
-    scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
-    dim, base = int(p["rotary_dim"]), float(p["base"])
-    kw = {"exponent_dim": p.get("exponent_dim")}
-    a, sa = transformers_inv_freq(dim, base, scaling, seq_len=int(p["from_seq_len"]), **kw)
-    b, sb = transformers_inv_freq(dim, base, scaling, seq_len=int(p["to_seq_len"]), **kw)
-    if sa != sb or not torch.equal(a, b):
+    """An engine's own shift (its ``shift`` hook: the registry refuses an engine without one by
+    name) rotates by its table at the delta: the frequencies at ``from`` and ``to`` must be the
+    same (:meth:`posenc.engines.base.Engine.frequencies_differ`)."""
+    engine = engine_named(p.get("engine", "transformers"))
+    try:
+        engine_hook(engine.name, "shift", field="precision")
+    except InvalidArgument as err:
+        raise InvalidArgument(f'{err}; ask precision "exact"', field="precision") from None
+    if engine.frequencies_differ(p, int(p["from_seq_len"]), int(p["to_seq_len"])):
         raise InvalidArgument(
             f"the frequencies at from_seq_len {p['from_seq_len']} and to_seq_len "
             f"{p['to_seq_len']} differ (LongRoPE's switch, dynamic NTK's base): "
@@ -155,54 +113,22 @@ def _check_engine(p: Mapping[str, Any]) -> None:
 def _deltas(p: Mapping[str, Any]) -> tuple[Tensor, int]:
     """Each token's delta per step ``(T,)`` int64, and the number of steps."""
     source, target = shift_positions(p)
-    steps = int(p.get("steps") or 1) if p.get("delta") is not None else 1
-    delta = (torch.tensor(target) - torch.tensor(source)) // steps
-    return delta.to(torch.int64), steps
+    return step_deltas(torch.tensor(source), torch.tensor(target), p)
 
 
 def engine_tables(p: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
-    """The engine's own ``(T, R/2)`` float32 table at each token's delta (one step): ggml's
-    cache rows for llama.cpp's K-shift arguments (its ``attn_factor`` included, as libggml
-    multiplies it in); vLLM's float32 cache formula and transformers' float32 ``inv_freq`` and
-    angles, both without the attention factor (the keys carry it from their first rotation)."""
+    """The engine's own ``(T, R/2)`` float32 table at each token's delta (one step): what its
+    ``shift`` hook rotates by (:meth:`posenc.engines.base.Engine.shift_tables`)."""
     delta, _steps = _deltas(p)
-    engine = p.get("engine", "transformers")
-    if engine == "llama.cpp":
-        rope = kshift_rope(rope_from_dict(p["llamacpp"]), model_type=model_type_of(p))
-        return ggml_rope_tables(delta, rope)
-    if engine == "vllm":  # _compute_cos_sin_cache's float32 rows, before its magnitude
-        vllm = vllm_for_fields(p)
-        inv = vllm_inv_freq(p, vllm)
-        t = delta.to(torch.float)
-        if vllm.rope_type == "linear":
-            t = t / float(p["scaling"]["factor"])
-        freqs = t[:, None] * inv[None, :]
-        return freqs.cos(), freqs.sin()
-    scaling = RopeScaling.from_dict(p["scaling"]) if p.get("scaling") is not None else None
-    inv, _scale = transformers_inv_freq(
-        int(p["rotary_dim"]),
-        float(p["base"]),
-        scaling,
-        seq_len=int(p["to_seq_len"]),
-        exponent_dim=p.get("exponent_dim"),
-    )
-    return transformers_half_tables(delta, inv, 1.0)
+    return engine_named(p.get("engine", "transformers")).shift_tables(p, delta)
 
 
 def engine_rotation(k: Tensor, p: Mapping[str, Any]) -> Tensor:
-    """``k`` ``(T, H, D)`` moved by the engine's own arithmetic, ``steps`` times: llama.cpp's
-    K-shift (libggml's float32 ``ggml_rope_ext``, fused multiply-adds included); transformers'
-    ``apply_rotary_pos_emb`` and vLLM's ``forward_native`` (``x0·cos − x1·sin``, ``x1·cos +
-    x0·sin`` in ``k``'s dtype, the table cast to it) by their table at the delta."""
-    delta, steps = _deltas(p)
-    if p.get("engine") == "llama.cpp":
-        rope = kshift_rope(rope_from_dict(p["llamacpp"]), model_type=model_type_of(p))
-        return llamacpp_kshift(k, delta, rope, steps=steps)
-    cos, sin = engine_tables(p)
-    cos, sin = cos.to(k.dtype), (_sign(p) * sin).to(k.dtype)
-    out = k
-    for _ in range(steps):
-        out = rotate_pairs(out, cos, sin, p["layout"])
+    """``k`` ``(T, H, D)`` moved by the engine's own arithmetic, ``steps`` times: its ``shift``
+    hook (:data:`posenc.engines.base.ShiftHook`, :mod:`posenc.rope.shift_engines`)."""
+    source, target = shift_positions(p)
+    shift = engine_hook(p.get("engine", "transformers"), "shift", field="precision")
+    out: Tensor = shift(k, torch.tensor(source), torch.tensor(target), p)
     return out
 
 
@@ -291,13 +217,12 @@ def _complete(p: dict[str, Any], models: Any) -> dict[str, Any]:
 
 
 def seeded_key(p: Mapping[str, Any]) -> Tensor:
-    """The key ``/v1/rope/apply`` seeds: ``g = torch.Generator().manual_seed(seed)``, ``q =
-    randn(T, H, D)``, then ``k = randn(T, H_kv, D)`` from the same generator, float32."""
-    t = _length(p)
-    d = int(p["head_dim"])
-    g = torch.Generator().manual_seed(int(p["seed"]))
-    torch.randn(t, int(p["num_heads"]), d, generator=g)  # q
-    return torch.randn(t, int(p.get("num_kv_heads") or p["num_heads"]), d, generator=g)
+    """The key ``/v1/rope/apply`` seeds (:func:`posenc.rope.apply.seeded_vectors`'s ``k``:
+    ``q = randn(T, H, D)``, then ``k = randn(T, H_kv, D)`` from one generator), float32."""
+    heads = int(p["num_heads"])
+    kv = int(p.get("num_kv_heads") or heads)
+    _q, k = seeded_vectors(_length(p), heads, kv, int(p["head_dim"]), int(p["seed"]))
+    return k
 
 
 def given_key(p: Mapping[str, Any]) -> Tensor:
@@ -342,16 +267,18 @@ def _drift_reference(k: Tensor, p: Mapping[str, Any]) -> Tensor:
     inv, _scale = frequencies(p, int(p["to_seq_len"]))
     diff = torch.tensor(target, dtype=torch.float64) - torch.tensor(source, dtype=torch.float64)
     angles = diff[:, None] * inv[None, :]
-    return rotate_pairs(k.to(torch.float64), angles.cos(), _sign(p) * angles.sin(), p["layout"])
+    return rotate_pairs(
+        k.to(torch.float64), angles.cos(), rotation_sign(p) * angles.sin(), p["layout"]
+    )
 
 
 def _compute(p: Mapping[str, Any], ctx: kinds.Context) -> dict[str, Tensor]:
     if p.get("precision") == "engine":
         cos, sin = engine_tables(p)
-        cos, sin = cos.to(torch.float64), _sign(p) * sin.to(torch.float64)
+        cos, sin = cos.to(torch.float64), rotation_sign(p) * sin.to(torch.float64)
     else:
         angles, _a, _b = shift_angles(p)
-        cos, sin = angles.cos(), _sign(p) * angles.sin()
+        cos, sin = angles.cos(), rotation_sign(p) * angles.sin()
     layout = p["layout"]
     out = {
         "cos": widen(cos, layout).to(device=ctx.device, dtype=ctx.dtype),
@@ -401,7 +328,7 @@ def _meta(p: Mapping[str, Any]) -> dict[str, Any]:
         **{k: p[k] for k in ("config_model_type", "preset", "layer_type") if p.get(k)},
     }
     if p.get("llamacpp") is not None:
-        rope = kshift_rope(rope_from_dict(p["llamacpp"]), model_type=model_type_of(p))
+        rope = llamacpp_shift_rope(p)
         meta["llamacpp"] = dict(p["llamacpp"])
         meta["llamacpp_kshift"] = rope.to_dict()
     if _key_shape(p) is not None:

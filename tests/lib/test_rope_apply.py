@@ -20,7 +20,8 @@ import torch
 
 from posenc.errors import InvalidArgument
 from posenc.model_configs import model_config
-from posenc.rotate import rotate, seeded_vectors
+from posenc.rope.llamacpp_rotate import llamacpp_apply
+from posenc.rotate import apply_fields, rotate, seeded_vectors
 from tests.fixtures.apply.configs import COHERE, QWEN2_VL, QWEN_YARN
 from tests.references import transformers_rotation
 
@@ -152,11 +153,21 @@ def test_head_dim_mismatch_names_both() -> None:
     assert "64" in info.value.message and "128" in info.value.message
 
 
-def test_llama_cpp_engine_precision_is_refused_until_wired() -> None:
-    q = torch.zeros(2, 1, 128)
-    with pytest.raises(InvalidArgument) as info:
-        rotate({"preset": "llama-3.1-8b", "seq_len": 2}, q, engine="llama.cpp", precision="engine")
-    assert info.value.field == "precision" and "ggml_rope_ext" in info.value.message
+def test_llama_cpp_engine_precision_is_its_apply_hook() -> None:
+    """llama.cpp's engine apply is its registry hook, ``ggml_rope_ext`` on F32 vectors
+    (:func:`posenc.rope.llamacpp_rotate.llamacpp_apply`, checked against libggml's recorded
+    rows in tests/lib/test_llamacpp_shift.py), within float32 rounding of the exact rotation
+    where both turn the halves (Qwen2.5)."""
+    request = {"preset": "qwen2.5-7b", "positions": [0, 1, 2, 3]}  # float32 angles: ~1e-7 off
+    q, k = seeded_vectors(4, 2, 1, 128, seed=3)
+    got = rotate(request, q, k, engine="llama.cpp", precision="engine")
+    fields = apply_fields(request, engine="llama.cpp", precision="engine")
+    positions = torch.tensor(fields["positions"])
+    assert torch.equal(got["q"], llamacpp_apply(q, positions, fields))
+    assert torch.equal(got["k"], llamacpp_apply(k, positions, fields))
+    exact = rotate(request, q.double(), k.double(), engine="llama.cpp", precision="exact")
+    assert float((got["q"].double() - exact["q"]).abs().max()) < 1e-5
+    assert not torch.equal(got["q"], q)  # rotated: position 1's pairs moved
 
 
 def test_offset_and_seeded_vectors_follow_the_contract() -> None:

@@ -13,7 +13,7 @@ import torch
 
 from posenc import codec
 from posenc.model_configs import model_config
-from posenc.rotate import seeded_vectors
+from posenc.rotate import rotate, seeded_vectors
 from tests.fixtures.apply.configs import QWEN2_VL
 from tests.helpers import json_tensor
 from tests.references import transformers_rotation
@@ -112,12 +112,14 @@ def test_refusals(app_client: httpx.Client) -> None:
     bad_d = {"preset": "llama-3.1-8b", "positions": [0], "q": [[[0.0] * 64]]}
     r = app_client.post("/v1/rope/apply", json=bad_d)
     assert r.status_code == 422 and "64" in r.text and "128" in r.text
-    r = app_client.post(
-        "/v1/rope/apply",
-        json={"preset": "llama-3.1-8b", "seq_len": 2, "seed": 0, "num_heads": 1,
-              "engine": "llama.cpp", "precision": "engine"},
-    )  # fmt: skip
-    assert r.status_code == 422 and "ggml_rope_ext" in r.text
+    llamacpp = {"preset": "llama-3.1-8b", "seq_len": 2, "seed": 0, "num_heads": 1,
+                "engine": "llama.cpp", "precision": "engine"}  # fmt: skip
+    r = app_client.post("/v1/rope/apply", json=llamacpp)  # its apply hook: ggml_rope_ext
+    want = rotate({**llamacpp, "engine": None, "precision": None}, None, engine="llama.cpp",
+                  precision="engine")["q"].numpy()  # fmt: skip
+    assert r.status_code == 200 and np.array_equal(
+        json_tensor(r.json(), "q").astype(np.float32), want
+    )
     r = app_client.post("/v1/rope/apply", json={"preset": "llama-3.1-8b", "seq_len": 2, "qq": 1})
     assert r.status_code == 422 and "qq" in r.text
     two = [[[1.0] * 128]] * 2

@@ -30,7 +30,10 @@ from posenc.engines import (
     unregister_engine,
 )
 from posenc.errors import InvalidArgument
+from posenc.resolve import compute, resolve_fields
+from posenc.rope.apply import rotate_pairs
 from posenc.rope.precision import widen
+from posenc.rope.shift import ROPE_SHIFT
 from tests.helpers import json_tensor, make_settings
 
 SEQ = 8
@@ -210,14 +213,84 @@ class Wired(Toy):
     apply = staticmethod(_unrotated)
 
 
+class Bare(Toy):
+    """The toy engine with no hook."""
+
+    name = "toy-bare"
+
+
 def test_a_wired_hook_is_found_and_a_missing_one_refused() -> None:
     register_engine(Wired())
+    register_engine(Bare())
     try:
         assert engine_hook("toy-wired", "apply") is _unrotated
-        with pytest.raises(InvalidArgument, match="engines with apply: toy-wired"):
-            engine_hook("transformers", "apply")
+        with pytest.raises(InvalidArgument, match="engine toy-bare rotates no queries") as err:
+            engine_hook("toy-bare", "apply")
+        having = str(err.value).rpartition("engines with apply: ")[2].split(", ")
+        assert "toy-wired" in having and "toy-bare" not in having
         with pytest.raises(InvalidArgument, match="engine toy-wired re-rotates no cached keys"):
             engine_hook("toy-wired", "shift")
     finally:
         unregister_engine("toy-wired")
+        unregister_engine("toy-bare")
     assert "toy-wired" not in engine_names()
+
+
+def _toy_shift(k: Tensor, source: Tensor, target: Tensor, fields: Mapping[str, Any]) -> Tensor:
+    """The toy's shift: ``k`` turned by ``(to − from)·ω/2`` in float64, cast once."""
+    angles = (target - source).double()[:, None] * Shifting().frequencies(fields, 0)[0]
+    return rotate_pairs(k.double(), angles.cos(), angles.sin(), fields["layout"]).to(k.dtype)
+
+
+class Shifting(Toy):
+    """The toy engine with a ``shift`` hook and its frequencies: what ``/v1/rope/shift`` asks."""
+
+    name = "toy-shift"
+    precisions = ("exact", "engine")
+    shift = staticmethod(_toy_shift)
+
+    def frequencies(self, p: Mapping[str, Any], seq_len: int) -> tuple[Tensor, float]:
+        return torch.tensor(omega(int(p["rotary_dim"]), float(p["base"]))) / 2, 1.0
+
+    def shift_tables(self, p: Mapping[str, Any], delta: Tensor) -> tuple[Tensor, Tensor]:
+        angles = delta.double()[:, None] * self.frequencies(p, 0)[0]
+        return angles.cos().float(), angles.sin().float()
+
+
+def test_shift_asks_the_engine_s_hook_and_frequencies() -> None:
+    """``/v1/rope/shift`` of a registered engine: its hook moves the key (checked against the
+    toy's closed form), its frequencies give the exact path, its table the ``cos``/``sin``."""
+    register_engine(Shifting())
+    try:
+        k = torch.randn(3, 2, HEAD_DIM, generator=torch.Generator().manual_seed(0))
+        request = {"head_dim": HEAD_DIM, "positions": [0, 3, 5], "delta": 4, "k": k.tolist()}
+        got = {}
+        for precision in ("engine", "exact"):
+            fields = {**request, "engine": "toy-shift", "precision": precision}
+            p = resolve_fields(ROPE_SHIFT, fields)
+            got[precision] = compute(ROPE_SHIFT, p)
+        angles = 4 * omega(HEAD_DIM, BASE) / 2  # (R/2,): every token moves by 4
+        x = k.double().numpy()
+        x0, x1 = x[..., : HEAD_DIM // 2], x[..., HEAD_DIM // 2 :]
+        want = np.concatenate(
+            [x0 * np.cos(angles) - x1 * np.sin(angles), x0 * np.sin(angles) + x1 * np.cos(angles)],
+            axis=-1,
+        )
+        for precision in ("engine", "exact"):
+            np.testing.assert_allclose(got[precision]["k"].double().numpy(), want, atol=1e-6)
+        np.testing.assert_allclose(
+            got["engine"]["cos"][0, : HEAD_DIM // 2].double().numpy(), np.cos(angles), atol=1e-7
+        )
+        register_engine(Still())
+        with pytest.raises(InvalidArgument, match="engine toy-still re-rotates no cached keys"):
+            resolve_fields(ROPE_SHIFT, {**request, "engine": "toy-still", "precision": "engine"})
+    finally:
+        unregister_engine("toy-shift")
+        unregister_engine("toy-still")
+
+
+class Still(Toy):
+    """The toy engine computing its own tables, with no ``shift`` hook."""
+
+    name = "toy-still"
+    precisions = ("exact", "engine")
