@@ -50,7 +50,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("client and testing", ["posenc.client", "posenc.testing"]),
     ("command line", ["posenc.cli"]),
     ("service: settings", ["service", "service.config", "service.problem", "service.cache"]),
-    ("service: bodies and metrics", ["service.error_bodies", "service.observability"]),
+    (
+        "service: bodies and metrics",
+        ["service.error_bodies", "service.observability", "service.schemas"],
+    ),
     (
         "service: statuses, budget, formats",
         ["service.statuses", "service.admission", "service.formats"],
