@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("relative positions", ["posenc.relative_positions"]),
     ("RoPE", ["posenc.rope"]),
     ("engines", ["posenc.engines"]),
-    ("vision and diffusion", ["posenc.vision", "posenc.diffusion"]),
+    ("kinds over the engines", ["posenc.rope_kind", "posenc.vision", "posenc.diffusion"]),
     ("readers", ["posenc.readers"]),
     ("attention", ["posenc.attention"]),
     ("resolution", ["posenc.embedding", "posenc.resolve", "posenc.context_parallel"]),
