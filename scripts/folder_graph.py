@@ -49,7 +49,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("catalog", ["posenc.catalog"]),
     ("the package", ["posenc"]),
     ("client and testing", ["posenc.client", "posenc.testing"]),
-    ("command line", ["posenc.cli"]),
+    ("command line", ["posenc.cli_apply", "posenc.cli"]),
     ("service: settings", ["service", "service.config", "service.problem", "service.cache"]),
     (
         "service: bodies and metrics",
