@@ -37,7 +37,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("facts", ["posenc.facts"]),
     ("tokens", ["posenc.tokens"]),
     ("absolute tables", ["posenc.absolute"]),
-    ("relative positions", ["posenc.relative_positions"]),
+    ("relative schemes", ["posenc.relative_schemes"]),
     ("RoPE", ["posenc.rope"]),
     ("engines", ["posenc.engines"]),
     ("vision and diffusion", ["posenc.vision", "posenc.diffusion"]),
