@@ -922,9 +922,30 @@ def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(Family))
 
 
+#: Views of the records, under the names other code imports.
+#: transformers 5's ``default_theta`` of each model type (10000.0 for any other).
+DEFAULT_THETA: Mapping[str, float] = MappingProxyType(
+    {t: f.default_theta for t, f in FAMILIES.items() if f.default_theta is not None}
+)
+#: Model types whose attention rotates adjacent channel pairs.
+INTERLEAVED_MODEL_TYPES: frozenset[str] = types_where(lambda f: f.layout == "interleaved")
+#: The M-RoPE sections a model's text rotary module uses when ``rope_parameters`` gives none.
+DEFAULT_MROPE_SECTION: Mapping[str, tuple[int, int, int]] = MappingProxyType(
+    {t: f.mrope_section for t, f in FAMILIES.items() if f.mrope_section is not None}
+)
+#: ``partial_rotary_factor`` of each model type when the config gives none.
+DEFAULT_PARTIAL_ROTARY: Mapping[str, float] = MappingProxyType(
+    {t: f.partial_rotary for t, f in FAMILIES.items() if f.partial_rotary is not None}
+)
+
+
 __all__ = [
     "ALIASES",
+    "DEFAULT_MROPE_SECTION",
+    "DEFAULT_PARTIAL_ROTARY",
+    "DEFAULT_THETA",
     "FAMILIES",
+    "INTERLEAVED_MODEL_TYPES",
     "TRANSFORMERS_MODEL_TYPES",
     "Family",
     "Scheme",
