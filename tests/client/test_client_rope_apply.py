@@ -3,6 +3,8 @@ requests as JSON; both give the library's rotation (:func:`posenc.rotate.rotate`
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -12,7 +14,7 @@ from posenc.rotate import rotate, seeded_vectors
 
 def test_rope_apply_arrays_and_seeded(live_server: str) -> None:
     q, k = seeded_vectors(3, 2, 1, 128, seed=5)
-    common = {"preset": "llama-3.1-8b", "positions": [0, 9, 4096]}
+    common: dict[str, Any] = {"preset": "llama-3.1-8b", "positions": [0, 9, 4096]}
     want = rotate(common, q, k, engine="vllm", precision="engine")
     with PosencClient(live_server, timeout=60) as client:
         got = client.rope_apply(q.numpy(), k, engine="vllm", precision="engine", **common)

@@ -15,7 +15,7 @@ draws new ones, five times as many.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 from hypothesis import example, given, settings
@@ -74,7 +74,7 @@ def _scalar(kind: int) -> st.SearchStrategy[Any]:
     if fmt == "<?":
         return st.booleans()
     if fmt in ("<f", "<d"):
-        width = 32 if fmt == "<f" else 64
+        width: Literal[32, 64] = 32 if fmt == "<f" else 64
         return st.floats(width=width, allow_nan=False)
     bits = struct.calcsize(fmt) * 8
     if fmt[1].isupper():

@@ -214,8 +214,8 @@ def _answer(url: str, case: Case) -> tuple[int, str, bool, bool]:
         kept = not response.will_close
         sock = conn.sock
         conn.request("GET", "/healthz")
-        nxt = conn.getresponse()
-        served = nxt.status == 200 and json.loads(nxt.read()) == {"status": "ok"}
+        after = conn.getresponse()
+        served = after.status == 200 and json.loads(after.read()) == {"status": "ok"}
         if kept:  # answered on the same socket
             served = served and conn.sock is sock
         return response.status, str(detail), kept, served

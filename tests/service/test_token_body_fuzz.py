@@ -129,7 +129,7 @@ def test_any_safetensors_header_is_read_or_refused(
         return
     # read: every tensor (B, T) int64, of the shape its entry gave
     for name, tensor in out.items():
-        assert list(tensor.shape) == list(header[name]["shape"])  # type: ignore[arg-type]
+        assert list(tensor.shape) == list(header[name]["shape"])  # type: ignore[call-overload]
 
 
 @settings(max_examples=100)

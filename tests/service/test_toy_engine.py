@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -61,8 +61,8 @@ class Toy(Engine):
     name = "toy"
     summary = "toy (RoPE at half the position)"
     kinds = frozenset({"rope"})
-    precisions = ("exact",)
-    checked = ("exact",)
+    precisions: ClassVar[tuple[str, ...]] = ("exact",)
+    checked: ClassVar[tuple[str, ...]] = ("exact",)
 
     def computes(self, p: Mapping[str, Any]) -> bool:
         return True
