@@ -94,14 +94,26 @@ case "$cmd" in
         ensure_env requirements/test.txt
         ensure_chromium
         ensure_nginx
-        PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
         if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too,
             # and the coverage of posenc and service (in the test processes, the workers' data
-            # combined by pytest-cov; [tool.coverage] in pyproject.toml)
-            PYTHON="$VENV/bin/python" scripts/wheel_check
+            # combined by pytest-cov; [tool.coverage] in pyproject.toml). scripts/wheel_check
+            # (builds and pip installs, mostly one process) runs beside scripts/check (mypy, one
+            # process), its output shown when it ends
+            local_log=$(mktemp "${TMPDIR:-/tmp}/posenc-wheel-check.XXXXXX")
+            PYTHON="$VENV/bin/python" scripts/wheel_check >"$local_log" 2>&1 &
+            wheel_pid=$!
+            trap 'kill "$wheel_pid" 2>/dev/null; rm -f "$local_log"' EXIT  # check failed: stop it
+            PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
+            wheel_rc=0
+            wait "$wheel_pid" || wheel_rc=$?
+            trap - EXIT
+            cat "$local_log"
+            rm -f "$local_log"
+            [ "$wheel_rc" = 0 ] || { echo "run.sh: scripts/wheel_check failed ($wheel_rc)" >&2; exit "$wheel_rc"; }
             # shellcheck disable=SC2046  # the options, word by word
             exec "$VENV/bin/python" -m pytest $(pytest_workers) --cov=posenc --cov=service --cov-report=term
         fi
+        PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
         # shellcheck disable=SC2046
         exec "$VENV/bin/python" -m pytest $(pytest_workers "$@") "$@"
         ;;
