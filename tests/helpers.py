@@ -15,8 +15,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +79,16 @@ def free_port() -> int:
                 continue  # taken (another run on this machine): the next one
             return port
     raise RuntimeError(f"no free port in {start}..{start + PORT_BLOCK - 1}")
+
+
+def fast_sample(values: list[Any], every: int) -> list[Any]:
+    """``values`` as one argument's parametrization: every ``every``-th of them (the first, the
+    ``every + 1``-th, …: a fixed sample) in the fast lane, the others marked ``slow``. The whole
+    suite runs them all; the ids are the ones plain ``values`` would get."""
+    return [
+        v if i % every == 0 else pytest.param(v, marks=pytest.mark.slow)
+        for i, v in enumerate(values)
+    ]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
