@@ -4,7 +4,9 @@
 #   ./run.sh serve [ARGS]   start the service on the built-in default model (python -m service ARGS)
 #   ./run.sh test  [ARGS]   scripts/check (lock, format, lint, types); without ARGS also
 #                           scripts/wheel_check (the built wheel in a fresh venv) and then the
-#                           whole suite with its coverage report; with ARGS, pytest ARGS
+#                           whole suite with its coverage report; with ARGS, pytest ARGS.
+#                           Both run on every core (pytest-xdist, see pytest_workers below);
+#                           ./run.sh test -m "not slow" is the fast lane
 #   ./run.sh fuzz  [ARGS]   the exploratory lane: every hypothesis test with new examples from a
 #                           seed it prints (POSENC_FUZZ_SEED=N replays it), 5x the examples
 #                           (POSENC_FUZZ_SCALE); ARGS as for pytest, e.g. a test file
@@ -65,6 +67,22 @@ ensure_nginx() {  # the failover test runs Debian's nginx in front of two replic
     fi
 }
 
+pytest_workers() {  # ARGS: pytest's; prints the pytest-xdist options to add to them
+    # one worker a core (nproc: the cores this process may use), or POSENC_TEST_WORKERS of them
+    # (0: one process, no xdist); none where ARGS choose themselves or step into a debugger;
+    # --dist worksteal: a worker that runs out takes half the queue of the other, so that long
+    # tests (the sweeps, the servers) do not leave one core idle at the end
+    local arg
+    for arg in "$@"; do
+        case $arg in
+            -n | -n* | --numprocesses* | --dist* | no:xdist | --pdb | --trace | --sw | --stepwise) return 0 ;;
+        esac
+    done
+    local n=${POSENC_TEST_WORKERS:-$(nproc)}
+    [ "$n" -gt 1 ] && echo "-n $n --dist worksteal"
+    return 0
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case "$cmd" in
@@ -76,14 +94,28 @@ case "$cmd" in
         ensure_env requirements/test.txt
         ensure_chromium
         ensure_nginx
-        PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
         if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too,
-            # and the coverage of posenc and service (in this process; [tool.coverage] in
-            # pyproject.toml)
-            PYTHON="$VENV/bin/python" scripts/wheel_check
-            exec "$VENV/bin/python" -m pytest --cov=posenc --cov=service --cov-report=term
+            # and the coverage of posenc and service (in the test processes, the workers' data
+            # combined by pytest-cov; [tool.coverage] in pyproject.toml). scripts/wheel_check
+            # (builds and pip installs, mostly one process) runs beside scripts/check (mypy, one
+            # process), its output shown when it ends
+            local_log=$(mktemp "${TMPDIR:-/tmp}/posenc-wheel-check.XXXXXX")
+            PYTHON="$VENV/bin/python" scripts/wheel_check >"$local_log" 2>&1 &
+            wheel_pid=$!
+            trap 'kill "$wheel_pid" 2>/dev/null; rm -f "$local_log"' EXIT  # check failed: stop it
+            PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
+            wheel_rc=0
+            wait "$wheel_pid" || wheel_rc=$?
+            trap - EXIT
+            cat "$local_log"
+            rm -f "$local_log"
+            [ "$wheel_rc" = 0 ] || { echo "run.sh: scripts/wheel_check failed ($wheel_rc)" >&2; exit "$wheel_rc"; }
+            # shellcheck disable=SC2046  # the options, word by word
+            exec "$VENV/bin/python" -m pytest $(pytest_workers) --cov=posenc --cov=service --cov-report=term
         fi
-        exec "$VENV/bin/python" -m pytest "$@"
+        PYTHON="$VENV/bin/python" scripts/check  # the lock, ruff format --check, ruff check, mypy
+        # shellcheck disable=SC2046
+        exec "$VENV/bin/python" -m pytest $(pytest_workers "$@") "$@"
         ;;
     fuzz)
         ensure_env requirements/test.txt

@@ -11,7 +11,12 @@ Every test that starts uvicorn, nginx or Chromium carries the ``integration`` ma
 here and nowhere else (:func:`pytest_collection_modifyitems`): a test is one when its own code,
 a fixture it uses or a test helper either calls reaches a starter (:data:`STARTERS`), or when
 it runs with a fixture parameter ``uvicorn``. ``pytest -m "not integration"`` is then the
-in-process lane.
+in-process lane. Such a test is ``slow`` too: ``pytest -m "not slow"`` (the fast lane) starts no
+server.
+
+The suite runs under pytest-xdist (``./run.sh test``: a worker a core): each worker has its own
+session fixtures (its own ``live_server``), takes its ports from its own block
+(``tests.helpers.free_port``) and writes only under pytest's ``tmp_path``, which is per worker.
 
 Hypothesis (and schemathesis, which runs on it) is set up here, whether ``CI`` is set or not:
 Hypothesis loads its own ``ci`` profile when it sees ``CI``, and that profile draws other
@@ -57,6 +62,8 @@ SEED = (
     int(os.environ.get("POSENC_FUZZ_SEED") or random.SystemRandom().randrange(2**32)) if FUZZ else 0
 )
 FUZZ_SCALE = int(os.environ.get("POSENC_FUZZ_SCALE", "5"))
+if FUZZ:  # pytest-xdist's workers inherit the environment: they draw from the same seed
+    os.environ["POSENC_FUZZ_SEED"] = str(SEED)
 os.environ["POSENC_HYPOTHESIS_SEED"] = str(
     SEED
 )  # schemathesis' seed (tests/service/test_schemathesis.py)
@@ -148,6 +155,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if is_integration(item):
             item.add_marker(pytest.mark.integration)
+            item.add_marker(pytest.mark.slow)  # a server's start and its HTTP: not the fast lane
     if not FUZZ:
         return
     for item in items:

@@ -8,14 +8,17 @@ from __future__ import annotations
 import functools
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from starlette.testclient import TestClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -48,10 +51,44 @@ GPT2_NAME = "tiny-gpt2"
 GPT2_SHAPE = {"vocab": 97, "positions": 40, "d_model": 24}
 
 
+#: Under pytest-xdist each worker takes its ports from its own block below Linux's ephemeral
+#: range (32768-60999), so that two workers never hand out the same port and no outgoing
+#: connection (whose source port the kernel draws from that range) takes one between
+#: :func:`free_port` and the server's bind; each process starts at a random place in its block,
+#: so that two runs at once on one machine seldom try the same port.
+PORT_BASE, PORT_BLOCK = 20000, 1000
+_next_port = [random.SystemRandom().randrange(PORT_BLOCK)]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A loopback port nothing listens on: the kernel's pick (port 0) in a serial run, the next
+    free one of this worker's block (:data:`PORT_BASE`) under pytest-xdist."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...
+    if not worker.startswith("gw"):
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            return int(s.getsockname()[1])
+    start = PORT_BASE + int(worker[2:]) % 12 * PORT_BLOCK
+    for _ in range(PORT_BLOCK):
+        port = start + _next_port[0] % PORT_BLOCK
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue  # taken (another run on this machine): the next one
+            return port
+    raise RuntimeError(f"no free port in {start}..{start + PORT_BLOCK - 1}")
+
+
+def fast_sample(values: list[Any], every: int) -> list[Any]:
+    """``values`` as one argument's parametrization: every ``every``-th of them (the first, the
+    ``every + 1``-th, …: a fixed sample) in the fast lane, the others marked ``slow``. The whole
+    suite runs them all; the ids are the ones plain ``values`` would get."""
+    return [
+        v if i % every == 0 else pytest.param(v, marks=pytest.mark.slow)
+        for i, v in enumerate(values)
+    ]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

@@ -1,5 +1,6 @@
 """The ``integration`` marker is given in one place (tests/conftest.py): to a test that starts
-uvicorn, nginx or Chromium, itself, through a fixture or through a helper it calls."""
+uvicorn, nginx or Chromium, itself, through a fixture or through a helper it calls; such a test
+is ``slow`` too (out of the fast lane)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,10 @@ def test_the_live_half_of_api_is_integration_and_the_in_process_half_is_not() ->
     )
     assert code == pytest.ExitCode.OK
     marked = {i.name: i.get_closest_marker("integration") is not None for i in collected.items}
+    # a server's test is slow too: the fast lane (-m "not slow") starts none
+    for item in collected.items:
+        if marked[item.name]:
+            assert item.get_closest_marker("slow") is not None, item.name
     halves = [name for name in marked if name.endswith(("[inprocess]", "[uvicorn]"))]
     assert len(halves) >= 10
     for name in halves:

@@ -273,6 +273,7 @@ def test_url_png_and_server_errors(live_server: str, tmp_path: Path, capsys) -> 
 # ------------------------------------------------------------------------------ processes
 
 
+@pytest.mark.slow  # two processes that import torch
 def test_installed_entry_point(tmp_path: Path) -> None:
     assert POSENC.exists(), f"{POSENC} missing: run .venv/bin/pip install -e . --no-deps"
     out = tmp_path / "pe.npy"

@@ -105,9 +105,21 @@ SCALINGS = [
 ]
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("layout", ["half", "interleaved"])
-@pytest.mark.parametrize("scaling", SCALINGS, ids=lambda s: s["type"] if s else "none")
+def _rope_block_cases() -> list[Any]:
+    """Every scaling, layout and dtype (ids as three stacked parametrizations give them); the
+    fast lane runs each scaling and layout once, with the dtype that rotates with them (8 of
+    32; each dtype twice), the whole suite all of them."""
+    cases = []
+    for s, scaling in enumerate(SCALINGS):
+        for lay, layout in enumerate(["half", "interleaved"]):
+            for d, dtype in enumerate(DTYPES):
+                name = f"{scaling['type'] if scaling else 'none'}-{layout}-dtype{d}"
+                marks = () if (s + lay + d) % len(DTYPES) == 0 else (pytest.mark.slow,)
+                cases.append(pytest.param(scaling, layout, dtype, id=name, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize(("scaling", "layout", "dtype"), _rope_block_cases())
 def test_rope_blocks_equal_whole(dtype: torch.dtype, layout: str, scaling: dict | None) -> None:
     sc = RopeScaling.from_dict(scaling) if scaling else None
     kw: dict[str, Any] = dict(rotary_dim=32, layout=layout, scaling=sc, dtype=dtype)

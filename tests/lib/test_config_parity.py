@@ -407,8 +407,23 @@ def _module_alone(cfg) -> str | None:
     return "match" if worst <= 2e-5 else f"mismatch (module alone): max |diff| {worst:.3g}"
 
 
-@pytest.mark.timeout(900)  # about 2.5 minutes on two shared cores: ~300 model types built
-def test_sweep_of_transformers_default_configs() -> None:
+#: The sweep in shards, so that pytest-xdist spreads it over the cores: shard ``k`` takes the
+#: model types at places k, k + SWEEP_SHARDS, … of the sorted list. Shard 0, a fixed sample of
+#: every SWEEP_SHARDS-th model type, runs in the fast lane; the others are ``slow``. Together
+#: they check every model type once.
+SWEEP_SHARDS = 6
+#: Model types of the installed transformers whose rotation equals posenc's, at least (the
+#: whole sweep's): each shard asks for its share less a fifth (the model types of a shard
+#: are interleaved over the sorted list, so each shard's share is close to an equal one).
+SWEEP_MIN_MATCH = 200
+
+
+@pytest.mark.timeout(900)  # about 2.5 minutes in all on two shared cores: ~300 types built
+@pytest.mark.parametrize(
+    "shard",
+    [0, *(pytest.param(k, marks=pytest.mark.slow) for k in range(1, SWEEP_SHARDS))],
+)
+def test_sweep_of_transformers_default_configs(shard: int) -> None:
     """Every model type of the installed transformers whose text model applies a rotary
     embedding: built from its default config on the meta device, its rotary module rebuilt on
     the CPU and read through its forward, its own apply function run on identity vectors
@@ -418,7 +433,7 @@ def test_sweep_of_transformers_default_configs() -> None:
     its default, its rotary module alone is compared, values only (``module_alone``). Fails on
     any model type outside SWEEP_MISMATCHES /
     SWEEP_REFUSED / SWEEP_UNREAD that disagrees, and on a named one that now agrees (so the
-    lists shrink as posenc catches up). Prints the counts."""
+    lists shrink as posenc catches up). Prints the counts. One shard of SWEEP_SHARDS of them."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     from tests.lib.transformers_probe import NotProbed, shallow
@@ -428,7 +443,7 @@ def test_sweep_of_transformers_default_configs() -> None:
     named = {**SWEEP_MISMATCHES, **SWEEP_REFUSED, **SWEEP_UNREAD}
     seen: dict[str, str] = {}
     matched: set[str] = set()
-    for mt in sorted(CONFIG_MAPPING_NAMES):
+    for mt in sorted(CONFIG_MAPPING_NAMES)[shard::SWEEP_SHARDS]:
         try:
             full = AutoConfig.for_model(mt)
         except Exception:
@@ -483,12 +498,12 @@ def test_sweep_of_transformers_default_configs() -> None:
         else:
             counts["mismatch"] += 1
             seen[mt] = f"mismatch: {error or f'max |diff| {worst:.3g}'}"
-    print(f"sweep of transformers {transformers.__version__}: {counts}")
+    print(f"sweep of transformers {transformers.__version__}, shard {shard}: {counts}")
     for mt, what in sorted(seen.items()):
         if mt not in named:
             unexpected.append(f"{mt}: {what}")
     assert not unexpected, unexpected
-    assert counts["match"] >= 200, counts
+    assert counts["match"] >= SWEEP_MIN_MATCH * 4 // (5 * SWEEP_SHARDS), counts
     # a named exception that now agrees leaves the list
     assert not sorted(matched & set(named)), sorted(matched & set(named))
 

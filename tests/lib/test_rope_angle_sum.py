@@ -78,6 +78,7 @@ def test_blocks_and_shuffled_positions_give_the_same_bytes(layout):
     assert torch.equal(shuffled.sin, whole.sin[order])
 
 
+@pytest.mark.slow  # two tables of 2**20 positions
 def test_float32_tables_are_the_float64_ones_cast_once():
     t64 = rope_cos_sin(seq_len=2**20, rotary_dim=8, base=10000.0, dtype=F64)
     t32 = rope_cos_sin(seq_len=2**20, rotary_dim=8, base=10000.0)

@@ -35,7 +35,7 @@ from posenc.vision_learned import (
     vision_learned_spec,
 )
 from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
-from tests.helpers import transformers_model_classes
+from tests.helpers import fast_sample, transformers_model_classes
 from tests.lib.vision_learned_reference import model_rows
 from tests.references import vision_subconfigs
 
@@ -70,7 +70,8 @@ def _compare(config, grid: tuple[int, int] | None, seed: int = 3) -> None:  # ty
         assert float((matrix @ table.double() - exact).abs().max()) <= 1e-12
 
 
-@pytest.mark.parametrize("model_type", sorted(LEARNED_TOWERS))
+# every tower in the whole suite; every fourth (a fixed sample) in the fast lane
+@pytest.mark.parametrize("model_type", fast_sample(sorted(LEARNED_TOWERS), 4))
 def test_default_config_equals_the_towers_forward(model_type: str) -> None:
     config = CONFIG_MAPPING[model_type]()
     for grid in _grids(model_type, GRIDS):
@@ -109,7 +110,7 @@ PUBLISHED = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", sorted(PUBLISHED))
+@pytest.mark.parametrize("name", fast_sample(sorted(PUBLISHED), 2))  # half in the fast lane
 def test_published_config_equals_the_towers_forward(name: str) -> None:
     model_type, keys = PUBLISHED[name]
     config = CONFIG_MAPPING[model_type](**keys)  # type: ignore[arg-type]

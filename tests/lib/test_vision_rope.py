@@ -32,7 +32,7 @@ from posenc.vision_rope import (
     vision_rope_cos_sin,
     vision_rope_spec,
 )
-from tests.helpers import transformers_model_classes
+from tests.helpers import fast_sample, transformers_model_classes
 from tests.references import QWEN2_VL_7B, vision_subconfigs
 
 transformers = pytest.importorskip("transformers")
@@ -373,7 +373,8 @@ def _compare(
     return float((cos - cos_hf).abs().max()), float((sin - sin_hf).abs().max())
 
 
-@pytest.mark.parametrize("model_type", sorted(VISION_RULES))
+# every tower in the whole suite; every fourth (a fixed sample) in the fast lane
+@pytest.mark.parametrize("model_type", fast_sample(sorted(VISION_RULES), 4))
 def test_default_config_equals_the_towers_rotary_module(model_type: str) -> None:
     """Each rule, from transformers' default vision config, sent alone."""
     cfg = CONFIG_MAPPING[model_type]()

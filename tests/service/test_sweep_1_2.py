@@ -14,6 +14,7 @@ listing every one. The counts are printed.
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections import Counter
@@ -44,6 +45,7 @@ CALLS: list[tuple[str, dict[str, Any], str]] = [
 CLEAR_4XX = {400, 413, 422}
 
 
+@functools.cache  # built once a process, shared by the routes' tests
 def _configs() -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     with warnings.catch_warnings():
@@ -78,28 +80,28 @@ def _clear(r: httpx.Response) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("route", "extra", "label"), CALLS, ids=[c[2] for c in CALLS])
 def test_every_default_and_published_config_gets_2xx_or_a_clear_4xx(
-    client: httpx.Client,
+    client: httpx.Client, route: str, extra: dict[str, Any], label: str
 ) -> None:
+    """One route of :data:`CALLS` (a test each, so that pytest-xdist spreads them)."""
     configs = _configs()
     assert len(configs) > 800  # transformers 5.24 builds ~820 default configs
-    counts: Counter[tuple[str, int]] = Counter()
+    counts: Counter[int] = Counter()
     failures: list[str] = []
     for name, config in configs.items():
-        for route, extra, label in CALLS:
-            body = json.dumps({"config": config, **extra})  # allow_nan: as json writes configs
-            r = client.post(route, content=body, headers={"content-type": "application/json"})
-            counts[(label, r.status_code)] += 1
-            if label.startswith("positions"):
-                ok = r.status_code == 200 and "kind" in r.json()
-            else:
-                ok = r.status_code == 200 and "tensors" in r.json()
-            if not ok and not (r.status_code in CLEAR_4XX and _clear(r)):
-                failures.append(f"{name} -> {label}: {r.status_code} {r.text[:200]}")
-    print("\n1.2 sweep over", len(configs), "configs:")
-    for (label, status), n in sorted(counts.items()):
+        body = json.dumps({"config": config, **extra})  # allow_nan: as json writes configs
+        r = client.post(route, content=body, headers={"content-type": "application/json"})
+        counts[r.status_code] += 1
+        if label.startswith("positions"):
+            ok = r.status_code == 200 and "kind" in r.json()
+        else:
+            ok = r.status_code == 200 and "tensors" in r.json()
+        if not ok and not (r.status_code in CLEAR_4XX and _clear(r)):
+            failures.append(f"{name} -> {label}: {r.status_code} {r.text[:200]}")
+    print(f"\n1.2 sweep of {label} over", len(configs), "configs:")
+    for status, n in sorted(counts.items()):
         print(f"  {label:22} {status}: {n}")
     assert not failures, "\n".join(failures)
-    # the sweep reaches the successful paths too, not only refusals
-    for _, _, label in CALLS:
-        assert counts[(label, 200)] > 0, label
+    # the sweep reaches the successful path too, not only refusals
+    assert counts[200] > 0, label
