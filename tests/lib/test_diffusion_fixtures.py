@@ -116,12 +116,15 @@ def test_exact_tables_are_diffusers_where_it_computes_in_float64(name: str) -> N
 
 @pytest.mark.parametrize("name", [n for n in CASE_NAMES if _case(n)["endpoint"] == "sincos_2d"])
 def test_sincos_tables_equal_diffusers_functions_in_float64(name: str) -> None:
-    """On float64 coordinates diffusers' get_2d/3d sincos functions and posenc agree bit for
-    bit; against diffusers' float32 coordinates the float32 table stays within 2e-6."""
+    """On float64 coordinates diffusers' get_2d/3d sincos functions and posenc agree to the
+    last bit of float64 that the CPU's sine and cosine give: the same float64 operations, whose
+    ``sin`` and ``cos`` round 1 ulp apart between AVX2 and AVX-512 kernels (the fixture holds
+    one machine's values); against diffusers' float32 coordinates the float32 table stays
+    within 2e-6."""
     case = _case(name)
     rows, want64 = _recorded(case, "pos_embed", "f8")
     got64 = _rows(case, "pos_embed", rows, precision="exact", dtype="float64")
-    np.testing.assert_array_equal(got64, want64)  # the same float64 operations, bit for bit
+    np.testing.assert_array_max_ulp(got64, want64, maxulp=1)
     _, want32 = _recorded(case, "pos_embed")
     got32 = _rows(case, "pos_embed", rows, precision="exact", dtype="float32")
     assert np.abs(got32 - want32).max() <= 2e-6
