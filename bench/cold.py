@@ -515,7 +515,7 @@ def _rope_apply(
     64 MiB out), Llama 3.1's rule, exact: the same body each request (warm), and a body with one
     value changed each request (cold: nothing cached), against the ceiling reading the same bytes
     and answering posenc's answer prebuilt. Target <= 1.5x."""
-    from posenc import codec
+    from posenc.core import codec
 
     log("cold: rope apply, safetensors q and k (4096, 32, 128) float32, vs ceiling")
     rng = np.random.default_rng(3)

@@ -22,7 +22,7 @@ them alike:
 ``--case embed`` measures the same layers for ``/v1/embed`` with a JSON body of 32 x 512 fresh
 token ids (a new batch every request, ids drawn from a seeded stream), raw out; its ``compute``
 is ``build_batch`` plus ``embed_tokens`` and its ``encode`` the raw body, called directly, and
-``body checks`` the library's coercion of the ids (``posenc.kinds.coerce``), which the route runs
+``body checks`` the library's coercion of the ids (``posenc.core.kinds.coerce``), which the route runs
 after pydantic's.
 
 The figures print as a markdown table, for ``bench/RESULTS.md``.
@@ -43,16 +43,16 @@ from typing import Any
 import orjson
 import torch
 
+from posenc.absolute.sinusoidal import sinusoidal_table
+from posenc.core.kinds import coerce
 from posenc.embedding import EMBED, embed_tokens
-from posenc.kinds import coerce
-from posenc.models import default_model
-from posenc.position_ids import build_batch
-from posenc.sinusoidal import sinusoidal_table
+from posenc.readers.models import default_model
+from posenc.tokens.position_ids import build_batch
 from service.admission.budget import ByteBudget
 from service.app import create_app
 from service.config import Settings
+from service.formats import Bundle, encode_bundle
 from service.observability.logs import logging_config
-from service.responses.formats import Bundle, encode_bundle
 
 WARM = "full, the same request repeated (a cache hit)"
 

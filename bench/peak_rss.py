@@ -224,7 +224,7 @@ def _send(url: str, case: Case, n: int) -> tuple[int, int, int, int]:
 
 def measure(case: Case, elements: int, log_dir: Path) -> dict[str, Any]:
     """Start a service, warm the case up, reset the peak, send the max-size request."""
-    from posenc import kinds
+    from posenc.core import kinds
     from service.admission.budget import REQUEST_OVERHEAD, estimate_bytes
 
     port = free_port()

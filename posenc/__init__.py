@@ -5,11 +5,17 @@ float64 and cast once at the end, so float32 tables stay within 1e-6 of the floa
 every position below 2**20.
 """
 
-from posenc.alibi import AlibiMode, alibi_bias, alibi_slopes
+from posenc.absolute.learned import learned_table, seeded_normal
+from posenc.absolute.sinusoidal import (
+    SinusoidalLayout,
+    SinusoidalPositionalEncoding,
+    sinusoidal_frequencies,
+    sinusoidal_table,
+)
+from posenc.attention.query_scale import query_scale
 from posenc.catalog import KINDS  # registers the built-in kinds
-from posenc.device import resolve_device, resolve_dtype
-from posenc.embedding import Positional, TokenPositionEmbedding, embed_tokens
-from posenc.errors import (
+from posenc.core.device import resolve_device, resolve_dtype
+from posenc.core.errors import (
     DeviceUnavailable,
     InvalidArgument,
     PosencError,
@@ -17,18 +23,11 @@ from posenc.errors import (
     TooLarge,
     UnknownName,
 )
-from posenc.learned import learned_table, seeded_normal
-from posenc.models import EmbeddingModel, default_model, load_safetensors_model
-from posenc.position_ids import (
-    PaddedBatch,
-    PaddingSide,
-    build_batch,
-    pad_rows,
-    position_ids_from_mask,
-)
-from posenc.presets import PRESETS, Preset, PresetKind, get_preset
-from posenc.query_scale import query_scale
-from posenc.relative import (
+from posenc.embedding import Positional, TokenPositionEmbedding, embed_tokens
+from posenc.readers.models import EmbeddingModel, default_model, load_safetensors_model
+from posenc.readers.presets import PRESETS, Preset, PresetKind, get_preset
+from posenc.relative_schemes.alibi import AlibiMode, alibi_bias, alibi_slopes
+from posenc.relative_schemes.relative import (
     Bucketing,
     clipped_bucket,
     num_relative_buckets,
@@ -38,7 +37,7 @@ from posenc.relative import (
     relative_position_bucket,
     relative_positions,
 )
-from posenc.relative_sinusoidal import relative_sinusoidal_table
+from posenc.relative_schemes.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import (
     RopeLayout,
     RopeScaling,
@@ -50,13 +49,14 @@ from posenc.rope import (
     rope_inv_freq,
 )
 from posenc.rope.mrope_ids import MRopeSettings, mrope_position_ids, mrope_settings
-from posenc.sinusoidal import (
-    SinusoidalLayout,
-    SinusoidalPositionalEncoding,
-    sinusoidal_frequencies,
-    sinusoidal_table,
+from posenc.rope.xpos import xpos_scales
+from posenc.tokens.position_ids import (
+    PaddedBatch,
+    PaddingSide,
+    build_batch,
+    pad_rows,
+    position_ids_from_mask,
 )
-from posenc.xpos import xpos_scales
 
 __version__ = "0.1.0"
 

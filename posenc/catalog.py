@@ -1,5 +1,5 @@
 """The built-in kinds of endpoint, listed once: each is defined beside its maths in its
-convention module, and registered here into :data:`posenc.kinds.REGISTRY`.
+convention module, and registered here into :data:`posenc.core.kinds.REGISTRY`.
 
 The service's routes, schemas and GET forms, the client's methods and the CLI's options are all
 derived from the registry, so adding a convention is its module (maths and :class:`Kind`) plus one
@@ -9,24 +9,24 @@ wherever posenc is.
 
 from __future__ import annotations
 
-from posenc import kinds
-from posenc.alibi import ALIBI
+from posenc.absolute.learned import LEARNED
+from posenc.absolute.sinusoidal import SINUSOIDAL
+from posenc.attention.masks import MASKS
+from posenc.attention.query_scale import QUERY_SCALE
 from posenc.context_parallel import CONTEXT_PARALLEL
+from posenc.core import kinds
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D
 from posenc.embedding import EMBED
-from posenc.learned import LEARNED
-from posenc.masks import MASKS
-from posenc.position_ids import POSITION_IDS
-from posenc.query_scale import QUERY_SCALE
-from posenc.relative import RELATIVE
-from posenc.relative_sinusoidal import RELATIVE_SINUSOIDAL
-from posenc.rope import ROPE
+from posenc.relative_schemes.alibi import ALIBI
+from posenc.relative_schemes.relative import RELATIVE
+from posenc.relative_schemes.relative_sinusoidal import RELATIVE_SINUSOIDAL
 from posenc.rope.mrope_ids import MROPE_POSITION_IDS
-from posenc.rope.shift import ROPE_SHIFT
-from posenc.sinusoidal import SINUSOIDAL
-from posenc.vision_learned.kind import VISION_LEARNED
-from posenc.vision_rope import VISION_ROPE
-from posenc.xpos import XPOS
+from posenc.rope.xpos import XPOS
+from posenc.rope_kinds.kind import ROPE
+from posenc.rope_kinds.shift import ROPE_SHIFT
+from posenc.tokens.position_ids import POSITION_IDS
+from posenc.vision.learned.kind import VISION_LEARNED
+from posenc.vision.rope import VISION_ROPE
 
 __all__ = ["KINDS"]
 

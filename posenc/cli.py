@@ -16,7 +16,7 @@ Usage::
 
 ``table`` computes locally with the library, or with ``--url`` asks a posenc service (through
 :mod:`posenc.client`) and writes its body as received. Its kinds and their flags are the
-library's registry (:mod:`posenc.kinds`): one flag per request field (``--seq-len`` is
+library's registry (:mod:`posenc.core.kinds`): one flag per request field (``--seq-len`` is
 ``seq_len``...; lists comma-separated, objects as JSON text, ``--config`` a file or JSON text);
 flags left out are not sent, so the same defaults apply (a preset's or config's values, then
 the library's). The output format follows the file's extension:
@@ -24,7 +24,7 @@ the library's). The output format follows the file's extension:
 - ``.npy``: the primary tensor (``encoding``, ``cos``, ``bias``, ``buckets``); no bfloat16.
 - ``.safetensors``: every tensor of the bundle, ``meta`` as JSON under ``__metadata__["meta"]``.
 - ``.bin``: the primary tensor's raw bytes (C order, little-endian).
-- ``.png``: a heatmap of the primary tensor (:mod:`posenc.heatmap`, needs Pillow);
+- ``.png``: a heatmap of the primary tensor (:mod:`posenc.core.heatmap`, needs Pillow);
   ``--index`` picks one head of a 3-D bias.
 
 With ``--url``, ``.npy``, ``.safetensors`` and ``.bin`` are written to disk as they arrive
@@ -34,7 +34,7 @@ With ``--url``, ``.npy``, ``.safetensors`` and ``.bin`` are written to disk as t
 computed in blocks of rows (the kind's ``blocks``), with a progress line on stderr (``--quiet``
 hides it). ``tokenize`` prints ``/v1/tokenize``'s JSON (ids, tokens, offsets) for each text
 (the arguments, else each line of stdin): with ``--url`` from a service's model, else from the
-built-in model's own byte-level tokenizer (:mod:`posenc.tokenizer`). Exit status: 0 on
+built-in model's own byte-level tokenizer (:mod:`posenc.tokens.tokenizer`). Exit status: 0 on
 success, 2 for bad arguments (argparse's usage errors, the library's or the server's
 validation errors), 1 for other failures (server unreachable, other HTTP errors).
 
@@ -59,11 +59,12 @@ from typing import TYPE_CHECKING, Any, TextIO, cast
 
 import torch
 
-from posenc import __version__, codec, kinds, resolve
+from posenc import __version__, resolve
 from posenc.cli_apply import add_apply_parser, run_apply
+from posenc.core import codec, kinds
+from posenc.core.errors import PosencError, TooLarge
+from posenc.core.limits import check_elements
 from posenc.engines import check_candidates, engine_names
-from posenc.errors import PosencError, TooLarge
-from posenc.limits import check_elements
 
 if TYPE_CHECKING:
     from posenc.client import Format
@@ -147,7 +148,7 @@ TensorBundle = tuple[dict[str, torch.Tensor], dict[str, Any]]
 def _compute_in_blocks(
     spec: kinds.Kind, params: Mapping[str, Any], stream: TextIO
 ) -> dict[str, torch.Tensor]:
-    """A registered kind's tensors filled block by block (:attr:`posenc.kinds.Kind.blocks`),
+    """A registered kind's tensors filled block by block (:attr:`posenc.core.kinds.Kind.blocks`),
     with a progress line: the same bytes as computing them whole."""
 
     if spec.blocks is None or not spec.streamable(params):  # e.g. M-RoPE's three rows
@@ -175,7 +176,7 @@ def compute_table(
     """Compute a table locally, as the service's endpoint for ``kind`` would.
 
     Args:
-        kind: a kind of :data:`posenc.kinds.REGISTRY` (``sinusoidal``, ``rope``, ``alibi``,
+        kind: a kind of :data:`posenc.core.kinds.REGISTRY` (``sinusoidal``, ``rope``, ``alibi``,
             ``relative``, ``learned``...).
         fields: the request's body fields (the contract's names); ``None`` values are dropped;
             a ``preset`` or ``config`` supplies defaults for those not given.
@@ -184,7 +185,7 @@ def compute_table(
             and whole.
         max_elements: refuse an output (all its tensors) larger than this, from the numbers,
             before anything is allocated; None: the library's
-            :data:`posenc.limits.MAX_ELEMENTS`.
+            :data:`posenc.core.limits.MAX_ELEMENTS`.
 
     Returns:
         ``(tensors, meta)``: the named tensors in the endpoint's order (the first is the primary
@@ -234,7 +235,7 @@ def _write_local(path: Path, fmt: str, tensors: dict[str, torch.Tensor], meta: d
         path.write_bytes(codec.encode_raw(primary))
     else:  # png
         try:
-            from posenc.heatmap import heatmap_png
+            from posenc.core.heatmap import heatmap_png
         except ImportError as exc:
             raise CliError(
                 f"writing .png needs Pillow: pip install 'posenc[client]' ({exc})"
@@ -320,7 +321,7 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--max-elements", type=int,
                    help="computing locally, refuse outputs larger than this many elements "
-                   "(default 2**31, 8 GiB of float32: posenc.limits.MAX_ELEMENTS)")  # fmt: skip
+                   "(default 2**31, 8 GiB of float32: posenc.core.limits.MAX_ELEMENTS)")  # fmt: skip
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -491,7 +492,7 @@ _METAVARS = {"object": "FILE_OR_JSON", "struct": "JSON", "floats": "JSON", "int_
 
 
 def _add_field(p: argparse.ArgumentParser, spec: kinds.FieldSpec) -> None:
-    """One option for a field of a kind (:class:`posenc.kinds.FieldSpec`): ``--seq-len``..."""
+    """One option for a field of a kind (:class:`posenc.core.kinds.FieldSpec`): ``--seq-len``..."""
     kw: dict[str, Any] = {"dest": spec.name, "default": None, "help": spec.description}
     if spec.type == "bool":
         kw["action"] = argparse.BooleanOptionalAction
@@ -594,7 +595,7 @@ def _tokenize(args: argparse.Namespace) -> int:
     if not texts:
         raise CliError("no text: give texts as arguments or lines on stdin", code=2)
     if args.url is None:
-        from posenc.models import DEFAULT_MODEL_NAME
+        from posenc.readers.models import DEFAULT_MODEL_NAME
 
         if args.model not in (None, DEFAULT_MODEL_NAME):
             raise CliError(
@@ -602,7 +603,7 @@ def _tokenize(args: argparse.Namespace) -> int:
                 f"{DEFAULT_MODEL_NAME!r} has a tokenizer)",
                 code=2,
             )
-        from posenc.tokenizer import builtin_tokenizer
+        from posenc.tokens.tokenizer import builtin_tokenizer
 
         try:
             encodings = builtin_tokenizer().encode(
@@ -686,7 +687,7 @@ def _diff(args: argparse.Namespace) -> int:
     print("\n".join(result.lines))
     if args.png is not None:
         try:
-            from posenc.difference_plot import difference_png
+            from posenc.core.difference_plot import difference_png
         except ImportError as exc:
             raise CliError(f"--png needs Pillow: pip install 'posenc[client]' ({exc})") from exc
         model = fields["config"].get("model_type", "config")

@@ -1,5 +1,5 @@
 """``posenc apply``: q and k rotated as the model applies RoPE, locally or on a service
-(``POST /v1/rope/apply``, :func:`posenc.rotate.rotate`).
+(``POST /v1/rope/apply``, :func:`posenc.rope_kinds.rotate.rotate`).
 
 The vectors come from ``--input`` (a ``.safetensors`` file with tensors ``q`` and optionally ``k``,
 or an ``.npy`` of ``q``), or are seeded (``--seed`` with ``--num-heads``); the answer goes to
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from posenc import codec
+from posenc.core import codec
 from posenc.engines import ENGINES, engine_names
-from posenc.rotate import rotate
+from posenc.rope_kinds.rotate import rotate
 
 
 def _applying_engines() -> tuple[str, ...]:

@@ -23,18 +23,21 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from posenc import kinds
-from posenc._validate import (
+from posenc.absolute.sinusoidal import sinusoidal_table
+from posenc.core import kinds
+from posenc.core.blocks import TableBlocks, tensor_blocks
+from posenc.core.errors import InvalidArgument, TokenOutOfRange
+from posenc.core.limits import check_elements
+from posenc.core.validate import (
     check_binary_mask,
     check_choice,
     check_int_matrix,
     dtype_name,
     first_true,
 )
-from posenc.blocks import TableBlocks, tensor_blocks
-from posenc.errors import InvalidArgument, TokenOutOfRange
-from posenc.limits import check_elements
-from posenc.position_ids import (
+from posenc.rope import rope_cos_sin
+from posenc.rope.llamacpp import llamacpp_rope_tables
+from posenc.tokens.position_ids import (
     ADD_SPECIAL_TOKENS_FIELD,
     ATTENTION_MASK_FIELD,
     INPUT_IDS_FIELD,
@@ -49,12 +52,9 @@ from posenc.position_ids import (
     text_ids,
     tokenize_text,
 )
-from posenc.rope import rope_cos_sin
-from posenc.rope.llamacpp import llamacpp_rope_tables
-from posenc.sinusoidal import sinusoidal_table
 
 if TYPE_CHECKING:
-    from posenc.models import EmbeddingModel
+    from posenc.readers.models import EmbeddingModel
 
 Positional = Literal["learned", "sinusoidal", "none"]
 
@@ -135,8 +135,8 @@ def embed_tokens(  # noqa: PLR0915 (allowed: pyproject.toml)
         scale_value: the multiplier used when ``scale`` (default ``sqrt(D)``), e.g. Gemma's
             ``sqrt(hidden_size)`` already rounded to the table dtype.
         max_elements: refuse a call whose output would exceed this many elements
-            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
-            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+            (:class:`~posenc.core.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.core.limits.MAX_ELEMENTS`` (2**31).
         out: an optional preallocated ``(B, T, D)`` C-contiguous tensor of the output dtype on
             the token table's device: the tokens are gathered straight into it (no fresh
             buffer to page-fault), and it is returned. A server can reuse one per shape.
@@ -316,7 +316,7 @@ class TokenPositionEmbedding(nn.Module):
 
     @classmethod
     def from_model(cls, model: EmbeddingModel) -> TokenPositionEmbedding:
-        """The input layer of a loaded :class:`~posenc.models.EmbeddingModel`.
+        """The input layer of a loaded :class:`~posenc.readers.models.EmbeddingModel`.
 
         A RoPE model adds nothing to its token embeddings (its attention rotates by cos/sin), so
         its layer has ``positional="none"``. The model's own multiplier (Gemma) is kept.
@@ -354,7 +354,7 @@ class TokenPositionEmbedding(nn.Module):
 
 
 # ---------------------------------------------------------------------------------------------
-# The embed endpoint kind (posenc.kinds): a loaded model's input layer over a token batch
+# The embed endpoint kind (posenc.core.kinds): a loaded model's input layer over a token batch
 # ---------------------------------------------------------------------------------------------
 
 
@@ -671,4 +671,4 @@ EMBED: kinds.Kind = kinds.Kind(
     blocks=_embed_blocks,
     row_elements=_embed_row_elements,
 )
-"""The embed endpoint kind (see :mod:`posenc.kinds`)."""
+"""The embed endpoint kind (see :mod:`posenc.core.kinds`)."""

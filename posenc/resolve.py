@@ -1,10 +1,10 @@
 """Resolving a kind's request: its preset or config merged, its fields checked, its tensors computed.
 
 This is the layer above the conventions, the config reader, the presets and the models: a
-:class:`~posenc.kinds.Kind` (the data model, :mod:`posenc.kinds`) only describes its fields;
-:func:`resolve_fields` merges what a preset or a ``config.json`` gives (:mod:`posenc.sources`),
+:class:`~posenc.core.kinds.Kind` (the data model, :mod:`posenc.core.kinds`) only describes its fields;
+:func:`resolve_fields` merges what a preset or a ``config.json`` gives (:mod:`posenc.readers.sources`),
 checks types and bounds, runs the kind's cross-checks and fills in what a named model gives
-(:mod:`posenc.models`), and :func:`compute` makes the tensors after a size check that allocates
+(:mod:`posenc.readers.models`), and :func:`compute` makes the tensors after a size check that allocates
 nothing. The service, the client's local paths and the CLI all resolve through here, so every
 caller gets the same precedence (the caller's fields > the config or preset > the field's
 default) and the same errors.
@@ -18,19 +18,19 @@ from typing import Any
 
 import torch
 
-from posenc import kinds
-from posenc.config_keys import config_key_hint
-from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument, MissingField, TooLarge, UnknownName
-from posenc.kinds import Context, Kind, Params, Tensors, elements
-from posenc.models import DEFAULT_MODEL_NAME, default_model
-from posenc.sources import merge_sources
+from posenc.core import kinds
+from posenc.core.device import resolve_dtype
+from posenc.core.errors import InvalidArgument, MissingField, TooLarge, UnknownName
+from posenc.core.kinds import Context, Kind, Params, Tensors, elements
+from posenc.facts.config_keys import config_key_hint
+from posenc.readers.models import DEFAULT_MODEL_NAME, default_model
+from posenc.readers.sources import merge_sources
 
 __all__ = ["builtin_models", "compute", "context", "resolve_fields"]
 
 
 def builtin_models(name: str | None) -> Any:
-    """The library's model lookup: the built-in default model only (:mod:`posenc.models`)."""
+    """The library's model lookup: the built-in default model only (:mod:`posenc.readers.models`)."""
     if name not in (None, DEFAULT_MODEL_NAME):
         raise UnknownName(
             f"unknown model {name!r}; the library knows {DEFAULT_MODEL_NAME!r} only (a service "

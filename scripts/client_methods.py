@@ -7,7 +7,7 @@ Each method has the kind's fields as keyword arguments, typed from their ``Field
 ``Literal`` of the choices for a string field, ``Sequence[int]`` for ids...), the output options
 of ``compute``, and its return type; it calls ``compute(KIND, ...)``. Editors and type checkers
 see real signatures, and ``tests/client/test_client_methods.py`` keeps the module equal to
-:func:`render` over :data:`posenc.kinds.REGISTRY`, as ``docs/api.md`` is kept equal to
+:func:`render` over :data:`posenc.core.kinds.REGISTRY`, as ``docs/api.md`` is kept equal to
 ``/openapi.json``.
 """
 
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from posenc import kinds  # noqa: E402  (the registry, full once posenc is imported)
+from posenc.core import kinds  # noqa: E402  (the registry, full once posenc is imported
 
 TARGET = ROOT / "posenc" / "client" / "methods.py"
 

@@ -5,7 +5,7 @@ are split across 4 context-parallel ranks by Transformer Engine's per-document h
 
 The rows are computed by the library's context-parallel kind (the same as
 ``POST /v1/positions/context-parallel`` with ``mask: true``) and drawn with the service's own
-heatmap (``posenc.heatmap``): one panel per rank, its queries in the rank's order (rows),
+heatmap (``posenc.core.heatmap``): one panel per rank, its queries in the rank's order (rows),
 every key in global order (columns).
 """
 
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from posenc.context_parallel import CONTEXT_PARALLEL  # noqa: E402
-from posenc.heatmap import heatmap_png  # noqa: E402
+from posenc.core.heatmap import heatmap_png  # noqa: E402
 from posenc.resolve import compute, resolve_fields  # noqa: E402
 
 OUT = ROOT / "docs" / "img" / "context-parallel-mask.png"

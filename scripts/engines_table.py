@@ -22,10 +22,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from posenc.errors import PosencError  # noqa: E402
-from posenc.model_configs import model_config  # noqa: E402
+from posenc.core.errors import PosencError  # noqa: E402
+from posenc.facts.model_configs import model_config  # noqa: E402
 from posenc.resolve import compute, resolve_fields  # noqa: E402
-from posenc.rope import ROPE  # noqa: E402
+from posenc.rope_kinds.kind import ROPE  # noqa: E402
 
 POSITIONS = list(range(0, 131_073, 64))  # 0, 64, …, 131,072
 COLUMNS = (

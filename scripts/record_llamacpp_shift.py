@@ -129,9 +129,9 @@ def _b64(a: np.ndarray) -> str:
 
 def case_rope(preset: str, n_ctx: int | None, what: str) -> tuple[dict[str, Any], str]:
     """The arguments llama.cpp passes (the K-shift's for ``kshift``) and the model type."""
-    from posenc.hf_config import read_positions
-    from posenc.model_configs import model_config
-    from posenc.presets import PRESETS
+    from posenc.facts.model_configs import model_config
+    from posenc.readers.hf.positions import read_positions
+    from posenc.readers.presets import PRESETS
     from posenc.rope.llamacpp import llamacpp_rope_for
     from posenc.rope.llamacpp_rotate import kshift_rope
     from posenc.rope.precision import model_type_of
@@ -155,7 +155,7 @@ def case_rope(preset: str, n_ctx: int | None, what: str) -> tuple[dict[str, Any]
 
 
 def record() -> dict[str, Any]:
-    from posenc.presets import PRESETS
+    from posenc.readers.presets import PRESETS
 
     _, _, version = _libs()
     cases = []

@@ -198,9 +198,9 @@ def _b64(a: np.ndarray) -> str:
 
 
 def record() -> dict[str, Any]:
-    from posenc.hf_config import read_positions
-    from posenc.model_configs import model_config
-    from posenc.presets import PRESETS
+    from posenc.facts.model_configs import model_config
+    from posenc.readers.hf.positions import read_positions
+    from posenc.readers.presets import PRESETS
     from posenc.rope.llamacpp import llamacpp_rope_for
     from posenc.rope.precision import model_type_of
 
@@ -253,9 +253,9 @@ def write_gguf(path: Path, preset: str, arch: str) -> None:
     """One GGUF fixture: the converter's rope keys and factor tensors for ``preset``."""
     import gguf
 
-    from posenc.hf_config import read_positions
-    from posenc.model_configs import model_config
-    from posenc.presets import PRESETS
+    from posenc.facts.model_configs import model_config
+    from posenc.readers.hf.positions import read_positions
+    from posenc.readers.presets import PRESETS
     from posenc.rope.llamacpp import llama3_freq_factors
 
     params = PRESETS[preset].params

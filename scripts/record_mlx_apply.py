@@ -41,9 +41,9 @@ HEADS, KV_HEADS, T = 2, 1, 4
 
 
 def _quoted(preset: str) -> dict[str, Any]:
-    """A published config quoted in posenc/model_configs.py (pure Python: no torch here)."""
+    """A published config quoted in posenc/facts/model_configs.py (pure Python: no torch here)."""
     spec = importlib.util.spec_from_file_location(
-        "model_configs", ROOT / "posenc" / "model_configs.py"
+        "model_configs", ROOT / "posenc" / "facts" / "model_configs.py"
     )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -58,9 +58,9 @@ DYNAMIC_POSITIONS = (*range(8), *(p for p in POSITIONS[16:] if p <= 131_072))
 
 
 def _quoted(preset: str) -> dict[str, Any]:
-    """A published config quoted in posenc/model_configs.py (pure Python: no torch here)."""
+    """A published config quoted in posenc/facts/model_configs.py (pure Python: no torch here)."""
     spec = importlib.util.spec_from_file_location(
-        "model_configs", ROOT / "posenc" / "model_configs.py"
+        "model_configs", ROOT / "posenc" / "facts" / "model_configs.py"
     )
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]

@@ -59,7 +59,7 @@ def _tables_script() -> Any:
 
 def cases() -> list[dict[str, Any]]:
     """Every recorded case: name, config, positions, max_model_len, layer_type."""
-    from posenc.model_configs import model_config
+    from posenc.facts.model_configs import model_config
 
     qwen = dict(model_config("qwen2.5-7b"), rope_scaling=dict(QWEN_YARN))
     phi = model_config("phi-3.5-mini")

@@ -53,7 +53,7 @@ LONG_POSITIONS = (253951, 253952, 262143, 262144, 524287, 1009999)
 
 def cases() -> list[dict[str, Any]]:
     """Every recorded case: ``name``, ``config``, ``source``, ``max_model_len``, ``layer_type``."""
-    from posenc.model_configs import model_config, vllm_config
+    from posenc.facts.model_configs import model_config, vllm_config
     from tests.fixtures.vllm.configs import EXTRA_CONFIGS
 
     out: list[dict[str, Any]] = []
@@ -71,14 +71,14 @@ def cases() -> list[dict[str, Any]]:
             }
         )
 
-    add("llama-3.1-8b", model_config("llama-3.1-8b"), "posenc.model_configs llama-3.1-8b")
-    add("gpt-oss-20b", model_config("gpt-oss-20b"), "posenc.model_configs gpt-oss-20b")
-    add("deepseek-v3", model_config("deepseek-v3"), "posenc.model_configs deepseek-v3")
+    add("llama-3.1-8b", model_config("llama-3.1-8b"), "posenc.facts.model_configs llama-3.1-8b")
+    add("gpt-oss-20b", model_config("gpt-oss-20b"), "posenc.facts.model_configs gpt-oss-20b")
+    add("deepseek-v3", model_config("deepseek-v3"), "posenc.facts.model_configs deepseek-v3")
     for lt in ("sliding_attention", "full_attention"):
         add(
             f"gemma-3-4b {lt}",
             model_config("gemma-3-4b"),
-            "posenc.model_configs gemma-3-4b",
+            "posenc.facts.model_configs gemma-3-4b",
             layer_type=lt,
         )
     qwen = model_config("qwen2.5-7b")
@@ -90,7 +90,7 @@ def cases() -> list[dict[str, Any]]:
     add(
         "qwen2.5-7b yarn",
         qwen,
-        "posenc.model_configs qwen2.5-7b with the model card's "
+        "posenc.facts.model_configs qwen2.5-7b with the model card's "
         "rope_scaling (yarn, factor 4, 32768)",
     )
     for name, (source, config, options) in EXTRA_CONFIGS.items():
@@ -98,16 +98,16 @@ def cases() -> list[dict[str, Any]]:
     add(
         "qwen2.5-vl-7b mrope",
         model_config("qwen2.5-vl-7b"),
-        "posenc.model_configs qwen2.5-vl-7b",
+        "posenc.facts.model_configs qwen2.5-vl-7b",
         mrope=True,
     )
     for name in ("hunyuan-7b", "hunyuan-ocr"):
-        add(name, vllm_config(name), f"posenc.model_configs.VLLM_CONFIGS {name}")
+        add(name, vllm_config(name), f"posenc.facts.model_configs.VLLM_CONFIGS {name}")
     for cache in ("q", "qc", "k", "qc_no_clamp", "q_inter"):
         add(
             f"qwen2.5-7b-instruct-1m dual chunk {cache}",
             model_config("qwen2.5-7b-instruct-1m"),
-            "posenc.model_configs qwen2.5-7b-instruct-1m",
+            "posenc.facts.model_configs qwen2.5-7b-instruct-1m",
             dual_chunk_cache=cache,
         )
     return out

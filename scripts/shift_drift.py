@@ -3,7 +3,7 @@
 For Llama 3.1 8B (θ = 500000 with its llama3 factors) and a plain θ = 10000 model, seeded keys
 (8 tokens, 8 heads of 128) are moved by ``steps`` shifts of ``delta`` (1, 10 and 100 steps, for
 total distances up to 131,072) with ``POST /v1/rope/shift``'s library
-(:data:`posenc.rope.shift.ROPE_SHIFT`, ``precision: "engine"``):
+(:data:`posenc.rope_kinds.shift.ROPE_SHIFT`, ``precision: "engine"``):
 
 - llama.cpp: its K-shift, libggml's float32 ``ggml_rope_ext`` at the delta, again and again;
 - transformers, vLLM: their float32 rotation by their float32 table at the delta (neither has a
@@ -26,9 +26,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from posenc.difference_plot import difference_png  # noqa: E402
+from posenc.core.difference_plot import difference_png  # noqa: E402
 from posenc.resolve import compute, resolve_fields  # noqa: E402
-from posenc.rope.shift import ROPE_SHIFT  # noqa: E402
+from posenc.rope_kinds.shift import ROPE_SHIFT  # noqa: E402
 
 PNG = ROOT / "docs" / "shift_drift.png"
 ENGINES = ("llama.cpp", "transformers", "vllm")

@@ -72,8 +72,8 @@ def device_problem(
     (``{name: path}``, see :func:`model_problem`); the message it prints names the setting.
     """
     if not isolated:
-        from posenc.device import resolve_device
-        from posenc.errors import PosencError
+        from posenc.core.device import resolve_device
+        from posenc.core.errors import PosencError
 
         try:
             resolve_device(device)
@@ -125,8 +125,8 @@ def model_problem(name: str, path: str) -> str | None:
             f.read(1)
     except OSError as exc:
         return f"{where}: cannot be read ({exc.strerror})"
-    from posenc.errors import PosencError
-    from posenc.models import load_safetensors_model
+    from posenc.core.errors import PosencError
+    from posenc.readers.models import load_safetensors_model
 
     try:
         load_safetensors_model(name, path, device="cpu")

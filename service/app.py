@@ -27,10 +27,10 @@ from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
 import posenc
-from posenc.device import resolve_device
+from posenc.core.device import resolve_device
 from service.admission.budget import tune_allocator
-from service.admission.cache import ByteLRU
 from service.body_limit import BodyLimitMiddleware, BodyTooLarge
+from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
 from service.gguf_body import GgufBodyMiddleware
@@ -173,7 +173,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_error_handlers(app)
     modules = (text, catalog, configs, check, apply, ops)  # check: issue 30; apply: 40
-    # every kind of posenc.kinds.REGISTRY, derived, then the hand-written endpoints
+    # every kind of posenc.core.kinds.REGISTRY, derived, then the hand-written endpoints
     routers = [*registered_kind_routers(), *(m.router for m in modules)]
     for router in routers:
         app.include_router(router)

@@ -25,7 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from posenc import codec
+from posenc.core import codec
 
 # Methods whose routes here never read a body: their Content-Length is not a reason to refuse
 # (a route answers only the statuses service.statuses declares for it).

@@ -9,7 +9,7 @@
 | ``UnknownName`` in a request field (``model``, ``preset``) | 422 | as above, listing the known names and ``did you mean 'X'?`` (``type: unknown_name``, ``suggestion``) |
 | ``UnknownName`` in a path (``/v1/models/{name}``) | 404 | the route raises ``HTTPException`` itself |
 | ``TooLarge`` | 413 | ``{"detail", "field", "limit", "requested"}`` (before any allocation) |
-| ``NotAcceptable`` (``service.responses.formats``) | 406 | ``{"detail", "available": [media types]}`` |
+| ``NotAcceptable`` (``service.formats``) | 406 | ``{"detail", "available": [media types]}`` |
 | ``DeviceUnavailable``, out of memory, ``NotReady`` | 503 | ``{"detail"}`` |
 | ``Overloaded`` (``service.admission.budget``: no room in ``POSENC_MAX_INFLIGHT_BYTES``) | 429 | ``{"detail", "limit", "requested", "in_flight", "queued", "retry_after"}`` and ``Retry-After`` |
 | anything else | 500 | ``{"detail": "internal error ..."}``, the traceback only in the log |
@@ -38,11 +38,11 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from posenc.config_keys import CONFIG_KEYS, config_key_hint
-from posenc.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
+from posenc.core.errors import DeviceUnavailable, PosencError, TooLarge, UnknownName
+from posenc.facts.config_keys import CONFIG_KEYS, config_key_hint
 from service.admission.budget import Overloaded
+from service.formats import NotAcceptable
 from service.query import OUTPUT_PARAMS
-from service.responses.formats import NotAcceptable
 
 logger = logging.getLogger("service.errors")
 

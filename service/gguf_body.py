@@ -2,7 +2,7 @@
 
 A GGUF file (or its head, up to the end of its key/value section) sent as the body, with the
 JSON fields in the query string, is read with the ``llama.cpp`` engine
-(:mod:`posenc.gguf`):
+(:mod:`posenc.readers.gguf.metadata`):
 
 - ``POST /v1/configs/positions``: the answer says how llama.cpp reads the model's positions
   (``max_model_len`` in the query is llama.cpp's context size);
@@ -16,7 +16,7 @@ once the limit is crossed). Of it, only the first ``POSENC_MAX_GGUF_HEAD_BYTES``
 :data:`HEAD_BYTES`, never more than the body limit) are parsed, the rest read and dropped: a
 model's head (its key/value section and tensor directory) is far smaller. The parse runs on a
 worker thread, counting key/value pairs, array items, nesting and tensor records against
-:class:`posenc.gguf.GgufBudget`, so no body holds the event loop or costs more than a bounded
+:class:`posenc.readers.gguf.metadata.GgufBudget`, so no body holds the event loop or costs more than a bounded
 amount of CPU. A body that is not GGUF, or whose key/value section is cut short, is a 422
 saying how many bytes were read and what is missing; one over a budget a 422 naming it.
 """
@@ -32,9 +32,9 @@ from anyio import to_thread
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from posenc.core.errors import InvalidArgument
 from posenc.engines.llama_cpp import ENGINE as LLAMA_CPP
-from posenc.errors import InvalidArgument
-from posenc.gguf import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
+from posenc.readers.gguf.metadata import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
 from service.errors import posenc_error_body
 
 #: The default bytes of a GGUF body that are parsed (its head: header, key/value pairs, tensor

@@ -4,12 +4,12 @@ SIGHUP, or a change of their files when ``POSENC_WATCH_SECONDS`` is set).
 Design (docs/deployment.md, "Models that change on disk"):
 
 - Every table is copied into memory the process owns when it is loaded
-  (:mod:`posenc.weights_file`, plain reads, never a memory map), so no change to a model's files
+  (:mod:`posenc.readers.weights_file`, plain reads, never a memory map), so no change to a model's files
   on disk (truncated, rewritten in place as ``cp`` does, replaced, deleted, unreadable) can reach
   a request: requests never touch the files. They keep the weights they were loaded with until
   a reload.
 - A reload reads every ``POSENC_MODELS`` entry again, each into a new
-  :class:`~posenc.models.EmbeddingModel`, validated as at start-up. A model that loads replaces
+  :class:`~posenc.readers.models.EmbeddingModel`, validated as at start-up. A model that loads replaces
   the old one by one assignment of a new dict (``state.models``); requests in flight hold the old
   model object and finish on it. A model that fails to load keeps its old weights, and the
   reload answers 503 with ``Retry-After`` and each failure's reason (the files are probably
@@ -39,8 +39,8 @@ from typing import Any
 import anyio
 
 import posenc
-from posenc.errors import PosencError
-from posenc.models import EmbeddingModel, default_model, load_safetensors_model
+from posenc.core.errors import PosencError
+from posenc.readers.models import EmbeddingModel, default_model, load_safetensors_model
 from service.state import ServiceState
 
 logger = logging.getLogger("service")

@@ -15,7 +15,7 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, Field, ValidationError
 
-from service.responses.formats import FORMAT_MEDIA_TYPES
+from service.formats import FORMAT_MEDIA_TYPES
 
 Source = Literal["body", "query"]
 

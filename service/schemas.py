@@ -1,6 +1,6 @@
 """Response models of the HTTP API, for ``/openapi.json`` (``docs/api.md``).
 
-The request models are derived from the library's registry of kinds (:mod:`posenc.kinds`, by
+The request models are derived from the library's registry of kinds (:mod:`posenc.core.kinds`, by
 :mod:`service.routes.registered`); ``/v1/configs/positions`` keeps its own in its route module.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from posenc.presets import PresetKind
+from posenc.readers.presets import PresetKind
 
 # ---------------------------------------------------------------------------------------------
 # Responses (for the OpenAPI schema)

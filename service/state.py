@@ -10,11 +10,11 @@ from typing import Annotated
 import torch
 from fastapi import Depends, Request
 
-from posenc.errors import UnknownName
-from posenc.models import EmbeddingModel
+from posenc.core.errors import UnknownName
+from posenc.readers.models import EmbeddingModel
 from service.admission.budget import ByteBudget
-from service.admission.cache import ByteLRU
 from service.admission.cost import CpuBudget
+from service.cache import ByteLRU
 from service.config import Settings
 from service.errors import NotReady
 from service.observability.metrics import Metrics

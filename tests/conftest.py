@@ -243,5 +243,5 @@ def api(request: pytest.FixtureRequest) -> httpx.Client:
 
 
 # ---------------------------------------------------------------------------------------------
-# Decoding responses (independently of service.responses.formats)
+# Decoding responses (independently of service.formats)
 # ---------------------------------------------------------------------------------------------

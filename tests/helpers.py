@@ -1,6 +1,6 @@
 """Helpers the tests share: a free port, a clean environment, starting and stopping a real
 ``python -m service``, settings like the live server's, and decoding responses independently of
-``service.responses.formats``. Import them (``from tests.helpers import ...``); fixtures are in conftest.py.
+``service.formats``. Import them (``from tests.helpers import ...``); fixtures are in conftest.py.
 """
 
 from __future__ import annotations

@@ -335,7 +335,7 @@ SCOUT = {
     },
 }
 
-# Layer keys of published files not quoted in posenc.model_configs (their mask-bearing keys).
+# Layer keys of published files not quoted in posenc.facts.model_configs (their mask-bearing keys).
 QWEN3_NEXT = {  # Qwen/Qwen3-Next-80B-A3B-Instruct: every 4th layer full attention
     "model_type": "qwen3_next",
     "num_hidden_layers": 48,

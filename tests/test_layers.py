@@ -175,9 +175,13 @@ def test_only_entry_points_import_inside_functions() -> None:
 @pytest.mark.parametrize(
     ("source", "text", "problem"),
     [
-        ("posenc.kinds", "from posenc.rope import ROPE\n", "climbs"),
-        ("posenc.rope", "def f():\n    from posenc.blocks import write_pair\n", "in_function"),
-        ("posenc.alibi", "from posenc.relative import _check_log_buckets\n", "private"),
+        ("posenc.core.kinds", "from posenc.rope import ROPE\n", "climbs"),
+        ("posenc.rope", "def f():\n    from posenc.core.blocks import write_pair\n", "in_function"),
+        (
+            "posenc.relative_schemes.alibi",
+            "from posenc.relative_schemes.relative import _check_log_buckets\n",
+            "private",
+        ),
     ],
 )
 def test_the_checks_see_what_they_look_for(
@@ -191,6 +195,9 @@ def test_the_checks_see_what_they_look_for(
     if problem == "climbs":
         assert layer[found.target] > layer[found.source]
     elif problem == "in_function":
-        assert found.in_function and found.target == "posenc.blocks"
+        assert found.in_function and found.target == "posenc.core.blocks"
     else:
-        assert found.name == "_check_log_buckets" and found.target == "posenc.relative"
+        assert (
+            found.name == "_check_log_buckets"
+            and found.target == "posenc.relative_schemes.relative"
+        )

@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from posenc import __version__, codec
+from posenc import __version__
 from posenc.client.calls import (
     DEFAULT_BASE_URL,
     MEDIA_TYPES,
@@ -25,7 +25,8 @@ from posenc.client.methods import KindMethods
 from posenc.client.request_bodies import tensor_body, token_body
 from posenc.client.results import ArrayKind
 from posenc.client.retry import RetryConfig
-from posenc.kinds import REGISTRY
+from posenc.core import codec
+from posenc.core.kinds import REGISTRY
 
 
 def _version() -> str:
@@ -49,7 +50,7 @@ def _tensor_fields(path: str) -> tuple[str, ...]:
 
 
 def kind_method(name: str) -> Any:
-    """A client method for the registry's kind ``name`` (:data:`posenc.kinds.REGISTRY`): its
+    """A client method for the registry's kind ``name`` (:data:`posenc.core.kinds.REGISTRY`): its
     fields as keyword arguments (signature and docstring from the kind's description), the
     output options of :meth:`BaseClient.compute`; it calls :meth:`BaseClient.compute`."""
     kind = REGISTRY[name]
@@ -217,10 +218,10 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
         extra: Mapping[str, Any] | None = None,
         **fields: Any,
     ) -> T:
-        """Any kind of the library's registry (:data:`posenc.kinds.REGISTRY`) by name.
+        """Any kind of the library's registry (:data:`posenc.core.kinds.REGISTRY`) by name.
 
         Args:
-            kind: the kind's name, e.g. a convention registered with :func:`posenc.kinds.register`.
+            kind: the kind's name, e.g. a convention registered with :func:`posenc.core.kinds.register`.
             format: response format (the client's default, ``safetensors``, when None).
             as_: ``"numpy"`` or ``"torch"`` (the client's default when None).
             device: torch device of the tensors (``as_="torch"`` only), e.g. ``"cuda"``.
@@ -248,7 +249,7 @@ class BaseClient(KindMethods[T], Generic[T, J, HttpT, TransportT]):
             spec.path, fields, extra, format, as_, device, method, query, spec.binary_fields
         )
 
-    # -- the registry's kinds: one method each, from its description (posenc.kinds) ----------
+    # -- the registry's kinds: one method each, from its description (posenc.core.kinds) ----------
     # A 2-D numpy array or torch tensor of token ids (and of attention_mask / position_ids) is
     # sent as an application/x-npy or application/vnd.safetensors body, the other fields as
     # query parameters; lists are sent as JSON.

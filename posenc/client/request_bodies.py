@@ -1,6 +1,6 @@
 """Token ids as binary request bodies, for the client (private).
 
-A kind with ``binary_fields`` (:class:`posenc.kinds.Kind`: ``/v1/embed`` and
+A kind with ``binary_fields`` (:class:`posenc.core.kinds.Kind`: ``/v1/embed`` and
 ``/v1/position-ids``) reads ``application/x-npy`` (the first, ``input_ids``, alone) and
 ``application/vnd.safetensors`` (``input_ids`` with ``attention_mask`` / ``position_ids``), the
 other fields as query parameters (``docs/api.md``, ``POST /v1/embed``). Sending a numpy
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc import codec
+from posenc.core import codec
 
 NPY_TYPE = "application/x-npy"
 SAFETENSORS_TYPE = "application/vnd.safetensors"

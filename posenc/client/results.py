@@ -12,9 +12,9 @@ from typing import Any, Literal
 import httpx
 import numpy as np
 
-from posenc import codec
 from posenc.client.errors import PosencClientError
-from posenc.kinds import REGISTRY
+from posenc.core import codec
+from posenc.core.kinds import REGISTRY
 
 ArrayKind = Literal["numpy", "torch"]
 """What tensors are returned as: numpy arrays or torch tensors."""
@@ -108,7 +108,7 @@ class TensorResult:
 
 
 def _tensor_order(path: str) -> tuple[str, ...]:
-    """The endpoint's tensor names, primary first (its kind's, :data:`posenc.kinds.REGISTRY`);
+    """The endpoint's tensor names, primary first (its kind's, :data:`posenc.core.kinds.REGISTRY`);
     safetensors files list their tensors in their own order, results follow this one."""
     for kind in REGISTRY.values():
         if kind.path == path:

@@ -15,7 +15,7 @@ from posenc.client.errors import PosencConnectionError
 from posenc.client.methods import TableKind
 from posenc.client.results import SavedTable, TensorResult
 from posenc.client.retry import Backoff, Outcome, Policy, Poll
-from posenc.kinds import REGISTRY
+from posenc.core.kinds import REGISTRY
 
 # --------------------------------------------------------------------------------------- clients
 

@@ -1,7 +1,7 @@
-"""The context-parallel endpoint kind (:mod:`posenc.kinds`): a row split across ranks
+"""The context-parallel endpoint kind (:mod:`posenc.core.kinds`): a row split across ranks
 (:mod:`posenc.context_parallel.split`), with each rank's position ids, its rows of the global
-RoPE table (the rope kind's own computation, :data:`posenc.rope.ROPE`) and its rows of the
-per-document attention mask (:func:`posenc.masks.mask_rows`).
+RoPE table (the rope kind's own computation, :data:`posenc.rope_kinds.kind.ROPE`) and its rows of the
+per-document attention mask (:func:`posenc.attention.masks.mask_rows`).
 
 Tensors (``T`` tokens, ``T_r = T / cp`` a rank, ``R`` rotary dimension): ``restore`` (T,), then
 for each rank ``r``: ``{r}.indices`` (T_r,), ``{r}.position_ids`` (T_r,) or (3, T_r) for M-RoPE,
@@ -20,8 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc import kinds
-from posenc.blocks import TableBlocks, tensor_blocks
+from posenc.attention.masks import MASK_KINDS, mask_inputs, mask_rows, mask_rule
 from posenc.context_parallel.split import (
     SCHEMES,
     ContextSplit,
@@ -29,10 +28,12 @@ from posenc.context_parallel.split import (
     document_positions,
     split_sequence,
 )
-from posenc.errors import InvalidArgument
-from posenc.masks import MASK_KINDS, mask_inputs, mask_rows, mask_rule
-from posenc.position_ids import check_cu_seqlens
-from posenc.rope import ROPE, RopeScaling, rope_blocks, rope_inv_freq
+from posenc.core import kinds
+from posenc.core.blocks import TableBlocks, tensor_blocks
+from posenc.core.errors import InvalidArgument
+from posenc.rope import RopeScaling, rope_blocks, rope_inv_freq
+from posenc.rope_kinds.kind import ROPE
+from posenc.tokens.position_ids import check_cu_seqlens
 
 __all__ = ["CONTEXT_PARALLEL"]
 
@@ -421,4 +422,4 @@ CONTEXT_PARALLEL: kinds.Kind = kinds.Kind(
         {"seq_len": 16, "cp_size": 2, "scheme": "head_tail", "head_dim": 8, "mask": True},
     ),
 )
-"""The context-parallel endpoint kind (see :mod:`posenc.kinds`)."""
+"""The context-parallel endpoint kind (see :mod:`posenc.core.kinds`)."""

@@ -36,8 +36,8 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
-from posenc.position_ids import check_cu_seqlens
+from posenc.core.errors import InvalidArgument
+from posenc.tokens.position_ids import check_cu_seqlens
 
 __all__ = [
     "SCHEMES",

@@ -23,6 +23,7 @@ import functools
 import torch
 from torch import Tensor
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.rules import (
     ConfigValues,
     RopeGrid,
@@ -31,7 +32,6 @@ from posenc.diffusion.rules import (
     config_int,
     limit,
 )
-from posenc.errors import InvalidArgument
 
 THETA = 10000.0  # get_3d_rotary_pos_embed's default, which the pipeline keeps
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.cogvideox import COGVIDEOX
 from posenc.diffusion.flux import FLUX
 from posenc.diffusion.hunyuan_video import HUNYUAN_VIDEO
@@ -25,7 +26,6 @@ from posenc.diffusion.rules import RopeRule
 from posenc.diffusion.sincos import SINCOS_RULES
 from posenc.diffusion.sweep import SWEEP
 from posenc.diffusion.wan import WAN
-from posenc.errors import InvalidArgument
 
 __all__ = [
     "MODEL_NAMES",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.rules import (
     ConfigValues,
     RopeGrid,
@@ -19,7 +20,6 @@ from posenc.diffusion.rules import (
     concat_axes_angles,
     config_axes,
 )
-from posenc.errors import InvalidArgument
 
 THETA = 10000.0  # FluxTransformer2DModel: FluxPosEmbed(theta=10000, ...)
 

@@ -1,4 +1,4 @@
-"""The ``diffusion_rope`` and ``sincos_2d`` endpoint kinds (posenc.kinds).
+"""The ``diffusion_rope`` and ``sincos_2d`` endpoint kinds (posenc.core.kinds).
 
 Both read a ``model`` name or a diffusers ``config`` into one rule (:mod:`posenc.diffusion.configs`)
 and the grid into its numbers before anything is allocated, so a 4K video grid is sized (and
@@ -15,8 +15,9 @@ from typing import Any
 
 from torch import Tensor
 
-from posenc import kinds
-from posenc.blocks import DEFAULT_BLOCK_BYTES, TableBlocks
+from posenc.core import kinds
+from posenc.core.blocks import DEFAULT_BLOCK_BYTES, TableBlocks
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.configs import (
     MODEL_NAMES,
     SINCOS_MODEL_NAMES,
@@ -27,7 +28,6 @@ from posenc.diffusion.configs import (
 from posenc.diffusion.rules import RopeGrid, fill_rows
 from posenc.diffusion.sincos import SincosGrid, fill_sincos_rows
 from posenc.engines.diffusers import ENGINE as DIFFUSERS
-from posenc.errors import InvalidArgument
 
 __all__ = ["DIFFUSION_ROPE", "SINCOS_2D", "diffusion_rope_grid", "sincos_grid"]
 
@@ -222,7 +222,7 @@ DIFFUSION_ROPE: kinds.Kind = kinds.Kind(
     row_elements=lambda p: max(s[-1] for s in _rope_shapes(p).values()),
     examples=({"model": "flux", "height": 4, "width": 6, "text_len": 2},),
 )
-"""The diffusion-rope endpoint kind (see :mod:`posenc.kinds`)."""
+"""The diffusion-rope endpoint kind (see :mod:`posenc.core.kinds`)."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,4 +317,4 @@ SINCOS_2D: kinds.Kind = kinds.Kind(
     row_elements=lambda p: sincos_grid(p)[1].dim,
     examples=({"model": "sd3", "height": 4, "width": 6},),
 )
-"""The sincos-2d endpoint kind (see :mod:`posenc.kinds`)."""
+"""The sincos-2d endpoint kind (see :mod:`posenc.core.kinds`)."""

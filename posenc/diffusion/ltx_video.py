@@ -21,13 +21,13 @@ import math
 import torch
 from torch import Tensor
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.rules import (
     ConfigValues,
     RopeGrid,
     RopeRule,
     config_int,
 )
-from posenc.errors import InvalidArgument
 
 THETA = 10000.0
 BASE = (

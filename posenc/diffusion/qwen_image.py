@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.rules import (
     ConfigValues,
     RopeGrid,
@@ -22,7 +23,6 @@ from posenc.diffusion.rules import (
     config_axes,
     limit,
 )
-from posenc.errors import InvalidArgument
 
 THETA = 10000.0  # QwenEmbedRope(theta=10000, ...)
 TABLE = 4096  # QwenEmbedRope's pos_index / neg_index length

@@ -31,7 +31,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 
 __all__ = [
     "ConfigValues",

@@ -35,8 +35,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from posenc.core.errors import InvalidArgument
 from posenc.diffusion.rules import ConfigValues, config_float, config_int, grid_coordinates, limit
-from posenc.errors import InvalidArgument
 
 __all__ = [
     "SINCOS_RULES",

@@ -19,8 +19,8 @@ from typing import Any, ClassVar, Protocol
 import torch
 from torch import Tensor
 
-from posenc.blocks import TableBlocks
-from posenc.errors import InvalidArgument
+from posenc.core.blocks import TableBlocks
+from posenc.core.errors import InvalidArgument
 from posenc.rope.precision import (
     check_xdrope_engine,
     refuse_dual_chunk,
@@ -103,7 +103,7 @@ class Engine(Protocol):
 
     def from_config(self, positions: Any, layer: Any) -> dict[str, Any]:
         """What it reads from a config beyond transformers' rope fields, for one layer type
-        (``positions``: the config read, :class:`posenc.hf.results.ModelPositions`; ``layer``
+        (``positions``: the config read, :class:`posenc.readers.hf.results.ModelPositions`; ``layer``
         the layer type's RoPE): ``config_*`` fields for :meth:`complete`."""
         return {}
 

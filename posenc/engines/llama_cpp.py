@@ -14,8 +14,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.blocks import TableBlocks
+from posenc.core.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.engines.key_shift import llamacpp_delta_tables, llamacpp_shift
 from posenc.rope.llamacpp import LlamaCppRope, llamacpp_inv_freq
 from posenc.rope.llamacpp_rotate import llamacpp_apply, rope_from_dict
 from posenc.rope.precision import (
@@ -28,7 +29,6 @@ from posenc.rope.precision import (
     refuse_dual_chunk,
     wants_engine_precision,
 )
-from posenc.rope.shift_engines import llamacpp_delta_tables, llamacpp_shift
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 

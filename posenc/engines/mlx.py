@@ -13,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.blocks import TableBlocks
+from posenc.core.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
-from posenc.rope.apply import mlx_apply
+from posenc.engines.rotation import mlx_apply
 from posenc.rope.mlx import MlxRope, mlx_magnitude, mlx_speeds
 from posenc.rope.precision import (
     check_xdrope_engine,

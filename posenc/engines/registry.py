@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 
 if TYPE_CHECKING:  # the engine modules import the registry's users' layer: no runtime import
     from posenc.engines.base import Engine

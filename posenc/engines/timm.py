@@ -2,7 +2,7 @@
 
 ``config`` is the arguments of timm's ``create_rope_embed`` (EVA's and ROPE-ViT's axial
 ``cat``/``base``, ROPE-ViT's ``mixed``, DINOv3's); the tables are
-:mod:`posenc.vision_timm`'s. It has no text RoPE.
+:mod:`posenc.vision.timm`'s. It has no text RoPE.
 """
 
 from __future__ import annotations

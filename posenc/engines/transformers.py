@@ -15,9 +15,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.blocks import TableBlocks
+from posenc.core.blocks import TableBlocks
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
-from posenc.rope.apply import transformers_apply
+from posenc.engines.key_shift import transformers_delta_tables, transformers_shift
+from posenc.engines.rotation import transformers_apply
 from posenc.rope.precision import (
     check_transformers_float32,
     check_xdrope_engine,
@@ -29,7 +30,6 @@ from posenc.rope.precision import (
     wants_engine_precision,
 )
 from posenc.rope.scaling import RopeScaling
-from posenc.rope.shift_engines import transformers_delta_tables, transformers_shift
 from posenc.rope.vllm import VLLM_ONLY_ROPE_TYPES
 
 

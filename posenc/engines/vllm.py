@@ -16,11 +16,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.blocks import TableBlocks
+from posenc.core.blocks import TableBlocks
+from posenc.core.errors import InvalidArgument
 from posenc.engines.base import ApplyHook, Engine, ShiftHook
-from posenc.errors import InvalidArgument
-from posenc.hf.families import family
-from posenc.rope.apply import vllm_apply
+from posenc.engines.key_shift import vllm_delta_tables, vllm_shift
+from posenc.engines.rotation import vllm_apply
+from posenc.facts.families import family
 from posenc.rope.precision import (
     check_vllm_engine_types,
     check_xdrope_engine,
@@ -29,7 +30,6 @@ from posenc.rope.precision import (
     vllm_tables,
     wants_engine_precision,
 )
-from posenc.rope.shift_engines import vllm_delta_tables, vllm_shift
 from posenc.rope.vllm import VllmRope, vllm_complete, vllm_for_fields
 
 

@@ -32,7 +32,7 @@ per scaling type (:mod:`~posenc.rope.linear`, :mod:`~posenc.rope.dynamic`,
 :mod:`~posenc.rope.proportional`: parameters, validation and inverse frequencies together, listed
 in :data:`posenc.rope.scaling.ROPE_TYPES`), M-RoPE's tables and ids beside them
 (:mod:`~posenc.rope.sections`, :mod:`~posenc.rope.mrope_ids`), vLLM's rules
-(:mod:`~posenc.rope.vllm`) and the endpoint kind (:mod:`~posenc.rope.kind`). A new type is one
+(:mod:`~posenc.rope.vllm`) and the endpoint kind (:mod:`~posenc.rope_kinds.kind`). A new type is one
 module (its ``NAME``, ``Params`` with each parameter declared by
 :func:`~posenc.rope.parameters.parameter`, ``validate``, ``inv_freq``, and where vLLM builds it
 ``VLLM_CLASS`` and ``vllm``, read by :mod:`~posenc.rope.vllm`) and its place in
@@ -58,7 +58,6 @@ Notation used for tensor shapes: ``B`` batch, ``H`` heads, ``T`` sequence length
 dimension, ``R`` rotary dimension (``R ≤ Dh``, even).
 """
 
-from posenc.rope.kind import ROPE
 from posenc.rope.scaling import (
     ROPE_CHANNELS,
     ROPE_INIT_FUNCTIONS,
@@ -87,7 +86,6 @@ from posenc.rope.tables import (
 )
 
 __all__ = [
-    "ROPE",
     "ROPE_CHANNELS",
     "ROPE_INIT_FUNCTIONS",
     "ROPE_LAYOUTS",

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.rope.float32 import default_float32, exponents
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer, base_inv_freq

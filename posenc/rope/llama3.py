@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.rope.float32 import default_float32
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer

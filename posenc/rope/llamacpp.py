@@ -43,8 +43,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
-from posenc.hf.families import FAMILIES, family, types_where
+from posenc.core.errors import InvalidArgument
+from posenc.facts.families import FAMILIES, family, types_where
 
 #: ggml's rope modes (``GGML_ROPE_TYPE_*``) by name.
 ROPE_MODES: dict[str, int] = {"normal": 0, "neox": 2, "mrope": 8, "imrope": 40, "vision": 24}

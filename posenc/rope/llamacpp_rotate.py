@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
-from posenc.hf.families import family
+from posenc.core.errors import InvalidArgument
+from posenc.facts.families import family
 from posenc.rope.llamacpp import LlamaCppRope, ggml_rope_tables
 from posenc.rope.precision import llamacpp_complete
 

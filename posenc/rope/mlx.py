@@ -49,7 +49,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.rope.yarn import correction_range
 
 #: mlx-lm rope types posenc replays (``initialize_rope``'s branches; ``su`` and

@@ -36,11 +36,11 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc import kinds
-from posenc._validate import check_binary_mask, check_int_matrix, first_true, is_number
-from posenc.errors import InvalidArgument
-from posenc.hf.families import FAMILIES
-from posenc.position_ids import (
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.core.validate import check_binary_mask, check_int_matrix, first_true, is_number
+from posenc.facts.families import FAMILIES
+from posenc.tokens.position_ids import (
     ATTENTION_MASK_FIELD,
     CU_SEQLENS_FIELD,
     CU_SEQLENS_TENSOR,
@@ -57,7 +57,7 @@ MRopeRule = Literal["qwen2_vl", "qwen2_5_vl", "qwen3_vl"]
 MROPE_RULES: tuple[str, ...] = get_args(MRopeRule)
 
 # model_type (as in a config.json) -> the get_rope_index rule its transformers class uses: each
-# record's mrope_ids_rule in posenc.hf.families.
+# record's mrope_ids_rule in posenc.facts.families.
 MODEL_TYPE_RULES: dict[str, MRopeRule] = {
     t: f.mrope_ids_rule for t, f in FAMILIES.items() if f.mrope_ids_rule is not None
 }
@@ -525,7 +525,7 @@ def mrope_position_ids(  # noqa: C901, PLR0915 (allowed: pyproject.toml)
 
 
 # ---------------------------------------------------------------------------------------------
-# The M-RoPE position-ids endpoint kind (posenc.kinds)
+# The M-RoPE position-ids endpoint kind (posenc.core.kinds)
 # ---------------------------------------------------------------------------------------------
 
 # Qwen2-VL-7B-Instruct's config.json, the keys this kind reads.
@@ -708,4 +708,4 @@ MROPE_POSITION_IDS: kinds.Kind = kinds.Kind(
         },
     ),
 )
-"""The M-RoPE position-ids endpoint kind (see :mod:`posenc.kinds`)."""
+"""The M-RoPE position-ids endpoint kind (see :mod:`posenc.core.kinds`)."""

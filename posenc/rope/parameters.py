@@ -4,7 +4,7 @@ Each field of a type's frozen parameter class (:mod:`posenc.rope.linear` ...) is
 :func:`parameter`, which records its description, its wire type and its bounds in the field's
 metadata; a field without a default is required. :mod:`posenc.rope.scaling` reads them back
 (:func:`parameters_of`) for the validation every type's parameters get, and the rope kind
-(:mod:`posenc.rope.kind`) for the HTTP ``scaling`` schema, so a parameter is written once, in
+(:mod:`posenc.rope_kinds.kind`) for the HTTP ``scaling`` schema, so a parameter is written once, in
 its type's module.
 """
 

@@ -30,11 +30,11 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc import kinds
-from posenc.blocks import TableBlocks, tensor_blocks
-from posenc.errors import InvalidArgument
-from posenc.hf.families import types_where
-from posenc.model_configs import MODEL_CONFIGS
+from posenc.core import kinds
+from posenc.core.blocks import TableBlocks, tensor_blocks
+from posenc.core.errors import InvalidArgument
+from posenc.facts.families import types_where
+from posenc.facts.model_configs import MODEL_CONFIGS
 from posenc.rope.float32 import default_float32
 from posenc.rope.llamacpp import (
     ROPE_MODES,

@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc._validate import check_finite
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
+from posenc.core.validate import check_finite
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer
 

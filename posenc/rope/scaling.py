@@ -23,9 +23,9 @@ from typing import Any, Literal, get_args
 import torch
 from torch import Tensor
 
-from posenc._validate import check_choice, check_finite, check_int, check_int_at_least
-from posenc.errors import InvalidArgument
-from posenc.limits import check_elements
+from posenc.core.errors import InvalidArgument
+from posenc.core.limits import check_elements
+from posenc.core.validate import check_choice, check_finite, check_int, check_int_at_least
 from posenc.rope import dynamic, linear, llama3, longrope, proportional, yarn
 from posenc.rope.parameters import ScalingParameter, parameters_of
 
@@ -56,7 +56,7 @@ ROPE_PARAMETER_CLASSES: dict[str, type] = {}
 ROPE_PARAMETERS: dict[str, tuple[ScalingParameter, ...]] = {}
 #: ``{type: (required, optional)}`` parameter names, from the classes (yarn's and llama3's
 #: ``original_max_position_embeddings`` and dynamic's are required here: transformers would
-#: otherwise take it from the model config, which posenc reads in :mod:`posenc.hf`).
+#: otherwise take it from the model config, which posenc reads in :mod:`posenc.readers.hf`).
 ROPE_PARAMETER_KEYS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
 
 
@@ -261,7 +261,7 @@ def register_scaling_type(module: ModuleType) -> None:
     with :func:`~posenc.rope.parameters.parameter`), ``validate(params)`` and
     ``inv_freq(base_inv_freq, E, base, params, seq_len) -> (inv_freq, attention_scaling)``.
     Every table derived from the types follows (the rope kind's schema is built from them when
-    the kind is, :func:`posenc.rope.kind.rope_kind`).
+    the kind is, :func:`posenc.rope_kinds.kind.rope_kind`).
 
     Raises:
         ValueError: a name already registered; a parameter :class:`RopeScaling` has no field
@@ -347,8 +347,8 @@ def rope_inv_freq(
             then, else ``short_factor``. None means "within the original length". Ignored by the
             other types.
         max_elements: refuse a call whose output would exceed this many elements
-            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
-            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+            (:class:`~posenc.core.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.core.limits.MAX_ELEMENTS`` (2**31).
         exponent_dim: ``E``, the denominator of the exponents: ``R`` (None), or the odd
             ``R − 1`` of a model whose config makes the rotated width odd. transformers then
             builds ``arange(0, E, 2) / E``: GLM-4-MoE's ``int(42 · 0.5) = 21`` gives 11

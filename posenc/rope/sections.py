@@ -31,8 +31,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from posenc._validate import check_choice
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
+from posenc.core.validate import check_choice
 from posenc.rope.scaling import (
     ROPE_LAYOUTS,
     ROPE_ROTATIONS,

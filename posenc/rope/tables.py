@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor, nn
 
-from posenc._validate import check_choice, check_int_at_least, device_or_cpu, first_true
-from posenc.angles import sin_cos_rows, split_tables
-from posenc.blocks import TableBlocks, write_pair
-from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument
-from posenc.limits import check_elements, sequence_length
+from posenc.core.angles import sin_cos_rows, split_tables
+from posenc.core.blocks import TableBlocks, write_pair
+from posenc.core.device import resolve_dtype
+from posenc.core.errors import InvalidArgument
+from posenc.core.limits import check_elements, sequence_length
+from posenc.core.validate import check_choice, check_int_at_least, device_or_cpu, first_true
 from posenc.rope.scaling import (
     ROPE_CHANNELS,
     ROPE_LAYOUTS,
@@ -113,7 +113,7 @@ def write_rope_rows(
     """Write RoPE's ``cos`` and/or ``sin`` tables of the integer ``positions (N,)``: each
     ``(out (N, R), "cos" | "sin")`` of ``tables`` gets :func:`write_rope_values` of the float64
     ``cos θ`` or ``sin θ``, ``θ = fl(p·inv_freq)``, taken by angle addition
-    (:func:`posenc.angles.sin_cos_rows`: within a few float64 ulps of ``cos(fl(p·w))``, at about a
+    (:func:`posenc.core.angles.sin_cos_rows`: within a few float64 ulps of ``cos(fl(p·w))``, at about a
     third of the cost; an element's value does not depend on the rows around it).
 
     Args:
@@ -122,7 +122,7 @@ def write_rope_rows(
         inv_freq: ``(R/2,)`` float64, on the tables' device.
         attention_scaling: the magnitude the values are multiplied by.
         interleaved: the layout of the tables' columns.
-        split: ``posenc.angles.split_tables(inv_freq)``, for a caller writing many blocks.
+        split: ``posenc.core.angles.split_tables(inv_freq)``, for a caller writing many blocks.
         rotation: ``"negative"`` (a model that rotates by ``−θ``, nanochat): ``sin`` is written
             times ``−attention_scaling``, an exact sign flip.
     """
@@ -203,8 +203,8 @@ def rope_cos_sin(
         device: where the tables are computed and returned (None: CPU).
         dtype: the dtype of the returned tensors (all arithmetic is float64 before it).
         max_elements: refuse a call whose output would exceed this many elements
-            (:class:`~posenc.errors.TooLarge`, raised before anything is allocated); None means
-            ``posenc.limits.MAX_ELEMENTS`` (2**31).
+            (:class:`~posenc.core.errors.TooLarge`, raised before anything is allocated); None means
+            ``posenc.core.limits.MAX_ELEMENTS`` (2**31).
         exponent_dim: the exponents' denominator ``E`` (:func:`rope_inv_freq`): ``R``, or the
             odd ``R − 1`` of a config whose rotated width is odd (GLM-4-MoE).
         rotation: ``"negative"`` for a model that rotates by ``−θ`` (nanochat): ``sin`` is

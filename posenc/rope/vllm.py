@@ -46,8 +46,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
-from posenc.hf.families import types_where
+from posenc.core.errors import InvalidArgument
+from posenc.facts.families import types_where
 from posenc.rope.scaling import ROPE_TYPES
 from posenc.rope.sections import check_section_rows
 from posenc.rope.vllm_cache import (
@@ -247,7 +247,7 @@ def vllm_only_rope(
     """vLLM's cache for a config whose RoPE only vLLM reads as it is written: ``params`` are
     the config's rope parameters with vLLM's names (``rope_type``, ``rope_theta``, ``alpha``,
     ``factor``, ``mixed_b``, ``xdrope_section``, and ``dual_chunk_attention_config`` from the
-    config's top level), as :mod:`posenc.hf_config` keeps them (``RopeLayerType.vllm``).
+    config's top level), as :mod:`posenc.readers.hf` keeps them (``RopeLayerType.vllm``).
 
     ``get_rope``'s order: ``dual_chunk_attention_config`` first (``DualChunkRotaryEmbedding``,
     plain angles of ``rope_theta``; ``cache`` picks one of its five caches, default ``k``), then

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 
 #: ``DualChunkRotaryEmbedding``'s caches, in vLLM's order (``cos_sin_<name>_cache``).
 DUAL_CHUNK_CACHES: tuple[str, ...] = ("q", "qc", "k", "qc_no_clamp", "q_inter")

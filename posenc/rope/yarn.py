@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.rope.parameters import parameter
 from posenc.rope.vllm_cache import VllmRope, VllmServer, yarn_get_mscale
 

@@ -8,7 +8,7 @@
     assert_rope_table(cos, sin, config="path/to/config.json", seq_len=4096, engine="vllm")
 
 - :func:`assert_rope_table` / :func:`reference_table`: RoPE tables, checked by
-  ``/v1/configs/check``'s own code (:func:`posenc.check.check_table`);
+  ``/v1/configs/check``'s own code (:func:`posenc.explain.check.check_table`);
 - :func:`assert_rotated` / :func:`reference_rotation`: rotated queries and keys;
 - :func:`assert_mask`: attention masks, against ``/v1/masks``' own code.
 

@@ -1,6 +1,6 @@
 """``posenc diff``'s library half: a config's RoPE by several engines, each pair's difference.
 
-Built on ``/v1/configs/compare``'s code (:func:`posenc.engine_pairs.pair_curves`): for each pair
+Built on ``/v1/configs/compare``'s code (:func:`posenc.explain.engine_pairs.pair_curves`): for each pair
 of engines, the largest |difference| of cos and of sin (values per position and frequency,
 magnitude included, whatever the layouts), the first position past 1e-6, and the sentences
 that say why they differ.
@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from posenc.engine_pairs import pair_curves
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
+from posenc.explain.engine_pairs import pair_curves
 
 
 def engine_item(text: str) -> str | dict[str, str]:

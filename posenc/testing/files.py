@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from posenc import codec
-from posenc.errors import InvalidArgument
+from posenc.core import codec
+from posenc.core.errors import InvalidArgument
 from posenc.testing.report import CheckReport
 from posenc.testing.rotations import rotation_report
 from posenc.testing.tables import table_report

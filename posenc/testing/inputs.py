@@ -4,7 +4,7 @@
   exactly). Leading axes of size one (transformers' ``(1, T, R)`` cos) are dropped.
 - ``config`` is a dict (a ``config.json`` read), the path of a ``config.json`` (or of the folder
   holding one), or the path of a GGUF file. A GGUF is read as llama.cpp reads it
-  (:func:`posenc.gguf.llamacpp_rope_from_gguf`): the ``llama.cpp`` rows take ``ggml_rope_ext``'s
+  (:func:`posenc.readers.gguf.metadata.llamacpp_rope_from_gguf`): the ``llama.cpp`` rows take ``ggml_rope_ext``'s
   arguments from the file, and the other engines the same rope written as
   ``/v1/encodings/rope``'s fields (base, rotated width, linear or YaRN scaling, M-RoPE
   sections) in the layout llama.cpp applies to the file's (converted) weights. A rope with
@@ -25,9 +25,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from posenc.errors import InvalidArgument
-from posenc.gguf import MAGIC, gguf_summary, llamacpp_rope_from_gguf
-from posenc.gguf_tensors import read_gguf_file_head
+from posenc.core.errors import InvalidArgument
+from posenc.readers.gguf.metadata import MAGIC, gguf_summary, llamacpp_rope_from_gguf
+from posenc.readers.gguf.tensors import read_gguf_file_head
 from posenc.rope.llamacpp import LlamaCppRope
 
 ConfigArg = Mapping[str, Any] | str | os.PathLike[str] | None
@@ -203,7 +203,7 @@ def engine_request(request: Mapping[str, Any], engine: str) -> dict[str, Any]:
 
 
 def check_request(request: Mapping[str, Any]) -> dict[str, Any]:
-    """``request`` for :func:`posenc.check.check_table`, which compares every engine."""
+    """``request`` for :func:`posenc.explain.check.check_table`, which compares every engine."""
     return {k: v for k, v in request.items() if k != "gguf_transformers_form"}
 
 

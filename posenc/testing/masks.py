@@ -1,8 +1,8 @@
 """Attention masks in a caller's tests: ``assert_mask`` against ``/v1/masks``' own code.
 
-The reference is the masks kind (:data:`posenc.masks.MASKS`: transformers' ``masking_utils``)
+The reference is the masks kind (:data:`posenc.attention.masks.MASKS`: transformers' ``masking_utils``)
 for the fields given. A mask that differs is compared with the same layer as vLLM runs it
-(:func:`posenc.mask_engines.vllm_layer_masks`, where a config names the layer) and with the
+(:func:`posenc.attention.mask_engines.vllm_layer_masks`, where a config names the layer) and with the
 masks a known mistake gives, each built by the same kind with one field changed
 (:data:`MASK_MISTAKES`); the message names the mistakes that give the caller's mask exactly,
 and no others.
@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from posenc.attention_layers import layer_rule
-from posenc.errors import InvalidArgument, PosencError
-from posenc.mask_engines import vllm_layer_masks
-from posenc.masks import MASKS
+from posenc.attention.layers import layer_rule
+from posenc.attention.mask_engines import vllm_layer_masks
+from posenc.attention.masks import MASKS
+from posenc.core.errors import InvalidArgument, PosencError
 from posenc.resolve import compute, resolve_fields
 from posenc.testing.inputs import ConfigArg, as_array, config_fields
 

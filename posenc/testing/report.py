@@ -1,7 +1,7 @@
 """The words of a failed check: the largest difference and where, the best match, the diagnosis.
 
 One text for :mod:`posenc.testing`'s assertion messages and for ``posenc check``'s output, from
-the answer of :func:`posenc.check.check_table` (``matches`` closest first, ``diagnosis``).
+the answer of :func:`posenc.explain.check.check_table` (``matches`` closest first, ``diagnosis``).
 The diagnosis names the mistakes that explain the caller's values (within 1e-6) and no others.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc.check import TOLERANCE
+from posenc.explain.check import TOLERANCE
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,7 @@ class CheckReport:
     Attributes:
         what: ``"RoPE table"`` or ``"rotation"``; ``engine``, ``precision``, ``atol``: asked.
         largest: where they differ most from that engine.
-        check: :func:`posenc.check.check_table`'s answer (or the rotation check's), or None
+        check: :func:`posenc.explain.check.check_table`'s answer (or the rotation check's), or None
             where it was not asked (a pass) or cannot be given (``unavailable`` says why).
     """
 

@@ -1,9 +1,9 @@
 """Rotated queries and keys in a caller's tests: the reference rotation, and the check of one.
 
-``reference_rotation`` is ``/v1/rope/apply``'s rotation (:func:`posenc.rotate.rotate`) for the
+``reference_rotation`` is ``/v1/rope/apply``'s rotation (:func:`posenc.rope_kinds.rotate.rotate`) for the
 engine and precision asked. ``assert_rotated`` compares a caller's ``q_out`` (and ``k_out``)
 with the rotation of ``q_in`` (``k_in``); on a difference past ``atol`` it asks
-:func:`posenc.check.check_rotation` (``/v1/configs/check``'s code for ``q_in``/``q_out``) which
+:func:`posenc.explain.check.check_rotation` (``/v1/configs/check``'s code for ``q_in``/``q_out``) which
 engine's rotation it equals and which known mistakes explain it.
 
 Notation: ``T`` positions, ``H`` heads, ``D`` head dimension, ``R`` rotary dimension.
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from posenc.check import check_rotation
-from posenc.rotate import apply_fields, rotate
+from posenc.explain.check import check_rotation
+from posenc.rope_kinds.rotate import apply_fields, rotate
 from posenc.testing.inputs import (
     ConfigArg,
     as_array,
@@ -97,7 +97,7 @@ def rotation_report(
     **fields: Any,
 ) -> CheckReport:
     """``q_out`` (and ``k_out``) against the engine's rotation of ``q_in`` (``k_in``), with
-    :func:`posenc.check.check_rotation`'s answer (``diagnose`` as
+    :func:`posenc.explain.check.check_rotation`'s answer (``diagnose`` as
     :func:`posenc.testing.tables.table_report`'s)."""
     pairs = [("q", _heads(q_in, "q_in"), _heads(q_out, "q_out"))]
     if (k_in is None) != (k_out is None):

@@ -1,8 +1,8 @@
 """RoPE tables in a caller's tests: the reference table, and the check of the caller's own.
 
-``reference_table`` is ``/v1/encodings/rope``'s table (the rope kind, :data:`posenc.rope.ROPE`)
+``reference_table`` is ``/v1/encodings/rope``'s table (the rope kind, :data:`posenc.rope_kinds.kind.ROPE`)
 in float64 for the engine and precision asked. ``assert_rope_table`` compares the caller's
-``cos``/``sin`` with it; on a difference past ``atol`` it asks :func:`posenc.check.check_table`
+``cos``/``sin`` with it; on a difference past ``atol`` it asks :func:`posenc.explain.check.check_table`
 (``/v1/configs/check``'s own code) which engine the table equals and which known mistakes
 explain it, and raises ``AssertionError`` with those words (:mod:`posenc.testing.report`).
 
@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from posenc.check import check_table
+from posenc.explain.check import check_table
 from posenc.resolve import compute, resolve_fields
-from posenc.rope import ROPE
+from posenc.rope_kinds.kind import ROPE
 from posenc.testing.inputs import (
     ConfigArg,
     as_array,
@@ -76,7 +76,7 @@ def reference_table(
         scaling multiplied in.
 
     Raises:
-        posenc.errors.InvalidArgument: bad fields, as the endpoint's 422 says them.
+        posenc.core.errors.InvalidArgument: bad fields, as the endpoint's 422 says them.
     """
     request = rope_request(config, preset, positions, seq_len, fields)
     return table_of(resolved_rope(request, engine, precision))
@@ -123,7 +123,7 @@ def table_report(
 
     Raises:
         AssertionError: tables of another shape than the reference's.
-        posenc.errors.InvalidArgument: bad fields.
+        posenc.core.errors.InvalidArgument: bad fields.
     """
     if positions is None and seq_len is None:  # the table's rows are positions 0 … T−1
         seq_len = int(squeeze_leading(as_array(cos, "cos"), 2).shape[0])

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.responses import Response, StreamingResponse
 
-from posenc import kinds
+from posenc.core import kinds
 
 if TYPE_CHECKING:
     from starlette.types import Receive, Scope, Send

@@ -50,7 +50,7 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-    from service.admission.cache import ByteLRU
+    from service.cache import ByteLRU
 
 __all__ = ["UNMATCHED", "Metrics", "MetricsMiddleware"]
 

@@ -29,12 +29,12 @@ from fastapi import Request
 from fastapi.responses import Response
 
 import posenc
-from posenc import kinds
-from posenc.errors import TooLarge
+from posenc.core import kinds
+from posenc.core.errors import TooLarge
 from service.admission.budget import json_ints
 from service.config import Settings
+from service.formats import STREAM_FORMATS, Bundle, http_response, negotiate
 from service.query import OutputOptions
-from service.responses.formats import STREAM_FORMATS, Bundle, http_response, negotiate
 from service.state import ServiceState
 
 __all__ = [
@@ -58,7 +58,7 @@ class Plan:
     the kind and the parameters (the properties below), never copied.
 
     Attributes:
-        kind: the registered kind (:mod:`posenc.kinds`).
+        kind: the registered kind (:mod:`posenc.core.kinds`).
         params: the fields resolved by the library (preset or config merged, tensors of a
             binary body included).
         compute: builds the bundle; called only on a cache miss.

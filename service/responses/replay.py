@@ -11,7 +11,7 @@ most of what posenc adds to the cost of sending the bytes.
 :class:`ReplayMiddleware` sits inside the bearer auth (a refused request never gets here) and
 inside the metrics, ``Vary`` and CORS middleware (a replayed response is counted and decorated
 like any other). It keeps only an index: a digest of the request → the body-cache key and the
-response headers. The body stays in the :class:`~service.admission.cache.ByteLRU` (one copy, one byte
+response headers. The body stays in the :class:`~service.cache.ByteLRU` (one copy, one byte
 budget); when the cache has evicted it, the request takes the normal path and the entry is
 dropped. Conditional requests (``If-None-Match``) always take the normal path (304 / 412).
 Replays are counted as ``posenc_cache_hits_total{cache="replay"}`` (and a body-cache hit);
@@ -32,7 +32,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from posenc.kinds import REGISTRY
+from posenc.core.kinds import REGISTRY
 
 REPLAY_SCOPE_KEY = "posenc.replay_body_key"
 HIT_TIMING = b'compute;dur=0.000, encode;dur=0.000, cache;desc="hit"'

@@ -1,7 +1,7 @@
 """Streamed responses: tables over ``POSENC_MAX_ELEMENTS`` sent as their rows are computed.
 
 A table endpoint's :class:`~service.responses.plans.Plan` may carry ``stream``: a function giving
-a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.blocks.TableBlocks` plus its
+a :class:`StreamBundle`, the bundle's tensors as :class:`posenc.core.blocks.TableBlocks` plus its
 ``meta``. When the plan is over ``max_elements`` (and within ``max_stream_elements``) and the
 negotiated format is ``raw``, ``npy`` or ``safetensors``, :func:`streamed_response` answers with a
 :class:`~starlette.responses.StreamingResponse`:
@@ -46,12 +46,10 @@ from fastapi import Request
 from fastapi.responses import Response
 from starlette.responses import StreamingResponse
 
-from posenc import codec
-from posenc.blocks import TableBlocks
+from posenc.core import codec
+from posenc.core.blocks import TableBlocks
 from service.admission.budget import REQUEST_OVERHEAD
-from service.observability import timing, tracing
-from service.responses.buffers import BODY_BUFFERS, SIZE_CLASS
-from service.responses.formats import (
+from service.formats import (
     FORMAT_MEDIA_TYPES,
     STREAM_FORMATS,
     Encoded,
@@ -59,6 +57,8 @@ from service.responses.formats import (
     meta_text,
     no_bfloat16_npy,
 )
+from service.observability import timing, tracing
+from service.responses.buffers import BODY_BUFFERS, SIZE_CLASS
 from service.responses.plans import Plan, Prepared, check_row
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.threads import computes_on_loop, one_intra_op_thread, one_thread_if
@@ -91,7 +91,7 @@ class StreamBundle:
     """A bundle whose tensors are computed in row blocks.
 
     Attributes:
-        tensors: name -> :class:`~posenc.blocks.TableBlocks`, in the endpoint's order (the
+        tensors: name -> :class:`~posenc.core.blocks.TableBlocks`, in the endpoint's order (the
             first is the primary tensor, the one raw and npy carry).
         meta: the bundle's JSON-able ``meta`` (safetensors' ``__metadata__["meta"]``).
     """

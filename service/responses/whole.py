@@ -16,8 +16,8 @@ import torch
 from fastapi import Request
 from fastapi.responses import Response
 
+from service.formats import encode_bundle, http_response
 from service.observability import timing, tracing
-from service.responses.formats import encode_bundle, http_response
 from service.responses.plans import Plan, Prepared
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.state import ServiceState

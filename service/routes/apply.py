@@ -1,5 +1,5 @@
 """``POST /v1/rope/apply``: queries and keys rotated as the model applies RoPE
-(:func:`posenc.rotate.rotate`).
+(:func:`posenc.rope_kinds.rotate.rotate`).
 
 The body is JSON (``q`` and ``k`` as nested lists of ``(T, H, D)`` beside the fields, read in
 ``dtype``), or a safetensors file with tensors ``q`` and ``k`` in their own dtype whose header's
@@ -24,16 +24,16 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from posenc import codec
-from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument
-from posenc.limits import check_elements
-from posenc.rope import ROPE
-from posenc.rope.apply import apply_for
-from posenc.rotate import APPLY_ONLY, ROPE_APPLY, apply_meta, kind_fields
+from posenc.core import codec
+from posenc.core.device import resolve_dtype
+from posenc.core.errors import InvalidArgument
+from posenc.core.limits import check_elements
+from posenc.engines.rotation import apply_for
+from posenc.rope_kinds.kind import ROPE
+from posenc.rope_kinds.rotate import APPLY_ONLY, ROPE_APPLY, apply_meta, kind_fields
 from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service.formats import Bundle
 from service.query import read_output
-from service.responses.formats import Bundle
 from service.responses.plans import Plan
 from service.responses.respond import respond
 from service.responses.threads import one_thread_if

@@ -14,9 +14,9 @@ import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse
 
-from posenc.errors import UnknownName
-from posenc.models import EmbeddingModel
-from posenc.presets import PRESETS, PresetKind, get_preset
+from posenc.core.errors import UnknownName
+from posenc.readers.models import EmbeddingModel
+from posenc.readers.presets import PRESETS, PresetKind, get_preset
 from service.middleware import admin_refusal
 from service.models_loading import public_errors, reload_models, without_paths
 from service.schemas import ModelInfo, ModelList, PresetInfo, PresetList, ReloadAnswer

@@ -1,4 +1,4 @@
-"""``POST /v1/configs/check``: is my RoPE table right? (:func:`posenc.check.check_table`).
+"""``POST /v1/configs/check``: is my RoPE table right? (:func:`posenc.explain.check.check_table`).
 
 The body is JSON (``cos`` and ``sin`` as lists of rows beside the fields), or a safetensors file
 with tensors ``cos`` and ``sin`` whose header's ``__metadata__`` holds the JSON fields under
@@ -16,8 +16,10 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from posenc import codec
-from posenc.check import (
+from posenc.core import codec
+from posenc.core.errors import InvalidArgument
+from posenc.core.limits import check_elements
+from posenc.explain.check import (
     MISTAKE_NAMES,
     MISTAKES,
     ROTATION_MISTAKE_NAMES,
@@ -25,8 +27,6 @@ from posenc.check import (
     check_rotation,
     check_table,
 )
-from posenc.errors import InvalidArgument
-from posenc.limits import check_elements
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.state import State
 from service.statuses import Does, declared_responses

@@ -9,18 +9,18 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.config import JsonDict
 
-from posenc.difference_plot import HEIGHT, WIDTH, difference_png
-from posenc.engine_pairs import (
+from posenc.attention.mask_engines import compare_mask_engines
+from posenc.core.difference_plot import HEIGHT, WIDTH, difference_png
+from posenc.core.errors import InvalidArgument
+from posenc.engines import engine_names
+from posenc.explain.describe import describe
+from posenc.explain.engine_pairs import (
     DEFAULT_ENGINES,
     compare_pairs,
     pair_curves,
 )
-from posenc.engines import engine_names
-from posenc.errors import InvalidArgument
-from posenc.hf.describe import describe
-from posenc.mask_engines import compare_mask_engines
-from posenc.vllm_compare import compare_engines
-from service.responses.formats import FORMAT_MEDIA_TYPES, negotiate
+from posenc.explain.vllm_compare import compare_engines
+from service.formats import FORMAT_MEDIA_TYPES, negotiate
 from service.state import State
 from service.statuses import Does, declared_responses, with_ok
 
@@ -90,7 +90,7 @@ class RopeLayerInfo(BaseModel):
 
 
 class ConfigPositions(BaseModel):
-    """What the config means for positions (see ``posenc.hf_config.ModelPositions``)."""
+    """What the config means for positions (see ``posenc.readers.hf.results.ModelPositions``)."""
 
     model_type: str
     kind: str = Field(
@@ -378,7 +378,7 @@ def config_compare(
 
 
 def _compare_png(body: CompareRequest, state: State) -> Response:
-    """Each pair's |difference| against position, drawn (posenc.difference_plot)."""
+    """Each pair's |difference| against position, drawn (posenc.core.difference_plot)."""
     answer, positions, deltas = pair_curves(
         body.config,
         body.engines if body.engines is not None else list(DEFAULT_ENGINES),

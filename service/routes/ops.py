@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 import posenc
-from service.responses.formats import FORMAT_MEDIA_TYPES
+from service.formats import FORMAT_MEDIA_TYPES
 from service.schemas import Info, Status
 from service.state import State
 from service.statuses import Does, declared_responses

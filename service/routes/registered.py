@@ -1,4 +1,4 @@
-"""Routes derived from the library's registry of kinds (:mod:`posenc.kinds`).
+"""Routes derived from the library's registry of kinds (:mod:`posenc.core.kinds`).
 
 For every registered kind this module makes the request model (pydantic, from the kind's field
 specs, with the bounds as JSON Schema keywords and the kind's example), a plan that resolves the
@@ -26,14 +26,14 @@ from pydantic import (
 )
 from pydantic.config import JsonDict
 
-from posenc import kinds as registry
 from posenc import resolve
-from posenc.device import resolve_dtype
-from posenc.errors import InvalidArgument, MissingField
-from posenc.tokenizer import NoTokenizer, element_limit
+from posenc.core import kinds as registry
+from posenc.core.device import resolve_dtype
+from posenc.core.errors import InvalidArgument, MissingField
+from posenc.tokens.tokenizer import NoTokenizer, element_limit
+from service.formats import Bundle
 from service.query import QueryShape, Source, missing
 from service.responses.buffers import BODY_BUFFERS
-from service.responses.formats import Bundle
 from service.responses.plans import Plan
 from service.responses.streaming import StreamBundle
 from service.routes.tables import add_compute_routes
@@ -307,7 +307,7 @@ def _plan_for(kind: registry.Kind) -> Any:
 
 
 def registered_kind_routers() -> list[APIRouter]:
-    """One router per kind of :data:`posenc.kinds.REGISTRY`: POST, and GET where the kind asks."""
+    """One router per kind of :data:`posenc.core.kinds.REGISTRY`: POST, and GET where the kind asks."""
     routers = []
     tags = {tag: i for i, tag in enumerate(TAG_ORDER)}
     in_order = sorted(registry.REGISTRY.values(), key=lambda k: (tags.get(k.tag, 99), k.path))

@@ -15,6 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel
 
+from service.formats import FORMAT_MEDIA_TYPES
 from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
     SCALARS_ONLY,
@@ -24,7 +25,6 @@ from service.query import (
     query_openapi,
     read_output,
 )
-from service.responses.formats import FORMAT_MEDIA_TYPES
 from service.responses.plans import Plan
 from service.responses.respond import respond
 from service.schemas import TensorBundleJSON

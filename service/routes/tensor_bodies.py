@@ -6,7 +6,7 @@ a safetensors file, as ``POST /v1/configs/check`` takes its tables.
 | ``application/json`` | the request model as JSON; tensors as nested lists, read in ``dtype`` | in the body |
 | ``application/vnd.safetensors`` | the tensor fields as tensors, in their own dtype | JSON text in the header's ``__metadata__`` under ``request`` |
 
-A safetensors body is checked from its header before any data is read (``posenc.codec``); its
+A safetensors body is checked from its header before any data is read (``posenc.core.codec``); its
 tensors stand in the cache key by the body's digest. A malformed body is a 400, another media
 type a 415.
 """
@@ -26,7 +26,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from posenc import codec
+from posenc.core import codec
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import read_output
 from service.responses.respond import respond

@@ -1,7 +1,7 @@
 """``POST /v1/tokenize`` and ``POST /v1/detokenize``: a model's tokenizer over HTTP.
 
 Both answer exactly what Hugging Face ``tokenizers`` gives for the model's ``tokenizer.json``
-(:mod:`posenc.tokenizer`): ``encode_batch`` (ids, tokens, character offsets; no padding, no
+(:mod:`posenc.tokens.tokenizer`): ``encode_batch`` (ids, tokens, character offsets; no padding, no
 truncation) and ``decode_batch``. The handlers are plain ``def`` (FastAPI runs them in its
 thread pool) and the Rust side works on the whole batch with the GIL released.
 
@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
-from posenc.tokenizer import NoTokenizer, TextTokenizer, text_groups
+from posenc.tokens.tokenizer import NoTokenizer, TextTokenizer, text_groups
 from service.responses.plans import check_output
 from service.state import ServiceState, read_state
 from service.statuses import Does, declared_responses
@@ -109,7 +109,7 @@ def tokenize(body: TokenizeRequest, request: Request) -> Response:
     tokenizer = text_tokenizer(state, body.model)
     texts = [body.text] if isinstance(body.text, str) else body.text
     limit = state.settings.max_elements
-    # Group by group (posenc.tokenizer.text_groups): each group's encodings become JSON text at
+    # Group by group (posenc.tokens.tokenizer.text_groups): each group's encodings become JSON text at
     # once and are dropped, so the answer's Python objects never exist for the whole batch.
     parts: dict[str, list[bytes]] = {"input_ids": [], "tokens": [], "offsets": []}
     tokens = 0

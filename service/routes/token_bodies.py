@@ -30,10 +30,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
-from posenc import codec
-from posenc.errors import InvalidArgument
+from posenc.core import codec
+from posenc.core.errors import InvalidArgument
 from service.body_limit import binary_body_bytes
 from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service.formats import NotAcceptable, negotiate
 from service.query import (
     OutputOptions,
     Source,
@@ -42,7 +43,6 @@ from service.query import (
     revalidate,
     validation_error,
 )
-from service.responses.formats import NotAcceptable, negotiate
 from service.responses.plans import Plan, check_output
 from service.responses.respond import respond
 from service.responses.streaming import STREAM_FORMATS

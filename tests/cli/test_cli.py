@@ -20,10 +20,10 @@ from safetensors.torch import load_file
 
 import posenc
 from posenc import cli
-from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.relative import relative_bias, relative_bias_table, relative_buckets
+from posenc.absolute.sinusoidal import sinusoidal_table
+from posenc.relative_schemes.alibi import alibi_bias, alibi_slopes
+from posenc.relative_schemes.relative import relative_bias, relative_bias_table, relative_buckets
 from posenc.rope import RopeScaling, rope_cos_sin
-from posenc.sinusoidal import sinusoidal_table
 from tests.helpers import clean_env, free_port
 from tests.references import sinusoidal
 

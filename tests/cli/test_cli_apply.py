@@ -1,4 +1,4 @@
-"""``posenc apply``: the rotation written to a file equals :func:`posenc.rotate.rotate`'s, and
+"""``posenc apply``: the rotation written to a file equals :func:`posenc.rope_kinds.rotate.rotate`'s, and
 bad arguments are exit status 2 with the library's message."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc import codec
 from posenc.cli import main
-from posenc.rotate import rotate
+from posenc.core import codec
+from posenc.rope_kinds.rotate import rotate
 
 
 def test_apply_seeded_then_from_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -16,9 +16,10 @@ import pytest
 import torch
 from PIL import Image
 
-from posenc import cli, codec
-from posenc.engine_pairs import compare_pairs
-from posenc.model_configs import model_config
+from posenc import cli
+from posenc.core import codec
+from posenc.explain.engine_pairs import compare_pairs
+from posenc.facts.model_configs import model_config
 from posenc.testing import reference_rotation
 from tests.references import rope_cos_sin, rope_inv_freq
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from posenc import cli
-from posenc.masks import attention_bias, attention_mask, mask_rule
+from posenc.attention.masks import attention_bias, attention_mask, mask_rule
 
 
 def test_table_masks_bias_and_mask(tmp_path: Path) -> None:

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import torch
 
-from posenc import cli, codec
+from posenc import cli
+from posenc.core import codec
 from posenc.resolve import compute, resolve_fields
-from posenc.rope.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT
 
 
 def test_shift_writes_the_moved_keys(tmp_path: Path) -> None:

@@ -10,9 +10,9 @@ from typing import get_type_hints
 
 import pytest
 
-from posenc import kinds
 from posenc.client import AsyncPosencClient, PosencClient
 from posenc.client.methods import KindMethods, TableKind
+from posenc.core import kinds
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """The client's ``rope_apply``: arrays go as a safetensors body in their own dtype, seeded
-requests as JSON; both give the library's rotation (:func:`posenc.rotate.rotate`)."""
+requests as JSON; both give the library's rotation (:func:`posenc.rope_kinds.rotate.rotate`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from posenc.client import PosencClient
-from posenc.rotate import rotate, seeded_vectors
+from posenc.rope_kinds.rotate import rotate, seeded_vectors
 
 
 def test_rope_apply_arrays_and_seeded(live_server: str) -> None:

@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.testing import assert_close
 
-from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
+from posenc.relative_schemes.alibi import alibi_bias, alibi_slopes
 
 HEAD_COUNTS = [*range(1, 70), 71, 80, 96, 100, 112, 127, 128, 200, 256]
 

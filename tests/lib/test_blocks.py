@@ -1,4 +1,4 @@
-"""posenc.blocks: every table computed in row blocks is bit for bit the whole table.
+"""posenc.core.blocks: every table computed in row blocks is bit for bit the whole table.
 
 Each case concatenates the blocks of several block sizes (one row, odd sizes, one block) and
 compares the bytes with the library's whole-table function (sinusoidal_table, rope_cos_sin,
@@ -16,11 +16,12 @@ import pytest
 import torch
 
 from posenc import alibi_bias, learned_table, sinusoidal_table
-from posenc.alibi import alibi_bias_blocks
-from posenc.blocks import row_ranges, tensor_blocks
-from posenc.errors import InvalidArgument
-from posenc.learned import learned_blocks
-from posenc.relative import (
+from posenc.absolute.learned import learned_blocks
+from posenc.absolute.sinusoidal import sinusoidal_blocks
+from posenc.core.blocks import row_ranges, tensor_blocks
+from posenc.core.errors import InvalidArgument
+from posenc.relative_schemes.alibi import alibi_bias_blocks
+from posenc.relative_schemes.relative import (
     deberta_positions_blocks,
     deberta_relative_positions,
     num_relative_buckets,
@@ -34,7 +35,6 @@ from posenc.relative import (
     swin_relative_position_index,
 )
 from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
-from posenc.sinusoidal import sinusoidal_blocks
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 BLOCK_BYTES = [1, 100, 4096, 77_777, 1 << 24]

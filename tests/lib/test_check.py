@@ -1,4 +1,4 @@
-"""``check_table`` (:mod:`posenc.check`): each catalogued mistake, built here, is named.
+"""``check_table`` (:mod:`posenc.explain.check`): each catalogued mistake, built here, is named.
 
 Every mistake's table is made in this test the way a person would make it (the rope kind with
 one field wrong, float32 arithmetic written out, a layout swapped), in float32 as a model
@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.check import MISTAKE_NAMES, check_table
-from posenc.errors import InvalidArgument
-from posenc.model_configs import model_config
-from posenc.presets import PRESETS
+from posenc.core.errors import InvalidArgument
+from posenc.explain.check import MISTAKE_NAMES, check_table
+from posenc.facts.model_configs import model_config
+from posenc.readers.presets import PRESETS
 from posenc.resolve import compute, resolve_fields
-from posenc.rope import ROPE
+from posenc.rope_kinds.kind import ROPE
 
 POSITIONS = [0, 1, 2, 3, 17, 100, 1000, 4095, 4096, 5000, 65_536, 100_000]
 

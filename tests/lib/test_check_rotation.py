@@ -1,7 +1,7 @@
-"""``posenc.check.check_rotation``: a caller's rotated q and k against every engine, and each
+"""``posenc.explain.check.check_rotation``: a caller's rotated q and k against every engine, and each
 planted mistake diagnosed by name.
 
-Each mistake is planted with :func:`posenc.rotate.rotate` itself on changed settings (another
+Each mistake is planted with :func:`posenc.rope_kinds.rotate.rotate` itself on changed settings (another
 layout, another rotary_dim, shifted positions, another base) or on its own output (twice), or by
 hand (the last channels rotated, the scaling applied again), so what the caller did is known.
 """
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.check import ROTATION_MISTAKE_NAMES, check_rotation
-from posenc.model_configs import model_config
-from posenc.rotate import rotate
+from posenc.explain.check import ROTATION_MISTAKE_NAMES, check_rotation
+from posenc.facts.model_configs import model_config
+from posenc.rope_kinds.rotate import rotate
 
 POSITIONS = [0, 1, 9, 300, 5000]
 

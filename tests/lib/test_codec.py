@@ -1,4 +1,4 @@
-"""posenc.codec against the formats' own libraries: numpy's ``lib.format`` and ``safetensors``."""
+"""posenc.core.codec against the formats' own libraries: numpy's ``lib.format`` and ``safetensors``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import safetensors.numpy
 import safetensors.torch
 import torch
 
-from posenc import codec
+from posenc.core import codec
 
 DTYPES = [torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int8,
           torch.uint8, torch.bool]  # fmt: skip

@@ -1,6 +1,6 @@
 """Parity of posenc's config reading with transformers 5's own model code.
 
-For every family in :mod:`posenc.model_configs` (configs quoted from the published
+For every family in :mod:`posenc.facts.model_configs` (configs quoted from the published
 ``config.json`` files named there), transformers builds its configuration class and the model's
 own rotary embedding module from the same dict, with no weights, and we compare:
 
@@ -19,8 +19,9 @@ import math
 import pytest
 import torch
 
-from posenc.hf_config import read_positions, rope_request_fields
-from posenc.model_configs import MODEL_CONFIGS, model_config
+from posenc.facts.model_configs import MODEL_CONFIGS, model_config
+from posenc.readers.hf.positions import read_positions
+from posenc.readers.hf.results import rope_request_fields
 from posenc.rope import RopeScaling, rope_cos_sin
 
 transformers = pytest.importorskip("transformers")
@@ -636,7 +637,7 @@ def test_layout_table_equals_each_models_apply_function() -> None:
     makes of identity vectors) is the one posenc reads from its default config."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from posenc.hf_config import INTERLEAVED_MODEL_TYPES
+    from posenc.facts.families import INTERLEAVED_MODEL_TYPES
     from tests.lib.transformers_probe import NotProbed, model_rotation
 
     names = sorted(t for t in INTERLEAVED_MODEL_TYPES if t in CONFIG_MAPPING_NAMES)
@@ -684,7 +685,7 @@ def test_learned_table_size_and_width_equal_the_models() -> None:
     from transformers import AutoModel
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from posenc.hf.families import types_where
+    from posenc.facts.families import types_where
 
     learned = types_where(lambda f: f.scheme == "learned")
     checked, wrong = 0, []

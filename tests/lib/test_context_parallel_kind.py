@@ -12,8 +12,8 @@ import torch
 
 from posenc import resolve
 from posenc.context_parallel import CONTEXT_PARALLEL
-from posenc.errors import InvalidArgument
-from posenc.rope import ROPE
+from posenc.core.errors import InvalidArgument
+from posenc.rope_kinds.kind import ROPE
 from tests.references import MROPE_CONFIGS
 
 LIMIT = 2**26

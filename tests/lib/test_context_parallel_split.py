@@ -27,7 +27,7 @@ from posenc.context_parallel import (
     ptrr_groups,
     split_sequence,
 )
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 
 CP_SIZES = (2, 4, 8)
 

@@ -1,4 +1,4 @@
-"""``posenc.hf.describe.describe``: which reading a file gets, for each engine (the whole of
+"""``posenc.explain.describe.describe``: which reading a file gets, for each engine (the whole of
 ``POST /v1/configs/positions``; tests/service/test_service_config.py and its neighbours check
 the answers through HTTP).
 
@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from posenc.core.errors import InvalidArgument
 from posenc.engines import engine_names
-from posenc.errors import InvalidArgument
-from posenc.hf.describe import describe
-from posenc.model_configs import model_config
+from posenc.explain.describe import describe
+from posenc.facts.model_configs import model_config
 
 FLUX = {"_class_name": "FluxTransformer2DModel", "axes_dims_rope": [16, 56, 56]}
 

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.core.errors import InvalidArgument, TooLarge
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D, describe, diffusion_rope_grid, sincos_grid
 from posenc.diffusion.cogvideox import resize_crop_region
 from posenc.diffusion.wan import wan_axes
-from posenc.errors import InvalidArgument, TooLarge
 from posenc.resolve import compute, context, resolve_fields
 
 

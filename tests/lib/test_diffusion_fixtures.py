@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.core.kinds import Kind
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D, diffusion_rope_grid
-from posenc.kinds import Kind
 from posenc.resolve import context, resolve_fields
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "diffusers" / "tables.json"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from posenc.engines import ENGINES, engine_names
-from posenc.gguf import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
-from posenc.hf.describe import describe
-from posenc.model_configs import model_config
+from posenc.explain.describe import describe
+from posenc.facts.model_configs import model_config
+from posenc.readers.gguf.metadata import gguf_summary, llamacpp_rope_from_gguf, read_gguf_head
 
 GGUF_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "gguf"
 YARN = {

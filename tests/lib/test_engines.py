@@ -20,10 +20,10 @@ import pytest
 import torch
 
 from posenc import resolve
-from posenc.errors import InvalidArgument
-from posenc.rope import ROPE
+from posenc.core.errors import InvalidArgument
+from posenc.explain.vllm_compare import compare_engines, positions_for_engine
 from posenc.rope.vllm import dual_chunk_positions, llama4_query_scale, ntk_inv_freq, vllm_rope
-from posenc.vllm_compare import compare_engines, positions_for_engine
+from posenc.rope_kinds.kind import ROPE
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"
 RECORDED = json.loads(FIXTURE.read_text())
@@ -175,7 +175,7 @@ def test_engine_vllm_mrope_equals_vllms_forward(name: str) -> None:
 def test_mrope_rows_are_the_positions_factor_times_max_position() -> None:
     """vLLM's ``MRotaryEmbedding`` serves ``max_position · 4`` rows (Qwen2-VL: 131,072, as
     recorded), but Qwen3-VL's code passes ``positions_factor`` 1: its rows are the config's."""
-    from posenc.model_configs import model_config
+    from posenc.facts.model_configs import model_config
 
     case = MROPE_CASES["qwen2-vl-7b mrope"]
     last = case["rows"] - 1

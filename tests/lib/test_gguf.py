@@ -1,4 +1,4 @@
-"""GGUF metadata (:mod:`posenc.gguf`) on files written by ``gguf``'s own ``GGUFWriter``.
+"""GGUF metadata (:mod:`posenc.readers.gguf.metadata`) on files written by ``gguf``'s own ``GGUFWriter``.
 
 tests/fixtures/llamacpp/gguf holds small GGUF files that scripts/record_llamacpp_tables.py
 writes with ``gguf.GGUFWriter``, with the rope keys and factor tensors llama.cpp's converter
@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from posenc.errors import InvalidArgument
-from posenc.gguf import llamacpp_rope_from_gguf, read_gguf_head
-from posenc.hf_config import read_positions
-from posenc.model_configs import model_config
-from posenc.presets import PRESETS
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
+from posenc.readers.gguf.metadata import llamacpp_rope_from_gguf, read_gguf_head
+from posenc.readers.hf.positions import read_positions
+from posenc.readers.presets import PRESETS
 from posenc.rope.llamacpp import llamacpp_rope_for
 from posenc.rope.precision import model_type_of
 

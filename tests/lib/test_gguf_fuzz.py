@@ -21,8 +21,8 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from posenc.errors import InvalidArgument
-from posenc.gguf import GgufBudget, GgufLimit, read_gguf_head
+from posenc.core.errors import InvalidArgument
+from posenc.readers.gguf.metadata import GgufBudget, GgufLimit, read_gguf_head
 
 # value type -> struct format, as the GGUF specification lists them
 SCALARS = {

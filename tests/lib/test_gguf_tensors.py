@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.errors import InvalidArgument
-from posenc.gguf_tensors import GGML_TYPES, dequantize, read_gguf_table
-from posenc.models import load_safetensors_model
+from posenc.core.errors import InvalidArgument
+from posenc.readers.gguf.tensors import GGML_TYPES, dequantize, read_gguf_table
+from posenc.readers.models import load_safetensors_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "gguf"
 TYPES = [name for name, _, _ in GGML_TYPES.values()]

@@ -1,4 +1,4 @@
-"""A GGUF's own vocabulary tokenizes as llama.cpp does (:mod:`posenc.gguf_tokenizer`).
+"""A GGUF's own vocabulary tokenizes as llama.cpp does (:mod:`posenc.readers.gguf.tokenizer`).
 
 Reference: ``llama_tokenize(vocab, text, add_special=True, parse_special=False)`` of
 llama-cpp-python (libllama's ``src/llama-vocab.cpp``), recorded by
@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from posenc.gguf_tensors import read_gguf_file_head
-from posenc.gguf_tokenizer import UnsupportedGgufTokenizer, gguf_tokenizer
+from posenc.readers.gguf.tensors import read_gguf_file_head
+from posenc.readers.gguf.tokenizer import UnsupportedGgufTokenizer, gguf_tokenizer
 
 pytest.importorskip("tokenizers")
 

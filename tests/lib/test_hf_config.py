@@ -1,4 +1,4 @@
-"""posenc.hf_config: reading config.json as transformers 5 reads it, without transformers.
+"""posenc.readers.hf: reading config.json as transformers 5 reads it, without transformers.
 
 Hand-worked cases for each rule of the module docstring (legacy spellings, per-layer types,
 partial rotary, layouts, softmax scales, the other kinds), refusals that name the key, and a
@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions, rope_request_fields
-from posenc.model_configs import MODEL_CONFIGS, model_config
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import MODEL_CONFIGS, model_config
+from posenc.readers.hf.positions import read_positions
+from posenc.readers.hf.results import rope_request_fields
 
 LLAMA = {
     "model_type": "llama",
@@ -32,8 +33,8 @@ LLAMA = {
 def test_library_reads_configs_without_transformers() -> None:
     code = (
         "import sys; sys.modules['transformers'] = None\n"
-        "from posenc.hf_config import read_positions\n"
-        "from posenc.presets import PRESETS\n"
+        "from posenc.readers.hf.positions import read_positions\n"
+        "from posenc.readers.presets import PRESETS\n"
         "assert read_positions({'model_type': 'llama', 'hidden_size': 64, "
         "'num_attention_heads': 4}).head_dim == 16\n"
         "assert 'fastapi' not in sys.modules and 'pydantic' not in sys.modules\n"

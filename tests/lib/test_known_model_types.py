@@ -1,18 +1,18 @@
 """Which model types posenc reads without an unknown-``model_type`` warning: its own records,
 and every type the locked transformers defines a config for (the list beside
-``posenc/hf/families.py``, which must be that release's ``CONFIG_MAPPING_NAMES``)."""
+``posenc/facts/families.py``, which must be that release's ``CONFIG_MAPPING_NAMES``)."""
 
 from __future__ import annotations
 
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-from posenc.hf.families import (
+from posenc.facts.families import (
     FAMILIES,
     TRANSFORMERS_MODEL_TYPES,
     is_known_model_type,
     unknown_model_type_warning,
 )
-from posenc.hf_config import read_positions
+from posenc.readers.hf.positions import read_positions
 
 
 def test_the_list_is_the_installed_transformers_config_mapping() -> None:

@@ -9,20 +9,20 @@ from typing import Any
 import pytest
 import torch
 
-import posenc.limits
-from posenc.alibi import alibi_bias, alibi_slopes
+import posenc.core.limits
+from posenc.absolute.learned import learned_table, seeded_normal
+from posenc.absolute.sinusoidal import sinusoidal_frequencies, sinusoidal_table
+from posenc.core.errors import TooLarge
 from posenc.embedding import embed_tokens
-from posenc.errors import TooLarge
-from posenc.learned import learned_table, seeded_normal
-from posenc.position_ids import build_batch, pad_rows
-from posenc.relative import (
+from posenc.relative_schemes.alibi import alibi_bias, alibi_slopes
+from posenc.relative_schemes.relative import (
     relative_bias,
     relative_bias_table,
     relative_buckets,
     relative_positions,
 )
 from posenc.rope import rope_cos_sin, rope_inv_freq
-from posenc.sinusoidal import sinusoidal_frequencies, sinusoidal_table
+from posenc.tokens.position_ids import build_batch, pad_rows
 
 HUGE = 1_121_509_132  # the head_dim that once allocated 4.5 GB before its 413
 
@@ -56,7 +56,7 @@ def test_absurd_sizes_raise_before_allocating(call, requested) -> None:  # type:
         call()
     grown = _peak_rss_bytes() - before
     assert grown < 64 * 2**20, f"peak RSS grew by {grown} bytes before the refusal"
-    assert info.value.limit == posenc.limits.MAX_ELEMENTS == 2**31
+    assert info.value.limit == posenc.core.limits.MAX_ELEMENTS == 2**31
     if requested is not None:
         assert info.value.requested == requested
     assert str(info.value.limit) in str(info.value) and str(info.value.requested) in str(info.value)
@@ -85,7 +85,7 @@ def test_max_elements_keyword_overrides_the_default_both_ways() -> None:
 
 
 def test_module_default_can_be_lowered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(posenc.limits, "MAX_ELEMENTS", 10)
+    monkeypatch.setattr(posenc.core.limits, "MAX_ELEMENTS", 10)
     with pytest.raises(TooLarge) as info:
         relative_buckets(3, 4)
     assert (info.value.limit, info.value.requested) == (10, 12)
@@ -130,7 +130,7 @@ def test_embed_tokens_into_a_preallocated_output() -> None:
         got[0, 2], table[ids[0, 2]] * 8**0.5 + pos_table[2], rtol=1e-6, atol=1e-6
     )
     assert not got[1, 3:].any()
-    from posenc.errors import InvalidArgument
+    from posenc.core.errors import InvalidArgument
 
     with pytest.raises(InvalidArgument, match=r"out must be a \(3, 5, 8\) tensor"):
         embed_tokens(ids, out=torch.empty(3, 5, 7), **kwargs)

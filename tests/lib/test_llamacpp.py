@@ -21,12 +21,11 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions
-from posenc.model_configs import model_config
-from posenc.presets import PRESETS
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
+from posenc.readers.hf.positions import read_positions
+from posenc.readers.presets import PRESETS
 from posenc.resolve import compute, resolve_fields
-from posenc.rope import ROPE
 from posenc.rope.llamacpp import (
     LlamaCppRope,
     ggml_rope_tables,
@@ -35,6 +34,7 @@ from posenc.rope.llamacpp import (
     llamacpp_rope_tables,
 )
 from posenc.rope.precision import model_type_of
+from posenc.rope_kinds.kind import ROPE
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "llamacpp" / "tables.json").read_text())

@@ -26,7 +26,7 @@ from posenc.rope.llamacpp_rotate import (
     llamacpp_kshift,
     rope_from_dict,
 )
-from posenc.rope.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT
 from tests.lib.llamacpp_vectors import CASES, pair_ulps
 from tests.lib.llamacpp_vectors import fixture_array as _array
 

@@ -1,6 +1,6 @@
 """Each layer's window in transformers and in vLLM (issue 32), on hand-worked configs.
 
-The expected windows are written out by hand from the rules in posenc/mask_engines.py's
+The expected windows are written out by hand from the rules in posenc/attention/mask_engines.py's
 docstring (read in vLLM's model code) and from transformers' layer types.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.mask_engines import compare_mask_engines, vllm_layer_masks
+from posenc.attention.mask_engines import compare_mask_engines, vllm_layer_masks
 
 CAUSAL = {"mask": "causal", "window": None, "chunk_size": None}
 
@@ -112,7 +112,7 @@ def test_llama4_chunked_8192_agree() -> None:
 
 
 def test_two_windows_differ_by_their_difference() -> None:
-    from posenc.mask_engines import _difference
+    from posenc.attention.mask_engines import _difference
 
     d = _difference(3, _sliding(4096), _sliding(4095))
     assert (d["keys_differ_by"], d["first_position"]) == (1, 4095)

@@ -1,4 +1,4 @@
-"""Attention masks (posenc.masks) against transformers' own ``masking_utils`` and by hand.
+"""Attention masks (posenc.attention.masks) against transformers' own ``masking_utils`` and by hand.
 
 Every comparison with transformers calls its functions (``create_causal_mask``,
 ``create_sliding_window_causal_mask``, ``create_chunked_causal_mask``,
@@ -18,10 +18,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc import kinds, resolve
-from posenc.attention_layers import attention_layers
-from posenc.errors import InvalidArgument
-from posenc.masks import (
+from posenc import resolve
+from posenc.attention.layers import attention_layers
+from posenc.attention.masks import (
     attention_bias,
     attention_mask,
     kernel_spellings,
@@ -30,7 +29,9 @@ from posenc.masks import (
     mask_rule,
     packed_documents,
 )
-from posenc.model_configs import model_config
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
 from tests.references import GRANITE_4H, QWEN3_NEXT
 
 transformers = pytest.importorskip("transformers")

@@ -19,13 +19,14 @@ from unittest import mock
 import pytest
 import torch
 
-from posenc import kinds, resolve
-from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.errors import InvalidArgument
-from posenc.masks import combined_blocks, mask_inputs, mask_rule
-from posenc.model_configs import model_config
-from posenc.position_bias import position_bias
-from posenc.relative import relative_bias_table
+from posenc import resolve
+from posenc.attention.masks import combined_blocks, mask_inputs, mask_rule
+from posenc.attention.position_bias import position_bias
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
+from posenc.relative_schemes.alibi import alibi_bias, alibi_slopes
+from posenc.relative_schemes.relative import relative_bias_table
 
 transformers = pytest.importorskip("transformers")
 
@@ -239,7 +240,7 @@ def test_bad_requests_name_the_field(fields: dict[str, Any], field: str) -> None
 
 
 def test_a_huge_table_is_refused_before_it_is_made() -> None:
-    from posenc.errors import TooLarge
+    from posenc.core.errors import TooLarge
 
     fields = {"seq_len": 2, "as": "combined", "position_bias": "relative", "num_heads": 4,
               "num_buckets": 2**30}  # fmt: skip

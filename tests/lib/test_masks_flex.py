@@ -1,6 +1,6 @@
 """meta's FlexAttention ``mask_mod`` against transformers' own ``masking_utils`` functions.
 
-The expression :func:`posenc.masks.flex_mask_mod` gives is evaluated with ``masking_utils``'
+The expression :func:`posenc.attention.masks.flex_mask_mod` gives is evaluated with ``masking_utils``'
 functions (``causal_mask_function``, ``sliding_window_causal_mask_function``,
 ``chunked_causal_mask_function``, ``blockwise_overlay``, ``padding_mask_function``,
 ``packed_sequence_mask_function``, ``remap_positions_for_packed_sequence``, ``and_masks``,
@@ -20,7 +20,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc.masks import attention_mask, flex_mask_mod, mask_blocks, mask_inputs, mask_rule
+from posenc.attention.masks import (
+    attention_mask,
+    flex_mask_mod,
+    mask_blocks,
+    mask_inputs,
+    mask_rule,
+)
 
 masking_utils = pytest.importorskip("transformers.masking_utils")
 modeling_gemma3 = pytest.importorskip("transformers.models.gemma3.modeling_gemma3")

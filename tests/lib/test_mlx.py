@@ -20,10 +20,9 @@ import numpy as np
 import pytest
 import torch
 
+from posenc.core.errors import InvalidArgument
 from posenc.engines import ENGINES
-from posenc.errors import InvalidArgument
 from posenc.resolve import compute, resolve_fields
-from posenc.rope import ROPE
 from posenc.rope.mlx import (
     MlxRope,
     mlx_exact_tables,
@@ -33,6 +32,7 @@ from posenc.rope.mlx import (
     mlx_rope_for,
     mlx_rope_tables,
 )
+from posenc.rope_kinds.kind import ROPE
 
 FIXTURE = json.loads(
     (Path(__file__).resolve().parents[1] / "fixtures" / "mlx" / "tables.json").read_text()
@@ -140,7 +140,7 @@ def test_published_presets_through_the_rope_kind(preset: str, name: str, rope_ty
 
 def test_qwen25_yarn_and_dynamic_through_the_rope_kind() -> None:
     """A config with Qwen2.5's YaRN block, and dynamic NTK over a whole sequence of 131,073."""
-    from posenc.model_configs import model_config
+    from posenc.facts.model_configs import model_config
 
     config = model_config("qwen2.5-7b")
     config["rope_scaling"] = {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from posenc.model_configs import _UNVERIFIED, MODEL_CONFIGS, NOTES, VERIFIED_FROM
-from posenc.presets import PRESETS
+from posenc.facts.model_configs import _UNVERIFIED, MODEL_CONFIGS, NOTES, VERIFIED_FROM
+from posenc.readers.presets import PRESETS
 
 
 def test_every_entry_is_either_verified_or_marked_unverified() -> None:
@@ -38,7 +38,7 @@ def test_gemma3_4b_quotes_the_sparse_text_config_and_reads_gemma3_defaults() -> 
     # defaults (8 heads, 4 KV heads, head_dim 256) apply, in transformers and in posenc alike.
     from transformers import Gemma3TextConfig
 
-    from posenc.hf_config import read_positions
+    from posenc.readers.hf.positions import read_positions
 
     text = MODEL_CONFIGS["gemma-3-4b"][1]["text_config"]
     assert not {"num_attention_heads", "num_key_value_heads", "head_dim"} & set(text)

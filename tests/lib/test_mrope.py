@@ -19,7 +19,7 @@ import pytest
 import torch
 from transformers import Qwen2_5_VLConfig
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.rope.mrope_ids import mrope_position_ids, mrope_settings
 from tests.helpers import json_tensor
 from tests.references import (

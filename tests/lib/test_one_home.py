@@ -1,4 +1,4 @@
-"""Each fact has one home: a model type's facts live in its record in posenc/hf/families.py.
+"""Each fact has one home: a model type's facts live in its record in posenc/facts/families.py.
 
 The source of ``posenc/`` and ``service/`` is read with :mod:`ast`. Outside ``families.py`` no
 code may name a model type in a comparison (``base == "gemma2"``, ``mt in {"t5", "mt5"}``), in a
@@ -14,36 +14,36 @@ from pathlib import Path
 
 import pytest
 
-from posenc.gguf import ARCH_MODES
-from posenc.hf.families import FAMILIES, Family, family, field_names, is_known, types_where
+from posenc.facts.families import FAMILIES, Family, family, field_names, is_known, types_where
+from posenc.readers.gguf.metadata import ARCH_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
-HOME = ROOT / "posenc" / "hf" / "families.py"
+HOME = ROOT / "posenc" / "facts" / "families.py"
 #: Strings that spell a model type's name but name another thing, by file: what they are.
 ARCH_NAMES = tuple(ARCH_MODES)
 
 NOT_A_MODEL_TYPE = {
-    ("posenc/relative.py", "swin"): "the relative endpoint's bucketing value",
+    ("posenc/relative_schemes/relative.py", "swin"): "the relative endpoint's bucketing value",
     ("posenc/client/methods.py", "swin"): "the relative endpoint's bucketing value",
-    ("posenc/hf/schemes.py", "swin"): "the relative endpoint's bucketing value",
+    ("posenc/readers/hf/schemes.py", "swin"): "the relative endpoint's bucketing value",
     ("posenc/rope/mrope_ids.py", "qwen2_vl"): "an M-RoPE ids rule (MRopeRule)",
     ("posenc/rope/mrope_ids.py", "qwen2_5_vl"): "an M-RoPE ids rule (MRopeRule)",
     ("posenc/rope/mrope_ids.py", "qwen3_vl"): "an M-RoPE ids rule (MRopeRule)",
-    ("posenc/model_configs.py", "gpt2"): "a preset's name",
-    ("posenc/vision_rope.py", "llama4"): "a vision tower rule's family (VisionRule.family)",
-    ("posenc/attention_layers.py", "mamba"): "transformers' legacy layer-type name",
-    ("posenc/vision_learned/interpolate.py", "vit"): "a vision tower's key in its resize rule",
-    ("posenc/relative.py", "clip"): "the relative endpoint's bucketing value",
+    ("posenc/facts/model_configs.py", "gpt2"): "a preset's name",
+    ("posenc/vision/rope.py", "llama4"): "a vision tower rule's family (VisionRule.family)",
+    ("posenc/attention/layers.py", "mamba"): "transformers' legacy layer-type name",
+    ("posenc/vision/learned/interpolate.py", "vit"): "a vision tower's key in its resize rule",
+    ("posenc/relative_schemes/relative.py", "clip"): "the relative endpoint's bucketing value",
     **{
         (
-            "posenc/gguf.py",
+            "posenc/readers/gguf/metadata.py",
             arch,
         ): "a llama.cpp architecture (general.architecture), not a model_type"
         for arch in ARCH_NAMES
     },
     ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
     **{
-        ("posenc/gguf_tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
+        ("posenc/readers/gguf/tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
         for name in (
             "llama",
             "gpt2",
@@ -56,7 +56,7 @@ NOT_A_MODEL_TYPE = {
             "exaone",
         )
     },
-    ("posenc/gguf_tokenizer.py", "phi3"): "a part of general.name that llama.cpp looks for",
+    ("posenc/readers/gguf/tokenizer.py", "phi3"): "a part of general.name that llama.cpp looks for",
 }
 
 
@@ -109,7 +109,7 @@ def _sources() -> list[Path]:
 
 def test_no_model_type_is_named_outside_its_record() -> None:
     found = [line for path in _sources() for line in _second_homes(path)]
-    assert not found, "model types named outside posenc/hf/families.py:\n" + "\n".join(found)
+    assert not found, "model types named outside posenc/facts/families.py:\n" + "\n".join(found)
 
 
 def test_the_check_finds_a_second_home() -> None:
@@ -165,12 +165,12 @@ def test_records_hold_the_models_facts(model_type: str, field: str, value: objec
 
 def test_views_are_the_records() -> None:
     """The names other modules import are derived from the records, not kept beside them."""
-    from posenc.hf_config import INTERLEAVED_MODEL_TYPES
-    from posenc.query_scale import BETA_MODEL_TYPES
-    from posenc.relative_sinusoidal import PARAKEET_MODEL_TYPES
+    from posenc.attention.query_scale import BETA_MODEL_TYPES
+    from posenc.explain.vllm_compare import LLAMA4_QUERY_SCALE_TYPES
+    from posenc.facts.families import INTERLEAVED_MODEL_TYPES
+    from posenc.relative_schemes.relative_sinusoidal import PARAKEET_MODEL_TYPES
     from posenc.rope.vllm import DEEPSEEK_MODEL_TYPES
-    from posenc.vision_rope import TOP_LEVEL_VISION
-    from posenc.vllm_compare import LLAMA4_QUERY_SCALE_TYPES
+    from posenc.vision.rope import TOP_LEVEL_VISION
 
     assert BETA_MODEL_TYPES == LLAMA4_QUERY_SCALE_TYPES == types_where(lambda f: f.query_scale)
     assert types_where(lambda f: f.layout == "interleaved") == INTERLEAVED_MODEL_TYPES

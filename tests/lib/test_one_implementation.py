@@ -5,7 +5,7 @@ and its ``*_blocks`` twin must not be two computations that could drift apart. F
 registered kind that streams (``Kind.blocks``), this file
 
 - names the library's whole-table functions of that kind's convention and, for each, checks its
-  result bit for bit against its blocks' :meth:`~posenc.blocks.TableBlocks.whole` on a small
+  result bit for bit against its blocks' :meth:`~posenc.core.blocks.TableBlocks.whole` on a small
   case in every float dtype (an independent check of the closed forms is in each convention's
   own tests);
 - reads each such function's source and checks that it calls its blocks twin and ``whole()``
@@ -26,12 +26,20 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import kinds, resolve
-from posenc.alibi import alibi_bias, alibi_bias_blocks
-from posenc.blocks import TableBlocks
-from posenc.learned import learned_blocks, learned_table
-from posenc.masks import attention_bias, attention_mask, mask_blocks, mask_inputs, mask_rule
-from posenc.relative import (
+from posenc import resolve
+from posenc.absolute.learned import learned_blocks, learned_table
+from posenc.absolute.sinusoidal import sinusoidal_blocks, sinusoidal_table
+from posenc.attention.masks import (
+    attention_bias,
+    attention_mask,
+    mask_blocks,
+    mask_inputs,
+    mask_rule,
+)
+from posenc.core import kinds
+from posenc.core.blocks import TableBlocks
+from posenc.relative_schemes.alibi import alibi_bias, alibi_bias_blocks
+from posenc.relative_schemes.relative import (
     deberta_positions_blocks,
     deberta_relative_positions,
     num_relative_buckets,
@@ -43,13 +51,15 @@ from posenc.relative import (
     swin_index_blocks,
     swin_relative_position_index,
 )
-from posenc.relative_sinusoidal import relative_sinusoidal_blocks, relative_sinusoidal_table
+from posenc.relative_schemes.relative_sinusoidal import (
+    relative_sinusoidal_blocks,
+    relative_sinusoidal_table,
+)
 from posenc.rope import RopeScaling, rope_blocks, rope_cos_sin
 from posenc.rope.precision import own_tables, transformers_tables, vllm_tables
-from posenc.sinusoidal import sinusoidal_blocks, sinusoidal_table
-from posenc.vision_rope import vision_rope_blocks, vision_rope_cos_sin, vision_rope_spec
-from posenc.vision_timm import timm_rope_blocks, timm_rope_cos_sin, timm_rope_spec
-from posenc.xpos import write_rows, xpos_blocks, xpos_scales
+from posenc.rope.xpos import write_rows, xpos_blocks, xpos_scales
+from posenc.vision.rope import vision_rope_blocks, vision_rope_cos_sin, vision_rope_spec
+from posenc.vision.timm import timm_rope_blocks, timm_rope_cos_sin, timm_rope_spec
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 

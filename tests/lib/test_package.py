@@ -11,7 +11,7 @@ from posenc import DeviceUnavailable, InvalidArgument, resolve_device, resolve_d
 
 def test_library_imports_without_fastapi_or_pydantic():
     code = (
-        "import sys, posenc, posenc.device, posenc.errors;"
+        "import sys, posenc, posenc.core.device, posenc.core.errors;"
         "import pkgutil, importlib;"
         "[importlib.import_module('posenc.' + m.name) for m in pkgutil.iter_modules(posenc.__path__)"
         " if m.name not in ('client', 'cli')];"

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import kinds, resolve
-from posenc.errors import InvalidArgument
-from posenc.position_ids import packed_position_ids
+from posenc import resolve
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
 from posenc.rope.mrope_ids import packed_mrope_position_ids
+from posenc.tokens.position_ids import packed_position_ids
 from tests.references import IMG, MROPE_CONFIGS, VE, VID, VS
 from tests.references import mrope_reference as reference
 

@@ -1,7 +1,7 @@
 """``precision: "engine"`` for transformers: bit for bit the rotary module's own output.
 
-For every RoPE preset (:mod:`posenc.presets`, from the configs quoted in
-:mod:`posenc.model_configs`), transformers 5 builds the model's own rotary embedding module from
+For every RoPE preset (:mod:`posenc.readers.presets`, from the configs quoted in
+:mod:`posenc.facts.model_configs`), transformers 5 builds the model's own rotary embedding module from
 the same config (no weights) and runs its ``forward`` on CPU at positions up to 131,072; the rope
 kind's tables with ``precision: "engine"`` must equal its cos and sin exactly (``torch.equal``),
 in the layout the model's attention applies them. The exact tables (the default) are checked to
@@ -18,13 +18,13 @@ import pytest
 import torch
 
 from posenc.engines import ENGINES
-from posenc.hf_config import read_positions
-from posenc.model_configs import model_config
-from posenc.presets import PRESETS
+from posenc.facts.model_configs import model_config
+from posenc.readers.hf.positions import read_positions
+from posenc.readers.presets import PRESETS
 from posenc.resolve import compute, resolve_fields
-from posenc.rope import ROPE
 from posenc.rope.precision import transformers_cos_sin
 from posenc.rope.scaling import RopeScaling
+from posenc.rope_kinds.kind import ROPE
 
 transformers = pytest.importorskip("transformers")
 from transformers import AutoConfig  # noqa: E402
@@ -276,7 +276,7 @@ def test_vllm_mrope_engine_is_the_cache_rows_per_axis() -> None:
     """MRotaryEmbedding gathers each frequency from its axis's row of the base class's cache:
     with Qwen2.5-VL's sections and Qwen3-VL's interleaved ones, the same float32 values as
     transformers' rotary module (whose own bit-for-bit test is above)."""
-    from posenc.model_configs import model_config
+    from posenc.facts.model_configs import model_config
 
     rows = [[0, 1, 2, 3, 4, 5000, 100000], [0, 1, 1, 2, 9, 5000, 3], [0, 2, 1, 7, 4, 5000, 77]]
     for preset in ("qwen2.5-vl-7b", "qwen3-vl-8b"):

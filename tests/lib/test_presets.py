@@ -20,11 +20,11 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from posenc.alibi import alibi_bias, alibi_slopes
-from posenc.errors import InvalidArgument, UnknownName
-from posenc.learned import learned_table
-from posenc.presets import PRESET_FIELDS, PRESETS, Preset, get_preset
-from posenc.relative import relative_bias, relative_bias_table, relative_buckets
+from posenc.absolute.learned import learned_table
+from posenc.core.errors import InvalidArgument, UnknownName
+from posenc.readers.presets import PRESET_FIELDS, PRESETS, Preset, get_preset
+from posenc.relative_schemes.alibi import alibi_bias, alibi_slopes
+from posenc.relative_schemes.relative import relative_bias, relative_bias_table, relative_buckets
 from posenc.rope import RopeScaling, rope_cos_sin, rope_inv_freq
 from tests.helpers import CONTRACT_PRESETS
 
@@ -324,7 +324,7 @@ def test_a_hugging_face_repository_id_names_its_preset(alias, name):
 
 
 def test_every_preset_answers_to_its_own_repository_id():
-    from posenc.model_configs import MODEL_CONFIGS
+    from posenc.facts.model_configs import MODEL_CONFIGS
 
     for name, (repo, _) in MODEL_CONFIGS.items():
         assert get_preset(repo).name == name

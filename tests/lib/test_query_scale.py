@@ -14,9 +14,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import kinds, resolve
-from posenc.errors import InvalidArgument
-from posenc.query_scale import query_scale, query_scale_from_config
+from posenc import resolve
+from posenc.attention.query_scale import query_scale, query_scale_from_config
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
 from tests.references import SCOUT
 
 QUERY_SCALE = kinds.REGISTRY["query_scale"]
@@ -200,7 +201,7 @@ def test_refusals(fields: dict, where: str) -> None:
 
 
 def test_llama4_scout_preset_quotes_its_config() -> None:
-    from posenc.errors import UnknownName
+    from posenc.core.errors import UnknownName
 
     got = table({"preset": "llama-4-scout", "positions": [0, 8191, 100000], "dtype": "float64"})
     want = [1 + 0.1 * math.log1p((p + 1) // 8192) for p in (0, 8191, 100000)]
@@ -219,8 +220,8 @@ def test_ministral3_preset_quotes_the_published_file() -> None:
     from transformers import AutoConfig
     from transformers.models.ministral3.modeling_ministral3 import get_llama_4_attn_scale
 
-    from posenc.model_configs import model_config
-    from posenc.presets import PRESETS
+    from posenc.facts.model_configs import model_config
+    from posenc.readers.presets import PRESETS
 
     quoted = model_config("ministral-3-8b")
     text = AutoConfig.for_model(**quoted).get_text_config()

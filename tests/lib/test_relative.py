@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from torch import nn
 from torch.testing import assert_close
 
-from posenc.errors import InvalidArgument
-from posenc.relative import (
+from posenc.core.errors import InvalidArgument
+from posenc.relative_schemes.relative import (
     clipped_bucket,
     num_relative_buckets,
     relative_bias,

@@ -14,18 +14,19 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import kinds, resolve
-from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions
-from posenc.model_configs import model_config
-from posenc.relative import (
+from posenc import resolve
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
+from posenc.readers.hf.positions import read_positions
+from posenc.relative_schemes.relative import (
     deberta_log_bucket,
     deberta_relative_positions,
     swin_relative_position_index,
 )
 from tests.references import deberta_build_relative_position
 
-# microsoft/deberta-v3-base's config.json, as posenc.model_configs quotes it
+# microsoft/deberta-v3-base's config.json, as posenc.facts.model_configs quotes it
 DEBERTA_V3_BASE = model_config("deberta-v3-base")
 # microsoft/swin-tiny-patch4-window7-224 (the keys positions depend on), as quoted there
 SWIN_TINY = model_config("swin-tiny")

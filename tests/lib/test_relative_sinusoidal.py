@@ -13,9 +13,13 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import kinds, resolve
-from posenc.errors import InvalidArgument
-from posenc.relative_sinusoidal import relative_sinusoidal_positions, relative_sinusoidal_table
+from posenc import resolve
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.relative_schemes.relative_sinusoidal import (
+    relative_sinusoidal_positions,
+    relative_sinusoidal_table,
+)
 
 KIND = kinds.REGISTRY["relative_sinusoidal"]
 

@@ -720,7 +720,7 @@ def test_exponent_dim_is_the_odd_denominator_of_an_odd_width() -> None:
     """``exponent_dim`` E = R − 1: ``base^(−2i/E)`` for i < R/2 (transformers' ``arange(0, E,
     2) / E`` for an odd ``dim``), closed form in float64; anything but R or R − 1 is refused,
     and so are yarn and longrope, whose ramps are E // 2 long."""
-    from posenc.errors import InvalidArgument
+    from posenc.core.errors import InvalidArgument
     from posenc.rope import rope_inv_freq
 
     inv, scale = rope_inv_freq(22, 10000.0, exponent_dim=21)

@@ -1,5 +1,5 @@
 """RoPE's tables by angle addition (posenc.rope.tables.write_rope_rows over
-posenc.angles.sin_cos_rows) are the cosines and sines of the float64 angles of the direct
+posenc.core.angles.sin_cos_rows) are the cosines and sines of the float64 angles of the direct
 formula, times the attention scaling, and an element's value does not depend on the rows around
 it (whole table, row blocks, explicit positions in any order).
 

@@ -1,4 +1,4 @@
-"""``posenc.rotate.rotate`` (``POST /v1/rope/apply``'s library call) against the models' own code.
+"""``posenc.rope_kinds.rotate.rotate`` (``POST /v1/rope/apply``'s library call) against the models' own code.
 
 - ``precision: "engine"`` with engine transformers equals, bit for bit, the model's modeling
   file's apply function (``apply_rotary_pos_emb``, GPT-J's ``apply_rotary_pos_emb(tensor, sin,
@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.errors import InvalidArgument
-from posenc.model_configs import model_config
+from posenc.core.errors import InvalidArgument
+from posenc.facts.model_configs import model_config
 from posenc.rope.llamacpp_rotate import llamacpp_apply
-from posenc.rotate import apply_fields, rotate, seeded_vectors
+from posenc.rope_kinds.rotate import apply_fields, rotate, seeded_vectors
 from tests.fixtures.apply.configs import COHERE, QWEN2_VL, QWEN_YARN
 from tests.references import transformers_rotation
 

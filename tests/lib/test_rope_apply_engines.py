@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.rotate import rotate
+from posenc.rope_kinds.rotate import rotate
 from tests.fixtures.apply.configs import vector_values
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "apply"

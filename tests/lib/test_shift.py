@@ -1,4 +1,4 @@
-"""Keys that move (:mod:`posenc.rope.shift`, ``POST /v1/rope/shift``).
+"""Keys that move (:mod:`posenc.rope_kinds.shift`, ``POST /v1/rope/shift``).
 
 The reference for "a key at ``to``" is the rope kind's own float64 table
 (:func:`posenc.rope.rope_cos_sin`, checked against transformers elsewhere) applied with
@@ -15,10 +15,10 @@ import math
 import pytest
 import torch
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import RopeScaling, apply_rope, rope_cos_sin
-from posenc.rope.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT
 
 DYNAMIC = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
 

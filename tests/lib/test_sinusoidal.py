@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 from posenc import InvalidArgument, SinusoidalPositionalEncoding, sinusoidal_table
-from posenc.sinusoidal import sinusoidal_frequencies
+from posenc.absolute.sinusoidal import sinusoidal_frequencies
 from tests.references import sinusoidal
 
 LAYOUTS = ("interleaved", "concat", "tensor2tensor")

@@ -1,4 +1,4 @@
-"""posenc.sinusoidal.write_rows: sines and cosines by angle addition are those of the float64
+"""posenc.absolute.sinusoidal.write_rows: sines and cosines by angle addition are those of the float64
 angles of the direct formula, and an element's value does not depend on the rows around it.
 
 The reference here is independent of the angle addition: ``sin`` and ``cos`` of ``fl(p·w_i)``
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from posenc import sinusoidal_frequencies, sinusoidal_table
-from posenc.sinusoidal import sinusoidal_blocks
+from posenc.absolute.sinusoidal import sinusoidal_blocks
 
 # first positions around the edges of the method: groups of 64, the 2**26 switch to the direct
 # formula (for base >= 1; base 0.5 moves it), and the largest exact positions

@@ -25,10 +25,10 @@ import pytest
 import torch
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-from posenc.check import check_rotation, check_table
-from posenc.errors import InvalidArgument, PosencError
-from posenc.masks import attention_mask, mask_rule
-from posenc.model_configs import model_config
+from posenc.attention.masks import attention_mask, mask_rule
+from posenc.core.errors import InvalidArgument, PosencError
+from posenc.explain.check import check_rotation, check_table
+from posenc.facts.model_configs import model_config
 from posenc.testing import (
     Reference,
     assert_mask,

@@ -1,4 +1,4 @@
-"""posenc.tokenizer: the built-in byte-level tokenizer against the bytes of the text, and the
+"""posenc.tokens.tokenizer: the built-in byte-level tokenizer against the bytes of the text, and the
 checks around any tokenizers.Tokenizer (unknown ids located row-major, groups of texts)."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posenc.errors import TokenOutOfRange, TooLarge
-from posenc.models import default_model
-from posenc.tokenizer import (
+from posenc.core.errors import TokenOutOfRange, TooLarge
+from posenc.readers.models import default_model
+from posenc.tokens.tokenizer import (
     NoTokenizer,
     TextTokenizer,
     builtin_tokenizer,

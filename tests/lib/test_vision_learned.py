@@ -1,10 +1,10 @@
-"""Learned 2-D vision tables (posenc.vision_learned) against each tower's own embeddings forward.
+"""Learned 2-D vision tables (posenc.vision.learned) against each tower's own embeddings forward.
 
 The reference is transformers 5's embeddings module of each model type (or the whole encoder,
 captured where the rows enter its first layer; RF-DETR's and SegGPT's own
 ``interpolate_pos_encoding``), built from its default config (and from published configs), with
 every parameter zeroed but the position table, which holds the seeded table
-(``torch.manual_seed``-equal :func:`posenc.learned.seeded_normal`): its forward on zero pixels
+(``torch.manual_seed``-equal :func:`posenc.absolute.learned.seeded_normal`): its forward on zero pixels
 returns the rows it adds (tests/lib/vision_learned_reference.py).
 
 - ``precision="engine"`` equals the forward bit for bit (``torch.equal``);
@@ -24,9 +24,9 @@ import pytest
 import torch
 from transformers import CONFIG_MAPPING, PreTrainedConfig
 
-from posenc.errors import InvalidArgument
-from posenc.learned import seeded_normal
-from posenc.vision_learned import (
+from posenc.absolute.learned import seeded_normal
+from posenc.core.errors import InvalidArgument
+from posenc.vision.learned import (
     LEARNED_TOWERS,
     find_learned_tower,
     position_ids,
@@ -34,7 +34,7 @@ from posenc.vision_learned import (
     resized_table,
     vision_learned_spec,
 )
-from posenc.vision_learned.buckets import axis_buckets, nearest_axis_buckets
+from posenc.vision.learned.buckets import axis_buckets, nearest_axis_buckets
 from tests.helpers import fast_sample, transformers_model_classes
 from tests.lib.vision_learned_reference import model_rows
 from tests.references import vision_subconfigs
@@ -380,8 +380,8 @@ def test_families_vision_tower_is_transformers_default_vision_config() -> None:
     """Each record's ``vision_tower`` / ``learned_vision_tower`` is the ``model_type`` of the
     vision config transformers builds by default (LLaVA's is CLIP's, not Pixtral's), so
     vision-rope and vision-learned read a file without one alike."""
-    from posenc.hf.families import FAMILIES
-    from posenc.vision_rope import vision_tower
+    from posenc.facts.families import FAMILIES
+    from posenc.vision.rope import vision_tower
 
     checked = 0
     for model_type, record in FAMILIES.items():
@@ -421,7 +421,7 @@ def test_tile_ids_hand_worked() -> None:
 def test_dropped_class_row_is_in_the_table_not_in_the_rows() -> None:
     """ViTDet: the table has 1 + s² rows, the rows are the h·w patches only; meta says no
     class token."""
-    from posenc.vision_learned.describe import vision_positions
+    from posenc.vision.learned.describe import vision_positions
 
     spec = vision_learned_spec({"model_type": "vitdet"}, grid=[3, 4])
     assert (spec.table_rows, spec.tokens, spec.kept) == (1 + 14 * 14, 12, 0)

@@ -1,4 +1,4 @@
-"""posenc.vision_learned.row_blocks: the resized table and the resampling matrix by row blocks.
+"""posenc.vision.learned.row_blocks: the resized table and the resampling matrix by row blocks.
 
 Every resizing rule, at several grids at once (non-square, smaller and larger than the table,
 one patch) and several block sizes (one row, odd sizes that cut grid rows and merge blocks):
@@ -7,7 +7,7 @@ one patch) and several block sizes (one row, odd sizes that cut grid rows and me
   separable resize written independently here (``einsum`` of the per-axis weights in float64,
   as the whole-table code computed it before it had row blocks) within 1e-12 · max|T|;
 - ``precision="engine"``: the blocks equal the model's own arithmetic on the whole grid
-  (:func:`~posenc.vision_learned.tables.engine_table`, itself checked bit for bit against each
+  (:func:`~posenc.vision.learned.tables.engine_table`, itself checked bit for bit against each
   tower's forward in tests/lib/test_vision_learned.py): a gathering rule's blocks gather, and
   ``grid_sample`` and the gathered taps compute the block's patches alone, so for these this
   compares two computations; the others slice the whole, made once;
@@ -27,15 +27,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from posenc.learned import seeded_normal
-from posenc.vision_learned import vision_learned_spec
-from posenc.vision_learned.row_blocks import (
+from posenc.absolute.learned import seeded_normal
+from posenc.vision.learned import vision_learned_spec
+from posenc.vision.learned.row_blocks import (
     _rectangles,
     axis_weight_elements,
     pos_embed_blocks,
     resample_blocks,
 )
-from posenc.vision_learned.tables import axes, engine_table, resized_table
+from posenc.vision.learned.tables import axes, engine_table, resized_table
 
 D = 8  # a small width: the rules do not depend on it
 

@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 import torch
 
-from posenc import kinds, resolve
-from posenc.vision_rope import (
+from posenc import resolve
+from posenc.core import kinds
+from posenc.vision.rope import (
     VISION_RULES,
     vision_cu_seqlens,
     vision_position_ids,

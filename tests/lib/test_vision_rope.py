@@ -1,4 +1,4 @@
-"""Vision-tower rotary tables against transformers' own modules (posenc.vision_rope).
+"""Vision-tower rotary tables against transformers' own modules (posenc.vision.rope).
 
 For each rule, transformers builds the vision config (the class defaults, and published
 config.json files quoted below) and the tower's rotary module, with no weights; its position ids
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from posenc.resolve import context
-from posenc.vision_rope import (
+from posenc.vision.rope import (
     VISION_ROPE,
     VISION_RULES,
     VisionRopeSpec,
@@ -540,7 +540,7 @@ def test_engine_precision_through_the_kind_on_a_large_grid() -> None:
     """``precision: "engine"`` through the kind: the module's float32 numbers, which depart
     from the exact table on a grid of 256 × 256 patches (float32 row · f)."""
     from posenc.resolve import compute, resolve_fields
-    from posenc.vision_rope import VISION_ROPE
+    from posenc.vision.rope import VISION_ROPE
 
     cfg = CONFIG_MAPPING["qwen2_5_vl_vision"]()
     grids = [[1, 256, 256]]

@@ -1,4 +1,4 @@
-"""timm's vision rotary tables (posenc.vision_timm, ``engine: "timm"`` on vision-rope).
+"""timm's vision rotary tables (posenc.vision.timm, ``engine: "timm"`` on vision-rope).
 
 Default lane: posenc against the tables timm's own modules made, recorded by
 ``scripts/record_timm_tables.py`` into ``tests/fixtures/timm`` (EVA-02, ROPE-ViT axial and mixed,
@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import torch
 
-from posenc.blocks import TableBlocks
-from posenc.errors import InvalidArgument
+from posenc.core.blocks import TableBlocks
+from posenc.core.errors import InvalidArgument
 from posenc.resolve import context
-from posenc.vision_rope import VISION_ROPE
-from posenc.vision_timm import (
+from posenc.vision.rope import VISION_ROPE
+from posenc.vision.timm import (
     timm_position_ids,
     timm_rope_angles,
     timm_rope_cos_sin,

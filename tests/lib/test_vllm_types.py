@@ -24,13 +24,13 @@ import pytest
 import torch
 
 from posenc import resolve
-from posenc.errors import InvalidArgument
-from posenc.hf_config import read_positions
-from posenc.model_configs import model_config, vllm_config
-from posenc.rope import ROPE
-from posenc.rope.kind import ROPE as KIND
+from posenc.core.errors import InvalidArgument
+from posenc.explain.vllm_compare import compare_engines, positions_for_engine
+from posenc.facts.model_configs import model_config, vllm_config
+from posenc.readers.hf.positions import read_positions
 from posenc.rope.vllm import dual_chunk_positions, vllm_for_fields, xdrope_cos_sin
-from posenc.vllm_compare import compare_engines, positions_for_engine
+from posenc.rope_kinds.kind import ROPE
+from posenc.rope_kinds.kind import ROPE as KIND
 
 F64 = torch.float64
 QWEN_1M = "qwen2.5-7b-instruct-1m"

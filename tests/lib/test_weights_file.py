@@ -1,4 +1,4 @@
-"""posenc.weights_file: safetensors tensors read with plain reads into memory the process owns,
+"""posenc.readers.weights_file: safetensors tensors read with plain reads into memory the process owns,
 equal to ``safetensors``' own reader, and clear errors for files cut short."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from posenc.errors import InvalidArgument
-from posenc.weights_file import read_index, read_tensor
+from posenc.core.errors import InvalidArgument
+from posenc.readers.weights_file import read_index, read_tensor
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])

@@ -16,9 +16,10 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from posenc import kinds, resolve
-from posenc.errors import InvalidArgument
-from posenc.xpos import xpos_scales, xpos_zeta
+from posenc import resolve
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
+from posenc.rope.xpos import xpos_scales, xpos_zeta
 from tests.references import xpos_scale
 
 KIND = kinds.REGISTRY["xpos"]

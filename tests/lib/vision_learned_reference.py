@@ -19,7 +19,7 @@ from torch import Tensor
 from transformers import PreTrainedConfig
 from transformers.vision_utils import get_vision_position_ids
 
-from posenc.vision_learned import LEARNED_TOWERS
+from posenc.vision.learned import LEARNED_TOWERS
 
 MODULES = {  # embeddings class -> transformers.models.<module>
     "ViTEmbeddings": "vit",

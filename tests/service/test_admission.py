@@ -32,8 +32,8 @@ from service.admission.budget import (
     Overloaded,
     estimate_bytes,
 )
+from service.formats import Bundle, encode_bundle
 from service.observability.metrics import Metrics
-from service.responses.formats import Bundle, encode_bundle
 from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
 from tests.references import sinusoidal
 

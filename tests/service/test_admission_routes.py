@@ -175,7 +175,7 @@ def test_estimate_covers_the_measured_peak(
 
 
 def test_json_integers_and_the_mrope_route_add_to_the_estimate() -> None:
-    from posenc import kinds
+    from posenc.core import kinds
     from service.admission.budget import (
         BYTES_PER_ELEMENT,
         BYTES_PER_JSON_INT,

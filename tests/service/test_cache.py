@@ -1,4 +1,4 @@
-"""service.admission.cache.ByteLRU: byte budget, eviction order, counters, thread safety."""
+"""service.cache.ByteLRU: byte budget, eviction order, counters, thread safety."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from service.admission.cache import ByteLRU
+from service.cache import ByteLRU
 
 
 def test_get_and_put_count_hits_and_misses():

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import torch
 
-from posenc import codec
+from posenc.core import codec
 from tests.helpers import json_tensor
 
 POSITIONS = [0, 1, 100, 4096]

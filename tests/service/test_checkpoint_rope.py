@@ -1,6 +1,6 @@
 """RoPE of checkpoints loaded through ``POSENC_MODELS``, read by the library's config reader.
 
-A ``config.json`` beside the weights is read by :func:`posenc.hf_config.read_positions`, so every
+A ``config.json`` beside the weights is read by :func:`posenc.readers.hf.positions.read_positions`, so every
 convention it knows (DeepSeek's ``qk_rope_head_dim`` and interleaved pairs, Llama 3 scaling in
 either spelling, Gemma 3's per-layer-type parameters and legacy ``rope_local_base_freq``, Llama
 4's interleaving) holds for ``/v1/embed``'s ``cos`` / ``sin`` and ``/v1/models``' ``rope`` too.
@@ -26,8 +26,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from posenc.checkpoints import read_checkpoint
-from posenc.model_configs import model_config
+from posenc.facts.model_configs import model_config
+from posenc.readers.checkpoints import read_checkpoint
 from tests.helpers import ApiClient, json_tensor, make_settings
 
 transformers = pytest.importorskip("transformers")

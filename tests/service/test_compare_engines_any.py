@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import numpy as np
 
-from posenc.model_configs import model_config
+from posenc.facts.model_configs import model_config
 from tests.helpers import json_tensor
 
 POSITIONS = [0, 1, 100, 4096, 100_000]

@@ -1,5 +1,5 @@
 """``POST /v1/configs/compare?format=png``: |difference| against position, log scale, one line
-per pair (:mod:`posenc.difference_plot`).
+per pair (:mod:`posenc.core.difference_plot`).
 
 The PNG decodes at the documented size; each pair has its own colour, found in the picture; the
 highest point of each pair's line sits where the log scale puts the pair's largest difference
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
-from posenc.difference_plot import HEIGHT, PALETTE, WIDTH, difference_png, pair_colours
+from posenc.core.difference_plot import HEIGHT, PALETTE, WIDTH, difference_png, pair_colours
 from tests.helpers import make_settings
 
 LLAMA3 = {

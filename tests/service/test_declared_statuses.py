@@ -21,7 +21,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute, iter_route_contexts
 from fastapi.testclient import TestClient
 
-from posenc.presets import PRESETS
+from posenc.readers.presets import PRESETS
 from service.app import create_app
 from service.config import Settings
 

@@ -16,7 +16,7 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.numpy import load as load_safetensors
 
-from posenc.models import default_model
+from posenc.readers.models import default_model
 from service.admission.budget import BYTES_PER_JSON_INT
 from service.app import create_app
 from tests.helpers import make_settings, raw_tensor

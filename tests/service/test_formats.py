@@ -1,4 +1,4 @@
-"""service.responses.formats: content negotiation and every encoder, checked by decoding the bytes.
+"""service.formats: content negotiation and every encoder, checked by decoding the bytes.
 
 Each format is read back with the standard reader of that format (``json``, ``base64``,
 ``safetensors.torch.load`` / ``safe_open``, ``numpy.load``, ``numpy.frombuffer``, PIL) and
@@ -19,8 +19,8 @@ from PIL import Image
 from safetensors import safe_open
 from safetensors.torch import load as safetensors_load
 
-from posenc.errors import InvalidArgument
-from service.responses.formats import (
+from posenc.core.errors import InvalidArgument
+from service.formats import (
     FORMAT_MEDIA_TYPES,
     Bundle,
     NotAcceptable,

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.gguf import read_gguf_head
+from posenc.readers.gguf.metadata import read_gguf_head
 from tests.helpers import json_tensor
 
 GGUF_DIR = Path(__file__).resolve().parents[1] / "fixtures" / "llamacpp" / "gguf"

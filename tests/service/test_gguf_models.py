@@ -19,7 +19,7 @@ import httpx
 import numpy as np
 import pytest
 
-from posenc.gguf_tensors import GGML_TYPES
+from posenc.readers.gguf.tensors import GGML_TYPES
 from tests.helpers import (
     ApiClient,
     clean_env,

@@ -23,9 +23,10 @@ import uvicorn
 from fastapi.testclient import TestClient
 from safetensors.numpy import load_file
 
-from posenc import cli, kinds, resolve
+from posenc import cli, resolve
 from posenc.client import PosencClient
-from posenc.errors import InvalidArgument, TooLarge
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument, TooLarge
 from service.app import create_app
 from service.config import Settings
 

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from PIL import Image
 
-from posenc.masks import attention_bias, attention_mask, mask_rule
-from posenc.model_configs import model_config
+from posenc.attention.masks import attention_bias, attention_mask, mask_rule
+from posenc.facts.model_configs import model_config
 from tests.references import GRANITE_4H, QWEN3_NEXT
 
 

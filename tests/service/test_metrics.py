@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI, HTTPException, Response
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.admission.cache import ByteLRU
+from service.cache import ByteLRU
 from service.observability.metrics import Metrics, MetricsMiddleware
 
 

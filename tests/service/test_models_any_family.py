@@ -28,9 +28,9 @@ from transformers.models.llama.modeling_llama import LlamaModel
 from transformers.models.phi3.modeling_phi3 import Phi3Model
 from transformers.models.qwen2.modeling_qwen2 import Qwen2Model
 
-from posenc.checkpoints import read_checkpoint
-from posenc.errors import InvalidArgument
-from posenc.models import load_safetensors_model
+from posenc.core.errors import InvalidArgument
+from posenc.readers.checkpoints import read_checkpoint
+from posenc.readers.models import load_safetensors_model
 from tests.helpers import (
     HOST,
     ApiClient,

@@ -8,7 +8,7 @@ import math
 import httpx
 import numpy as np
 
-from posenc.model_configs import model_config
+from posenc.facts.model_configs import model_config
 from tests.helpers import json_tensor
 from tests.references import SCOUT
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.model_configs import model_config
+from posenc.facts.model_configs import model_config
 from tests.helpers import json_tensor
 from tests.references import deberta_build_relative_position
 

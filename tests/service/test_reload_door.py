@@ -20,8 +20,8 @@ import torch
 from fastapi.testclient import TestClient
 from safetensors.torch import save_file
 
-from posenc.checkpoints import read_checkpoint
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
+from posenc.readers.checkpoints import read_checkpoint
 from service.app import create_app
 from tests.helpers import make_settings
 

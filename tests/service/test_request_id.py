@@ -62,7 +62,7 @@ def test_only_one_x_request_id_header(api: httpx.Client) -> None:
 
 def test_errors_before_and_after_routing_carry_it(gpt2_file, monkeypatch, caplog) -> None:  # type: ignore[no-untyped-def]
     """401 (auth, before routing), 404, 405, 413, 422 and an unhandled 500 all carry the id."""
-    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
+    import posenc.absolute.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("boom")

@@ -39,7 +39,7 @@ import service.responses.respond
 import service.responses.streaming
 import service.routes.tables
 from posenc import sinusoidal_table
-from posenc.kinds import REGISTRY
+from posenc.core.kinds import REGISTRY
 from service.app import create_app
 from service.config import Settings
 from service.responses.plans import Plan

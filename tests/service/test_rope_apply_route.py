@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc import codec
-from posenc.model_configs import model_config
-from posenc.rotate import rotate, seeded_vectors
+from posenc.core import codec
+from posenc.facts.model_configs import model_config
+from posenc.rope_kinds.rotate import rotate, seeded_vectors
 from tests.fixtures.apply.configs import QWEN2_VL
 from tests.helpers import json_tensor
 from tests.references import transformers_rotation

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import torch
 
-from posenc import codec
+from posenc.core import codec
 from posenc.resolve import compute, resolve_fields
-from posenc.rope.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT
 from tests.helpers import json_tensor
 from tests.lib.llamacpp_vectors import CASES, fixture_array, pair_ulps
 

@@ -21,13 +21,13 @@ import torch
 from fastapi.testclient import TestClient
 from torch import Tensor
 
-from posenc import kinds
-from posenc.errors import InvalidArgument
+from posenc.core import kinds
+from posenc.core.errors import InvalidArgument
 from posenc.rope import RopeScaling, rope_inv_freq, scaling
-from posenc.rope.kind import with_current_scaling
 from posenc.rope.parameters import parameter, parameters_of
 from posenc.rope.vllm import vllm_classes, vllm_rope
 from posenc.rope.vllm_cache import VllmRope, VllmServer
+from posenc.rope_kinds.kind import with_current_scaling
 from service.app import create_app
 from service.config import Settings
 from tests.helpers import json_tensor

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.model_configs import model_config
+from posenc.facts.model_configs import model_config
 from tests.helpers import json_tensor
 from tests.references import llama3_inv_freq, rope_inv_freq
 

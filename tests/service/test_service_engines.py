@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from posenc import resolve
-from posenc.rope import ROPE
+from posenc.rope_kinds.kind import ROPE
 from tests.helpers import ApiClient, json_tensor, make_settings
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "vllm" / "tables.json"

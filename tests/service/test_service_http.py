@@ -200,8 +200,8 @@ def test_oversized_outputs_are_413_giving_limit_and_size(
 def test_413_comes_before_any_computation(gpt2_file, monkeypatch: pytest.MonkeyPatch) -> None:
     """The limit is checked on the parameters: the library is never called, exactly-at-limit is
     served, one more element is refused; a huge internal table (clip buckets) is refused too."""
-    import posenc.relative as relative  # the relative kind computes with it
-    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
+    import posenc.absolute.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
+    import posenc.relative_schemes.relative as relative  # the relative kind computes with it
 
     calls: list[int] = []
     real = sinusoidal.sinusoidal_table
@@ -443,7 +443,7 @@ def test_nan_and_infinity_in_bodies_are_422(api: httpx.Client, raw: bytes) -> No
 def test_unexpected_errors_are_json_500_without_a_traceback(
     gpt2_file, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import posenc.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
+    import posenc.absolute.sinusoidal as sinusoidal  # the sinusoidal kind computes with it
 
     def broken(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise RuntimeError("secret internals")

@@ -31,16 +31,16 @@ from safetensors.numpy import load as st_load_numpy
 from safetensors.torch import load as st_load
 
 from posenc import alibi_bias, alibi_slopes, learned_table, sinusoidal_table
-from posenc.masks import (
+from posenc.attention.masks import (
     attention_bias,
     attention_mask,
     combined_blocks,
     mask_inputs,
     mask_rule,
 )
-from posenc.model_configs import model_config
-from posenc.position_bias import position_bias
-from posenc.relative import (
+from posenc.attention.position_bias import position_bias
+from posenc.facts.model_configs import model_config
+from posenc.relative_schemes.relative import (
     deberta_relative_positions,
     num_relative_buckets,
     relative_bias,
@@ -48,9 +48,9 @@ from posenc.relative import (
     relative_buckets,
     swin_relative_position_index,
 )
-from posenc.relative_sinusoidal import relative_sinusoidal_table
+from posenc.relative_schemes.relative_sinusoidal import relative_sinusoidal_table
 from posenc.rope import RopeScaling, rope_cos_sin
-from posenc.xpos import xpos_scales
+from posenc.rope.xpos import xpos_scales
 from tests.helpers import HOST, clean_env, free_port, start_service, stop_service, wait_ready
 
 MAX_ELEMENTS = 4096

@@ -4,7 +4,7 @@ published config posenc quotes, sent to each 1.2 endpoint in process.
 The configs are ``AutoConfig.for_model(model_type).to_dict()`` for every model type of
 transformers (those whose default config builds), as ``save_pretrained`` would write them,
 serialised the way Python's ``json`` writes a config (``Infinity`` and ``NaN`` included: some
-defaults hold them), plus :data:`posenc.model_configs.MODEL_CONFIGS`. Each goes to
+defaults hold them), plus :data:`posenc.facts.model_configs.MODEL_CONFIGS`. Each goes to
 ``/v1/encodings/vision-rope`` (with and without a grid), ``/v1/biases/relative``,
 ``/v1/configs/positions`` (both engines), ``/v1/encodings/query-scale`` and
 ``/v1/encodings/relative-sinusoidal``. Every answer must be a 2xx with the endpoint's body, or a
@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import pytest
 
-from posenc.model_configs import MODEL_CONFIGS
+from posenc.facts.model_configs import MODEL_CONFIGS
 from tests.helpers import ApiClient, make_settings
 
 transformers = pytest.importorskip("transformers")

@@ -550,7 +550,7 @@ def test_text_too_large_for_the_limit_stops_before_it_is_all_tokenized(
     POSENC_MAX_ELEMENTS ends the request with the 413 the whole batch would get."""
     from fastapi.testclient import TestClient
 
-    import posenc.tokenizer as tokenizer
+    import posenc.tokens.tokenizer as tokenizer
     from service.app import create_app
     from service.config import Settings
 
@@ -583,7 +583,7 @@ def test_tokenize_in_many_groups_is_one_encode_batch(
     inprocess: httpx.Client, reference, monkeypatch: pytest.MonkeyPatch
 ) -> None:  # type: ignore[no-untyped-def]
     """The answer, made group by group, is the whole batch's encode_batch."""
-    import posenc.tokenizer as tokenizer
+    import posenc.tokens.tokenizer as tokenizer
 
     monkeypatch.setattr(tokenizer, "GROUP_CHARS", 30)
     tok, _ = reference

@@ -20,7 +20,7 @@ import numpy as np
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from posenc.errors import InvalidArgument
+from posenc.core.errors import InvalidArgument
 from service.errors import BadBody
 from service.routes.token_bodies import parse_npy, parse_safetensors
 

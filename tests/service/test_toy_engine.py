@@ -20,7 +20,8 @@ import torch
 from fastapi.testclient import TestClient
 from torch import Tensor
 
-from posenc.blocks import TableBlocks, tensor_blocks
+from posenc.core.blocks import TableBlocks, tensor_blocks
+from posenc.core.errors import InvalidArgument
 from posenc.engines import (
     ENGINES,
     Engine,
@@ -29,11 +30,10 @@ from posenc.engines import (
     register_engine,
     unregister_engine,
 )
-from posenc.errors import InvalidArgument
+from posenc.engines.rotation import rotate_pairs
 from posenc.resolve import compute, resolve_fields
-from posenc.rope.apply import rotate_pairs
 from posenc.rope.precision import widen
-from posenc.rope.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT
 from tests.helpers import json_tensor, make_settings
 
 SEQ = 8

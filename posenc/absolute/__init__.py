@@ -1,0 +1,1 @@
+"""Absolute position tables: sinusoidal and learned."""

@@ -1,0 +1,1 @@
+"""Explaining configs: describe, compare engines, check a caller's table."""

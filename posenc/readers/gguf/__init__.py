@@ -1,0 +1,1 @@
+"""GGUF files: metadata, token table, tokenizer, the file as a model."""

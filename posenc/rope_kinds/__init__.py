@@ -1,0 +1,1 @@
+"""RoPE's endpoint kinds: the rope kind, apply (q and k rotated) and shift, above the engines they ask."""

@@ -1,0 +1,1 @@
+"""Tokens: a model's tokenizer and position ids (padding, masks)."""

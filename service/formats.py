@@ -1,0 +1,512 @@
+"""Content negotiation and the encoders of a bundle of named tensors.
+
+Every compute endpoint returns a :class:`Bundle` (named tensors plus a JSON-able ``meta``);
+:func:`negotiate` picks the output format from ``?format=`` and ``Accept``, and
+:func:`encode_bundle` turns the bundle into the body of that format (the HTTP contract,
+``API.md`` "Output formats"):
+
+======================  ==============================  =========================================
+format key              media type                      body
+======================  ==============================  =========================================
+``json``                ``application/json``            ``{"tensors": {NAME: {"shape", "dtype",
+                                                        "data"}}, "meta": {...}}``; ``data`` as
+                                                        nested lists, or base64 of the raw bytes
+``safetensors``         ``application/vnd.safetensors`` every tensor; ``meta`` as JSON text under
+                                                        ``__metadata__["meta"]``
+``npy``                 ``application/x-npy``           the primary tensor (no bfloat16 in npy)
+``raw``                 ``application/octet-stream``    the primary tensor's bytes, C order,
+                                                        little-endian, ``X-Tensor-*`` headers
+``png``                 ``image/png``                   a heatmap of the primary tensor; its
+                                                        panel boxes and colour scale as JSON in
+                                                        the tEXt chunk ``posenc:layout``
+======================  ==============================  =========================================
+
+The encoders never loop over elements in Python: JSON goes through orjson's numpy path
+(shortest round-trip float text; −inf and NaN become ``null``), and the binary formats copy the
+tensor's bytes once.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from base64 import b64encode
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+import torch
+from starlette.responses import Response
+
+from posenc.core import codec
+from posenc.core.heatmap import heatmap_png
+from posenc.core.kinds import JsonLayout
+from service.observability.timing import server_timing
+
+__all__ = [
+    "FORMAT_MEDIA_TYPES",
+    "STREAM_FORMATS",
+    "Bundle",
+    "Encoded",
+    "NotAcceptable",
+    "bundle_nbytes",
+    "dtype_name",
+    "encode_bundle",
+    "http_response",
+    "meta_text",
+    "negotiate",
+    "no_bfloat16_npy",
+    "tensor_nbytes",
+]
+
+# The formats a table is sent in as its row blocks are computed (streamed past max_elements, or
+# kept): their bytes are the tensors' rows in order, behind a header worked out from the shapes.
+STREAM_FORMATS = ("raw", "npy", "safetensors")
+
+FORMAT_MEDIA_TYPES: dict[str, str] = {
+    "json": "application/json",
+    "safetensors": "application/vnd.safetensors",
+    "npy": "application/x-npy",
+    "raw": "application/octet-stream",
+    "png": "image/png",
+}
+
+_DTYPE_NAMES: dict[torch.dtype, str] = {
+    torch.float32: "float32",
+    torch.float16: "float16",
+    torch.bfloat16: "bfloat16",
+    torch.float64: "float64",
+    torch.int64: "int64",
+    torch.int32: "int32",
+    torch.int16: "int16",
+    torch.int8: "int8",
+    torch.uint8: "uint8",
+    torch.bool: "bool",
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Bundle and small helpers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """Named tensors of one response, plus metadata.
+
+    Attributes:
+        tensors: name -> tensor, in the endpoint's order; the first is the primary tensor (the
+            one npy, raw and png carry). Any device, any layout: encoders move and pack them.
+        meta: JSON-able metadata (numbers, strings, lists, dicts).
+        json_layout: the kind's JSON layout (:attr:`posenc.core.kinds.Kind.json_layout`), or None
+            for ``{"tensors", "meta"}``.
+    """
+
+    tensors: dict[str, torch.Tensor]
+    meta: dict[str, Any] = field(default_factory=dict)
+    json_layout: JsonLayout | None = None
+
+    @property
+    def primary_name(self) -> str:
+        """Name of the primary (first) tensor; ``ValueError`` for an empty bundle."""
+        for name in self.tensors:
+            return name
+        raise ValueError("the bundle holds no tensors, so it has no primary tensor")
+
+    @property
+    def primary(self) -> torch.Tensor:
+        """The primary (first) tensor."""
+        return self.tensors[self.primary_name]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all tensors together (their elements, not Python overhead)."""
+        return bundle_nbytes(self)
+
+
+class NotAcceptable(Exception):
+    """The requested output format cannot be produced (HTTP 406).
+
+    Attributes:
+        detail: what was asked and why it cannot be served, naming the field.
+        available: the media types that can be produced instead.
+        field: the request field at fault (``"format"``, ``"Accept"`` or ``"dtype"``).
+    """
+
+    def __init__(self, detail: str, available: Sequence[str], *, field: str | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.available = list(available)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """An encoded body and what the response needs to carry it.
+
+    Attributes:
+        body: the response body: ``bytes``, or for raw a ``memoryview`` of the tensor's own
+            memory (no copy; it keeps the tensor alive, and cached tensors are never mutated).
+        media_type: its ``Content-Type``.
+        headers: extra headers (``X-Tensor-Name`` / ``-Shape`` / ``-Dtype`` for raw and npy).
+    """
+
+    body: bytes | memoryview
+    media_type: str
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The API's name of a torch dtype: ``torch.float32 -> "float32"``."""
+    try:
+        return _DTYPE_NAMES[dtype]
+    except KeyError:
+        return str(dtype).removeprefix("torch.")
+
+
+def tensor_nbytes(tensor: torch.Tensor) -> int:
+    """Bytes of a tensor's elements: ``numel * element_size``."""
+    return tensor.numel() * tensor.element_size()
+
+
+def bundle_nbytes(bundle: Bundle) -> int:
+    """Bytes of all tensors of a bundle together."""
+    return sum(tensor_nbytes(t) for t in bundle.tensors.values())
+
+
+def _media_types(formats: Sequence[str]) -> list[str]:
+    return [FORMAT_MEDIA_TYPES[f] for f in formats]
+
+
+# --------------------------------------------------------------------------------------------
+# Negotiation
+# --------------------------------------------------------------------------------------------
+
+
+# RFC 9110 section 12.4.2 ``qvalue``, read leniently: any number of decimals, 0 to 1.
+_QVALUE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
+
+
+def _qvalue(value: str) -> float:
+    """The weight of a ``q=`` parameter; 1 (the parameter ignored) when it is malformed.
+
+    RFC 9110 leaves malformed weights to the recipient; a malformed parameter should not make
+    an acceptable type unacceptable, so ``q=abc``, ``q=``, ``q=2``, ``q=-1``, ``q=nan`` and
+    ``q=1e-3`` count as no ``q`` at all, the default weight 1.
+    """
+    text = value.strip().strip('"').strip()
+    if _QVALUE.fullmatch(text) is None:
+        return 1.0
+    q = float(text)
+    return q if q <= 1.0 else 1.0
+
+
+def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
+    """``Accept`` -> [(type, subtype, q)]; malformed ranges are skipped, a malformed q-value
+    counts as 1."""
+    ranges: list[tuple[str, str, float]] = []
+    for item in accept.split(","):
+        parts = item.split(";")
+        media = parts[0].strip().lower()
+        if not media:
+            continue
+        if media == "*":  # some old clients send a bare "*"
+            media = "*/*"
+        kind, slash, sub = media.partition("/")
+        if not slash or not kind or not sub or (kind == "*" and sub != "*"):
+            continue
+        q = 1.0
+        for param in parts[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                q = _qvalue(value)
+                break  # parameters after the weight are accept-ext, not media-type parameters
+        ranges.append((kind, sub, q))
+    return ranges
+
+
+def negotiate(
+    accept: str | None,
+    format: str | None,
+    available: Sequence[str] = tuple(FORMAT_MEDIA_TYPES),
+) -> str:
+    """Pick the output format of a response.
+
+    Args:
+        accept: the ``Accept`` header, or ``None``.
+        format: the ``?format=`` query parameter (a key of :data:`FORMAT_MEDIA_TYPES`), or
+            ``None``. It wins over ``Accept``.
+        available: the format keys the endpoint can produce, in the server's preference order.
+
+    Returns:
+        A format key from ``available``. No ``Accept``, an empty one, or one without a single
+        well-formed media range (RFC 9110 lets a server disregard it) gives the first available
+        (``json``); a malformed ``q`` counts as 1. Each media type takes the q-value of the most specific range that matches it
+        (``type/subtype`` over ``type/*`` over ``*/*``); ``q=0`` excludes; ties keep the order of
+        ``available``.
+
+    Raises:
+        NotAcceptable: ``format`` is unknown or not available, or ``Accept`` matches nothing
+            available; ``.available`` lists the media types that can be produced.
+    """
+    formats = [f for f in available if f in FORMAT_MEDIA_TYPES]
+    if not formats:
+        raise ValueError(f"available must name formats among {list(FORMAT_MEDIA_TYPES)}")
+    media_types = _media_types(formats)
+
+    if format is not None:
+        key = format.strip().lower()
+        if key in formats:
+            return key
+        raise NotAcceptable(
+            f"format must be one of {', '.join(formats)} "
+            f"(media types {', '.join(media_types)}); got {format!r}",
+            media_types,
+            field="format",
+        )
+
+    ranges = [] if accept is None else _parse_accept(accept)
+    if not ranges:  # no header, an empty one (",,,"), or not one well-formed range: disregarded
+        return formats[0]
+
+    best: str | None = None
+    best_q = 0.0
+    for fmt, media in zip(formats, media_types, strict=True):
+        kind, _, sub = media.partition("/")
+        specificity, q = -1, 0.0
+        for r_kind, r_sub, r_q in ranges:
+            if r_kind == kind and r_sub == sub:
+                s = 2
+            elif r_kind == kind and r_sub == "*":
+                s = 1
+            elif r_kind == "*":
+                s = 0
+            else:
+                continue
+            if s > specificity or (s == specificity and r_q > q):
+                specificity, q = s, r_q
+        if q > best_q:  # strict: a tie keeps the earlier (server-preferred) format
+            best, best_q = fmt, q
+    if best is None:
+        raise NotAcceptable(
+            f"Accept {accept!r} matches none of the media types this endpoint produces: "
+            f"{', '.join(media_types)} (or use ?format= with one of {', '.join(formats)})",
+            media_types,
+            field="Accept",
+        )
+    return best
+
+
+# --------------------------------------------------------------------------------------------
+# Array views (one copy at most; none for contiguous CPU tensors)
+# --------------------------------------------------------------------------------------------
+
+
+def _cpu_contiguous(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor detached, dense and C-contiguous on the CPU (a view when it already is)."""
+    t = tensor.detach()
+    if t.layout != torch.strided:
+        t = t.to_dense()
+    if t.is_conj():
+        t = t.resolve_conj()
+    if t.is_neg():
+        t = t.resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()  # on its own device: a GPU packs faster than the host
+    if t.device.type != "cpu":
+        t = t.cpu()
+    return t
+
+
+def _little_endian(arr: np.ndarray) -> np.ndarray:
+    """``arr`` with little-endian elements (no copy on a little-endian host)."""
+    if arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and sys.byteorder == "big"):
+        return arr.astype(arr.dtype.newbyteorder("<"))
+    return arr
+
+
+def _storage_array(tensor: torch.Tensor) -> np.ndarray:
+    """C-contiguous little-endian numpy view of the tensor's bytes; bfloat16 as its uint16 bits."""
+    t = _cpu_contiguous(tensor)
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+        return _little_endian(t.numpy()).view(np.dtype("<u2"))
+    return _little_endian(t.numpy())
+
+
+def _number_array(tensor: torch.Tensor) -> np.ndarray:
+    """C-contiguous numpy array of the tensor's values; bfloat16 widened to float32 (exact)."""
+    t = _cpu_contiguous(tensor)
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    return t.numpy()  # a view: the tensor is already C-contiguous (0-d stays 0-d)
+
+
+def _byte_view(arr: np.ndarray) -> memoryview:
+    """A flat byte view of a C-contiguous array's memory, no copy (also for zero-size arrays)."""
+    return arr.reshape(-1).view(np.uint8).data
+
+
+def _shape_header(shape: Sequence[int]) -> str:
+    return ",".join(str(int(n)) for n in shape)
+
+
+def _tensor_headers(name: str, tensor: torch.Tensor) -> dict[str, str]:
+    return {
+        "X-Tensor-Name": name,
+        "X-Tensor-Shape": _shape_header(tensor.shape),
+        "X-Tensor-Dtype": dtype_name(tensor.dtype),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Encoders
+# --------------------------------------------------------------------------------------------
+
+_JSON_OPTIONS = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+
+
+def _json_default(obj: Any) -> Any:
+    """orjson fallback for ``meta`` values: small tensors as lists, dtypes by name."""
+    if isinstance(obj, torch.Tensor):
+        return _number_array(obj).tolist()
+    if isinstance(obj, torch.dtype):
+        return dtype_name(obj)
+    raise TypeError(f"meta value of type {type(obj).__name__} is not JSON-able")
+
+
+def _encode_json(bundle: Bundle, *, base64: bool) -> Encoded:
+    tensors: dict[str, dict[str, Any]] = {}
+    for name, tensor in bundle.tensors.items():
+        entry: dict[str, Any] = {"shape": list(tensor.shape), "dtype": dtype_name(tensor.dtype)}
+        if base64:
+            entry["data"] = b64encode(_byte_view(_storage_array(tensor))).decode("ascii")
+        else:
+            arr = _number_array(tensor)
+            # orjson writes each element in shortest round-trip form (float16 via float32, which
+            # parses back to the same float16) and non-finite values as null. It rejects 0-d
+            # arrays, which become a plain scalar.
+            entry["data"] = arr if arr.ndim else arr.item()
+        tensors[name] = entry
+    document: dict[str, Any] = {"tensors": tensors, "meta": bundle.meta}
+    if bundle.json_layout is not None:
+        document = bundle.json_layout(bundle.tensors, tensors, bundle.meta)
+    body = orjson.dumps(document, default=_json_default, option=_JSON_OPTIONS)
+    return Encoded(body, FORMAT_MEDIA_TYPES["json"])
+
+
+def meta_text(meta: Mapping[str, Any]) -> str:
+    """A bundle's ``meta`` as the JSON text safetensors carries under ``__metadata__["meta"]``."""
+    return orjson.dumps(meta, default=_json_default, option=_JSON_OPTIONS).decode()
+
+
+def _encode_safetensors(bundle: Bundle) -> Encoded:
+    tensors = {name: _cpu_contiguous(t) for name, t in bundle.tensors.items()}
+    body = codec.encode_safetensors(tensors, {"meta": meta_text(bundle.meta)})
+    return Encoded(body, FORMAT_MEDIA_TYPES["safetensors"])
+
+
+def no_bfloat16_npy(name: str) -> NotAcceptable:
+    """406 for npy of a bfloat16 tensor, naming the formats that carry bfloat16."""
+    others = [m for f, m in FORMAT_MEDIA_TYPES.items() if f != "npy"]
+    return NotAcceptable(
+        f"{codec.no_bfloat16_npy(name)}: ask for "
+        f"dtype float32, float16 or float64 with npy, or another format for bfloat16 "
+        f"({', '.join(others)})",
+        others,
+        field="dtype",
+    )
+
+
+def _encode_npy(bundle: Bundle) -> Encoded:
+    name, tensor = bundle.primary_name, bundle.primary
+    if tensor.dtype == torch.bfloat16:
+        raise no_bfloat16_npy(name)
+    arr = _storage_array(tensor)
+    body = b"".join((codec.npy_header(arr.shape, tensor.dtype), _byte_view(arr)))
+    return Encoded(body, FORMAT_MEDIA_TYPES["npy"], _tensor_headers(name, tensor))
+
+
+def _encode_raw(bundle: Bundle) -> Encoded:
+    name, tensor = bundle.primary_name, bundle.primary
+    body = _byte_view(_storage_array(tensor))  # zero-copy: Starlette sends it as is
+    return Encoded(body, FORMAT_MEDIA_TYPES["raw"], _tensor_headers(name, tensor))
+
+
+def encode_bundle(
+    bundle: Bundle, fmt: str, *, base64: bool = False, index: int | None = None
+) -> Encoded:
+    """Encode a bundle in one output format.
+
+    Args:
+        bundle: the tensors and meta; the first tensor is the primary one.
+        fmt: a key of :data:`FORMAT_MEDIA_TYPES` (what :func:`negotiate` returns).
+        base64: JSON only: each ``data`` is base64 of the raw little-endian C-order bytes
+            (bfloat16: its 2-byte patterns) instead of nested lists.
+        index: png only: draw panel ``index`` of a 3-D primary tensor (H, T, S) instead of the
+            grid of all of them.
+
+    Returns:
+        The body, its media type and extra headers.
+
+    Raises:
+        NotAcceptable: ``npy`` of a bfloat16 tensor; an unknown ``fmt``.
+        InvalidArgument: ``index`` out of range or given for a tensor that is not 3-D
+            (``field="index"``).
+    """
+    if fmt == "json":
+        return _encode_json(bundle, base64=base64)
+    if fmt == "safetensors":
+        return _encode_safetensors(bundle)
+    if fmt == "npy":
+        return _encode_npy(bundle)
+    if fmt == "raw":
+        return _encode_raw(bundle)
+    if fmt == "png":
+        primary = next(iter(bundle.tensors.values()), None)
+        if primary is not None and primary.numel() == 0:  # e.g. a batch of empty rows (T = 0)
+            raise NotAcceptable(
+                f"png: the primary tensor has shape {list(primary.shape)}, with nothing to draw; "
+                "ask for json, safetensors, npy or raw",
+                [m for f, m in FORMAT_MEDIA_TYPES.items() if f != "png"],
+                field="format",
+            )
+        return _encode_png(bundle, index=index)
+    raise NotAcceptable(
+        f"format must be one of {', '.join(FORMAT_MEDIA_TYPES)}; got {fmt!r}",
+        list(FORMAT_MEDIA_TYPES.values()),
+        field="format",
+    )
+
+
+def _encode_png(bundle: Bundle, *, index: int | None) -> Encoded:
+    name, tensor = bundle.primary_name, bundle.primary
+    body = heatmap_png(name, tensor, bundle.meta, index)
+    return Encoded(body, FORMAT_MEDIA_TYPES["png"], {"X-Tensor-Name": name})
+
+
+_SUFFIXES = {"safetensors": "safetensors", "npy": "npy", "raw": "bin", "png": "png"}
+
+
+def http_response(
+    encoded: Encoded,
+    fmt: str,
+    route: str,
+    names: Sequence[str],
+    headers: Mapping[str, str],
+    cache: str,
+    **seconds: float,
+) -> Response:
+    """The response of an encoded body: ``headers`` (ETag, Vary ...), ``Server-Timing`` (the
+    ``cache`` state and the phases' ``seconds``), the body's own headers, and a file name
+    (``sinusoidal-pe.npy`` for the primary of the tensors ``names``; the route's last segment
+    for safetensors, which holds them all)."""
+    headers = {**headers, "Server-Timing": server_timing(cache, **seconds), **encoded.headers}
+    if fmt != "json":
+        stem = route.rstrip("/").rsplit("/", 1)[-1]
+        if fmt != "safetensors" and names:
+            stem = f"{stem}-{names[0]}"
+        headers["Content-Disposition"] = f'inline; filename="{stem}.{_SUFFIXES[fmt]}"'
+    return Response(content=encoded.body, media_type=encoded.media_type, headers=headers)
