@@ -1,9 +1,10 @@
-"""Small functions: no function of ``posenc/`` or ``service/`` is longer than 100 lines, outside
-a named allowance of at most three (the same three that ruff's C901 / PLR0915 allow with a
-``noqa``, pyproject.toml).
+"""Small functions: no function of ``posenc/`` or ``service/`` is longer than 100 lines, its
+docstring counted, outside a named allowance of at most three (the same three that ruff's
+C901 / PLR0915 allow with a ``noqa``, pyproject.toml).
 
-A function's length is its lines from ``def`` to its last, less its docstring: the docstring
-documents, and a generated client method's is as long as its kind's fields.
+A function's length is its lines from ``def`` to its last. The generated client methods
+(``posenc/client/methods.py``, written by scripts/client_methods.py) are left out: each
+docstring is as long as its kind's fields.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = 100
+#: Modules written by a script from the registry, not by hand.
+GENERATED = frozenset({"posenc/client/methods.py"})
 #: ``path:name`` -> why it is still one function. At most three, and each still too long.
 ALLOWANCE = {
     "posenc/rope/mrope_ids.py:mrope_position_ids": "transformers' get_rope_index, step by step",
@@ -22,15 +25,7 @@ ALLOWANCE = {
 
 
 def _length(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
-    lines = (node.end_lineno or node.lineno) - node.lineno + 1
-    first = node.body[0]
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        lines -= (first.end_lineno or first.lineno) - first.lineno + 1
-    return lines
+    return (node.end_lineno or node.lineno) - node.lineno + 1
 
 
 def _lengths(text: str, rel: str) -> dict[str, int]:
@@ -46,6 +41,8 @@ def _all_lengths() -> dict[str, int]:
     for pkg in ("posenc", "service"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
+            if rel in GENERATED:
+                continue
             for name, n in _lengths(path.read_text(), rel).items():
                 out[name] = max(n, out.get(name, 0))
     return out
@@ -66,7 +63,7 @@ def test_the_allowance_is_at_most_three_and_each_still_needs_it() -> None:
     }
 
 
-def test_the_length_leaves_out_the_docstring_only() -> None:
+def test_the_length_counts_the_docstring() -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(101))
     text = f'def f() -> None:\n    """One.\n\n    Two.\n    """\n{body}'
-    assert _lengths(text, "m.py") == {"m.py:f": 102}
+    assert _lengths(text, "m.py") == {"m.py:f": 106}

@@ -422,46 +422,15 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         )
     token_table = get(token_name)
     position_table = get(position_name) if has_table and scheme == "learned" else None  # type: ignore[arg-type]
-    for tensor_name, table in ((token_name, token_table), (position_name, position_table)):
-        if table is not None and (table.dim() != 2 or not table.dtype.is_floating_point):
-            raise InvalidArgument(
-                f"{where}: {tensor_name} must be a 2-D floating-point table, got shape "
-                f"{tuple(table.shape)} dtype {str(table.dtype).removeprefix('torch.')}",
-                field="path",
-            )
-    if position_table is not None:
-        if token_table.shape[1] != position_table.shape[1]:
-            raise InvalidArgument(
-                f"{where}: {token_name} has width {token_table.shape[1]} but {position_name} has "
-                f"width {position_table.shape[1]}; they must match",
-                field="path",
-            )
-        if skip:
-            if position_table.shape[0] <= skip:
-                raise InvalidArgument(
-                    f"{where}: {position_name} has {position_table.shape[0]} rows, fewer than "
-                    f"the {skip} offset rows {family} skips",
-                    field="path",
-                )
-            position_table = position_table[skip:]
+    position_table = _checked_tables(
+        where, family, skip, (token_name, token_table), (position_name, position_table)
+    )
 
     rope, theta_guessed = None, False
     if scheme == "rope":
         positions, theta_guessed = _rope_positions(config or {}, config_path or where)
         rope = rope_spec(positions)
-    d_model = int(token_table.shape[1])
-    embed_scale = None
-    model_type = None if cfg is None else str(cfg.get("model_type", "")) or None
-    if (
-        families.family(model_type).embed_scale == "sqrt_hidden"
-    ):  # Gemma, rounded to the model dtype
-        embed_scale = _scale_value(int(cfg.get("hidden_size", d_model)), token_table.dtype)  # type: ignore[union-attr]
-    elif cfg is not None and cfg.get("scale_embedding") is True:
-        embed_scale = math.sqrt(d_model)
-    pad_token_id = 0 if family in ("BERT", "RoBERTa") and cfg is None else None
-    if cfg is not None:
-        pad = cfg.get("pad_token_id")
-        pad_token_id = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
+    embed_scale, pad_token_id, model_type = _scale_and_pad(cfg, family, token_table)
     return Checkpoint(
         family=family,
         token_name=token_name,
@@ -478,3 +447,59 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         where=where,
         theta_guessed=theta_guessed,
     )
+
+
+def _checked_tables(
+    where: str,
+    family: str,
+    skip: int,
+    token: tuple[str, Tensor],
+    position: tuple[str | None, Tensor | None],
+) -> Tensor | None:
+    """The position table with the rows ``family`` skips removed, once both tables are checked
+    (2-D floating point, the same width, more rows than the skipped ones)."""
+    (token_name, token_table), (position_name, position_table) = token, position
+    for tensor_name, table in (token, position):
+        if table is not None and (table.dim() != 2 or not table.dtype.is_floating_point):
+            raise InvalidArgument(
+                f"{where}: {tensor_name} must be a 2-D floating-point table, got shape "
+                f"{tuple(table.shape)} dtype {str(table.dtype).removeprefix('torch.')}",
+                field="path",
+            )
+    if position_table is None:
+        return None
+    if token_table.shape[1] != position_table.shape[1]:
+        raise InvalidArgument(
+            f"{where}: {token_name} has width {token_table.shape[1]} but {position_name} has "
+            f"width {position_table.shape[1]}; they must match",
+            field="path",
+        )
+    if skip:
+        if position_table.shape[0] <= skip:
+            raise InvalidArgument(
+                f"{where}: {position_name} has {position_table.shape[0]} rows, fewer than "
+                f"the {skip} offset rows {family} skips",
+                field="path",
+            )
+        position_table = position_table[skip:]
+    return position_table
+
+
+def _scale_and_pad(
+    cfg: Mapping[str, Any] | None, family: str, token_table: Tensor
+) -> tuple[float | None, int | None, str | None]:
+    """``(embed_scale, pad_token_id, model_type)`` of the input layer: Gemma's √hidden rounded
+    to the model dtype, or √D where ``scale_embedding`` is set; the config's pad token (BERT's
+    and RoBERTa's 0 without a config)."""
+    d_model = int(token_table.shape[1])
+    embed_scale = None
+    model_type = None if cfg is None else str(cfg.get("model_type", "")) or None
+    if cfg is not None and families.family(model_type).embed_scale == "sqrt_hidden":
+        embed_scale = _scale_value(int(cfg.get("hidden_size", d_model)), token_table.dtype)
+    elif cfg is not None and cfg.get("scale_embedding") is True:
+        embed_scale = math.sqrt(d_model)
+    pad_token_id = 0 if family in ("BERT", "RoBERTa") and cfg is None else None
+    if cfg is not None:
+        pad = cfg.get("pad_token_id")
+        pad_token_id = pad if isinstance(pad, int) and not isinstance(pad, bool) else None
+    return embed_scale, pad_token_id, model_type

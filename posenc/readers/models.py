@@ -26,7 +26,7 @@ from posenc.core.device import resolve_device
 from posenc.core.errors import InvalidArgument
 from posenc.facts.config_parts import merged_text
 from posenc.facts.families import is_known_model_type, unknown_model_type_warning
-from posenc.readers.checkpoints import PositionScheme, RopeSpec, read_checkpoint
+from posenc.readers.checkpoints import Checkpoint, PositionScheme, RopeSpec, read_checkpoint
 from posenc.readers.gguf.model import gguf_model_fields
 from posenc.readers.vision_checkpoint import VisionCheckpoint, read_vision_checkpoint
 from posenc.tokens.tokenizer import builtin_tokenizer, load_tokenizer
@@ -158,6 +158,14 @@ def _listing(names: list[str]) -> str:
     return shown + (f", … and {more} more" if more > 0 else "") if names else "(none)"
 
 
+def _positional(ckpt: Checkpoint) -> tuple[ModelPositional, int]:
+    """The model's positional scheme and its positions: a learned table's rows, else the
+    config's ``max_position_embeddings`` (0: no limit known)."""
+    if ckpt.scheme == "learned" and ckpt.position_table is not None:
+        return "learned", int(ckpt.position_table.shape[0])
+    return ("rope" if ckpt.scheme == "rope" else "none"), _config_max_positions(ckpt.config)
+
+
 def load_safetensors_model(
     name: str, path: str | os.PathLike[str], device: str | torch.device | None = None
 ) -> EmbeddingModel:
@@ -219,15 +227,7 @@ def load_safetensors_model(
         pad_token_id = None  # a folder's pad token is its config's, null without one
     token_table, position_table = ckpt.token_table, ckpt.position_table
     vocab_size, d_model = token_table.shape
-    if ckpt.scheme == "learned":
-        positional: ModelPositional = "learned"
-        max_positions = int(position_table.shape[0])  # type: ignore[union-attr]
-    elif ckpt.scheme == "rope":
-        positional = "rope"
-        max_positions = _config_max_positions(ckpt.config)
-    else:
-        positional = "none"
-        max_positions = _config_max_positions(ckpt.config)
+    positional, max_positions = _positional(ckpt)
     warnings = _load_warnings(ckpt.config, ckpt.model_type, int(vocab_size), ckpt.theta_guessed)
     for warning in warnings:
         logger.warning("model %r (%s): %s", name, ckpt.where, warning)

@@ -317,6 +317,37 @@ def llama3_freq_factors(
     return tuple(float(v) for v in torch.tensor(out, dtype=torch.float32))
 
 
+def _yarn_arguments(
+    s: Mapping[str, Any], model_type: str, n_ctx_train: int, notes: list[str]
+) -> dict[str, Any]:
+    """llama.cpp's YaRN arguments from a scaling (transformers' names): ``freq_scale``,
+    ``ext_factor`` 1, the original context, the betas and the magnitude in float32 as its
+    converter and ``llama_context`` compute it (DeepSeek's log multiplier where the family has
+    one); what it ignores goes to ``notes``."""
+    factor = np.float32(s["factor"])
+    freq_scale = np.float32(1.0) / factor
+    kw: dict[str, Any] = {"freq_scale": float(freq_scale), "ext_factor": 1.0}
+    kw["n_ctx_orig"] = int(s.get("original_max_position_embeddings") or n_ctx_train)
+    kw["beta_fast"] = float(s.get("beta_fast") or 32.0)
+    kw["beta_slow"] = float(s.get("beta_slow") or 1.0)
+    back = np.float32(1.0) / freq_scale
+    if family(model_type).llamacpp_yarn_log_multiplier and s.get("mscale_all_dim"):
+        log_mul = np.float32(np.float32(0.1 * float(s["mscale_all_dim"])) / np.float32(0.1))
+        mscale = log_mul if log_mul != 1 else np.float32(1.0)
+        attn = _get_mscale(back, mscale) / _get_mscale(back, log_mul)
+    else:
+        attn = _get_mscale(back, np.float32(1.0))
+    attn = attn * (np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * _logf(back)))
+    kw["attn_factor"] = float(attn)
+    if s.get("truncate") is False:
+        notes.append("YaRN: llama.cpp always rounds the ramp's ends (truncate: false ignored)")
+    if s.get("attention_factor") is not None:
+        notes.append(
+            "YaRN: llama.cpp computes the magnitude from factor; attention_factor is ignored"
+        )
+    return kw
+
+
 def llamacpp_rope_for(
     *,
     model_type: str,
@@ -364,27 +395,7 @@ def llamacpp_rope_for(
     if kind == "linear":
         kw["freq_scale"] = float(np.float32(1.0) / np.float32(s["factor"]))
     elif kind == "yarn":
-        factor = np.float32(s["factor"])
-        freq_scale = np.float32(1.0) / factor
-        kw.update(freq_scale=float(freq_scale), ext_factor=1.0)
-        kw["n_ctx_orig"] = int(s.get("original_max_position_embeddings") or n_ctx_train)
-        kw["beta_fast"] = float(s.get("beta_fast") or 32.0)
-        kw["beta_slow"] = float(s.get("beta_slow") or 1.0)
-        back = np.float32(1.0) / freq_scale
-        if family(model_type).llamacpp_yarn_log_multiplier and s.get("mscale_all_dim"):
-            log_mul = np.float32(np.float32(0.1 * float(s["mscale_all_dim"])) / np.float32(0.1))
-            mscale = log_mul if log_mul != 1 else np.float32(1.0)
-            attn = _get_mscale(back, mscale) / _get_mscale(back, log_mul)
-        else:
-            attn = _get_mscale(back, np.float32(1.0))
-        attn = attn * (np.float32(1.0) / (np.float32(1.0) + np.float32(0.1) * _logf(back)))
-        kw["attn_factor"] = float(attn)
-        if s.get("truncate") is False:
-            notes.append("YaRN: llama.cpp always rounds the ramp's ends (truncate: false ignored)")
-        if s.get("attention_factor") is not None:
-            notes.append(
-                "YaRN: llama.cpp computes the magnitude from factor; attention_factor is ignored"
-            )
+        kw.update(_yarn_arguments(s, model_type, n_ctx_train, notes))
     elif kind == "longrope":
         omax = int(s["original_max_position_embeddings"])
         scale = float(s.get("factor") or (n_ctx_train / omax))
