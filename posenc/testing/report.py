@@ -74,6 +74,13 @@ def largest(
     )
 
 
+#: Why a GGUF's values get no diagnosis: the mistakes are built from transformers' rule.
+NO_TRANSFORMERS_FORM = (
+    "a GGUF with rope_freqs factors has no transformers form to build the mistakes from; "
+    "check against the config.json it was converted from"
+)
+
+
 @dataclass(frozen=True)
 class CheckReport:
     """A caller's values against one engine, and what ``/v1/configs/check`` says of them.
@@ -167,4 +174,4 @@ def _mistake(d: Mapping[str, Any]) -> str:
     return f"{d['mistake']}{offset}"
 
 
-__all__ = ["CheckReport", "Largest", "largest", "report_lines"]
+__all__ = ["NO_TRANSFORMERS_FORM", "CheckReport", "Largest", "largest", "report_lines"]

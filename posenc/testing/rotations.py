@@ -26,7 +26,7 @@ from posenc.testing.inputs import (
     rope_request,
     squeeze_leading,
 )
-from posenc.testing.report import CheckReport, largest
+from posenc.testing.report import NO_TRANSFORMERS_FORM, CheckReport, largest
 
 
 def _heads(value: Any, name: str) -> np.ndarray:
@@ -124,8 +124,7 @@ def rotation_report(
     if not request.get("gguf_transformers_form", True):
         return CheckReport(
             "rotation", engine, precision, atol, where,
-            unavailable="a GGUF with rope_freqs factors has no transformers form to build the "
-            "mistakes from; check against the config.json it was converted from",
+            unavailable=NO_TRANSFORMERS_FORM,
         )  # fmt: skip
     k = pairs[1] if len(pairs) > 1 else None
     answer = check_rotation(

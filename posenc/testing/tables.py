@@ -28,7 +28,7 @@ from posenc.testing.inputs import (
     rope_request,
     squeeze_leading,
 )
-from posenc.testing.report import CheckReport, largest
+from posenc.testing.report import NO_TRANSFORMERS_FORM, CheckReport, largest
 
 
 def resolved_rope(request: Mapping[str, Any], engine: str, precision: str) -> dict[str, Any]:
@@ -145,8 +145,7 @@ def table_report(
     if not request.get("gguf_transformers_form", True):
         return CheckReport(
             "RoPE table", engine, precision, atol, where,
-            unavailable="a GGUF with rope_freqs factors has no transformers form to build the "
-            "mistakes from; check against the config.json it was converted from",
+            unavailable=NO_TRANSFORMERS_FORM,
         )  # fmt: skip
     answer = check_table(check_request(request), c, s)
     return CheckReport("RoPE table", engine, precision, atol, where, check=answer)
