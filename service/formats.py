@@ -1,9 +1,8 @@
-"""Content negotiation and the encoders of a bundle of named tensors.
+"""The encoders of a bundle of named tensors, and the HTTP response of an encoded body.
 
 Every compute endpoint returns a :class:`Bundle` (named tensors plus a JSON-able ``meta``);
-:func:`negotiate` picks the output format from ``?format=`` and ``Accept``, and
-:func:`encode_bundle` turns the bundle into the body of that format (the HTTP contract,
-``API.md`` "Output formats"):
+:func:`encode_bundle` turns the bundle into the body of a format (the HTTP contract, ``API.md``
+"Output formats"), chosen once per request by :mod:`service.responses.negotiation`:
 
 ======================  ==============================  =========================================
 format key              media type                      body
@@ -28,7 +27,6 @@ tensor's bytes once.
 
 from __future__ import annotations
 
-import re
 import sys
 from base64 import b64encode
 from collections.abc import Mapping, Sequence
@@ -56,7 +54,6 @@ __all__ = [
     "encode_bundle",
     "http_response",
     "meta_text",
-    "negotiate",
     "no_bfloat16_npy",
     "tensor_nbytes",
 ]
@@ -174,129 +171,6 @@ def tensor_nbytes(tensor: torch.Tensor) -> int:
 def bundle_nbytes(bundle: Bundle) -> int:
     """Bytes of all tensors of a bundle together."""
     return sum(tensor_nbytes(t) for t in bundle.tensors.values())
-
-
-def _media_types(formats: Sequence[str]) -> list[str]:
-    return [FORMAT_MEDIA_TYPES[f] for f in formats]
-
-
-# --------------------------------------------------------------------------------------------
-# Negotiation
-# --------------------------------------------------------------------------------------------
-
-
-# RFC 9110 section 12.4.2 ``qvalue``, read leniently: any number of decimals, 0 to 1.
-_QVALUE = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)")
-
-
-def _qvalue(value: str) -> float:
-    """The weight of a ``q=`` parameter; 1 (the parameter ignored) when it is malformed.
-
-    RFC 9110 leaves malformed weights to the recipient; a malformed parameter should not make
-    an acceptable type unacceptable, so ``q=abc``, ``q=``, ``q=2``, ``q=-1``, ``q=nan`` and
-    ``q=1e-3`` count as no ``q`` at all, the default weight 1.
-    """
-    text = value.strip().strip('"').strip()
-    if _QVALUE.fullmatch(text) is None:
-        return 1.0
-    q = float(text)
-    return q if q <= 1.0 else 1.0
-
-
-def _parse_accept(accept: str) -> list[tuple[str, str, float]]:
-    """``Accept`` -> [(type, subtype, q)]; malformed ranges are skipped, a malformed q-value
-    counts as 1."""
-    ranges: list[tuple[str, str, float]] = []
-    for item in accept.split(","):
-        parts = item.split(";")
-        media = parts[0].strip().lower()
-        if not media:
-            continue
-        if media == "*":  # some old clients send a bare "*"
-            media = "*/*"
-        kind, slash, sub = media.partition("/")
-        if not slash or not kind or not sub or (kind == "*" and sub != "*"):
-            continue
-        q = 1.0
-        for param in parts[1:]:
-            key, _, value = param.partition("=")
-            if key.strip().lower() == "q":
-                q = _qvalue(value)
-                break  # parameters after the weight are accept-ext, not media-type parameters
-        ranges.append((kind, sub, q))
-    return ranges
-
-
-def negotiate(
-    accept: str | None,
-    format: str | None,
-    available: Sequence[str] = tuple(FORMAT_MEDIA_TYPES),
-) -> str:
-    """Pick the output format of a response.
-
-    Args:
-        accept: the ``Accept`` header, or ``None``.
-        format: the ``?format=`` query parameter (a key of :data:`FORMAT_MEDIA_TYPES`), or
-            ``None``. It wins over ``Accept``.
-        available: the format keys the endpoint can produce, in the server's preference order.
-
-    Returns:
-        A format key from ``available``. No ``Accept``, an empty one, or one without a single
-        well-formed media range (RFC 9110 lets a server disregard it) gives the first available
-        (``json``); a malformed ``q`` counts as 1. Each media type takes the q-value of the most specific range that matches it
-        (``type/subtype`` over ``type/*`` over ``*/*``); ``q=0`` excludes; ties keep the order of
-        ``available``.
-
-    Raises:
-        NotAcceptable: ``format`` is unknown or not available, or ``Accept`` matches nothing
-            available; ``.available`` lists the media types that can be produced.
-    """
-    formats = [f for f in available if f in FORMAT_MEDIA_TYPES]
-    if not formats:
-        raise ValueError(f"available must name formats among {list(FORMAT_MEDIA_TYPES)}")
-    media_types = _media_types(formats)
-
-    if format is not None:
-        key = format.strip().lower()
-        if key in formats:
-            return key
-        raise NotAcceptable(
-            f"format must be one of {', '.join(formats)} "
-            f"(media types {', '.join(media_types)}); got {format!r}",
-            media_types,
-            field="format",
-        )
-
-    ranges = [] if accept is None else _parse_accept(accept)
-    if not ranges:  # no header, an empty one (",,,"), or not one well-formed range: disregarded
-        return formats[0]
-
-    best: str | None = None
-    best_q = 0.0
-    for fmt, media in zip(formats, media_types, strict=True):
-        kind, _, sub = media.partition("/")
-        specificity, q = -1, 0.0
-        for r_kind, r_sub, r_q in ranges:
-            if r_kind == kind and r_sub == sub:
-                s = 2
-            elif r_kind == kind and r_sub == "*":
-                s = 1
-            elif r_kind == "*":
-                s = 0
-            else:
-                continue
-            if s > specificity or (s == specificity and r_q > q):
-                specificity, q = s, r_q
-        if q > best_q:  # strict: a tie keeps the earlier (server-preferred) format
-            best, best_q = fmt, q
-    if best is None:
-        raise NotAcceptable(
-            f"Accept {accept!r} matches none of the media types this endpoint produces: "
-            f"{', '.join(media_types)} (or use ?format= with one of {', '.join(formats)})",
-            media_types,
-            field="Accept",
-        )
-    return best
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,7 +316,8 @@ def encode_bundle(
 
     Args:
         bundle: the tensors and meta; the first tensor is the primary one.
-        fmt: a key of :data:`FORMAT_MEDIA_TYPES` (what :func:`negotiate` returns).
+        fmt: a key of :data:`FORMAT_MEDIA_TYPES` (what
+            :func:`service.responses.negotiation.negotiate` returns).
         base64: JSON only: each ``data`` is base64 of the raw little-endian C-order bytes
             (bfloat16: its 2-byte patterns) instead of nested lists.
         index: png only: draw panel ``index`` of a 3-D primary tensor (H, T, S) instead of the

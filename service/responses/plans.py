@@ -1,51 +1,44 @@
-"""Plans: a validated request as a :class:`Plan` (its kind and its parameters), the one place
-an output is refused as too large (:func:`check_output`), and the cheap first half of every
-response (:func:`prepare`): sizes, format, ETag, cache.
+"""Plans: a validated request as a :class:`Plan` (its kind and its parameters), and the one
+place an output is refused as too large (:func:`check_output`, and the checks of a plan that
+call it).
 
 A compute route only builds a :class:`Plan` (the kind, the resolved parameters and a closure
-that calls posenc) and hands it to :func:`service.responses.respond.respond`, which in order
+that calls posenc) and hands it, with its negotiated format
+(:func:`service.responses.negotiation.negotiate_output`), to
+:func:`service.responses.respond.respond`, which
 
 1. refuses a plan larger than ``max_elements`` with 413 (nothing is allocated yet), unless it
    is a table with row blocks, streamed up to ``max_stream_elements`` (:func:`check_plan`);
-2. negotiates the format (406 lists what the endpoint can give);
-3. derives the ETag from a canonical key of the request (route, params after the preset or
-   config merge, format, encoding, index, model fingerprint, device, version) and answers a
-   matching ``If-None-Match`` with 304 (GET) or 412 (other methods), without computing;
+2. raises the negotiation's refusal, if any (406 lists what the endpoint can give);
+3. derives the ETag from a canonical key of the request and answers a matching
+   ``If-None-Match`` with 304 (GET) or 412 (other methods), without computing;
 4. serves the encoded body from the cache, or, on a miss, looks for the computed tensors and
    estimates the bytes the miss takes from the in-flight budget;
-5. chooses the path (:func:`service.responses.respond.choose`) and serves it.
+
+steps 1-4 and the path in :func:`service.responses.paths.choose`, and then serves that path.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 import torch
-from fastapi import Request
-from fastapi.responses import Response
 
-import posenc
 from posenc.core import kinds
 from posenc.core.errors import TooLarge
 from service.admission.budget import json_ints
 from service.config import Settings
-from service.formats import STREAM_FORMATS, Bundle, http_response, negotiate
-from service.query import OutputOptions
-from service.state import ServiceState
+from service.formats import STREAM_FORMATS, Bundle
 
 __all__ = [
     "Plan",
-    "Prepared",
     "check_output",
     "check_plan",
     "check_row",
     "check_size",
     "json_ints",
-    "prepare",
 ]
 
 
@@ -63,7 +56,7 @@ class Plan:
             binary body included).
         compute: builds the bundle; called only on a cache miss.
         stream: tables only: the bundle as row blocks (a
-            :class:`service.responses.streaming.StreamBundle`), for a table sent as it is
+            :class:`service.responses.bodies.StreamBundle`), for a table sent as it is
             computed (kept) or over ``max_elements`` (streamed); None where the kind has no row
             blocks for these parameters.
         tensors_key: a binary body's tensors by their digest (part of the cache key), if any.
@@ -206,105 +199,3 @@ def check_plan(plan: Plan, settings: Settings, fmt: str | None, *, streams: bool
     check_row(
         plan.names[0] if plan.names else "the table", plan.row_elements, settings.max_elements
     )
-
-
-def _canonical(obj: Any) -> str:
-    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
-
-
-def _etag_matches(if_none_match: str, etag: str) -> bool:
-    """RFC 9110 If-None-Match: ``*`` or a list of entity tags, compared weakly."""
-    value = if_none_match.strip()
-    if value == "*":
-        return True
-    bare = etag.removeprefix("W/")
-    return any(tag.strip().removeprefix("W/") == bare for tag in value.split(","))
-
-
-@dataclass
-class Prepared:
-    """What :func:`prepare` worked out: a finished response (304, 412, cache hit), or what a
-    miss needs: its format, keys and headers, the cached tensors if any, and the path
-    :func:`service.responses.respond.choose` gave it."""
-
-    response: Response | None
-    fmt: str = "json"
-    base64: bool = False
-    index: int | None = None
-    table_text: str = ""
-    body_key: tuple[str, str] = ("body", "")
-    headers: dict[str, str] = field(default_factory=dict)
-    # the computed tensors, found in the cache (the whole path encodes them)
-    bundle: Bundle | None = None
-    # "whole", "kept" or "streamed"; the bytes it takes from the in-flight budget; kept and
-    # streamed: the body's row blocks (a service.responses.streaming.Body)
-    path: str = "whole"
-    nbytes: int = 0
-    body: Any = None
-    # seconds of the miss, for Server-Timing and the access log (service.observability.timing)
-    queue_s: float = 0.0
-    compute_s: float = 0.0
-    encode_s: float = 0.0
-
-
-def prepare(
-    request: Request, state: ServiceState, plan: Plan, out: OutputOptions, *, streams: bool
-) -> Prepared:
-    """Steps 1-4 of the module docstring, for a plan that is (``streams``) or is not streamed
-    past ``max_elements``: no tensor is made here, safe on the event loop.
-
-    Raises:
-        TooLarge: (413) see :func:`check_plan`; a streamed plan's format is negotiated first.
-        NotAcceptable: (406) no acceptable format.
-    """
-    accept = request.headers.get("accept")
-    table_key = {
-        "route": plan.kind.path,
-        "params": plan.key,
-        "model": state.fingerprints.get(plan.model) if plan.model else None,
-        "device": str(state.device),
-        "version": posenc.__version__,
-    }
-    table_text = _canonical(table_key)
-    fmt = negotiate(accept, out.format) if streams else None
-    check_plan(plan, state.settings, fmt, streams=streams)
-    fmt = fmt or negotiate(accept, out.format)
-    base64 = fmt == "json" and out.encoding == "base64"
-    index = out.index if fmt == "png" else None
-    body_text = _canonical({"table": table_text, "format": fmt, "base64": base64, "index": index})
-    etag = f'"{hashlib.blake2b(body_text.encode(), digest_size=16).hexdigest()}"'
-
-    headers = {"ETag": etag, "Vary": "Accept"}
-    if request.method == "GET":
-        scope = "private" if state.settings.api_key else "public"
-        # a model's table changes with its file: make caches revalidate (a cheap 304)
-        headers["Cache-Control"] = f"{scope}, no-cache" if plan.model else f"{scope}, max-age=86400"
-
-    if_none_match = request.headers.get("if-none-match")
-    if if_none_match is not None and _etag_matches(if_none_match, etag):
-        if request.method in ("GET", "HEAD"):
-            return Prepared(Response(status_code=304, headers=headers))
-        detail = {"detail": "If-None-Match: the current representation matches " + etag}
-        return Prepared(
-            Response(
-                content=_canonical(detail),
-                status_code=412,
-                media_type="application/json",
-                headers=headers,
-            )
-        )
-
-    body_key = ("body", body_text)
-    cache, metrics = state.cache, state.metrics
-    cached = cache.get(body_key)
-    metrics.record_cache("body", cached is not None)
-    if cached is not None:
-        hit = http_response(
-            cached, fmt, plan.kind.path, plan.names, headers, "hit", compute=0.0, encode=0.0
-        )
-        return Prepared(hit, fmt, body_key=body_key)
-    bundle = None
-    if plan.kind.cache_tensors and not streams:  # another format of it may have computed them
-        bundle = cache.get(("tensors", table_text))
-        metrics.record_cache("tensors", bundle is not None)
-    return Prepared(None, fmt, base64, index, table_text, body_key, headers, bundle)

@@ -18,20 +18,24 @@ from fastapi.responses import Response
 
 from service.formats import encode_bundle, http_response
 from service.observability import timing, tracing
-from service.responses.plans import Plan, Prepared
+from service.responses.paths import Whole
+from service.responses.plans import Plan
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.state import ServiceState
 
 __all__ = ["finish"]
 
 
-def finish(request: Request, state: ServiceState, plan: Plan, prepared: Prepared) -> Response:
+def finish(
+    request: Request, state: ServiceState, plan: Plan, whole: Whole, queue_s: float
+) -> Response:
     """Compute (or take the cached tensors), encode, cache the tensors and the body: the
-    thread-pool part (or the event loop's, for a small miss). Records the queue, compute and
-    encode seconds (``Server-Timing``, the access log), and marks the request replayable
-    (:class:`~service.responses.replay.ReplayMiddleware`) when its body fitted the cache."""
+    thread-pool part (or the event loop's, for a small miss). Records the queue (``queue_s``,
+    waited for the budgets), compute and encode seconds (``Server-Timing``, the access log), and
+    marks the request replayable (:class:`~service.responses.replay.ReplayMiddleware`) when its
+    body fitted the cache."""
     compute_s = 0.0
-    bundle = prepared.bundle
+    bundle = whole.tensors
     if bundle is None:
         t0 = time.perf_counter()
         with tracing.span("posenc.compute", **{"posenc.route": plan.kind.path}):
@@ -39,22 +43,22 @@ def finish(request: Request, state: ServiceState, plan: Plan, prepared: Prepared
             if state.device.type == "cuda":
                 torch.cuda.synchronize(state.device)
         compute_s = time.perf_counter() - t0
+    fmt = whole.fmt
     t0 = time.perf_counter()
-    with tracing.span("posenc.encode", **{"posenc.format": prepared.fmt}):
-        encoded = encode_bundle(bundle, prepared.fmt, base64=prepared.base64, index=prepared.index)
+    with tracing.span("posenc.encode", **{"posenc.format": fmt}):
+        encoded = encode_bundle(bundle, fmt, base64=whole.base64, index=whole.index)
     encode_s = time.perf_counter() - t0
-    tensor_bytes = bundle.nbytes if prepared.bundle is None and plan.kind.cache_tensors else None
-    seconds = {"queue": prepared.queue_s, "compute": compute_s, "encode": encode_s}
+    tensor_bytes = bundle.nbytes if whole.tensors is None and plan.kind.cache_tensors else None
+    seconds = {"queue": queue_s, "compute": compute_s, "encode": encode_s}
     response = http_response(
-        encoded, prepared.fmt, plan.kind.path, plan.names, prepared.headers, "miss", **seconds
+        encoded, fmt, plan.kind.path, plan.names, whole.headers, "miss", **seconds
     )
-    prepared.compute_s, prepared.encode_s = compute_s, encode_s
     for phase, value in seconds.items():
         timing.add(request.scope, phase, value)
     cache = state.cache
     if tensor_bytes is not None:
-        cache.put(("tensors", prepared.table_text), bundle, tensor_bytes)
-    cache.put(prepared.body_key, encoded, len(encoded.body))
-    if prepared.body_key in cache:  # the body fitted the cache: replayable
-        request.scope[REPLAY_SCOPE_KEY] = prepared.body_key
+        cache.put(("tensors", whole.table_key), bundle, tensor_bytes)
+    cache.put(whole.body_key, encoded, len(encoded.body))
+    if whole.body_key in cache:  # the body fitted the cache: replayable
+        request.scope[REPLAY_SCOPE_KEY] = whole.body_key
     return response

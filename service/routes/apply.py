@@ -34,6 +34,7 @@ from posenc.rope_kinds.rotate import APPLY_ONLY, ROPE_APPLY, apply_meta, kind_fi
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.formats import Bundle
 from service.query import read_output
+from service.responses.negotiation import negotiate_output
 from service.responses.plans import Plan
 from service.responses.respond import respond
 from service.responses.threads import one_thread_if
@@ -206,7 +207,7 @@ async def post_rope_apply(request: Request) -> Response:
     state = read_state(request)
     params, tensors = await _read(request, state)
     plan = await run_in_threadpool(_plan, params, tensors)
-    return await respond(request, state, plan, out)
+    return await respond(request, state, plan, negotiate_output(request, out))
 
 
 def _openapi_body() -> dict[str, Any]:

@@ -20,7 +20,8 @@ from posenc.explain.engine_pairs import (
     pair_curves,
 )
 from posenc.explain.vllm_compare import compare_engines
-from service.formats import FORMAT_MEDIA_TYPES, negotiate
+from service.formats import FORMAT_MEDIA_TYPES
+from service.responses.negotiation import negotiate
 from service.state import State
 from service.statuses import Does, declared_responses, with_ok
 

@@ -33,9 +33,9 @@ from posenc.core.errors import InvalidArgument, MissingField
 from posenc.tokens.tokenizer import NoTokenizer, element_limit
 from service.formats import Bundle
 from service.query import QueryShape, Source, missing
+from service.responses.bodies import StreamBundle
 from service.responses.buffers import BODY_BUFFERS
 from service.responses.plans import Plan
-from service.responses.streaming import StreamBundle
 from service.routes.tables import add_compute_routes
 from service.routes.tensor_bodies import BodyTensors, add_tensor_route
 from service.routes.token_bodies import TokenTensors, add_token_route

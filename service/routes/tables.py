@@ -25,6 +25,7 @@ from service.query import (
     query_openapi,
     read_output,
 )
+from service.responses.negotiation import negotiate_output
 from service.responses.plans import Plan
 from service.responses.respond import respond
 from service.schemas import TensorBundleJSON
@@ -154,7 +155,7 @@ def add_compute_routes(
         state = read_state(request)
         # planning resolves presets, configs and models: work, never on the event loop
         made = await run_in_threadpool(plan, body, state, "body")
-        return await respond(request, state, made, out)
+        return await respond(request, state, made, negotiate_output(request, out))
 
     add_post_route(
         router, path, post_handler, model_cls=model_cls, names=names, summary=summary,
@@ -167,7 +168,7 @@ def add_compute_routes(
         out = read_output(request)
         state = read_state(request)
         made = await run_in_threadpool(_plan_query, request, model_cls, query, plan, state)
-        return await respond(request, state, made, out)
+        return await respond(request, state, made, negotiate_output(request, out))
 
     get_handler.__name__ = f"get_{stem}"
     get_handler.posenc_model = model_cls  # type: ignore[attr-defined]  # for 422 hints

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ValidationError
 from posenc.core import codec
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import read_output
+from service.responses.negotiation import negotiate_output
 from service.responses.respond import respond
 from service.routes.tables import add_post_route
 from service.state import read_state
@@ -119,7 +120,8 @@ def add_tensor_route(
         state = read_state(request)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         req, held = read_tensor_body(await request.body(), content_type, model_cls, tensors)
-        return await respond(request, state, plan(req, state, "body", held), out)
+        made = plan(req, state, "body", held)
+        return await respond(request, state, made, negotiate_output(request, out))
 
     body = {
         "required": True,

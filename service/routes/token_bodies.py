@@ -34,18 +34,16 @@ from posenc.core import codec
 from posenc.core.errors import InvalidArgument
 from service.body_limit import binary_body_bytes
 from service.errors import BadBody, is_json_media_type, media_type_refusal
-from service.formats import NotAcceptable, negotiate
 from service.query import (
-    OutputOptions,
     Source,
     query_fields,
     read_output,
     revalidate,
     validation_error,
 )
+from service.responses.negotiation import negotiate_output, streams_in
 from service.responses.plans import Plan, check_output
 from service.responses.respond import respond
-from service.responses.streaming import STREAM_FORMATS
 from service.routes.tables import add_post_route
 from service.state import ServiceState, read_state
 
@@ -368,14 +366,6 @@ def request_body_openapi(model_cls: type[BaseModel], *, tensors: Sequence[str]) 
     }
 
 
-def _may_stream(request: Request, out: OutputOptions) -> bool:
-    """Whether the response's format is one that streams past ``max_elements``."""
-    try:
-        return negotiate(request.headers.get("accept"), out.format) in STREAM_FORMATS
-    except NotAcceptable:  # refused later, as any request would be
-        return False
-
-
 def add_token_route(
     router: APIRouter,
     path: str,
@@ -392,16 +382,17 @@ def add_token_route(
     accepted = [n for n in tensors if n in model_cls.model_fields]
 
     async def post_handler(request: Request) -> Response:
-        out = read_output(request)
+        negotiation = negotiate_output(request, read_output(request))  # once: respond reads it
         state = read_state(request)
         req, given = await read_token_request(request, model_cls, accepted)
         # planning (tokenizing, checking ids against the vocabulary) is work: never on the
-        # event loop
-        streams = getattr(req, "text", None) is not None and _may_stream(request, out)
+        # event loop. Text is tokenized only up to what its table's format allows: raw, npy and
+        # safetensors stream past max_elements (a 406 is raised later, as for any request).
+        streams = getattr(req, "text", None) is not None and streams_in(negotiation)
         made = await run_in_threadpool(
             functools.partial(plan, req, state, "body", given, may_stream=streams)
         )
-        return await respond(request, state, made, out)
+        return await respond(request, state, made, negotiation)
 
     body = request_body_openapi(model_cls, tensors=accepted)
     add_post_route(

@@ -1,4 +1,5 @@
-"""service.formats: content negotiation and every encoder, checked by decoding the bytes.
+"""service.formats: every encoder, checked by decoding the bytes (negotiation:
+tests/service/test_negotiation.py).
 
 Each format is read back with the standard reader of that format (``json``, ``base64``,
 ``safetensors.torch.load`` / ``safe_open``, ``numpy.load``, ``numpy.frombuffer``, PIL) and
@@ -27,7 +28,6 @@ from service.formats import (
     bundle_nbytes,
     dtype_name,
     encode_bundle,
-    negotiate,
     tensor_nbytes,
 )
 
@@ -41,107 +41,6 @@ def masked_bias() -> torch.Tensor:
     slopes = torch.tensor([0.5, 0.25])[:, None, None]
     bias = -slopes * (i - j).float()
     return bias.masked_fill(j > i, float("-inf"))
-
-
-# --------------------------------------------------------------------------------------------
-# negotiate
-# --------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("accept", [None, "", "   ", "*/*", "*/*;q=0.3", "*"])
-def test_no_accept_or_any_gives_json(accept):
-    assert negotiate(accept, None) == "json"
-
-
-@pytest.mark.parametrize(("fmt", "media"), list(FORMAT_MEDIA_TYPES.items()))
-def test_each_media_type_selects_its_format(fmt, media):
-    assert negotiate(media, None) == fmt
-    assert negotiate(f"text/html, {media.upper()} ; q=0.7", None) == fmt
-
-
-def test_format_parameter_wins_over_accept():
-    assert negotiate("image/png", "npy") == "npy"
-    assert negotiate("text/html", "json") == "json"  # Accept alone would be a 406
-    assert negotiate(None, " Safetensors ") == "safetensors"
-
-
-def test_unknown_format_lists_what_is_possible():
-    with pytest.raises(NotAcceptable) as err:
-        negotiate("application/json", "xml")
-    assert err.value.available == ALL_MEDIA
-    assert err.value.field == "format"
-    assert "'xml'" in err.value.detail
-    for key in FORMAT_MEDIA_TYPES:
-        assert key in err.value.detail
-
-
-def test_format_outside_the_endpoints_formats_is_406():
-    with pytest.raises(NotAcceptable) as err:
-        negotiate(None, "png", available=("json", "safetensors"))
-    assert err.value.available == ["application/json", "application/vnd.safetensors"]
-
-
-def test_q_values_rank_the_media_types():
-    accept = "application/json;q=0.5, application/vnd.safetensors;q=0.9, image/png;q=0.7"
-    assert negotiate(accept, None) == "safetensors"
-
-
-def test_q_zero_excludes():
-    assert negotiate("application/json;q=0, */*", None) == "safetensors"
-    with pytest.raises(NotAcceptable):
-        negotiate("*/*;q=0", None)
-    with pytest.raises(NotAcceptable):
-        negotiate("image/png;q=0", None)
-
-
-def test_type_wildcards():
-    assert negotiate("image/*", None) == "png"
-    assert negotiate("application/*", None) == "json"  # a tie: the server's order decides
-    assert negotiate("application/*;q=0.5, application/x-npy", None) == "npy"
-
-
-def test_the_most_specific_range_sets_the_q_value():
-    # json matches both ranges; its exact range (q=0.1) counts, not application/* (q=1).
-    assert negotiate("application/*, application/json;q=0.1", None) == "safetensors"
-    assert negotiate("*/*;q=0.1, image/png;q=0.2", None) == "png"
-    assert negotiate("image/png;q=0, */*", None) == "json"
-    assert negotiate("image/png;q=0, */*", None, available=("png", "raw")) == "raw"
-
-
-def test_ties_keep_the_server_order():
-    assert negotiate("image/png, application/x-npy", None) == "npy"
-    assert negotiate("image/png, application/x-npy", None, available=("png", "npy")) == "png"
-
-
-def test_a_browser_accept_header_gets_json():
-    accept = "text/html,application/xhtml+xml,application/xml;q=0.9,image/avif,image/webp,*/*;q=0.8"
-    assert negotiate(accept, None) == "json"
-
-
-def test_accept_that_matches_nothing_lists_the_available_types():
-    with pytest.raises(NotAcceptable) as err:
-        negotiate("text/html, text/csv;q=0.5", None)
-    assert err.value.available == ALL_MEDIA
-    assert err.value.field == "Accept"
-    assert "text/html" in err.value.detail
-    assert all(media in err.value.detail for media in ALL_MEDIA)
-
-
-def test_malformed_ranges_are_skipped_and_malformed_q_values_count_as_1():
-    """RFC 9110: a malformed parameter must not make an acceptable type unacceptable."""
-    assert negotiate("garbage, application/x-npy", None) == "npy"
-    assert negotiate("application/json;q=abc, image/png;q=0.4", None) == "json"
-    assert negotiate("image/png;q=0.4, application/x-npy;q=abc", None) == "npy"
-    assert negotiate("application/json;q=2, image/png;q=0.4", None) == "json"
-    assert negotiate("application/json; charset=utf-8", None) == "json"
-    for odd in ("abc", "", "-1", "nan", "inf", "1e-3", "0x1", "0.5.5", " ", "1,0"):
-        assert negotiate(f"image/png;q={odd}, application/x-npy;q=0.9", None) == "png", odd
-    # well-formed weights keep their meaning, including a quoted one and q=0
-    assert negotiate('image/png;q="0.1", application/x-npy;q=0.9', None) == "npy"
-    assert negotiate("image/png;q=.5, application/x-npy;q=0.49", None) == "png"
-    assert negotiate("image/png;q=0., application/x-npy;q=0.001", None) == "npy"
-    with pytest.raises(NotAcceptable):
-        negotiate("application/json;q=0.000, image/png;q=0, */*;q=0", None)
 
 
 # --------------------------------------------------------------------------------------------

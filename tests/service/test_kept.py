@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from safetensors.numpy import load as st_load_numpy
 
-import service.responses.streaming
+import service.responses.paths
 from posenc import sinusoidal_table
 from service.app import create_app
 from service.responses.buffers import SIZE_CLASS, BufferPool
@@ -93,7 +93,7 @@ def test_a_kept_miss_is_the_whole_paths_answer(gpt2_file, monkeypatch, name, rou
         r'queue;dur=\d+\.\d{3}, cache;desc="miss"', streamed.headers["server-timing"]
     )
     assert int(streamed.headers["content-length"]) == len(streamed.content) >= 1 << 20
-    monkeypatch.setattr(service.responses.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
+    monkeypatch.setattr(service.responses.paths, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
     with TestClient(create_app(make_settings(gpt2_file))) as c:
         whole = c.post(route, json=body, params={"format": fmt})
     assert whole.status_code == 200 and not kept(whole)
@@ -116,7 +116,7 @@ def test_a_one_block_miss_is_kept_too(gpt2_file, monkeypatch, name, route, body,
         )
         assert 'cache;desc="hit"' in again.headers["server-timing"]
         assert counter(c, "posenc_inflight_bytes") == 0
-    monkeypatch.setattr(service.responses.streaming, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
+    monkeypatch.setattr(service.responses.paths, "KEEP_MIN_BYTES", 1 << 62)  # the whole path
     with TestClient(create_app(make_settings(gpt2_file))) as c:
         whole = c.post(route, json=body, params={"format": fmt})
     assert "encode;" in whole.headers["server-timing"]

@@ -13,7 +13,13 @@ block. The files of those calls, in order, with runs of one file collapsed, are 
 file that appears again after the walk had left it is a re-entry.
 
 Before this module was written the same walk re-entered files 16 (whole), 8 (kept) and 9
-(streamed) times; the issue counted 20 its own way.
+(streamed) times; the issue counted 20 its own way. With ``choose()`` a mutable ``Prepared``
+filled in by four modules (issue 38) it was 5, 6 and 7; with ``choose()`` giving one immutable
+value (``service/responses/paths.py``) it is 4, 4 and 4.
+
+Also here: ``choose()`` gives each of its four values (:class:`Hit`, :class:`Whole`,
+:class:`Kept`, :class:`Streamed`) for the request that takes that path, the values are frozen,
+and a request is negotiated once (:mod:`service.responses.negotiation`).
 """
 
 from __future__ import annotations
@@ -35,21 +41,26 @@ import numpy as np
 import pytest
 from fastapi.responses import Response
 
+import service.responses.negotiation
 import service.responses.respond
 import service.responses.streaming
 import service.routes.tables
 from posenc import sinusoidal_table
 from posenc.core.kinds import REGISTRY
+from service.admission.budget import REQUEST_OVERHEAD
 from service.app import create_app
 from service.config import Settings
+from service.responses.bodies import STREAM_HELD_BLOCKS
+from service.responses.paths import Chosen, Hit, Kept, Streamed, Whole
 from service.responses.plans import Plan
 
 ROOT = Path(__file__).resolve().parents[2]
 LIBRARY = str(ROOT / "posenc") + "/"
 WATCHED = (LIBRARY, str(ROOT / "service") + "/")
 SIN = "/v1/encodings/sinusoidal"
-# Fewer than this many re-entries on each path (issue 29: the walk re-entered files 20 times).
-MAX_REENTRIES = 8
+# Fewer than this many re-entries on each path (issue 29: the walk re-entered files 20 times;
+# issue 38: 8 before, 4 once choose() gave one immutable value).
+MAX_REENTRIES = 5
 
 
 class _Inline(Executor):
@@ -167,7 +178,7 @@ PATHS = {
 
 
 @pytest.mark.parametrize("path", list(PATHS))
-def test_the_walk_reenters_files_fewer_than_8_times(
+def test_the_walk_reenters_files_fewer_than_5_times(
     monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     overrides, params, body = PATHS[path]
@@ -253,11 +264,32 @@ def test_the_budget_is_taken_in_one_place() -> None:
 
 
 def test_the_path_is_chosen_in_one_place() -> None:
-    """Whole, kept and streamed are started from ``respond()`` alone, after ``choose()``."""
-    for name in ("finish", "kept_response", "streamed_response"):
-        assert _service_calls(name) == [("service/responses/respond.py", "respond")], name
-    for name in ("kept_body", "streamed_body", "prepare"):
-        assert _service_calls(name) == [("service/responses/respond.py", "choose")], name
+    """Whole, kept and streamed are started from ``respond()`` alone, on the value ``choose()``
+    gave it; the four values are made in ``service/responses/paths.py`` alone, and the bodies
+    of kept and streamed are planned there, in ``choose()`` (issue 38: ``streaming.kept_body``
+    decided part of the path, and ``Prepared`` was filled in by four modules)."""
+    respond_only = [("service/responses/respond.py", "respond")]
+    for name in ("choose", "finish", "kept_response", "streamed_response"):
+        assert _service_calls(name) == respond_only, name
+    for name in ("kept_body", "streamed_body"):
+        assert _service_calls(name) == [("service/responses/paths.py", "choose")], name
+    for name in ("Hit", "Whole", "Kept", "Streamed"):
+        assert {module for module, _ in _service_calls(name)} == {"service/responses/paths.py"}
+    for path in (ROOT / "service").rglob("*.py"):
+        assert "Prepared" not in path.read_text(), path
+
+
+def test_each_route_negotiates_once_and_respond_never_does() -> None:
+    """Every handler that calls ``respond()`` negotiates once, itself
+    (``negotiate_output``), and hands the result over; nothing under ``respond()`` negotiates
+    (issue 38: a token route with text negotiated, then ``prepare()`` again)."""
+    responders = _service_calls("respond")
+    assert len(responders) == 5  # tables (POST, GET), tensor bodies, token bodies, rope/apply
+    assert sorted(_service_calls("negotiate_output")) == sorted(responders)
+    assert _service_calls("negotiate") == [
+        ("service/responses/negotiation.py", "negotiate_output"),
+        ("service/routes/configs.py", "config_compare"),  # json or png, not through respond()
+    ]
 
 
 def test_a_plan_holds_its_kind_and_parameters() -> None:
@@ -270,3 +302,174 @@ def test_a_plan_holds_its_kind_and_parameters() -> None:
     plan = Plan(kind, {"seq_len": 7, "d_model": 4, "dtype": "float32"}, compute=lambda: None)  # type: ignore[arg-type,return-value]
     assert plan.route == kind.path == "/v1/encodings/sinusoidal"
     assert plan.elements == 28 and plan.names == tuple(kind.shapes(plan.params))
+
+
+# ---------------------------------------------------------------------------------------------
+# choose(): one immutable value per path
+# ---------------------------------------------------------------------------------------------
+
+TABLE = {"seq_len": 16, "d_model": 8}
+
+
+def _choices(
+    monkeypatch: pytest.MonkeyPatch, settings: Settings, calls: list[dict[str, Any]]
+) -> list[tuple[Chosen, Any]]:
+    """Serve ``calls`` (keyword arguments of ``TestClient.request``) in order on one app; what
+    ``choose()`` gave each, and its response."""
+    from fastapi.testclient import TestClient
+
+    chosen: list[Chosen] = []
+    choose = service.responses.respond.choose
+
+    def recorded(*args: Any, **kwargs: Any) -> Chosen:
+        value = choose(*args, **kwargs)
+        chosen.append(value)
+        return value
+
+    monkeypatch.setattr(service.responses.respond, "choose", recorded)
+    responses: list[Any] = []  # TestClient's responses
+    with TestClient(create_app(settings)) as client:
+        for call in calls:
+            responses.append(client.request(**call))
+    assert len(chosen) == len(responses)  # no replay: each request went through choose()
+    return list(zip(chosen, responses, strict=True))
+
+
+def _table(seq_len: int, d_model: int) -> bytes:
+    return sinusoidal_table(seq_len=seq_len, d_model=d_model).numpy().tobytes()
+
+
+def test_choose_gives_whole_then_hits_for_a_json_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A JSON miss is Whole; the same table with another Accept (not a replay) is a body-cache
+    Hit of the same bytes, replayable; a matching If-None-Match is a Hit: 412 for POST, 304
+    for GET."""
+    first = {"method": "POST", "url": SIN, "json": TABLE}
+    accept = {**first, "headers": {"Accept": "application/json"}}
+    (whole, miss), (hit, cached) = _choices(monkeypatch, _settings(), [first, accept])
+    assert isinstance(whole, Whole) and isinstance(hit, Hit)
+    assert (whole.fmt, whole.base64, whole.index, whole.tensors) == ("json", False, None, None)
+    assert whole.headers == {"ETag": miss.headers["etag"], "Vary": "Accept"}
+    assert whole.nbytes > 16 * 8 * 4  # the estimated peak of compute and encode, not the table
+    got = np.asarray(miss.json()["tensors"]["encoding"]["data"], dtype=np.float32)
+    assert got.tobytes() == _table(16, 8)
+    assert hit.response.status_code == cached.status_code == 200
+    assert hit.replay_key == whole.body_key and cached.content == miss.content
+    assert 'cache;desc="hit"' in cached.headers["server-timing"]
+
+    etag = miss.headers["etag"]
+    conditional = [
+        {**first, "headers": {"If-None-Match": etag}},
+        {"method": "GET", "url": SIN, "params": TABLE, "headers": {"If-None-Match": etag}},
+    ]
+    (post, refused), (get, unchanged) = _choices(monkeypatch, _settings(), conditional)
+    assert isinstance(post, Hit) and isinstance(get, Hit)
+    assert (post.replay_key, get.replay_key) == (None, None)  # never replayed
+    assert (refused.status_code, unchanged.status_code) == (412, 304)
+    assert refused.json() == {"detail": f"If-None-Match: the current representation matches {etag}"}
+    assert unchanged.headers["etag"] == etag and unchanged.content == b""
+
+
+def test_choose_gives_kept_for_a_binary_miss(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw miss of a table within max_elements is Kept (its rows planned, nothing computed);
+    once another format has cached its tensors, the same table is Whole, encoding them."""
+    raw = {"method": "POST", "url": SIN, "json": TABLE, "params": {"format": "raw"}}
+    npy = {**raw, "params": {"format": "npy"}}
+    calls = [raw, {"method": "POST", "url": SIN, "json": TABLE}, npy]
+    (kept, sent), (_, _), (whole, encoded) = _choices(monkeypatch, _settings(), calls)
+    assert isinstance(kept, Kept)
+    assert (kept.fmt, kept.body.length, kept.body.primary.name) == ("raw", 16 * 8 * 4, "encoding")
+    assert kept.headers["ETag"] == sent.headers["etag"] and sent.content == _table(16, 8)
+    assert isinstance(whole, Whole) and whole.fmt == "npy" and whole.tensors is not None
+    assert encoded.content.endswith(_table(16, 8))
+
+
+def test_choose_gives_streamed_past_max_elements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A raw table over max_elements is Streamed, taking the bytes of the blocks it holds at
+    once from the in-flight budget."""
+    body = {"seq_len": 512, "d_model": 64}
+    call = {"method": "POST", "url": SIN, "json": body, "params": {"format": "raw"}}
+    [(streamed, sent)] = _choices(monkeypatch, _settings(max_elements=4096), [call])
+    assert isinstance(streamed, Streamed)
+    assert (streamed.fmt, streamed.body.length) == ("raw", 512 * 64 * 4)
+    # one block of 512 rows: its output buffers, its float64 scratch and the request's overhead
+    held = STREAM_HELD_BLOCKS * 512 * 64 * 4 + 16 * 512 * 64 + REQUEST_OVERHEAD
+    assert streamed.nbytes == streamed.body.held_bytes() == held
+    assert sent.content == _table(512, 64)
+    assert sent.headers["server-timing"].endswith('cache;desc="stream"')
+
+
+def test_chosen_values_are_frozen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing rewrites a path's value after choose(): every field refuses assignment, and
+    the headers refuse changes."""
+    calls = [
+        {"method": "POST", "url": SIN, "json": TABLE},
+        # another Accept giving JSON (not a replay: TestClient sends */*)
+        {"method": "POST", "url": SIN, "json": TABLE, "headers": {"Accept": "application/*"}},
+        {
+            "method": "POST",
+            "url": SIN,
+            "json": {"seq_len": 8, "d_model": 4},
+            "params": {"format": "npy"},
+        },
+    ]
+    values = [v for v, _ in _choices(monkeypatch, _settings(), calls)]
+    streamed = {
+        "method": "POST",
+        "url": SIN,
+        "json": {"seq_len": 512, "d_model": 64},
+        "params": {"format": "npy"},
+    }
+    values += [v for v, _ in _choices(monkeypatch, _settings(max_elements=4096), [streamed])]
+    assert [type(v) for v in values] == [Whole, Hit, Kept, Streamed]
+    for value in values:
+        for field in dataclasses.fields(value):
+            with pytest.raises(dataclasses.FrozenInstanceError):
+                setattr(value, field.name, None)
+        if not isinstance(value, Hit):
+            with pytest.raises(TypeError):
+                value.headers["ETag"] = '"changed"'  # type: ignore[index]
+
+
+# ---------------------------------------------------------------------------------------------
+# Negotiated once
+# ---------------------------------------------------------------------------------------------
+
+# (route, query, body, media type): a table, and text through the token routes (the built-in
+# model's tokenizer), whose format decides how far the text is tokenized (a table that may
+# stream) before respond() serves it
+ONCE = [
+    (SIN, {}, TABLE, "application/json"),
+    (SIN, {"format": "npy"}, TABLE, "application/x-npy"),
+    ("/v1/embed", {}, {"text": ["hi there"]}, "application/json"),
+    ("/v1/embed", {"format": "raw"}, {"text": ["hi there"]},
+     "application/octet-stream"),
+    ("/v1/position-ids", {"format": "safetensors"}, {"text": ["hi"]},
+     "application/vnd.safetensors"),
+]  # fmt: skip
+
+
+def test_a_request_is_negotiated_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each request of ONCE calls ``negotiate`` once (the token routes read the result before
+    planning, respond() after) and gets the format it negotiated; refused by its Accept, once
+    too, and the 406 is the one negotiation gave."""
+    from fastapi.testclient import TestClient
+
+    calls: list[tuple[Any, ...]] = []
+    negotiate = service.responses.negotiation.negotiate
+
+    def counted(*args: Any) -> str:
+        calls.append(args)
+        return negotiate(*args)
+
+    monkeypatch.setattr(service.responses.negotiation, "negotiate", counted)
+    with TestClient(create_app(_settings())) as client:  # one app: each start takes a second
+        for route, query, body, media in ONCE:
+            calls.clear()
+            r = client.post(route, params=query, json=body)
+            assert r.status_code == 200, (route, query, r.text)
+            assert r.headers["content-type"] == media
+            assert [format for _, format in calls] == [query.get("format")], (route, query)
+            calls.clear()
+            refused = client.post(route, json=body, headers={"Accept": "text/csv"})
+            assert refused.status_code == 406, refused.text
+            assert "text/csv" in refused.text and calls == [("text/csv", None)], route

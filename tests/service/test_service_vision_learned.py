@@ -245,9 +245,9 @@ def test_streamed_blocks_are_the_whole_table_and_the_forward(
     """Past a 4096-element limit, in blocks of 1 KiB (a few rows each, cutting grid rows):
     npy, raw and safetensors bytes equal the unstreamed answer's, JSON's values and the
     tower's own forward (bit for bit for engine, within 8e-6 · max|T| for exact)."""
-    import service.responses.streaming as streaming
+    import service.responses.bodies as bodies
 
-    monkeypatch.setattr(streaming, "STREAM_BLOCK_BYTES", 1024)
+    monkeypatch.setattr(bodies, "STREAM_BLOCK_BYTES", 1024)
     body = {"config": config, "grid_thw": grids, "precision": precision, "seed": 3}
     whole = app_client.post(ROUTE, json=body)
     assert whole.status_code == 200, whole.text

@@ -635,7 +635,7 @@ def test_a_stream_holds_its_blocks_from_the_budget(gpt2_file: Path) -> None:
 
     from service.admission.budget import REQUEST_OVERHEAD
     from service.app import create_app
-    from service.responses.streaming import STREAM_BLOCK_BYTES, STREAM_HELD_BLOCKS
+    from service.responses.bodies import STREAM_BLOCK_BYTES, STREAM_HELD_BLOCKS
     from tests.helpers import make_settings
 
     app = create_app(make_settings(gpt2_file, max_elements=MAX_ELEMENTS))
