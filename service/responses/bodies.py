@@ -172,6 +172,8 @@ def streamed_body(plan: Plan, fmt: str, max_elements: int) -> Body:
     if plan.stream is None:
         raise TypeError(f"plan for {plan.kind.path} has no stream")
     bundle: StreamBundle = plan.stream()
+    if fmt == "npy" and bundle.primary.dtype == torch.bfloat16:  # before the npy header's error
+        raise no_bfloat16_npy(bundle.primary.name)
     body = body_of(bundle, fmt, STREAM_BLOCK_BYTES)
     name, widest = body.primary.name, 0
     for part in body.parts:  # a block holds at least one row
@@ -179,8 +181,6 @@ def streamed_body(plan: Plan, fmt: str, max_elements: int) -> Body:
             name, widest = part.table.name, part.row_elements
     if widest > plan.row_elements:  # wider than the kind said (checked already)
         check_row(name, widest, max_elements)
-    if fmt == "npy" and body.primary.dtype == torch.bfloat16:
-        raise no_bfloat16_npy(body.primary.name)
     return body
 
 

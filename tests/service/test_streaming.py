@@ -668,3 +668,25 @@ def test_block_threads_compute_without_the_intra_op_pool() -> None:
         pytest.skip("torch does not use GNU OpenMP here")
     assert in_pool == 1
     assert torch.get_num_threads() == before
+
+
+def test_streamed_npy_of_a_bfloat16_table_is_the_whole_paths_406() -> None:
+    """npy has no bfloat16: a table streamed past max_elements says so with the 406 the whole
+    path gives (it was a 500: the npy header refused the dtype before the 406 was raised)."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.config import Settings
+
+    body = {"seq_len": 512, "d_model": 64, "dtype": "bfloat16"}  # 32768 elements
+    answers = []
+    for limit in (MAX_ELEMENTS, 1 << 20):  # streamed, then whole
+        settings = Settings(
+            device="cpu", models="", api_key=None, cors_origins="", max_elements=limit
+        )
+        with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+            answers.append(c.post("/v1/encodings/sinusoidal", params={"format": "npy"}, json=body))
+    streamed, whole = answers
+    assert streamed.status_code == whole.status_code == 406, streamed.text
+    assert streamed.json()["detail"] == whole.json()["detail"]
+    assert "'encoding' is bfloat16" in streamed.json()["detail"]
