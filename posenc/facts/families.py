@@ -867,6 +867,13 @@ def base_type(model_type: str) -> str:
     return ALIASES.get(model_type, model_type).removesuffix("_text")
 
 
+def has_relative_attention_flag(model_type: str) -> bool:
+    """Whether ``model_type`` is a DeBERTa's (v1 or v2, any spelling that holds the name), whose
+    relative positions are on only where its config's ``relative_attention`` says so
+    (``DebertaV2Config``'s default is False)."""
+    return "deberta" in model_type
+
+
 def family(model_type: str | None) -> Family:
     """The record of ``model_type`` (exactly as given); ``Family(model_type)``, every field its
     default, for a type posenc has no record of."""
@@ -952,6 +959,7 @@ __all__ = [
     "base_type",
     "family",
     "field_names",
+    "has_relative_attention_flag",
     "is_known",
     "is_known_model_type",
     "types_where",

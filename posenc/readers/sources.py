@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from posenc.core.errors import InvalidArgument, UnknownName
 from posenc.core.kinds import REGISTRY
+from posenc.facts.families import has_relative_attention_flag
 from posenc.readers.hf.positions import read_positions
 from posenc.readers.presets import PRESETS, get_preset
 
@@ -84,7 +85,9 @@ def merge_sources(kind: Kind, given: Mapping[str, Any]) -> tuple[dict[str, Any],
                 f"config of model_type {positions.model_type!r} uses {positions.kind} positions, "
                 f"not {sources.positions}{hint}"
             )
-            if sources.positions == "relative" and "deberta" in positions.model_type:
+            if sources.positions == "relative" and has_relative_attention_flag(
+                positions.model_type
+            ):
                 message = (  # DebertaV2Config's relative_attention is False by default
                     f"config of model_type {positions.model_type!r} has relative_attention "
                     f"false: the model uses no relative positions ({positions.kind} positions"

@@ -43,12 +43,11 @@ Notation used for tensor shapes: ``N`` tokens of all the grids, ``Dh`` head dime
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -61,6 +60,15 @@ from posenc.engines.registry import engine_names
 from posenc.engines.timm import ENGINE as TIMM
 from posenc.facts.config_parts import vision_part
 from posenc.facts.families import FAMILIES
+from posenc.facts.vision_rope_towers import (
+    VISION_ALIASES,
+    VISION_RULES,
+    Layout,
+    VisionRule,
+    non_rotary_use,
+    vision_rope_alias,
+    vision_rope_rule,
+)
 from posenc.vision.timm import (
     TIMM_MODULES,
     TimmRopeSpec,
@@ -84,267 +92,11 @@ __all__ = [
     "vision_tower",
 ]
 
-Family = Literal["axial", "pixtral", "llama4", "dinov3"]
-Order = Literal["hw", "wh", "wh_pairs"]
-Layout = Literal["half", "interleaved", "split"]
-ClassToken = Literal["", "first", "last"]
-
-
-@dataclass(frozen=True)
-class VisionRule:
-    """How one vision config ``model_type`` of transformers computes its rotary table.
-
-    Attributes:
-        family: ``axial``, ``pixtral``, ``llama4`` or ``dinov3`` (module docstring).
-        layout: ``half`` (rotate_half), ``interleaved`` (adjacent pairs) or ``split`` (each
-            half of the head rotate_half on its own, the first axis in the first half: Gemma 4's
-            ``apply_multidimensional_rope``).
-        order: ``axial`` only: how rows and columns fill half a head.
-        offset: added to each row and column before the angles (Muse Spark's and Inkling2's
-            1-based positions); a class token stays at angle 0.
-        window: the config key whose value is the side, in patches, of the square windows the
-            tower orders its tokens by (Muse Spark: ``pos_emb_height``); None: no reordering.
-        scale: the config key ``s`` of positions scaled by ``s / w`` (SAM 3's ViT: each
-            layer's grid is stretched to ``window_size``); None: no scaling.
-        temporal: the frame index is a third axis (MiniMax-M3-VL): ``F = ⌊Dh/3⌋ // 2``
-            frequencies per axis, ``[t | h | w]`` in half of the ``6F`` rotated channels, the
-            rest of the head passes through.
-        merge_per_grid: the merge size is a forward input per image or video (Video-LLaMA 3's
-            ``merge_sizes``), taken from the request.
-        merge: the merge size the tower passes to its position ids: ``None`` for the config's
-            ``spatial_merge_size``, else this number.
-        width: the config key that, divided by the heads, gives ``Dh`` when ``head_dim`` is
-            absent (``embed_dim`` for Qwen2-VL, whose ``hidden_size`` is the language model's).
-        fixed_grid: the grid is ``image_size / patch_size`` (Llama 4); ``grid_thw`` may be left
-            out, and must be that grid if given.
-        default_grid: a grid from ``image_size / patch_size`` when ``grid_thw`` is absent
-            (DINOv3, which also takes other sizes).
-        class_token: a class token at angle 0 ends (``last``: Llama 4) or starts (``first``:
-            Inkling2) each grid's tokens; ``""``: none.
-        learned_class_token: the tower puts a class token first whose angles are a trained
-            parameter (MLCD's ``class_pos_emb``), not a position: it is not in the table, and
-            ``meta.class_token`` says so.
-        images_only: ``t`` must be 1 (the tower takes images, not videos).
-        segments: what one attention segment of the packed tower is (``cu_seqlens``):
-            ``frame`` (each frame of each grid alone, ``vision_utils.get_vision_cu_seqlens``
-            as Qwen-VL and GLM-4V call it) or ``video`` (a video's frames together,
-            ``merge_temporal=True``: Kimi-K2.5). A tower with a class token attends each
-            grid with its class token.
-        defaults: transformers' config-class defaults of the keys read.
-        reference: the transformers class whose table this is.
-    """
-
-    family: Family
-    layout: Layout
-    reference: str
-    defaults: Mapping[str, Any]
-    order: Order = "hw"
-    merge: int | None = None
-    width: str = "hidden_size"
-    fixed_grid: bool = False
-    default_grid: bool = False
-    class_token: ClassToken = ""
-    learned_class_token: bool = False
-    images_only: bool = False
-    offset: int = 0
-    window: str | None = None
-    scale: str | None = None
-    temporal: bool = False
-    merge_per_grid: bool = False
-    segments: Literal["frame", "video"] = "frame"
-
-
-def _axial(reference: str, hidden: int, heads: int, **extra: Any) -> VisionRule:
-    """A Qwen-VL-style rule: axial frequencies, rows then columns, rotate_half, the config's
-    merge size (``extra`` overrides any of these)."""
-    defaults = {"hidden_size": hidden, "num_heads": heads, "spatial_merge_size": 2}
-    defaults.update(extra.pop("defaults", {}))
-    return VisionRule(
-        family="axial",
-        layout=extra.pop("layout", "half"),
-        reference=reference,
-        defaults={"rope_theta": 10000.0, **defaults},
-        **extra,
-    )
-
-
-# Vision config model_type -> its rule. Defaults are transformers 5.24's config-class defaults.
-VISION_RULES: dict[str, VisionRule] = {
-    "qwen2_vl_vision": _axial(
-        "Qwen2VLVisionRotaryEmbedding", 3584, 16, width="embed_dim", defaults={"embed_dim": 1280}
-    ),
-    "qwen2_5_vl_vision": _axial("Qwen2_5_VLVisionRotaryEmbedding", 3584, 16),
-    "qwen2_5_omni_vision_encoder": _axial("Qwen2_5OmniVisionRotaryEmbedding", 3584, 16),
-    "qwen3_vl_vision": _axial("Qwen3VLVisionRotaryEmbedding", 1152, 16),
-    "qwen3_vl_moe_vision": _axial("Qwen3VLMoeVisionRotaryEmbedding", 1152, 16),
-    "qwen3_omni_moe_vision_encoder": _axial("Qwen3OmniMoeVisionRotaryEmbedding", 1152, 16),
-    "qwen3_5_vision": _axial("Qwen3_5VisionRotaryEmbedding", 1152, 16),
-    "qwen3_5_moe_vision": _axial("Qwen3_5MoeVisionRotaryEmbedding", 1152, 16),
-    "qwen4_exp_vision": _axial("Qwen4ExpVisionRotaryEmbedding", 1152, 16),
-    "glm4v_vision": _axial("Glm4vVisionRotaryEmbedding", 1536, 12),
-    "glm4v_moe_vision": _axial("Glm4vMoeVisionRotaryEmbedding", 1536, 12),
-    "glm_ocr_vision": _axial("GlmOcrVisionRotaryEmbedding", 1024, 16),
-    "glm5_next_vision": _axial("Glm5NextVisionRotaryEmbedding", 1024, 16),
-    "ernie4_5_vl_moe_vision": _axial("Ernie4_5_VLMoeVisionRotaryEmbedding", 1280, 16),
-    "exaone4_5_vision": _axial("Exaone4_5_VisionRotaryEmbedding", 3584, 16),
-    "cohere_compass_vision": _axial("CohereCompassVisionRotaryEmbedding", 1152, 16),
-    "dots3_note_vision_encoder": _axial("Dots3NoteVisionRotaryEmbedding", 1536, 24),
-    "lfm3_vl_vision": _axial(
-        "Lfm3VlVisionRotaryEmbedding", 1024, 16, defaults={"rope_theta": 1000000.0}
-    ),
-    "paddleocr_vl_vision": _axial("PaddleOCRVisionRotaryEmbedding", 1152, 16, merge=1),
-    "kimi_k25_vision": _axial(
-        "Kimi_K25VisionRotaryEmbedding", 1152, 16, merge=1, order="wh_pairs", segments="video"
-    ),
-    "step3p5_vision": _axial(
-        "Step3p7VisionRotaryEmbedding", 1536, 16, merge=1, order="wh", images_only=True
-    ),
-    "pixtral": VisionRule(
-        family="pixtral",
-        layout="half",
-        reference="PixtralVisionRotaryEmbedding",
-        defaults={"hidden_size": 1024, "num_heads": 16, "head_dim": 64, "rope_theta": 10000.0},
-        merge=1,
-        images_only=True,
-    ),
-    "llama4_vision_model": VisionRule(
-        family="llama4",
-        layout="interleaved",
-        reference="Llama4VisionRotaryEmbedding",
-        defaults={
-            "hidden_size": 768,
-            "num_heads": 16,
-            "rope_theta": 10000.0,
-            "image_size": 448,
-            "patch_size": 14,
-        },
-        merge=1,
-        fixed_grid=True,
-        class_token="last",
-        images_only=True,
-    ),
-    "dinov3_vit": VisionRule(
-        family="dinov3",
-        layout="half",
-        reference="DINOv3ViTRopePositionEmbedding",
-        defaults={
-            "hidden_size": 384,
-            "num_heads": 6,
-            "rope_theta": 100.0,
-            "image_size": 224,
-            "patch_size": 16,
-        },
-        merge=1,
-        default_grid=True,
-        images_only=True,
-    ),
-}
-# MLCD (DeepGlint-AI/mlcd-vit-*): Qwen-VL's axial frequencies over the patch grid row-major
-# (no merge), any grid (no learned absolute table to resize), images only; its class token,
-# first, is rotated by the trained class_pos_emb.
-VISION_RULES["mlcd_vision_model"] = _axial(
-    "MLCDRotaryEmbedding",
-    1664,
-    16,
-    merge=1,
-    default_grid=True,
-    learned_class_token=True,
-    images_only=True,
-    defaults={"image_size": 336, "patch_size": 14},
-)
-# Muse Spark and Muse Glimmer: axial frequencies turned by (column + 1, row + 1) (the tower
-# flips get_vision_position_ids' (h, w) and adds 1), rotate_half, ids made with merge size 1
-# (the merge is a pixel shuffle after the blocks), tokens in the tower's window order
-# (get_vision_window_index over pos_emb_height-patch windows).
-for _type, _module in (
-    ("muse_spark_vision", "MuseSparkVisionRotaryEmbedding"),
-    ("muse_glimmer_vision", "MuseGlimmerVisionRotaryEmbedding"),
-):
-    VISION_RULES[_type] = _axial(
-        _module,
-        1536,
-        16,
-        merge=1,
-        order="wh",
-        offset=1,
-        window="pos_emb_height",
-        defaults={"pos_emb_height": 32},
-    )
-# Inkling2: a class token first in each image at (0, 0) (angle 0), patches at (row + 1,
-# column + 1) in spatial-merge block order; (w | h) angles, each repeated for an interleaved pair.
-VISION_RULES["inkling2_vision"] = _axial(
-    "Inkling2VisionRotaryEmbedding",
-    1024,
-    16,
-    layout="interleaved",
-    order="wh",
-    offset=1,
-    class_token="first",
-)
-# MiniMax-M3-VL: get_vision_position_ids(include_temporal=True): (t, h, w) in spatial-merge
-# block order, each axis turning F = ⌊Dh/3⌋ // 2 frequencies; rotate_half over 6F channels.
-VISION_RULES["minimax_m3_vl_vision"] = _axial(
-    "MiniMaxM3VLVisionRotaryEmbedding", 1280, 16, temporal=True
-)
-# Video-LLaMA 3: Qwen-VL's axial table with a merge size per image or video (merge_sizes).
-VISION_RULES["video_llama_3_vision"] = _axial(
-    "VideoLlama3VisionRotaryEmbedding", 768, 12, merge_per_grid=True
-)
-# Gemma 4: the image processor's (x, y) patch positions row-major; columns rotate the first
-# half of the head, rows the second, each half rotate_half on its own (H-H-W-W in the module's
-# names, whose "h" is the processor's x).
-VISION_RULES["gemma4_vision"] = _axial(
-    "Gemma4VisionRotaryEmbedding",
-    768,
-    12,
-    merge=1,
-    order="wh",
-    layout="split",
-    images_only=True,
-    defaults={"head_dim": 64, "rope_theta": 100.0},
-)
-# SAM 3's ViT: each layer's grid (its window_size windows, or image_size / patch_size for the
-# global layers) row-major, positions (column, row) scaled by window_size / w, interleaved.
-VISION_RULES["sam3_vit_model"] = _axial(
-    "Sam3ViTRotaryEmbedding",
-    1024,
-    16,
-    merge=1,
-    order="wh",
-    layout="interleaved",
-    scale="window_size",
-    default_grid=True,
-    images_only=True,
-    defaults={"window_size": 24, "image_size": 1008, "patch_size": 14},
-)
-# Sapiens2 copies DINOv3's module (Sapiens2RopePositionEmbedding) with other defaults.
-VISION_RULES["sapiens2"] = dataclasses.replace(
-    VISION_RULES["dinov3_vit"],
-    reference="Sapiens2RopePositionEmbedding",
-    defaults={**VISION_RULES["dinov3_vit"].defaults, "hidden_size": 1024, "num_heads": 16},
-)
-
 # Top-level model_type -> the model_type of its vision config (where the vision config of a
 # published file names none, or names the top-level type as Qwen2-VL's once did): each record's
 # vision_tower in posenc.facts.families.
 TOP_LEVEL_VISION: dict[str, str] = {
     t: f.vision_tower for t, f in FAMILIES.items() if f.vision_tower is not None
-}
-
-# Other model_type spellings transformers maps to the same vision config class (the hub files
-# of DeepGlint-AI say "mlcd"): read as that class's model_type.
-VISION_ALIASES: dict[str, str] = {"mlcd": "mlcd_vision_model"}
-
-# Vision towers without a rotary embedding, and what they use instead (a 422 says so).
-NON_ROTARY: dict[str, str] = {
-    "siglip_vision_model": "learned absolute position embeddings (SigLIP)",
-    "siglip2_vision_model": "learned absolute position embeddings resized to each image (SigLIP 2)",
-    "clip_vision_model": "learned absolute position embeddings (CLIP)",
-    "idefics3_vision": "learned absolute position embeddings bucketed to each image (Idefics3)",
-    "smolvlm_vision": "learned absolute position embeddings bucketed to each image (SmolVLM)",
-    "mllama_vision_model": "learned absolute and per-tile position embeddings (Mllama)",
-    "internvl_vision": "learned absolute position embeddings (InternViT)",
-    "gemma3n_vision": "a MobileNet-v5 convolutional tower (no position embeddings)",
 }
 
 _MAX = kinds.INT_BOUND
@@ -424,7 +176,7 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
             field="config",
         )
     top = config.get("model_type")
-    if top not in VISION_RULES and isinstance(config.get("detector_config"), Mapping):
+    if vision_rope_rule(top) is None and isinstance(config.get("detector_config"), Mapping):
         # SAM 3 Video: the detector's vision tower (its tracker shares the same backbone)
         tower, tower_type, path = _vision_config(config["detector_config"])
         return tower, tower_type, path.replace("config", "config.detector_config", 1)
@@ -432,24 +184,24 @@ def _vision_config(config: Mapping[str, Any]) -> tuple[Mapping[str, Any], str, s
     if found is not None:
         holder, where, outer = found
         backbone = holder.get("backbone_config")
-        if holder.get("model_type") not in VISION_RULES and isinstance(backbone, Mapping):
+        if vision_rope_rule(holder.get("model_type")) is None and isinstance(backbone, Mapping):
             # SAM 3's vision model: the rotary ViT is its backbone
             holder, where = backbone, f"{where}.backbone_config"
         own = holder.get("model_type")
-        own = VISION_ALIASES.get(str(own), own)
-        if own is None or (own in (outer, top) and own not in VISION_RULES):
+        own = vision_rope_alias(str(own)) or own
+        if own is None or (own in (outer, top) and vision_rope_rule(own) is None):
             # no model_type, or the top-level one (Qwen2-VL's files): the type transformers
             # gives the vision config of this model
             own = TOP_LEVEL_VISION.get(str(outer), TOP_LEVEL_VISION.get(str(top), own))
         return holder, str(own), where
-    if top in TOP_LEVEL_VISION and top not in VISION_RULES:
+    if top in TOP_LEVEL_VISION and vision_rope_rule(top) is None:
         # a whole config without vision_config: transformers builds the default one
         return {}, TOP_LEVEL_VISION[str(top)], "config.vision_config"
-    return config, VISION_ALIASES.get(str(top), str(top)), "config"
+    return config, vision_rope_alias(str(top)) or str(top), "config"
 
 
 def _no_rotary(model_type: str, where: str) -> InvalidArgument:
-    uses = NON_ROTARY.get(model_type)
+    uses = non_rotary_use(model_type)
     known = ", ".join(sorted(set(VISION_RULES) | set(TOP_LEVEL_VISION)))
     if uses is not None:
         message = (
@@ -639,7 +391,7 @@ def vision_rope_spec(
             size (``field`` ``grid_thw``).
     """
     vision, model_type, where = _vision_config(config)
-    rule = VISION_RULES.get(model_type)
+    rule = vision_rope_rule(model_type)
     if rule is None:
         raise _no_rotary(model_type, where)
     used: list[str] = []
@@ -691,14 +443,17 @@ def vision_rope_spec(
 def is_vision_config_alone(config: Mapping[str, Any]) -> bool:
     """Whether ``config`` is a vision tower's own config sent alone (Pixtral's, MLCD's, a
     Qwen-VL ``vision_config``, SigLIP's), not a whole model's file that holds one: a tower of
-    :data:`VISION_RULES` or of :data:`NON_ROTARY`."""
+    :data:`~posenc.facts.vision_rope_towers.VISION_RULES` or of
+    :data:`~posenc.facts.vision_rope_towers.NON_ROTARY`."""
     if not isinstance(config, Mapping):
         return False
     try:
         _vision, model_type, where = _vision_config(config)
     except InvalidArgument:
         return False
-    return where == "config" and (model_type in VISION_RULES or model_type in NON_ROTARY)
+    return where == "config" and (
+        vision_rope_rule(model_type) is not None or non_rotary_use(model_type) is not None
+    )
 
 
 def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -712,11 +467,11 @@ def vision_tower(config: Mapping[str, Any]) -> dict[str, Any] | None:
     if not isinstance(config, Mapping):
         return None
     _vision, model_type, where = _vision_config(config)
-    if where == "config" and model_type not in VISION_RULES and model_type not in NON_ROTARY:
+    rule = vision_rope_rule(model_type)
+    if where == "config" and rule is None and non_rotary_use(model_type) is None:
         return None  # no vision config, and not one sent alone
-    rule = VISION_RULES.get(model_type)
     if rule is None:
-        return {"model_type": model_type, "rotary": False, "uses": NON_ROTARY.get(model_type)}
+        return {"model_type": model_type, "rotary": False, "uses": non_rotary_use(model_type)}
     spec = vision_rope_spec(config, need_grid=False)
     return {
         "model_type": model_type,

@@ -17,6 +17,7 @@ import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ import numpy as np
 from posenc.core.errors import InvalidArgument
 from posenc.engines.llama_cpp import ENGINE as LLAMA_CPP
 from posenc.engines.llama_cpp import gguf_entry
+from posenc.facts.gguf_architectures import GGUF_ARCHITECTURES, gguf_architecture
 from posenc.rope.llamacpp import LlamaCppRope
 
 MAGIC = b"GGUF"
@@ -46,86 +48,11 @@ _STRING, _ARRAY = 8, 9
 #: ggml tensor types whose data posenc reads from a GGUF (the RoPE factor tensors are F32).
 _F32 = 0
 
-#: ``general.architecture`` -> ggml rope mode, as ``llama_model_rope_type`` gives it.
-ARCH_MODES: dict[str, str] = {
-    **{
-        a: "normal"
-        for a in (
-            "llama",
-            "llama4",
-            "deci",
-            "baichuan",
-            "starcoder",
-            "internlm2",
-            "minicpm",
-            "xverse",
-            "command-r",
-            "cohere2",
-            "olmo",
-            "arctic",
-            "deepseek",
-            "deepseek2",
-            "chatglm",
-            "glm4",
-            "granite",
-            "granitemoe",
-            "chameleon",
-            "bailingmoe",
-            "smollm3",
-            "arcee",
-            "ernie4_5",
-            "ernie4_5-moe",
-            "mistral3",
-            "plm",
-        )
-    },
-    **{
-        a: "neox"
-        for a in (
-            "falcon",
-            "grok",
-            "dbrx",
-            "bert",
-            "stablelm",
-            "bitnet",
-            "qwen",
-            "qwen2",
-            "qwen2moe",
-            "qwen3",
-            "qwen3moe",
-            "olmo2",
-            "olmoe",
-            "phi2",
-            "phi3",
-            "phimoe",
-            "plamo",
-            "gemma",
-            "gemma2",
-            "gemma3",
-            "gemma3n",
-            "starcoder2",
-            "openelm",
-            "gptneox",
-            "codeshell",
-            "orion",
-            "nemotron",
-            "exaone",
-            "exaone4",
-            "minicpm3",
-            "dots1",
-            "hunyuan-moe",
-            "gpt-oss",
-            "hunyuan-dense",
-            "lfm2",
-            "seed_oss",
-            "glm4moe",
-            "qwen3next",
-        )
-    },
-    "qwen2vl": "mrope",
-    "qwen3vl": "imrope",
-    "qwen3vlmoe": "imrope",
-}
+#: ``general.architecture`` -> ggml rope mode: a view of the records of
+#: :mod:`posenc.facts.gguf_architectures`.
+ARCH_MODES: Mapping[str, str] = MappingProxyType(
+    {name: arch.rope_mode for name, arch in GGUF_ARCHITECTURES.items()}
+)
 
 
 @dataclass(frozen=True)
@@ -460,7 +387,8 @@ def read_rope(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
     arch = head.architecture
     if not arch:
         raise InvalidArgument("GGUF: no general.architecture key", field="body")
-    if arch not in ARCH_MODES:
+    known = gguf_architecture(arch)
+    if known is None:
         raise InvalidArgument(
             f"GGUF architecture {arch!r}: posenc does not know llama.cpp's rope type for it; "
             f"known: {', '.join(sorted(ARCH_MODES))}",
@@ -493,10 +421,10 @@ def read_rope(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
     if ext != 0:
         back = np.float32(1.0) / freq_scale
         log_mul = np.float32(head.get("rope.scaling.yarn_log_multiplier", 0.0))
-        if arch == "deepseek2" and log_mul != 0:
+        if known.yarn_mscale_all_dim and log_mul != 0:
             log_mul = log_mul / np.float32(0.1)  # the converter wrote 0.1 * mscale_all_dim
         if log_mul != 0:
-            mscale = log_mul if arch == "deepseek2" and log_mul != 1 else np.float32(1.0)
+            mscale = log_mul if known.yarn_mscale_all_dim and log_mul != 1 else np.float32(1.0)
             attn = _get_mscale(back, mscale) / _get_mscale(back, log_mul)
         else:
             attn = _get_mscale(back, np.float32(1.0))
@@ -525,7 +453,7 @@ def read_rope(head: GgufHead, *, n_ctx: int | None = None) -> LlamaCppRope:
             "rope_factors_long/short), if the model has them, are not applied"
         )
     sections = head.get("rope.dimension_sections")
-    mode = ARCH_MODES[arch]
+    mode = known.rope_mode
     return LlamaCppRope(
         n_dims=n_dims,
         mode=mode,

@@ -1,6 +1,7 @@
 """Learned 2-D position tables of vision towers, resized to an image's grid as each model does.
 
-One module per resizing rule, each listing the vision config ``model_type`` s it covers:
+One module per resizing rule, whose towers are records of :mod:`posenc.facts.learned_towers`
+(each naming its rule; :data:`~posenc.vision.learned.tables.RESIZE_RULES` joins them):
 
 - :mod:`~posenc.vision.learned.interpolate`: ``interpolate_pos_encoding`` (ViT, DeiT, DINOv2,
   CLIP, SigLIP, BLIP, InternViT...), bicubic or antialiased, class rows kept;

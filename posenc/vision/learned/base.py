@@ -14,15 +14,15 @@ the grid's rows and columns, ``n`` one axis' output length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from torch import Tensor
 
-__all__ = ["LearnedTower", "ResizeRule"]
+from posenc.facts.learned_towers import LearnedTowerRecord, Mode
 
-Mode = Literal["bicubic", "bilinear"]
+__all__ = ["LearnedTower", "Mode", "ResizeRule"]
 
 
 @dataclass(frozen=True)
@@ -60,63 +60,16 @@ class ResizeRule:
 
 
 @dataclass(frozen=True)
-class LearnedTower:
-    """A vision config ``model_type`` whose tower adds a learned 2-D position table.
+class LearnedTower(LearnedTowerRecord):
+    """A vision tower's record (:class:`~posenc.facts.learned_towers.LearnedTowerRecord`) with
+    the code of its resizing rule.
 
     Attributes:
-        reference: the transformers embeddings class whose forward adds the table.
-        rule: how it resizes the patch rows (:class:`ResizeRule`).
-        defaults: transformers 5.24's config-class defaults of the keys read
-            (``hidden_size``, ``image_size``, ``patch_size``, or ``num_patches``).
-        prefix: rows before the patch rows, kept as they are (class token 1, DeiT 2, SigLIP 0).
-        mode: the interpolation of ``interpolate_pos_encoding`` (``bicubic``, ``bilinear``).
-        antialias: ``F.interpolate``'s ``antialias``.
-        parameter: the table's name in the embeddings module (``position_embeddings``, a
-            ``(1, P, D)`` parameter, or ``position_embedding``, an ``nn.Embedding(P, D)``).
-        side_key: ``num_patches`` where the config gives the table's size directly (SigLIP 2),
-            else None (``image_size // patch_size``).
-        prefix_key: the config key that gives ``prefix`` where the config sets it (Pixio's
-            ``n_cls_tokens``; ``defaults`` holds its default), else None.
-        merge_key: the config key of the merge blocks (``spatial_merge_size``) in whose order
-            the tower adds its patch rows (block-major), else None (row-major).
-        grid_key: the config key that gives ``s`` itself (Kimi K2.5's ``pos_emb_height``),
-            else None.
-        width_key: the config key of the table's width (``hidden_size``; Hiera's
-            ``embed_dim``).
-        patch_key: the config key of the patch size (``patch_size``; Hiera's
-            ``patch_stride``).
-        image_key: the config key of the image size the table was made for
-            (``image_size``; ViTDet's ``pretrain_image_size``, Hunyuan-VL's ``max_image_size``).
-        drops_prefix: the table's ``prefix`` rows (a pretraining class row) are never added:
-            the tokens are the patch rows only (ViTDet, Hunyuan-VL).
-        mode_key: the config key that names the interpolation mode (Hunyuan-VL's
-            ``interpolate_mode``; ``defaults`` holds its default), else None (``mode``).
-        scale_offset: ``F.interpolate`` by ``scale_factor=(n + scale_offset) / s`` instead of
-            ``size=n``, at every grid, the native one too (HY-V4-VL: 0.1), else None.
-        in_embeddings: the checkpoint's tensor is ``…embeddings.<parameter>`` (else
-            ``…<parameter>``: SAM's ``vision_encoder.pos_embed``).
-        note: what else the tower does around the table (register tokens, padding).
+        rule: how it resizes the patch rows (:class:`ResizeRule`): the rule its record's
+            ``resize`` names.
     """
 
-    reference: str
-    rule: ResizeRule
-    defaults: Mapping[str, Any]
-    prefix: int = 1
-    mode: Mode = "bicubic"
-    antialias: bool = False
-    parameter: str = "position_embeddings"
-    side_key: str | None = None
-    prefix_key: str | None = None
-    merge_key: str | None = None
-    grid_key: str | None = None
-    width_key: str = "hidden_size"
-    patch_key: str = "patch_size"
-    image_key: str = "image_size"
-    drops_prefix: bool = False
-    mode_key: str | None = None
-    scale_offset: float | None = None
-    in_embeddings: bool = True
-    note: str | None = None
+    rule: ResizeRule = field(kw_only=True)
 
     def describe(self) -> dict[str, Any]:
         """The rule's settings, for ``meta`` and ``/v1/configs/positions``."""

@@ -19,7 +19,7 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -29,7 +29,6 @@ from posenc.vision.learned.base import LearnedTower, ResizeRule
 __all__ = [
     "BUCKETS",
     "NEAREST_BUCKETS",
-    "TOWERS",
     "axis_buckets",
     "bucket_position_ids",
     "nearest_axis_buckets",
@@ -79,27 +78,3 @@ def bucket_position_ids(tower: LearnedTower, side: int, h: int, w: int) -> Tenso
     if ids_of is None:
         raise ValueError(f"{tower.reference} does not bucket its positions")
     return ids_of(tower, side, h, w)
-
-
-def _tower(
-    reference: str, hidden: int, image: int, patch: int, rule: ResizeRule = BUCKETS
-) -> LearnedTower:
-    return LearnedTower(
-        reference=reference,
-        rule=rule,
-        defaults={"hidden_size": hidden, "image_size": image, "patch_size": patch},
-        prefix=0,
-        parameter="position_embedding.weight",
-        note="in a padded batch, the padding patches read row 0",
-    )
-
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "idefics2_vision": _tower("Idefics2VisionEmbeddings", 768, 224, 32),
-    "idefics3_vision": _tower("Idefics3VisionEmbeddings", 1152, 224, 32),
-    "smolvlm_vision": _tower("SmolVLMVisionEmbeddings", 1152, 224, 32),
-    "phi4_multimodal_vision": _tower("Phi4MultimodalVisionEmbeddings", 1152, 448, 14),
-    "minicpm_ocr_vision": _tower("MiniCPMOcrVisionEmbeddings", 768, 224, 16, NEAREST_BUCKETS),
-    "minicpmv4_6_vision": _tower("MiniCPMV4_6VisionEmbeddings", 768, 224, 16, NEAREST_BUCKETS),
-    "minicpmv4_7_vision": _tower("MiniCPMV4_7VisionEmbeddings", 768, 224, 16, NEAREST_BUCKETS),
-}

@@ -13,15 +13,13 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch.nn.functional as F
 from torch import Tensor
 
 from posenc.vision.learned.base import LearnedTower, ResizeRule
 from posenc.vision.learned.interpolate import interpolate_axis_weights
 
-__all__ = ["CROPPED", "TOWERS", "cropped_axis_pair", "cropped_patch_rows"]
+__all__ = ["CROPPED", "cropped_axis_pair", "cropped_patch_rows"]
 
 
 def cropped_axis_pair(tower: LearnedTower, side: int, h: int, w: int) -> tuple[Tensor, Tensor]:
@@ -52,17 +50,3 @@ CROPPED = ResizeRule(
     axis_pair=cropped_axis_pair,
     engine_elements=lambda _side, h, w, dim: max(h, w) ** 2 * dim,  # the M × M resize
 )
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "radio": LearnedTower(
-        reference="RadioPatchEmbeddings",
-        rule=CROPPED,
-        defaults={"hidden_size": 1280, "max_img_size": 2048, "patch_size": 16},
-        prefix=0,
-        mode="bilinear",
-        parameter="position_embedding",
-        image_key="max_img_size",
-        note="its num_cls_tokens + num_registers tokens come first, with rows of their own "
-        "(cls_register_token), not in this table",
-    ),
-}

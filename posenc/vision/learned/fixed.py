@@ -11,15 +11,13 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor
 
 from posenc.core.errors import InvalidArgument
 from posenc.vision.learned.base import LearnedTower, ResizeRule
 
-__all__ = ["FIXED", "TOWERS", "native_only"]
+__all__ = ["FIXED", "native_only"]
 
 
 def native_only(side: int, n: int) -> None:
@@ -44,51 +42,3 @@ def _as_is(_tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Ten
 
 
 FIXED = ResizeRule(name="fixed", axis_weights=_identity, engine=_as_is)
-
-
-def _sam(reference: str, image: int) -> LearnedTower:
-    """A SAM-style encoder: a ``(1, s, s, D)`` ``pos_embed`` added to the patch feature map."""
-    return LearnedTower(
-        reference=reference,
-        rule=FIXED,
-        defaults={"hidden_size": 768, "image_size": image, "patch_size": 16},
-        prefix=0,
-        parameter="pos_embed",
-        in_embeddings=False,
-        note="a (1, s, s, D) table added to the patch feature map (with use_abs_pos, the default)",
-    )
-
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "ovis2_vision": LearnedTower(
-        reference="Ovis2VisionEmbeddings",
-        rule=FIXED,
-        defaults={"hidden_size": 1024, "image_size": 224, "patch_size": 14},
-        prefix=0,
-        parameter="position_embedding.weight",
-    ),
-    "aimv2_vision_model": LearnedTower(
-        reference="Aimv2VisionEmbeddings",
-        rule=FIXED,
-        defaults={"hidden_size": 1024, "image_size": 224, "patch_size": 14},
-        prefix=0,
-        parameter="position_embedding.weight",
-        note="with is_native false (the default); is_native true builds a 2-D sin-cos table "
-        "per image instead, and has no learned table",
-    ),
-    "layoutlmv3": LearnedTower(
-        reference="LayoutLMv3Model",
-        rule=FIXED,
-        defaults={"hidden_size": 768, "input_size": 224, "patch_size": 16},
-        prefix=1,
-        parameter="pos_embed",
-        image_key="input_size",
-        in_embeddings=False,
-        note="the image patches of a document model (visual_embed), the class row first",
-    ),
-    "sam_vision_model": _sam("SamVisionEncoder", 1024),
-    "sam_hq_vision_model": _sam("SamHQVisionEncoder", 1024),
-    "got_ocr2_vision": _sam("GotOcr2VisionEncoder", 1024),
-    "slanext_vision": _sam("SLANeXtVisionEncoder", 512),
-    "pp_formulanet_vision": _sam("PPFormulaNetVisionModel", 512),
-}

@@ -18,15 +18,15 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.vision.learned.base import LearnedTower, Mode, ResizeRule
+from posenc.vision.learned.base import LearnedTower, ResizeRule
 
-__all__ = ["EMBEDDING_BAG", "GATHER_SUM", "TOWERS", "axis_taps"]
+__all__ = ["EMBEDDING_BAG", "GATHER_SUM", "axis_taps"]
 
 
 def axis_taps(mode: str, side: int, index: Tensor, size: Tensor) -> tuple[Tensor, Tensor]:
@@ -120,39 +120,3 @@ EMBEDDING_BAG = ResizeRule(
     engine_at=_engine(_bag)[1],
     engine_elements=_bag_elements,
 )
-
-
-def _tower(reference: str, rule: ResizeRule, mode: Mode, **more: object) -> LearnedTower:
-    return LearnedTower(reference=reference, rule=rule, prefix=0, mode=mode, **more)  # type: ignore[arg-type]
-
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "paddleocr_vl_vision": _tower(
-        "PaddleOCRVisionEmbeddings",
-        GATHER_SUM,
-        "bilinear",
-        defaults={"hidden_size": 1152, "image_size": 384, "patch_size": 14},
-        parameter="position_embedding.weight",
-        note="beside a 2-D rotary embedding (/v1/encodings/vision-rope)",
-    ),
-    "kimi_k25_vision": _tower(
-        "Kimi_K25VisionPositionEmbeddings",
-        EMBEDDING_BAG,
-        "bicubic",
-        defaults={"hidden_size": 1152, "pos_emb_height": 64},
-        parameter="position_embeddings",
-        grid_key="pos_emb_height",
-        note="a (s, s, D) table; videos add a per-frame sinusoid (zero for an image)",
-    ),
-    "inkling2_vision": _tower(
-        "Inkling2VisionEmbeddings",
-        GATHER_SUM,
-        "bilinear",
-        defaults={"hidden_size": 1024, "posemb_grid_size": 32, "spatial_merge_size": 2},
-        parameter="position_embedding.weight",
-        grid_key="posemb_grid_size",
-        merge_key="spatial_merge_size",
-        note="patches in spatial-merge block order; each image's class token has its own "
-        "learned row (cls_position_embedding), not in this table",
-    ),
-}

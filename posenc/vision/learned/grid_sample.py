@@ -18,15 +18,13 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from posenc.vision.learned.base import LearnedTower, Mode, ResizeRule
+from posenc.vision.learned.base import LearnedTower, ResizeRule
 
-__all__ = ["GRID_SAMPLE", "TOWERS", "grid_sample_axis_weights", "grid_sample_patch_rows"]
+__all__ = ["GRID_SAMPLE", "grid_sample_axis_weights", "grid_sample_patch_rows"]
 
 
 def grid_sample_axis_weights(tower: LearnedTower, side: int, n: int) -> Tensor:
@@ -67,31 +65,3 @@ GRID_SAMPLE = ResizeRule(
     engine=grid_sample_patch_rows,
     engine_at=grid_sample_at,
 )
-
-
-def _tower(
-    reference: str, hidden: int, image: int, patch: int, mode: Mode, merge: int
-) -> LearnedTower:
-    return LearnedTower(
-        reference=reference,
-        rule=GRID_SAMPLE,
-        defaults={
-            "hidden_size": hidden,
-            "image_size": image,
-            "patch_size": patch,
-            "spatial_merge_size": merge,
-        },
-        prefix=0,
-        mode=mode,
-        parameter="position_embedding.weight",
-        merge_key="spatial_merge_size",
-        note="beside a 2-D rotary embedding (/v1/encodings/vision-rope), in its spatial-merge "
-        "block order",
-    )
-
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "glm4v_vision": _tower("Glm4vVisionEmbeddings", 1536, 336, 14, "bicubic", 2),
-    "glm4v_moe_vision": _tower("Glm4vMoeVisionEmbeddings", 1536, 336, 14, "bicubic", 2),
-    "glm_image_vision": _tower("GlmImageVisionEmbeddings", 1536, 2048, 16, "bilinear", 1),
-}

@@ -16,14 +16,12 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor
 
 from posenc.vision.learned.base import LearnedTower, ResizeRule
 
-__all__ = ["NAFLEX", "TOWERS", "naflex_axis_weights", "naflex_patch_rows"]
+__all__ = ["NAFLEX", "naflex_axis_weights", "naflex_patch_rows"]
 
 
 def _triangle(side: int, n: Tensor, index: Tensor, dtype: torch.dtype) -> Tensor:
@@ -63,17 +61,3 @@ NAFLEX = ResizeRule(
     engine=naflex_patch_rows,
     engine_elements=lambda side, h, w, _dim: 2 * h * w * side * side,  # (L, 2, s), (L, s²)
 )
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "siglip2_vision_model": LearnedTower(
-        reference="Siglip2VisionEmbeddings",
-        rule=NAFLEX,
-        defaults={"hidden_size": 768, "num_patches": 256, "patch_size": 16},
-        prefix=0,
-        mode="bilinear",
-        antialias=True,
-        parameter="position_embedding.weight",
-        side_key="num_patches",
-        note="in a padded batch, the padding tokens take the first patch's row",
-    ),
-}

@@ -1,7 +1,8 @@
 """A vision tower's learned position table resized to image grids, and the resize as a matrix.
 
-:data:`LEARNED_TOWERS` joins the towers of every rule module (``interpolate``, ``naflex``,
-``buckets``); :func:`vision_learned_spec` reads a config into a :class:`VisionLearnedSpec`, and
+:data:`LEARNED_TOWERS` joins each tower's record (:mod:`posenc.facts.learned_towers`) to the
+code of its resizing rule (``interpolate``, ``naflex``, ``buckets`` ...:
+:data:`RESIZE_RULES`); :func:`vision_learned_spec` reads a config into a :class:`VisionLearnedSpec`, and
 the functions below compute from it:
 
 - :func:`resample_matrix` ``(N, P)``: row ``n`` holds the weights of the table's ``P`` rows in
@@ -31,6 +32,7 @@ from torch import Tensor
 
 from posenc.core.errors import InvalidArgument
 from posenc.facts.families import FAMILIES
+from posenc.facts.learned_towers import LEARNED_TOWER_RECORDS, LearnedTowerRecord
 from posenc.vision.learned import (
     buckets,
     cropped,
@@ -41,13 +43,14 @@ from posenc.vision.learned import (
     naflex,
     tile,
 )
-from posenc.vision.learned.base import LearnedTower
+from posenc.vision.learned.base import LearnedTower, ResizeRule
 from posenc.vision.learned.row_blocks import pos_embed_blocks, resample_blocks
 from posenc.vision.learned.spec import VisionLearnedSpec, axes, check_table
 from posenc.vision.rope import VISION_ROPE_PATH, vision_tower
 
 __all__ = [
     "LEARNED_TOWERS",
+    "RESIZE_RULES",
     "TOP_LEVEL_LEARNED",
     "VisionLearnedSpec",
     "axes",
@@ -62,16 +65,32 @@ __all__ = [
 
 Precision = Literal["exact", "engine"]
 
-LEARNED_TOWERS: Mapping[str, LearnedTower] = {
-    **interpolate.TOWERS,
-    **naflex.TOWERS,
-    **buckets.TOWERS,
-    **fixed.TOWERS,
-    **tile.TOWERS,
-    **grid_sample.TOWERS,
-    **gathered.TOWERS,
-    **cropped.TOWERS,
-}
+#: Each resizing rule's code, by the name a tower's record gives (``resize``).
+RESIZE_RULES: Mapping[str, ResizeRule] = MappingProxyType(
+    {
+        "interpolate_pos_encoding": interpolate.INTERPOLATE,
+        "naflex": naflex.NAFLEX,
+        "navit_buckets": buckets.BUCKETS,
+        "nearest_buckets": buckets.NEAREST_BUCKETS,
+        "fixed": fixed.FIXED,
+        "tile": tile.TILE,
+        "grid_sample": grid_sample.GRID_SAMPLE,
+        "gather_sum": gathered.GATHER_SUM,
+        "embedding_bag": gathered.EMBEDDING_BAG,
+        "cropped": cropped.CROPPED,
+    }
+)
+
+
+def _tower(record: LearnedTowerRecord) -> LearnedTower:
+    """A tower's record of :mod:`posenc.facts.learned_towers` with its resizing rule's code."""
+    facts = {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+    return LearnedTower(**facts, rule=RESIZE_RULES[record.resize])
+
+
+LEARNED_TOWERS: Mapping[str, LearnedTower] = MappingProxyType(
+    {model_type: _tower(record) for model_type, record in LEARNED_TOWER_RECORDS.items()}
+)
 """Vision config ``model_type`` -> its tower, over every resizing rule."""
 
 #: Top-level model_type -> the model_type transformers gives its vision config by default

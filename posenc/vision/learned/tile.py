@@ -13,14 +13,12 @@ Notation used for tensor shapes: ``s`` native side, ``n`` one axis' output lengt
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor
 
 from posenc.vision.learned.base import LearnedTower, ResizeRule
 
-__all__ = ["TILE", "TOWERS", "tile_position_ids"]
+__all__ = ["TILE", "tile_position_ids"]
 
 
 def _axis(side: int, n: int) -> Tensor:
@@ -46,14 +44,3 @@ def _gather(tower: LearnedTower, rows: Tensor, side: int, h: int, w: int) -> Ten
 TILE = ResizeRule(
     name="tile", axis_weights=_one_hot, engine=_gather, position_ids=tile_position_ids
 )
-
-TOWERS: Mapping[str, LearnedTower] = {
-    "sam3_vit_model": LearnedTower(
-        reference="Sam3ViTEmbeddings",
-        rule=TILE,
-        defaults={"hidden_size": 1024, "pretrain_image_size": 336, "patch_size": 14},
-        prefix=0,
-        image_key="pretrain_image_size",
-        note="the tiled rows are added to the patch feature map, then split into windows",
-    ),
-}
