@@ -167,7 +167,7 @@ def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> s
 
 
 # A model folder as a user has it: model.safetensors, config.json and a trained tokenizer
-# (tests/service/test_text.py, test_startup.py)
+# (tests/service/test_text.py, test_service_main.py)
 FOLDER_D_MODEL, FOLDER_POSITIONS = 16, 64
 
 

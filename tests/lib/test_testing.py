@@ -163,7 +163,7 @@ def test_bad_fields_are_the_librarys_error_not_a_failure() -> None:
 
 
 def test_gguf_config_reads_as_llamacpp_and_as_its_config() -> None:
-    """qwen2.5-7b.gguf (written with llama.cpp's converter's keys, tests/lib/test_gguf.py):
+    """qwen2.5-7b.gguf (written with llama.cpp's converter's keys, tests/lib/test_gguf_metadata.py):
     llama.cpp's rows are the preset's llama.cpp table, the other engines the config's."""
     path = GGUF / "qwen2.5-7b.gguf"
     for engine in ("llama.cpp", "transformers", "vllm"):
