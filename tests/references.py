@@ -7,6 +7,7 @@ one test file sends. A test file imports them from here, never from another test
   :func:`sinusoidal`.
 - RoPE (Su et al., 2021): :func:`rope_inv_freq`, :func:`rope_cos_sin`; Llama 3.1's bands as
   transformers' ``_compute_llama3_parameters``: :func:`llama3_inv_freq`.
+- Diffusion sincos (diffusers' ``get_1d_sincos_pos_embed_from_grid``): :func:`sincos_1d`.
 - ALiBi (Press et al., 2022; BLOOM's ``build_alibi_tensor`` for other head counts):
   :func:`alibi_slopes`.
 - xPos (Sun et al., 2022): :func:`xpos_scale`.
@@ -89,6 +90,14 @@ def rope_cos_sin(
     else:
         angles = np.repeat(angles, 2, axis=1)
     return np.cos(angles) * scaling, np.sin(angles) * scaling
+
+
+def sincos_1d(channels: int, pos: np.ndarray) -> np.ndarray:
+    """The 1-D sincos table ``(N, C)`` of diffusers' ``get_1d_sincos_pos_embed_from_grid``:
+    ``[sin(p·ω) | cos(p·ω)]`` with ``ω_i = 10000^(−i/(C/2))``, float64."""
+    omega = 1.0 / 10000 ** (np.arange(channels // 2) / (channels / 2))
+    angles = pos[:, None] * omega
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
 
 
 def alibi_slopes(n: int, max_bias: float = 8.0) -> np.ndarray:
