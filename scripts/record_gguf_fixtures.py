@@ -13,7 +13,7 @@ tests/lib/test_gguf_tensors.py checks posenc's dequantization against the ``.npy
 
 It also writes ``scaled-linear.gguf``, ``scaled-yarn.gguf`` (``llama``) and ``scaled-mrope.gguf``
 (``qwen2vl``, ``rope.dimension_sections``): F32 token tables (8 x 64, 4 heads of 16) whose
-rope llama.cpp scales, for tests/service/test_gguf_models.py's cos/sin of scaled GGUF models.
+rope llama.cpp scales, for tests/service/test_gguf_model.py's cos/sin of scaled GGUF models.
 """
 
 from __future__ import annotations

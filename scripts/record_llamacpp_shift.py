@@ -20,7 +20,7 @@ channel order llama.cpp holds, and libggml's output:
   arguments) at each token's delta, ``steps`` times in a row, each on the previous output, as a
   cache shifted again and again.
 
-``tests/lib/test_llamacpp_shift.py`` checks posenc's emulation against them within 2 float32 ulp
+``tests/lib/test_llamacpp_rotate.py`` checks posenc's emulation against them within 2 float32 ulp
 of each rotated pair's magnitude per step, in the default lane, and calls libggml directly where
 ``llama_cpp`` is importable.
 """

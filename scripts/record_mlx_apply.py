@@ -14,7 +14,7 @@ Qwen2, Phi-3, Gemma 3, DeepSeek-V3's YaRN) or ``nn.RoPE(dims, traditional, base)
 arguments written out below from the published configs. It rotates ``q (1, H, T, D)`` and
 ``k (1, H_kv, T, D)`` of the closed-form values of tests/fixtures/apply/configs.py in one call
 at ``offset`` = the first of T consecutive positions, as mlx-lm's attention does. The outputs
-are stored as float32 bytes (base64), ``(T, H, D)``. tests/lib/test_rope_apply_engines.py checks
+are stored as float32 bytes (base64), ``(T, H, D)``. tests/lib/test_engines_rotation.py checks
 posenc's ``engine: "mlx"``, ``precision: "engine"`` within 2 float32 ulp of each rotated pair's
 magnitude.
 """

@@ -16,7 +16,7 @@ its output holds cos and sin exactly, times the module's own magnitude (YaRN's m
 LongRoPE's scale). Dynamic NTK's base depends on the call's length, so its cases rotate one
 whole sequence of ``seq_len`` positions from offset 0 and keep the rows at the case's
 positions. Stored as float32 bytes (base64) per position, with the arguments, the module's
-``freqs`` (float32 bytes) and the magnitude it multiplies its input by. ``tests/lib/test_mlx.py`` checks posenc's ``engine: "mlx"``, ``precision: "engine"``
+``freqs`` (float32 bytes) and the magnitude it multiplies its input by. ``tests/lib/test_rope_mlx.py`` checks posenc's ``engine: "mlx"``, ``precision: "engine"``
 within 2 float32 ulp in the default test lane.
 """
 

@@ -12,7 +12,7 @@ file calls it (``is_neox_style`` as that file passes it; GPT-J's ``partial_rotar
 DeepSeek's renamed YaRN; Gemma 3's per-layer-type parameters; Qwen2-VL's M-RoPE), then
 ``forward_native(positions, query, key)`` rotates ``q (T, H·D)`` and ``k (T, H_kv·D)`` of the
 closed-form values of tests/fixtures/apply/configs.py. The outputs are stored as float32 bytes
-(base64), with the arguments. tests/lib/test_rope_apply_engines.py checks posenc's
+(base64), with the arguments. tests/lib/test_engines_rotation.py checks posenc's
 ``engine: "vllm"``, ``precision: "engine"`` against them bit for bit in the default lane.
 """
 

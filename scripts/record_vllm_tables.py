@@ -25,7 +25,7 @@ for three position rows come from its own ``forward_native`` (:func:`_mrope_rows
 model runs on vLLM 0.32's Transformers backend (``HunYuanVLForConditionalGeneration`` in its
 registry), so its XD-RoPE is transformers' module there. What is recorded: vLLM's version, the
 class, the cache's rows, the magnitude, the softmax scale the model's attention uses, and the
-cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_engines.py``
+cos/sin cache rows (float32, as vLLM holds them) at a few positions. ``tests/lib/test_rope_vllm.py``
 checks posenc's ``engine: "vllm"`` against them in the default test lane.
 """
 

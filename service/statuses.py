@@ -17,7 +17,7 @@ follow, with their bodies (:mod:`service.error_bodies`), each as ``application/j
 | reads a name from its path | 404 |
 | reads the loaded models (``service.state.read_state``; ``/readyz``) | 503 while starting |
 
-``tests/service/test_declared_statuses.py`` sends every route of the app the requests that make
+``tests/service/test_statuses.py`` sends every route of the app the requests that make
 each of these happen and fails when a route answers a status it does not declare, or declares
 one that no request makes.
 """

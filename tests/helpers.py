@@ -9,6 +9,7 @@ import functools
 import json
 import os
 import random
+import re
 import signal
 import socket
 import subprocess
@@ -167,7 +168,7 @@ def one_clear_line(result: subprocess.CompletedProcess[str], *needles: str) -> s
 
 
 # A model folder as a user has it: model.safetensors, config.json and a trained tokenizer
-# (tests/service/test_text.py, test_startup.py)
+# (tests/service/test_text.py, test_service_main.py)
 FOLDER_D_MODEL, FOLDER_POSITIONS = 16, 64
 
 
@@ -338,3 +339,21 @@ def transformers_model_classes() -> dict[type, list[type]]:
             ):
                 found.setdefault(obj.config_class, []).append(obj)
     return found
+
+
+def failure_message(call: Any, *args: Any, **kwargs: Any) -> str:
+    """The message of the ``AssertionError`` that ``call(*args, **kwargs)`` must raise (the
+    assertions of :mod:`posenc.testing`)."""
+    with pytest.raises(AssertionError) as info:
+        call(*args, **kwargs)
+    return str(info.value)
+
+
+def mistakes_named(message: str) -> set[str]:
+    """The mistakes a :mod:`posenc.testing` failure names on its ``diagnosis`` line, without the
+    parenthesised details (``positions_offset (offset 7)`` is ``positions_offset``)."""
+    line = next(x for x in message.splitlines() if x.startswith("diagnosis"))
+    said = line.split(": ", 1)[1]
+    if said.startswith("no known mistake"):
+        return set()
+    return {re.sub(r" \(.*\)$", "", m) for m in said.split(", ")}

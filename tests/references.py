@@ -7,9 +7,12 @@ one test file sends. A test file imports them from here, never from another test
   :func:`sinusoidal`.
 - RoPE (Su et al., 2021): :func:`rope_inv_freq`, :func:`rope_cos_sin`; Llama 3.1's bands as
   transformers' ``_compute_llama3_parameters``: :func:`llama3_inv_freq`.
+- Diffusion sincos (diffusers' ``get_1d_sincos_pos_embed_from_grid``): :func:`sincos_1d`.
 - ALiBi (Press et al., 2022; BLOOM's ``build_alibi_tensor`` for other head counts):
   :func:`alibi_slopes`.
 - xPos (Sun et al., 2022): :func:`xpos_scale`.
+- RoPE's inverse frequencies of a scaling type: transformers' ``ROPE_INIT_FUNCTIONS`` on a
+  ``LlamaConfig`` (:func:`transformers_inv_freq`).
 - T5's buckets and DeBERTa's relative positions: transformers' own functions
   (:func:`t5_buckets`, :func:`deberta_build_relative_position`).
 - M-RoPE ids: transformers' ``get_rope_index`` of Qwen2-VL, Qwen2.5-VL and Qwen3-VL on the
@@ -89,6 +92,14 @@ def rope_cos_sin(
     return np.cos(angles) * scaling, np.sin(angles) * scaling
 
 
+def sincos_1d(channels: int, pos: np.ndarray) -> np.ndarray:
+    """The 1-D sincos table ``(N, C)`` of diffusers' ``get_1d_sincos_pos_embed_from_grid``:
+    ``[sin(p·ω) | cos(p·ω)]`` with ``ω_i = 10000^(−i/(C/2))``, float64."""
+    omega = 1.0 / 10000 ** (np.arange(channels // 2) / (channels / 2))
+    angles = pos[:, None] * omega
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
 def alibi_slopes(n: int, max_bias: float = 8.0) -> np.ndarray:
     """ALiBi's slopes, ``(H,)``: for a power of two ``n``, ``m_h = 2^(−max_bias·(h+1)/n)``; else
     the ``p`` slopes of the largest power of two ``p`` below ``n``, then the first ``n − p``
@@ -119,6 +130,42 @@ def xpos_scale(n: int, dim: int, base: float) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------
 # transformers' own functions
 # ---------------------------------------------------------------------------------------------
+
+
+def transformers_rope_config(
+    params: dict[str, Any],
+    *,
+    head_dim: int,
+    rotary_dim: int | None = None,
+    base: float = 10000.0,
+    max_position_embeddings: int = 4096,
+) -> Any:
+    """A transformers 5.x ``LlamaConfig`` whose ``rope_parameters`` carry ``params``
+    (``rope_type``, ...), with ``partial_rotary_factor = rotary_dim / head_dim``."""
+    from transformers import LlamaConfig
+
+    rope_parameters = {"rope_theta": base, **params}
+    if rotary_dim is not None and rotary_dim != head_dim:
+        rope_parameters["partial_rotary_factor"] = rotary_dim / head_dim
+    return LlamaConfig(
+        hidden_size=2 * head_dim,
+        num_attention_heads=2,
+        head_dim=head_dim,
+        max_position_embeddings=max_position_embeddings,
+        rope_parameters=rope_parameters,
+    )
+
+
+def transformers_inv_freq(
+    params: dict[str, Any], *, seq_len: int | None = None, **config: Any
+) -> tuple[torch.Tensor, float]:
+    """transformers' ``ROPE_INIT_FUNCTIONS[rope_type](config, None, seq_len=...)``: the inverse
+    frequencies ``(R/2,)`` (float32) and the attention scaling of :func:`transformers_rope_config`."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    made = transformers_rope_config(params, **config)
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[params["rope_type"]](made, None, seq_len=seq_len)
+    return inv_freq, float(scaling)
 
 
 def t5_buckets(

@@ -13,7 +13,7 @@ Adding a model type is adding its record to :data:`FAMILIES`; a new rule is a fi
 default. ``tests/lib/test_one_home.py`` checks that no other module lists model types.
 
 The values are read from transformers 5.24's ``configuration_*.py`` / ``modeling_*.py`` (and
-vLLM 0.32's model code where a field says so); ``tests/lib/test_config_parity.py`` checks them
+vLLM 0.32's model code where a field says so); ``tests/lib/test_hf_rope.py`` checks them
 against each model's own code.
 """
 

@@ -808,7 +808,7 @@ NOTES = MappingProxyType(
 
 #: Published configs whose RoPE only vLLM's ``get_rope`` names (Hunyuan's NTK-alpha, HunyuanOCR's
 #: XD-RoPE): ``name -> (repository, config, where it was verified)``. They are not presets yet:
-#: ``tests/lib/test_config_parity.py`` builds every preset's transformers rotary module and has
+#: ``tests/lib/test_hf_rope.py`` builds every preset's transformers rotary module and has
 #: no row for the Hunyuan modules (``HunYuanDenseV1RotaryEmbedding``,
 #: ``HunYuanVLRotaryEmbedding``); ``tests/lib/test_vllm_types.py`` checks them against those
 #: modules instead.

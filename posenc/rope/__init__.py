@@ -37,7 +37,7 @@ module (its ``NAME``, ``Params`` with each parameter declared by
 :func:`~posenc.rope.parameters.parameter`, ``validate``, ``inv_freq``, and where vLLM builds it
 ``VLLM_CLASS`` and ``vllm``, read by :mod:`~posenc.rope.vllm`) and its place in
 :mod:`posenc.rope.scaling`'s list of built-in modules; ``tests/service/
-test_scaling_one_module.py`` adds one from a test file and sees it served.
+test_rope_scaling.py`` adds one from a test file and sees it served.
 
 Where transformers reads a value from the model config rather than from ``rope_parameters``,
 posenc takes it from :class:`RopeScaling` instead (the library has no model config):

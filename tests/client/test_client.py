@@ -4,8 +4,8 @@ Values are checked against closed forms computed here in numpy float64 (never ag
 service's own code): the sinusoidal table of Vaswani et al. §3.5, RoPE's ``base**(-2i/R)``
 frequencies, ALiBi's 8-head slopes ``2**-1 … 2**-8`` (Press et al.), T5's exact buckets for
 distances below ``max_exact``, ``torch.manual_seed(s); nn.Embedding(...)`` tables, and a GPT-2
-style checkpoint's ``wte[ids] + wpe[pos]``. ``httpx.MockTransport`` appears only in the
-retry-count tests.
+style checkpoint's ``wte[ids] + wpe[pos]``. The retry policy's own tests (backoff, attempts,
+``Retry-After``) are in test_retry.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from posenc.client import (
     NotAcceptable,
     PayloadTooLarge,
     PosencClient,
-    PosencConnectionError,
     PosencHTTPError,
     TensorResult,
     Unauthorized,
@@ -286,59 +285,7 @@ def test_async_client_matches_sync(client: PosencClient, live_server: str) -> No
     assert info["version"] == posenc.__version__
 
 
-# ------------------------------------------------------------------------------ retries
-
-
-def _flaky_transport(failures: int, calls: list[httpx.Request]) -> httpx.MockTransport:
-    """Refuses the first ``failures`` connections, then answers like /healthz."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        calls.append(request)
-        if len(calls) <= failures:
-            raise httpx.ConnectError("connection refused", request=request)
-        return httpx.Response(200, json={"status": "ok"})
-
-    return httpx.MockTransport(handler)
-
-
-def test_retries_connection_errors_with_exponential_backoff() -> None:
-    calls: list[httpx.Request] = []
-    slept: list[float] = []
-    c = PosencClient(
-        max_attempts=4, backoff=0.5, backoff_max=1.5, transport=_flaky_transport(3, calls)
-    )
-    c._sleep = slept.append  # type: ignore[method-assign,assignment]
-    assert c.healthz() == {"status": "ok"}
-    assert len(calls) == 4
-    assert slept == [0.5, 1.0, 1.5]  # doubled each time, capped at backoff_max
-
-
-def test_gives_up_after_max_attempts() -> None:
-    calls: list[httpx.Request] = []
-    c = PosencClient(max_attempts=2, backoff=0.0, transport=_flaky_transport(5, calls))
-    with pytest.raises(PosencConnectionError) as info:
-        c.sinusoidal(seq_len=2, d_model=4)  # a POST: deterministic, so retried too
-    assert len(calls) == 2 and info.value.attempts == 2
-    assert isinstance(info.value.__cause__, httpx.ConnectError)
-    assert all(r.method == "POST" for r in calls)
-
-
-def test_async_retries() -> None:
-    calls: list[httpx.Request] = []
-    slept: list[float] = []
-
-    async def fake_sleep(seconds: float) -> None:
-        slept.append(seconds)
-
-    async def run() -> dict:
-        async with AsyncPosencClient(
-            max_attempts=3, backoff=0.25, transport=_flaky_transport(2, calls)
-        ) as ac:
-            ac._sleep = fake_sleep  # type: ignore[method-assign]
-            return await ac.healthz()
-
-    assert asyncio.run(run()) == {"status": "ok"}
-    assert len(calls) == 3 and slept == [0.25, 0.5]
+# ----------------------------------------------------------------- waiting for the server
 
 
 class _CountingTransport(httpx.HTTPTransport):

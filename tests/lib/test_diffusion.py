@@ -1,12 +1,12 @@
 """posenc.diffusion against hand-worked cases and closed forms written here (numpy float64).
 
 diffusers' own outputs are checked in test_diffusion_fixtures.py (recorded) and
-test_diffusion_live.py (run where diffusers imports); this file needs neither.
+test_diffusion_live.py (run where diffusers imports); this file needs neither. The rules of one
+model family are beside their modules: test_cogvideox.py, test_ltx_video.py, test_sincos.py.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,6 @@ import torch
 
 from posenc.core.errors import InvalidArgument, TooLarge
 from posenc.diffusion import DIFFUSION_ROPE, SINCOS_2D, describe, diffusion_rope_grid, sincos_grid
-from posenc.diffusion.cogvideox import resize_crop_region
 from posenc.diffusion.wan import wan_axes
 from posenc.resolve import compute, context, resolve_fields
 
@@ -74,30 +73,6 @@ def test_wan_and_ltx_have_no_text_rows() -> None:
         assert out["ids"].shape[0] == 8
 
 
-def test_cogvideox_crop_region_by_hand() -> None:
-    # a 40 x 40 grid into the 30 x 45 base: height-bound, resized 30 x 30, centred with
-    # round(15 / 2) = 8 columns to the left (Python rounds half to even: round(7.5) = 8).
-    assert resize_crop_region(40, 40, 45, 30) == ((0, 8), (30, 38))
-    # the base grid itself is its own crop
-    assert resize_crop_region(30, 45, 45, 30) == ((0, 0), (30, 45))
-    ids = rope(model="cogvideox", frames=1, height=40, width=40)["ids"]
-    rows = ids[::40, 1]  # linspace(0, 30 · 39/40, 40)
-    np.testing.assert_allclose(rows, np.arange(40) * (30 * 39 / 40) / 39, rtol=0, atol=1e-13)
-    columns = ids[:40, 2]  # linspace(8, 38 · 39/40, 40)
-    np.testing.assert_allclose(
-        columns, 8 + np.arange(40) * (38 * 39 / 40 - 8) / 39, rtol=0, atol=1e-13
-    )
-
-
-def test_ltx_coordinates_are_fractions_of_the_base_sizes() -> None:
-    ids = rope(model="ltx-video", frames=3, height=2, width=2)["ids"]
-    t, h, w = np.meshgrid(np.arange(3), np.arange(2), np.arange(2), indexing="ij")
-    want = np.stack(
-        [t.ravel() * (8 / 25) / 20, h.ravel() * 32 / 2048, w.ravel() * 32 / 2048], axis=1
-    )
-    np.testing.assert_allclose(ids, want, rtol=1e-15)
-
-
 # --- closed forms of the tables ------------------------------------------------------------
 
 
@@ -127,19 +102,6 @@ def test_wan_head_split() -> None:
     assert wan_axes(96) == (32, 32, 32)
 
 
-def test_ltx_angles_frequency_major_after_the_unrotated_channels() -> None:
-    out = rope(model="ltx-video", frames=2, height=2, width=3)
-    dim, pairs = 2048, 2048 // 6  # 341 frequencies per axis, 2048 mod 6 = 2 channels left as is
-    np.testing.assert_array_equal(out["cos"][:, :2], 1.0)
-    np.testing.assert_array_equal(out["sin"][:, :2], 0.0)
-    freqs = 10000.0 ** np.linspace(0.0, 1.0, pairs) * math.pi / 2  # (F,)
-    angles = freqs[None, :, None] * (out["ids"][:, None, :] * 2 - 1)  # (N, F, 3)
-    cos, sin = interleaved(angles.reshape(len(out["ids"]), -1))
-    np.testing.assert_allclose(out["cos"][:, 2:], cos, rtol=0, atol=1e-9)
-    np.testing.assert_allclose(out["sin"][:, 2:], sin, rtol=0, atol=1e-9)
-    assert out["cos"].shape == (12, dim)
-
-
 def test_position_zero_is_the_identity_and_text_rows_that_are_not_rotated() -> None:
     flux = rope(model="flux", height=1, width=1, text_len=2)  # text ids 0 and video (0, 0, 0)
     np.testing.assert_array_equal(flux["cos"], 1.0)
@@ -165,46 +127,6 @@ def test_rotations_depend_only_on_the_offset_per_axis() -> None:
     base = rotate(q, index[(2, 3, 4)]).ravel() @ rotate(k, index[(1, 1, 2)]).ravel()
     shifted = rotate(q, index[(1, 2, 2)]).ravel() @ rotate(k, index[(0, 0, 0)]).ravel()
     assert base == pytest.approx(shifted, abs=1e-12)
-
-
-def sincos_1d(channels: int, pos: np.ndarray) -> np.ndarray:
-    omega = 1.0 / 10000 ** (np.arange(channels // 2) / (channels / 2))
-    angles = pos[:, None] * omega
-    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-
-
-def test_sd3_crop_is_the_centre_of_its_max_size_table() -> None:
-    # stable-diffusion-3.5-large: D = 38 · 64, pos_embed_max_size 192, base 128 // 2 = 64
-    got = sincos(model="sd3", height=3, width=4)
-    top, left = (192 - 3) // 2, (192 - 4) // 2
-    h, w = np.meshgrid(np.arange(3) + top, np.arange(4) + left, indexing="ij")
-    rows, cols = h.ravel() / (192 / 64), w.ravel() / (192 / 64)
-    want = np.concatenate([sincos_1d(1216, cols), sincos_1d(1216, rows)], axis=1)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
-
-
-def test_pixart_and_dit_scale_by_base_size_over_the_grid() -> None:
-    got = sincos(model="pixart", height=2, width=4)  # base 64, interpolation_scale 2
-    h, w = np.meshgrid(np.arange(2), np.arange(4), indexing="ij")
-    rows, cols = h.ravel() / (2 / 64) / 2, w.ravel() / (4 / 64) / 2
-    want = np.concatenate([sincos_1d(576, cols), sincos_1d(576, rows)], axis=1)
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
-    single = sincos(model="dit", height=1, width=1)  # position 0: sines 0, cosines 1
-    np.testing.assert_array_equal(single, np.tile(np.repeat([0.0, 1.0], 288), 2)[None])
-
-
-def test_cogvideox_sincos_puts_the_frame_first() -> None:
-    got = sincos(model="cogvideox", frames=2, height=1, width=2)  # D = 30 · 64 = 1920
-    t, h, w = np.meshgrid(np.arange(2), np.arange(1), np.arange(2), indexing="ij")
-    want = np.concatenate(
-        [
-            sincos_1d(480, t.ravel() / 1.0),
-            sincos_1d(720, w.ravel() / 1.875),
-            sincos_1d(720, h.ravel() / 1.875),
-        ],
-        axis=1,
-    )
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-12)
 
 
 # --- precision, blocks, sizes ----------------------------------------------------------------

@@ -8,7 +8,7 @@ Skipped unless ``POSENC_VLLM_PYTHON`` names the Python of a venv with vLLM (see
 
 It runs ``scripts/record_vllm_tables.py --check``: every case's rows, magnitude, softmax scale
 and recorded cos rows from that vLLM must equal ``tests/fixtures/vllm/tables.json``, which the
-default lane (``tests/lib/test_engines.py``) checks posenc against.
+default lane (``tests/lib/test_rope_vllm.py``) checks posenc against.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ transformers does with the same configs.
 
 References, each independent of the code under test:
 
-- vLLM 0.32.0's own caches: ``tests/lib/test_engines.py`` checks every case of
+- vLLM 0.32.0's own caches: ``tests/lib/test_rope_vllm.py`` checks every case of
   ``tests/fixtures/vllm/tables.json`` (Hunyuan-7B, HunyuanOCR, ``ntk`` fixed and mixed, the five
   caches of Qwen2.5-7B-Instruct-1M);
 - closed forms written here in Python floats and ints: NTK-alpha's base, NTK's frequencies,

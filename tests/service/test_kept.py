@@ -8,14 +8,13 @@ whole), then kept in the body cache. Checked here:
   (three dimensions)), and its values are the library's;
 - the next request is a hit, then a replay, of the same bytes;
 - ``If-None-Match`` of a table never computed is a 304 / 412 without computing;
-- the in-flight budget is given back, also when the client goes away mid-body;
-- :class:`service.responses.buffers.BufferPool` reuses a buffer only once nothing refers to it, and keeps
-  at most its idle bound.
+- the in-flight budget is given back, also when the client goes away mid-body.
+
+The pool of buffers the bodies are written into is tested in test_buffers.py.
 """
 
 from __future__ import annotations
 
-import gc
 import io
 import re
 import time
@@ -30,7 +29,6 @@ from safetensors.numpy import load as st_load_numpy
 import service.responses.paths
 from posenc import sinusoidal_table
 from service.app import create_app
-from service.responses.buffers import SIZE_CLASS, BufferPool
 from tests.helpers import make_settings
 
 SIN = "/v1/encodings/sinusoidal"
@@ -184,57 +182,3 @@ def test_a_client_gone_mid_body_leaves_nothing_held_over_uvicorn(live_client):
     np.testing.assert_array_equal(np.frombuffer(again.content, "<f4").reshape(8192, 1024), expected)
     hit = live_client.post(SIN, json=body, params={"format": "raw"})
     assert 'cache;desc="hit"' in hit.headers["server-timing"] and hit.content == again.content
-
-
-def test_buffer_pool_reuses_a_buffer_only_once_nothing_refers_to_it():
-    pool = BufferPool(max_idle_bytes=8 * SIZE_CLASS)
-    a = pool.take(3 * SIZE_CLASS + 5)
-    a[:] = 7
-    view = a[10:20].data  # a view keeps the buffer in use
-    del a
-    gc.collect()
-    assert pool.idle_bytes == 0
-    b = pool.take(3 * SIZE_CLASS + 5)
-    assert (pool.made, pool.reused) == (2, 0)
-    del view, b
-    gc.collect()
-    assert pool.idle_bytes == 2 * 4 * SIZE_CLASS  # both back, in the 4 MiB class
-    c = pool.take(4 * SIZE_CLASS)  # same class
-    assert (pool.made, pool.reused, pool.idle_bytes) == (2, 1, 4 * SIZE_CLASS)
-    assert c.shape == (4 * SIZE_CLASS,) and c.dtype == np.uint8
-    pool.clear()
-    assert pool.idle_bytes == 0
-
-
-def test_buffer_pool_keeps_at_most_its_idle_bound_and_prefills_one():
-    pool = BufferPool(max_idle_bytes=2 * SIZE_CLASS)
-    buffers = [pool.take(SIZE_CLASS) for _ in range(3)]
-    del buffers
-    gc.collect()
-    assert pool.idle_bytes == 2 * SIZE_CLASS  # the oldest was dropped
-    big = pool.take(2 * SIZE_CLASS)  # another size: the idle ones make room for it
-    assert pool.made == 4
-    del big
-    gc.collect()
-    assert pool.idle_bytes == 2 * SIZE_CLASS
-    again = pool.take(2 * SIZE_CLASS)
-    assert (pool.made, pool.reused, pool.idle_bytes) == (4, 1, 0)
-    del again
-    huge = BufferPool(max_idle_bytes=SIZE_CLASS).take(3 * SIZE_CLASS)
-    del huge  # larger than the bound: dropped, nothing idle
-    empty = BufferPool(max_idle_bytes=0)
-    empty.prefill(SIZE_CLASS)
-    x = empty.take(10)
-    del x
-    gc.collect()
-    assert empty.idle_bytes == 0 and empty.made == 1
-    fresh = BufferPool(max_idle_bytes=4 * SIZE_CLASS)
-    fresh.prefill(3 * SIZE_CLASS)
-    deadline = time.monotonic() + 10
-    while fresh.idle_bytes == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert fresh.idle_bytes == 3 * SIZE_CLASS and fresh.made == 1
-    fresh.prefill(3 * SIZE_CLASS)  # one is idle already: no second
-    y = fresh.take(3 * SIZE_CLASS - 1)
-    assert (fresh.made, fresh.reused, fresh.idle_bytes) == (1, 1, 0)
-    del y

@@ -1,7 +1,7 @@
 """``engine`` on ``/v1/encodings/rope`` and ``/v1/configs/positions``, and ``/v1/configs/compare``.
 
 The expected values are vLLM 0.32.0's own caches recorded in ``tests/fixtures/vllm/tables.json``
-(see ``tests/lib/test_engines.py``), and the library's tables for the same fields.
+(see ``tests/lib/test_rope_vllm.py``), and the library's tables for the same fields.
 """
 
 from __future__ import annotations

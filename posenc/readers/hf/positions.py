@@ -38,7 +38,7 @@ models' ``configuration_*.py`` / ``modeling_*.py``), without importing it:
   the top level's (MusicFlamingo's top-level ones are its audio rotary's).
 - Layout: ``interleaved`` for the models that rotate adjacent pairs (:data:`INTERLEAVED_MODEL_TYPES`:
   GPT-J, GLM, ChatGLM, Llama 4, DeepSeek, Cohere, ERNIE 4.5, Helium and the others whose apply
-  function interleaves, a table that ``tests/lib/test_config_parity.py`` derives again from each
+  function interleaves, a table that ``tests/lib/test_hf_rope.py`` derives again from each
   model's own rotation), else ``half``; ``rope_interleave`` where the model reads it.
 - What the attention does with the table: ``rotation`` ``negative`` where it rotates by ``−θ``
   (nanochat, :data:`NEGATIVE_ROTATION_MODEL_TYPES`: the tables carry ``−sin``);

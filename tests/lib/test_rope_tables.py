@@ -27,7 +27,6 @@ from tests import references
 
 transformers = pytest.importorskip("transformers")
 from transformers import LlamaConfig  # noqa: E402
-from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # noqa: E402
 from transformers.models.gpt_neox.modeling_gpt_neox import (  # noqa: E402
     apply_rotary_pos_emb as neox_apply_rotary_pos_emb,
 )
@@ -44,30 +43,8 @@ from transformers.models.llama.modeling_llama import (  # noqa: E402
 F64 = torch.float64
 
 
-def hf_config(
-    params: dict,
-    *,
-    head_dim: int,
-    rotary_dim: int | None = None,
-    base: float = 10000.0,
-    max_position_embeddings: int = 4096,
-) -> LlamaConfig:
-    """A transformers 5.x config whose ``rope_parameters`` carry ``params`` (rope_type, ...)."""
-    rope_parameters = {"rope_theta": base, **params}
-    if rotary_dim is not None and rotary_dim != head_dim:
-        rope_parameters["partial_rotary_factor"] = rotary_dim / head_dim
-    return LlamaConfig(
-        hidden_size=2 * head_dim,
-        num_attention_heads=2,
-        head_dim=head_dim,
-        max_position_embeddings=max_position_embeddings,
-        rope_parameters=rope_parameters,
-    )
-
-
-def hf_inv_freq(params: dict, *, seq_len: int | None = None, **kw) -> tuple[torch.Tensor, float]:
-    config = hf_config(params, **kw)
-    return ROPE_INIT_FUNCTIONS[params["rope_type"]](config, None, seq_len=seq_len)
+hf_config = references.transformers_rope_config
+hf_inv_freq = references.transformers_inv_freq
 
 
 def ours(params: dict) -> RopeScaling:
@@ -259,88 +236,6 @@ def test_inv_freq_and_attention_scaling_match_transformers(case):
     assert got.dtype == F64 and got.shape == (rotary_dim // 2,)
     torch.testing.assert_close(got, ref.to(F64), rtol=2e-6, atol=0)
     assert scale == pytest.approx(ref_scale, rel=1e-12)
-
-
-def test_llama3_bands_are_all_exercised():
-    """The Llama 3.1 case keeps high frequencies, divides low ones by 8 and smooths between."""
-    params, _, rotary_dim, base = STATIC_CASES["llama3.1"]
-    plain, _ = rope_inv_freq(rotary_dim, base)
-    got, _ = rope_inv_freq(rotary_dim, base, ours(params))
-    ratio = plain / got
-    assert (ratio == 1).any() and torch.isclose(ratio, torch.tensor(8.0, dtype=F64)).any()
-    assert ((ratio > 1.01) & (ratio < 7.99)).any()
-
-
-@pytest.mark.parametrize("seq_len", [None, 1, 2047, 2048, 2049, 5000, 65536])
-@pytest.mark.parametrize("rotary_dim", [64, 24])
-def test_dynamic_ntk_matches_transformers_below_and_above_the_original_length(seq_len, rotary_dim):
-    """transformers' dynamic NTK reads ``config.max_position_embeddings``; we read
-    ``original_max_position_embeddings`` from the scaling parameters."""
-    omax = 2048
-    params = {"rope_type": "dynamic", "factor": 3.0}
-    ref, ref_scale = hf_inv_freq(
-        params, seq_len=seq_len, head_dim=64, rotary_dim=rotary_dim, max_position_embeddings=omax
-    )
-    scaling = ours({**params, "original_max_position_embeddings": omax})
-    got, scale = rope_inv_freq(rotary_dim, 10000.0, scaling, seq_len=seq_len)
-    torch.testing.assert_close(got, ref.to(F64), rtol=2e-6, atol=0)
-    assert scale == ref_scale == 1.0
-    plain, _ = rope_inv_freq(rotary_dim, 10000.0)
-    if seq_len is None or seq_len <= omax:
-        torch.testing.assert_close(got, plain, rtol=0, atol=0)
-    else:
-        assert (got[1:] < plain[1:]).all()  # a larger base: lower frequencies
-
-
-LONGROPE_RNG = np.random.default_rng(7)
-
-
-@pytest.mark.parametrize("seq_len", [None, 1, 4096, 4097, 131072])
-@pytest.mark.parametrize(
-    "extra",
-    [{"factor": 32.0}, {"factor": 1.0}, {"factor": 8.0, "attention_factor": 1.3}],
-    ids=["factor32", "factor1", "attention-factor"],
-)
-def test_longrope_matches_transformers_below_and_above_the_original_length(seq_len, extra):
-    rotary_dim, omax = 48, 4096
-    short = [float(v) for v in LONGROPE_RNG.uniform(1.0, 1.2, rotary_dim // 2)]
-    long = [float(v) for v in LONGROPE_RNG.uniform(1.0, 40.0, rotary_dim // 2)]
-    params = {
-        "rope_type": "longrope",
-        "short_factor": short,
-        "long_factor": long,
-        "original_max_position_embeddings": omax,
-        **extra,
-    }
-    ref, ref_scale = hf_inv_freq(
-        dict(params),
-        seq_len=seq_len,
-        head_dim=64,
-        rotary_dim=rotary_dim,
-        max_position_embeddings=131072,
-    )
-    got, scale = rope_inv_freq(rotary_dim, 10000.0, ours(params), seq_len=seq_len)
-    torch.testing.assert_close(got, ref.to(F64), rtol=2e-6, atol=0)
-    assert scale == pytest.approx(ref_scale, rel=1e-12)
-    factors = long if seq_len is not None and seq_len > omax else short
-    plain, _ = rope_inv_freq(rotary_dim, 10000.0)
-    torch.testing.assert_close(got, plain / torch.tensor(factors, dtype=F64), rtol=1e-15, atol=0)
-
-
-def test_longrope_factor_from_max_position_embeddings_as_phi3():
-    """Phi-3 leaves ``factor`` out; transformers uses max_position_embeddings / original.
-    We take that ratio as ``factor``."""
-    rotary_dim, omax, mpe = 32, 4096, 131072
-    params = {
-        "rope_type": "longrope",
-        "short_factor": [1.0] * 16,
-        "long_factor": [2.0] * 16,
-        "original_max_position_embeddings": omax,
-    }
-    _, ref_scale = hf_inv_freq(dict(params), head_dim=32, max_position_embeddings=mpe)
-    _, scale = rope_inv_freq(rotary_dim, 10000.0, ours({**params, "factor": mpe / omax}))
-    assert scale == pytest.approx(ref_scale, rel=1e-12)
-    assert scale == pytest.approx(math.sqrt(1 + math.log(32) / math.log(4096)), rel=1e-15)
 
 
 # --------------------------------------------------------------------------- parity: cos/sin

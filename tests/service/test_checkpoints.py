@@ -6,7 +6,7 @@ either spelling, Gemma 3's per-layer-type parameters and legacy ``rope_local_bas
 4's interleaving) holds for ``/v1/embed``'s ``cos`` / ``sin`` and ``/v1/models``' ``rope`` too.
 
 The reference is transformers' own rotary embedding module, built from the same config dict
-with no weights (as in ``tests/lib/test_config_parity.py``), on the same position ids, put in
+with no weights (as in ``tests/lib/test_hf_rope.py``), on the same position ids, put in
 the layout the model's attention applies it. For a model with RoPE parameters per layer type,
 ``/v1/embed`` gives the tables of the model's first layer (``config.layer_types[0]`` in
 transformers, the key its decoder layer 0 reads ``position_embeddings`` by).

@@ -215,39 +215,6 @@ def test_layer_types_equal_transformers(name: str) -> None:
     assert list(read_positions(model_config(name)).layer_types) == list(tc.layer_types)
 
 
-def test_proportional_equals_transformers() -> None:
-    """Gemma 4's proportional type, from transformers' ROPE_INIT_FUNCTIONS on a Gemma4 config."""
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    config = {
-        "model_type": "gemma4_text",
-        "hidden_size": 1536,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 1,
-        "head_dim": 256,
-        "global_head_dim": 512,
-        "num_hidden_layers": 12,
-        "max_position_embeddings": 131072,
-    }
-    tc = AutoConfig.for_model(**config)  # type: ignore[arg-type]
-    inv_hf, scale_hf = ROPE_INIT_FUNCTIONS["proportional"](tc, None, layer_type="full_attention")
-    mp = read_positions(config)
-    layer = mp.rope["full_attention"]
-    assert layer.rope_type == "proportional" and layer.rotary_dim == 512
-    f = rope_request_fields(mp, "full_attention")
-    ours = rope_cos_sin(
-        POSITIONS,
-        rotary_dim=f["rotary_dim"],
-        base=f["base"],
-        scaling=RopeScaling.from_dict(f["scaling"]),
-        dtype=torch.float64,
-    )
-    assert ours.inv_freq.shape == (256,)
-    assert int((ours.inv_freq == 0).sum()) == 256 - 64  # 0.25 of 512/2 frequencies rotate
-    torch.testing.assert_close(ours.inv_freq.float(), inv_hf.float(), rtol=2e-6, atol=0)
-    assert scale_hf == 1.0 and mp.softmax_scale == 1.0
-
-
 # The sweep below builds every model type's text model from its default config and reads the
 # rotation its attention applies (tests/lib/transformers_probe.py). These model types disagree
 # with posenc today, each for a reason that issue 24 tracks; any other disagreement fails.

@@ -8,7 +8,7 @@ one patch) and several block sizes (one row, odd sizes that cut grid rows and me
   as the whole-table code computed it before it had row blocks) within 1e-12 · max|T|;
 - ``precision="engine"``: the blocks equal the model's own arithmetic on the whole grid
   (:func:`~posenc.vision.learned.tables.engine_table`, itself checked bit for bit against each
-  tower's forward in tests/lib/test_vision_learned.py): a gathering rule's blocks gather, and
+  tower's forward in tests/lib/test_vision_learned_tables.py): a gathering rule's blocks gather, and
   ``grid_sample`` and the gathered taps compute the block's patches alone, so for these this
   compares two computations; the others slice the whole, made once;
 - the resampling matrix's blocks equal ``kron(Wh, Ww)`` in the tower's order, prefix rows

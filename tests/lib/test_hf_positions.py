@@ -3,7 +3,7 @@
 Hand-worked cases for each rule of the module docstring (legacy spellings, per-layer types,
 partial rotary, layouts, softmax scales, the other kinds), refusals that name the key, and a
 hypothesis property: any JSON object is either read or refused with InvalidArgument (never
-another exception). Parity with transformers' own code is in ``test_config_parity.py``.
+another exception). Parity with transformers' own code is in ``test_hf_rope.py``.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def test_an_odd_head_dimension_is_blamed_on_the_keys_that_give_it():
         read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.05})
     assert info.value.field.endswith("partial_rotary_factor")
     # an odd int(20 x 0.15) = 3 is what transformers builds from: arange(0, 3, 2) / 3, a table
-    # 4 wide (GLM-4-MoE's 21 in tests/lib/test_config_parity.py)
+    # 4 wide (GLM-4-MoE's 21 in tests/lib/test_hf_rope.py)
     layer = read_positions({**config, "head_dim": 20, "partial_rotary_factor": 0.15}).rope
     assert (layer["full_attention"].rotary_dim, layer["full_attention"].exponent_dim) == (4, 3)
 

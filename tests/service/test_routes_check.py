@@ -1,7 +1,7 @@
 """``POST /v1/configs/check``: JSON and safetensors bodies, in process and through uvicorn.
 
 The tables are the rope endpoint's own answers (correct, and with one field wrong), so the
-expected engine and mistake are known; tests/lib/test_check.py builds every catalogued mistake.
+expected engine and mistake are known; tests/lib/test_explain_check.py builds every catalogued mistake.
 """
 
 from __future__ import annotations

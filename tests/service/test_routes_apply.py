@@ -1,5 +1,5 @@
 """``POST /v1/rope/apply`` over HTTP: JSON, safetensors and seeded bodies, the formats, the
-refusals; the answers equal transformers' own apply function (tests/lib/test_rope_apply.py
+refusals; the answers equal transformers' own apply function (tests/lib/test_rotate.py
 builds the reference from the model's modeling file)."""
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_head_dim_mismatch_names_both() -> None:
 def test_llama_cpp_engine_precision_is_its_apply_hook() -> None:
     """llama.cpp's engine apply is its registry hook, ``ggml_rope_ext`` on F32 vectors
     (:func:`posenc.rope.llamacpp_rotate.llamacpp_apply`, checked against libggml's recorded
-    rows in tests/lib/test_llamacpp_shift.py), within float32 rounding of the exact rotation
+    rows in tests/lib/test_llamacpp_rotate.py), within float32 rounding of the exact rotation
     where both turn the halves (Qwen2.5)."""
     request = {"preset": "qwen2.5-7b", "positions": [0, 1, 2, 3]}  # float32 angles: ~1e-7 off
     q, k = seeded_vectors(4, 2, 1, 128, seed=3)
