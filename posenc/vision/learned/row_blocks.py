@@ -136,9 +136,14 @@ def _contract(weights: Tensor, values: Tensor) -> Tensor:
 
 
 def _rectangle(grid: Tensor, g: _Grid, ys: slice, xs: slice) -> Tensor:
-    """``(ky, nx, D)`` float64: ``Wh[ys] · T · Ww[xs]ᵀ`` per channel (``grid`` ``(s, s, D)``)."""
+    """``(ky, nx, D)`` float64: ``Wh[ys] · T · Ww[xs]ᵀ`` per channel (``grid`` ``(s, s, D)``).
+
+    Rows first costs ``h·s·s·D`` multiply-adds over the grid's blocks; the columns once costs
+    ``w·s·s·D`` and keeps ``(s, w, D)``: the columns first only where that is fewer and the kept
+    columns are smaller than the table (the choice is the grid's, so every block of a grid has
+    the same bits)."""
     s = grid.shape[0]
-    if g.w >= s:  # rows first: (ky, s, D), then the columns
+    if g.w >= s or g.h <= g.w:  # rows first: (ky, s, D), then the columns
         rows = _contract(g.wh[ys], grid)  # (ky, s, D)
         return _contract(g.ww[xs], rows.transpose(0, 1)).transpose(0, 1)  # (ky, nx, D)
     if g.columns is None:  # narrow: the columns once, (s, w, D), kept for this grid's blocks
