@@ -98,7 +98,8 @@ def _lifespan(
         except Exception as exc:
             logger.error("cannot start: loading the models failed: %s", exc)
             raise
-        freeze_startup_objects()
+        if settings.gc_freeze:
+            freeze_startup_objects()
         state.ready = True
         logger.info(
             "posenc %s ready on %s with models %s (default %s)",
@@ -118,7 +119,8 @@ def _lifespan(
                 remove_sighup()
             state.ready = False
             cache.clear()
-            gc.unfreeze()  # collectable again: a process that builds apps (tests) frees them
+            if settings.gc_freeze:
+                gc.unfreeze()  # collectable again: a process that builds apps frees them
 
     return lifespan
 

@@ -117,6 +117,12 @@ class Settings(BaseSettings):
         "text",
         description="text, or json: one JSON object per log line (service.observability.logs)",
     )
+    gc_freeze: bool = Field(
+        True,
+        description="after start-up, one full garbage collection and gc.freeze() of what is "
+        "left, so that later collections skip it (false: a process that builds many apps, such "
+        "as a test run, where every start-up would walk the whole heap)",
+    )
 
     @field_validator("log_level", mode="before")
     @classmethod

@@ -193,10 +193,29 @@ def test_the_objects_of_start_up_are_frozen_until_shutdown(gpt2_file: Path) -> N
     models among it), and shutdown hands it back to the collector."""
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
-    with TestClient(create_app(make_settings(gpt2_file))) as client:
+    with TestClient(create_app(make_settings(gpt2_file, gc_freeze=True))) as client:
         assert client.get("/readyz").status_code == 200
         frozen = gc.get_freeze_count()
         assert frozen > 10_000
         state = client.app.state.posenc  # type: ignore[attr-defined]
         assert not any(gc.is_tracked(x) and x is state for x in gc.get_objects(2))
     assert gc.get_freeze_count() == 0
+
+
+def test_gc_freeze_off_leaves_the_collector_alone(gpt2_file: Path) -> None:
+    """POSENC_GC_FREEZE=false (the test apps): start-up freezes nothing, and shutdown does not
+    unfreeze what the process froze itself."""
+    gc.unfreeze()
+    marker = [object()]
+    gc.freeze()  # the process's own freeze, before the app
+    before = gc.get_freeze_count()
+    try:
+        with TestClient(create_app(make_settings(gpt2_file, gc_freeze=False))) as client:
+            assert client.get("/readyz").status_code == 200
+            # nothing added (start-up would freeze its 10,000s); frozen objects freed by their
+            # reference counts may leave
+            assert gc.get_freeze_count() <= before
+        assert gc.get_freeze_count() > before // 2  # not unfrozen at shutdown
+        assert marker
+    finally:
+        gc.unfreeze()
