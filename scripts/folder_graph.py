@@ -59,7 +59,17 @@ LAYERS: list[tuple[str, list[str]]] = [
         "service: statuses, budget, formats",
         ["service.statuses", "service.admission", "service.formats"],
     ),
-    ("service: requests", ["service.query", "service.openapi", "service.body_limit"]),
+    (
+        "service: requests",
+        [
+            "service.query",
+            "service.openapi",
+            "service.body_limit",
+            "service.json_slices",
+            "service.sliced_validation",
+            "service.json_body",
+        ],
+    ),
     ("service: errors", ["service.errors", "service.middleware"]),
     ("service: state", ["service.state", "service.gguf_body"]),
     ("service: models", ["service.models_loading"]),
