@@ -45,26 +45,45 @@ _SCALAR_END = frozenset(b' \t\n\r,:]}[{"')
 
 class _Window:
     """One window ``[start, stop)`` of the text, indexed: which bytes are escaped (inside a
-    string), which quotes are real, whether each byte is inside a string, and the depth after
-    each byte relative to the window's start (outside strings)."""
+    string), which quotes are real, which bytes are outside strings, and the depth after each
+    byte relative to the window's start (outside strings)."""
 
-    def __init__(self, buf: NDArray[np.uint8], start: int, stop: int, in_string: bool) -> None:
+    def __init__(
+        self, raw: bytes, buf: NDArray[np.uint8], start: int, stop: int, in_string: bool
+    ) -> None:
         w = buf[start:stop]
         self.start, self.bytes = start, w
-        backslash = w == _BACKSLASH
-        index = np.arange(len(w))
-        last_other = np.maximum.accumulate(np.where(backslash, -1, index))
-        run_before = np.zeros(len(w), dtype=np.int64)  # backslashes just before each byte
-        run_before[1:] = index[:-1] - last_other[:-1]
-        self.escaped = (run_before % 2) == 1
-        quote = (w == _QUOTE) & ~self.escaped
-        self.quote = quote
-        inside = (np.cumsum(quote) + int(in_string)) % 2 == 1
-        self.outside = ~inside & ~quote
-        step = np.zeros(len(w), dtype=np.int64)
-        step[np.isin(w, _OPEN) & self.outside] = 1
-        step[np.isin(w, _CLOSE) & self.outside] = -1
+        opens = (w == 91) | (w == 123)
+        closes = (w == 93) | (w == 125)
+        if in_string or raw.find(b'"', start, stop) >= 0 or raw.find(b"\\", start, stop) >= 0:
+            index = np.arange(len(w))
+            last_other = np.maximum.accumulate(np.where(w == _BACKSLASH, -1, index))
+            run_before = np.zeros(len(w), dtype=np.int64)  # backslashes just before each byte
+            run_before[1:] = index[:-1] - last_other[:-1]
+            self.escaped = (run_before % 2) == 1
+            self.quote = (w == _QUOTE) & ~self.escaped
+            inside = (np.cumsum(self.quote) + int(in_string)) % 2 == 1
+            self.outside = ~inside & ~self.quote
+            opens &= self.outside
+            closes &= self.outside
+        else:  # numbers, brackets and commas only: the common large body, indexed faster
+            self.escaped = self.quote = np.zeros(len(w), dtype=bool)
+            self.outside = np.ones(len(w), dtype=bool)
+        step = opens.astype(np.int32)
+        step -= closes
         self.depth = np.cumsum(step)
+
+    def sub(self, offset: int) -> _Window | None:
+        """The window from ``offset`` on (just after an opening bracket), its depths relative to
+        there; None when nothing is left."""
+        if offset >= len(self.bytes):
+            return None
+        sub = object.__new__(_Window)
+        sub.start, sub.bytes = self.start + offset, self.bytes[offset:]
+        sub.escaped, sub.quote = self.escaped[offset:], self.quote[offset:]
+        sub.outside = self.outside[offset:]
+        sub.depth = self.depth[offset:] - self.depth[offset - 1]
+        return sub
 
     def first(self, mask: NDArray[np.bool_]) -> int:
         """The first index where ``mask`` holds, or -1."""
@@ -158,6 +177,8 @@ class _Doc:
                 stop += int(ends[0])
                 break
             stop += len(part)
+        if stop == at:  # ',' or ':' or a closing bracket where a value belongs
+            raise _error("Expecting value", self.raw, self.charpos(at))
         return self.load(at, stop, "[", "]")[0], stop
 
     def string(self, at: int) -> tuple[str, int]:
@@ -166,7 +187,7 @@ class _Doc:
         start, size = at + 1, max(self.slice, 16)
         while True:
             stop = min(self.n, start + size)
-            window = _Window(self.buf, start, stop, in_string=True)
+            window = _Window(self.raw, self.buf, start, stop, in_string=True)
             end = window.first(window.quote)
             if end >= 0:
                 parts.append(self.load(start, start + end, '"', '"'))
@@ -185,8 +206,9 @@ class _Doc:
             parts.append(self.load(start, start + cut, '"', '"'))
             start, size = start + cut, max(self.slice, 16)
 
-    def container(self, at: int, depth: int) -> tuple[Any, int]:
-        """The array or object opened at byte ``at``, ``depth`` deep."""
+    def container(self, at: int, depth: int, indexed: _Window | None = None) -> tuple[Any, int]:
+        """The array or object opened at byte ``at``, ``depth`` deep (``indexed``: the window
+        from ``at + 1`` on, when its parent has indexed it)."""
         if depth > MAX_DEPTH:
             raise RecursionError(f"JSON nested more than {MAX_DEPTH} deep")
         is_object = self.raw[at] == 123
@@ -197,7 +219,8 @@ class _Doc:
         start, first = at + 1, True
         while True:
             stop = min(self.n, start + self.slice)
-            window = _Window(self.buf, start, stop, in_string=False)
+            window = indexed or _Window(self.raw, self.buf, start, stop, in_string=False)
+            indexed = None
             close = window.first(window.depth < 0)
             seen = window.depth if close < 0 else window.depth[:close]
             if len(seen) and depth + int(seen.max()) > MAX_DEPTH:
@@ -224,23 +247,16 @@ class _Doc:
             token = self.skip_ws(start)
             if token == self.n:
                 raise self.fail(opener if first else after_item + ",", start)
+            if self.raw[token] in b",]}":  # past a run of whitespace: the next window's
+                start = token
+                continue
             if is_object:
                 if self.raw[token] != _QUOTE:
                     raise self.fail(opener if first else after_item + ",", start)
-                key, end = self.string(token)
-                colon = self.skip_ws(end)
-                if colon == self.n or self.raw[colon] != _COLON:
-                    raise self.fail('{""', end)
-                token = self.skip_ws(colon + 1)
-                if token == self.n:
-                    raise self.fail('{"":', colon + 1)
-            if self.raw[token] in _OPEN:
-                value, end = self.container(token, depth + 1)
+                key, token = self.key(token)
+                out[key], end = self.item(token, depth, window)
             else:
-                value, end = self.value(token, depth)
-            if is_object:
-                out[key] = value
-            else:
+                value, end = self.item(token, depth, window)
                 out.append(value)
             nxt = self.skip_ws(end)
             if nxt < self.n and self.raw[nxt] == _COMMA:
@@ -250,11 +266,30 @@ class _Doc:
                 return out, nxt + 1
             raise self.fail(after_item, end)
 
+    def key(self, at: int) -> tuple[str, int]:
+        """An object member's key (its opening quote at byte ``at``), and where its value
+        starts."""
+        key, end = self.string(at)
+        colon = self.skip_ws(end)
+        if colon == self.n or self.raw[colon] != _COLON:
+            raise self.fail('{""', end)
+        token = self.skip_ws(colon + 1)
+        if token == self.n:
+            raise self.fail('{"":', colon + 1)
+        return key, token
+
+    def item(self, at: int, depth: int, window: _Window) -> tuple[Any, int]:
+        """The item at byte ``at`` of a container ``depth`` deep whose ``window`` holds its
+        start: a container is indexed from that window on, one level down."""
+        if self.raw[at] in _OPEN:
+            return self.container(at, depth + 1, window.sub(at + 1 - window.start))
+        return self.value(at, depth)
+
 
 def _string_cut(window: _Window) -> int:
-    """Where to cut a string's window (relative, > 0; -1 if nowhere): the last byte that starts a character
-    (not a UTF-8 continuation byte), outside an escape, and not the low half of an escaped
-    surrogate pair."""
+    """Where to cut a string's window (relative, > 0; -1 if nowhere): the last byte that starts
+    a character (not a UTF-8 continuation byte), outside an escape, and not the low half of an
+    escaped surrogate pair."""
     w = window.bytes
     n = len(w)
     starts = np.flatnonzero((w == _BACKSLASH) & ~window.escaped)  # escapes: \x or \uXXXX
@@ -320,6 +355,8 @@ def loads_counted(raw: bytes, slice_bytes: int = SLICE_BYTES) -> tuple[Any, list
     start = doc.skip_ws(0)
     if start == doc.n:
         raise doc.fail("", 0)
+    if doc.raw[start] not in b'[{"':  # a number or literal: "Extra data" after it, as json says
+        return doc.load(start, doc.n), doc.calls
     value, end = doc.value(start, 0)
     if doc.skip_ws(end) != doc.n:
         raise doc.fail("0", end)  # Extra data
