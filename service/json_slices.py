@@ -254,9 +254,15 @@ class _Doc:
                 if self.raw[token] != _QUOTE:
                     raise self.fail(opener if first else after_item + ",", start)
                 key, token = self.key(token)
-                out[key], end = self.item(token, depth, window)
+            # (a container is indexed from this window on: one Python frame a level)
+            value, end = (
+                self.container(token, depth + 1, window.sub(token + 1 - start))
+                if self.raw[token] in _OPEN
+                else self.value(token, depth)
+            )
+            if is_object:
+                out[key] = value
             else:
-                value, end = self.item(token, depth, window)
                 out.append(value)
             nxt = self.skip_ws(end)
             if nxt < self.n and self.raw[nxt] == _COMMA:
@@ -277,13 +283,6 @@ class _Doc:
         if token == self.n:
             raise self.fail('{"":', colon + 1)
         return key, token
-
-    def item(self, at: int, depth: int, window: _Window) -> tuple[Any, int]:
-        """The item at byte ``at`` of a container ``depth`` deep whose ``window`` holds its
-        start: a container is indexed from that window on, one level down."""
-        if self.raw[at] in _OPEN:
-            return self.container(at, depth + 1, window.sub(at + 1 - window.start))
-        return self.value(at, depth)
 
 
 def _string_cut(window: _Window) -> int:
