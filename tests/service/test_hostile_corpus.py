@@ -311,7 +311,7 @@ def _filled(head: bytes, item: bytes, tail: bytes) -> bytes:
 def _large_json() -> list[tuple[str, bytes]]:
     """Bodies just under the limit, one per kind of JSON door (FastAPI's model, token ids,
     the hand-read ones), of numbers, keys and strings."""
-    keys = b", ".join(b'"k%d": %d' % (i, i) for i in range(BODY_LIMIT // 16))
+    keys = b", ".join(b'"k%07d": 0' % i for i in range((BODY_LIMIT - 1024) // 15))
     return [
         ("/v1/position-ids", _filled(b'{"input_ids": [[', b"12345", b"]]}")),
         ("/v1/configs/positions", b'{"config": {' + keys + b"}}"),
@@ -326,12 +326,13 @@ def test_healthz_answers_while_large_json_bodies_run(server: tuple[str, int]) ->
     url, _ = server
     bodies = _large_json()
     stop = threading.Event()
-    answers: list[int] = []
+    answers: list[tuple[int, str]] = []
 
     def send() -> None:
         with httpx.Client(base_url=url, timeout=120) as client:
             for path, body in bodies:
-                answers.append(client.post(path, content=body, headers=JSON).status_code)
+                r = client.post(path, content=body, headers=JSON)
+                answers.append((r.status_code, r.text[:300]))
         stop.set()
 
     worker = threading.Thread(target=send)
@@ -347,7 +348,8 @@ def test_healthz_answers_while_large_json_bodies_run(server: tuple[str, int]) ->
                 time.sleep(0.05)
     finally:
         worker.join()
-    assert len(answers) == len(bodies) and all(s < 500 for s in answers), answers
+    assert len(answers) == len(bodies) and all(s < 500 for s, _ in answers), answers
+    assert not [w for _, w in answers if "POSENC_MAX_BODY_BYTES" in w], "a body was not read"
     assert max(times) < 0.5, (
         f"slowest /healthz {max(times) * 1000:.0f} ms while 16 MiB JSON bodies were parsed "
         "(each GIL-holding step must stay short: service.json_slices, sliced_validation)"
