@@ -16,7 +16,6 @@ is). The routes that read their body themselves call :func:`parse_json`.
 
 from __future__ import annotations
 
-import email.message
 import json
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -29,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from service import json_slices
+from service.errors import is_json_media_type
 
 #: Bodies up to this size are parsed and validated where they are read (the event loop).
 INLINE_BYTES = 1 << 16
@@ -39,19 +39,6 @@ async def parse_json(body: bytes) -> Any:
     if len(body) <= INLINE_BYTES:
         return json_slices.loads(body)
     return await run_in_threadpool(json_slices.loads, body)
-
-
-def is_json(content_type: str | None) -> bool:
-    """Whether FastAPI parses a body of this ``Content-Type`` as JSON (a missing one is not:
-    strict content types, FastAPI's default)."""
-    if not content_type:
-        return False
-    message = email.message.Message()
-    message["content-type"] = content_type
-    subtype = message.get_content_subtype()
-    return message.get_content_maintype() == "application" and (
-        subtype == "json" or subtype.endswith("+json")
-    )
 
 
 class _ParsedRequest(Request):
@@ -90,7 +77,8 @@ def _parsed_body(route: APIRoute, body: bytes) -> Any:
 class JsonBodyRoute(APIRoute):
     """An ``APIRoute`` whose JSON body is parsed and validated before FastAPI's handler: on a
     worker thread, in slices, when it is over :data:`INLINE_BYTES` (module docstring). Bodies
-    that FastAPI does not read as JSON (no or another ``Content-Type``) go to it as they are."""
+    that FastAPI does not read as JSON (no or another ``Content-Type``: FastAPI's strict
+    content types) go to it as they are."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -98,7 +86,7 @@ class JsonBodyRoute(APIRoute):
             return handler
 
         async def parse_then_handle(request: Request) -> Response:
-            if is_json(request.headers.get("content-type")):
+            if is_json_media_type(request.headers.get("content-type")):
                 body = await request.body()
                 if body:
                     if len(body) <= INLINE_BYTES:
@@ -111,4 +99,4 @@ class JsonBodyRoute(APIRoute):
         return parse_then_handle
 
 
-__all__ = ["INLINE_BYTES", "JsonBodyRoute", "is_json", "parse_json"]
+__all__ = ["INLINE_BYTES", "JsonBodyRoute", "parse_json"]
