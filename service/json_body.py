@@ -87,7 +87,12 @@ class JsonBodyRoute(APIRoute):
 
         async def parse_then_handle(request: Request) -> Response:
             if is_json_media_type(request.headers.get("content-type")):
-                body = await request.body()
+                try:
+                    body = await request.body()
+                except HTTPException:  # over the body limit: its 413
+                    raise
+                except Exception as exc:  # a client gone (as FastAPI answers it)
+                    raise HTTPException(400, "There was an error parsing the body") from exc
                 if body:
                     if len(body) <= INLINE_BYTES:
                         model = _parsed_body(self, body)
