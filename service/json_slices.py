@@ -187,6 +187,18 @@ class _Doc:
         start, size = at + 1, max(self.slice, 16)
         while True:
             stop = min(self.n, start + size)
+            if stop < self.n and self.raw.find(b"\\", start, stop) < 0:  # no escape: bytes.find
+                end = self.raw.find(b'"', start, stop)
+                if end >= 0:
+                    parts.append(self.load(start, end, '"', '"'))
+                    return "".join(parts), end + 1
+                cut = stop  # before a byte that starts a character
+                while cut > start and self.raw[cut] & 0xC0 == 0x80:
+                    cut -= 1
+                if cut > start:
+                    parts.append(self.load(start, cut, '"', '"'))
+                    start = cut
+                    continue
             window = _Window(self.raw, self.buf, start, stop, in_string=True)
             end = window.first(window.quote)
             if end >= 0:
