@@ -299,7 +299,7 @@ def test_healthz_answers_while_hostile_requests_run(server: tuple[str, int]) -> 
     assert statistics.median(times) < 0.1, (
         f"median /healthz {statistics.median(times) * 1e3:.0f} ms"
     )
-    assert len(times) >= 20, "the large bodies were answered too fast to probe /healthz"
+    assert len(times) >= 10, "the large bodies were answered too fast to probe /healthz"
 
 
 def _filled(head: bytes, item: bytes, tail: bytes) -> bytes:
@@ -357,4 +357,4 @@ def test_healthz_answers_while_large_json_bodies_run(server: tuple[str, int]) ->
     assert statistics.median(times) < 0.1, (
         f"median /healthz {statistics.median(times) * 1e3:.0f} ms"
     )
-    assert len(times) >= 20, "the large bodies were answered too fast to probe /healthz"
+    assert len(times) >= 10, "the large bodies were answered too fast to probe /healthz"
