@@ -17,11 +17,11 @@ whole). Each case here, and its neighbours, must:
 And ``/healthz`` keeps answering while hostile requests run (:func:`test_healthz_answers_while_
 hostile_requests_run`), and while JSON bodies just under the body limit are parsed and validated
 (:func:`test_healthz_answers_while_large_json_bodies_run`: ``json.loads`` and pydantic held the
-GIL, hence the event loop, 0.3-3.6 s per 16 MiB body before they ran in slices). The target is 100 ms. The test machine has 2 cores shared with other
-test processes, where the scheduler can keep a runnable process off the CPU for a few time
-slices whatever it does; so every probe must answer within 5 x the target (500 ms), and the
-median within the target itself. A blocked event loop fails both by far: the stalls above held
-``/healthz`` for 6-19 s.
+GIL, hence the event loop, 0.3-3.6 s per 16 MiB body before they ran in slices). The target is
+100 ms. The test machine has 2 cores shared with other test processes, where the scheduler can
+keep a runnable process off the CPU for a few time slices whatever it does; so every probe must
+answer within 5 x the target (500 ms), and the median within the target itself. A blocked event
+loop fails both by far: the stalls above held ``/healthz`` for 6-19 s.
 """
 
 from __future__ import annotations
