@@ -33,6 +33,7 @@ from posenc.rope_kinds.kind import ROPE
 from posenc.rope_kinds.rotate import APPLY_ONLY, ROPE_APPLY, apply_meta, kind_fields
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.formats import Bundle
+from service.json_body import parse_json
 from service.query import read_output
 from service.responses.negotiation import negotiate_output
 from service.responses.plans import Plan
@@ -159,8 +160,8 @@ async def _read(request: Request, state: ServiceState) -> tuple[dict[str, Any], 
         return params, tensors
     if not is_json_media_type(content_type):
         raise media_type_refusal(content_type, [JSON_TYPE, SAFETENSORS_TYPE])
-    try:
-        raw = json.loads(await request.body() or b"null")
+    try:  # off the event loop when large, in slices (service.json_body)
+        raw = await parse_json(await request.body() or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadBody(f"the body is not JSON: {exc}") from None
     except RecursionError:

@@ -8,7 +8,7 @@ with tensors ``cos`` and ``sin`` whose header's ``__metadata__`` holds the JSON 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import APIRouter, Request
@@ -27,7 +27,10 @@ from posenc.explain.check import (
     check_rotation,
     check_table,
 )
-from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service import json_slices
+from service.errors import BadBody, is_json_media_type, media_type_refusal, unparsable_body
+from service.json_body import INLINE_BYTES
+from service.sliced_validation import SLICED_DICT, sliced_rows
 from service.state import State
 from service.statuses import Does, declared_responses
 
@@ -53,7 +56,9 @@ class CheckRequest(BaseModel):
         },
     )
 
-    config: dict[str, Any] | None = Field(None, description="a model's config.json")
+    config: Annotated[dict[str, Any], SLICED_DICT] | None = Field(
+        None, description="a model's config.json"
+    )
     preset: str | None = Field(None, description="a preset name (instead of config)")
     positions: list[int] | list[list[int]] | None = Field(
         None, description="the table's positions (or M-RoPE's three rows)"
@@ -68,10 +73,12 @@ class CheckRequest(BaseModel):
     base: float | None = Field(None, description="as /v1/encodings/rope")
     layout: str | None = Field(None, description="as /v1/encodings/rope")
     scaling: dict[str, Any] | None = Field(None, description="as /v1/encodings/rope")
-    cos: list[list[float]] | None = Field(
+    cos: Annotated[list[list[float]], sliced_rows(list[float])] | None = Field(
         None, description="your cos table, (T, R) or (T, R/2); JSON numbers are read as float32"
     )
-    sin: list[list[float]] | None = Field(None, description="your sin table, same shape")
+    sin: Annotated[list[list[float]], sliced_rows(list[float])] | None = Field(
+        None, description="your sin table, same shape"
+    )
     q_in: list[list[list[float]]] | None = Field(
         None, description="your queries before rotation, (T, H, D), instead of cos and sin"
     )
@@ -150,8 +157,10 @@ def _read(body: bytes, content_type: str) -> tuple[CheckRequest, dict[str, Any]]
         return req, {n: _array(tensors[n]) for n in names if n in tensors}
     if not is_json_media_type(content_type):
         raise media_type_refusal(content_type, ["application/json", SAFETENSORS_TYPE])
-    try:
-        raw = json.loads(body or b"null")
+    try:  # in slices, the GIL free between them (service.json_slices)
+        raw = json_slices.loads(body or b"null")
+    except RecursionError as exc:
+        raise unparsable_body(exc) from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadBody(f"the body is not JSON: {exc}") from None
     req = _request(raw, "body")
@@ -234,7 +243,10 @@ def _rows(rows: list[list[float]], name: str) -> Any:
 async def config_check(request: Request, state: State) -> dict[str, Any]:
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()
-    req, arrays = _read(body, content_type)
+    if len(body) <= INLINE_BYTES:
+        req, arrays = _read(body, content_type)
+    else:  # parsed and validated on a worker thread, in slices (service.json_body)
+        req, arrays = await run_in_threadpool(_read, body, content_type)
     fields = req.model_dump(exclude={*TABLES, *VECTORS}, exclude_none=True)
     if "cos" in arrays:
         work = (len(candidates()) + len(MISTAKES) + 2) * 2 * int(np.size(arrays["cos"]))

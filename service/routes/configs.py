@@ -21,11 +21,15 @@ from posenc.explain.engine_pairs import (
 )
 from posenc.explain.vllm_compare import compare_engines
 from service.formats import FORMAT_MEDIA_TYPES
+from service.json_body import JsonBodyRoute
 from service.responses.negotiation import negotiate
+from service.sliced_validation import SLICED_DICT
 from service.state import State
 from service.statuses import Does, declared_responses, with_ok
 
-router = APIRouter(prefix="/v1/configs", tags=["configs"])
+router = APIRouter(
+    prefix="/v1/configs", tags=["configs"], route_class=JsonBodyRoute
+)  # bodies off the loop
 
 _EXAMPLE_CONFIG: JsonDict = {
     "model_type": "llama",
@@ -52,7 +56,7 @@ class ConfigPositionsRequest(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"config": _EXAMPLE_CONFIG}]}
     )
 
-    config: dict[str, Any] = Field(
+    config: Annotated[dict[str, Any], SLICED_DICT] = Field(
         ...,
         description="a model's Hugging Face config.json object, as published (a multimodal file "
         "whole: its text_config is read)",
@@ -197,7 +201,9 @@ class CompareRequest(BaseModel):
         },
     )
 
-    config: dict[str, Any] = Field(..., description="a model's Hugging Face config.json object")
+    config: Annotated[dict[str, Any], SLICED_DICT] = Field(
+        ..., description="a model's Hugging Face config.json object"
+    )
     seq_len: int | None = Field(None, ge=1, description="T: positions 0 … T−1")
     positions: list[int] | None = Field(
         None, min_length=1, description="explicit positions (ints ≥ 0) instead of seq_len"

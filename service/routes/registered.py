@@ -39,6 +39,7 @@ from service.responses.plans import Plan
 from service.routes.tables import add_compute_routes
 from service.routes.tensor_bodies import BodyTensors, add_tensor_route
 from service.routes.token_bodies import TokenTensors, add_token_route
+from service.sliced_validation import SLICED_DICT, SLICED_TEXT, sliced_rows
 from service.state import ServiceState
 
 #: The order of the kinds' tags in the API reference; within a tag, by path.
@@ -82,7 +83,9 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         # checked in pydantic's core, without a Python call per int (32x512 ids: 1 ms, not 10)
         strict = Annotated[int, Strict(), Field(**_bounds(spec))]
         row = list[strict] if spec.length is None else _sized(strict, spec)
-        return Annotated[list[row], Field(min_length=1)]  # type: ignore[valid-type]
+        # validated in slices when large (service.sliced_validation): the GIL free between
+        sliced = sliced_rows(row if spec.length is None else None)
+        return Annotated[list[row], Field(min_length=1), sliced]  # type: ignore[valid-type]
     if spec.type in ("int", "ints"):
         number: Any = Annotated[int, Field(**_bounds(spec)), BeforeValidator(_not_bool)]
         if spec.type == "int":
@@ -108,9 +111,9 @@ def _annotation(spec: registry.FieldSpec) -> Any:
             item = Annotated[list[item], Field(min_length=1)]
         return item
     if spec.type == "object":
-        return dict[str, Any]
+        return Annotated[dict[str, Any], SLICED_DICT]
     if spec.type == "strs":  # one string is one row
-        return str | Annotated[list[str], Field(min_length=1)]
+        return Annotated[str | Annotated[list[str], Field(min_length=1)], SLICED_TEXT]
     if spec.type == "struct":
         return _struct_model(spec)
     if spec.allowed is not None:

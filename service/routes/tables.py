@@ -16,6 +16,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 
 from service.formats import FORMAT_MEDIA_TYPES
+from service.json_body import JsonBodyRoute
 from service.query import (
     OUTPUT_OPENAPI_PARAMETERS,
     SCALARS_ONLY,
@@ -115,6 +116,8 @@ def add_post_route(
         response_class=Response,
         openapi_extra=openapi_extra,
         operation_id=f"post_{stem}",
+        # a JSON body FastAPI reads is parsed and validated off the event loop when large
+        route_class_override=JsonBodyRoute,
     )
 
 

@@ -22,12 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from pydantic import BaseModel, ValidationError
 
 from posenc.core import codec
-from service.errors import BadBody, is_json_media_type, media_type_refusal
+from service import json_slices
+from service.errors import BadBody, is_json_media_type, media_type_refusal, unparsable_body
+from service.json_body import INLINE_BYTES
 from service.query import read_output
 from service.responses.negotiation import negotiate_output
 from service.responses.respond import respond
@@ -94,10 +97,12 @@ def read_tensor_body(
         return req, BodyTensors({n: _tensor(v) for n, v in tensors.items()}, digest)
     if not is_json_media_type(content_type):
         raise media_type_refusal(content_type, [JSON_TYPE, SAFETENSORS_TYPE])
-    try:
-        raw = json.loads(body or b"null")
+    try:  # in slices, the GIL free between them (service.json_slices)
+        raw = json_slices.loads(body or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BadBody(f"the body is not JSON: {exc}") from None
+    except RecursionError as exc:
+        raise unparsable_body(exc) from None
     return _validated(model_cls, raw), None
 
 
@@ -119,8 +124,18 @@ def add_tensor_route(
         out = read_output(request)
         state = read_state(request)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        req, held = read_tensor_body(await request.body(), content_type, model_cls, tensors)
-        made = plan(req, state, "body", held)
+        body = await request.body()
+        if len(body) <= INLINE_BYTES:
+            req, held = read_tensor_body(body, content_type, model_cls, tensors)
+            return await respond(
+                request, state, plan(req, state, "body", held), negotiate_output(request, out)
+            )
+        # parsed and validated on a worker thread, in slices (service.json_body), and planned
+        # there too: its tensors are made from the lists
+        req, held = await run_in_threadpool(
+            read_tensor_body, body, content_type, model_cls, tensors
+        )
+        made = await run_in_threadpool(plan, req, state, "body", held)
         return await respond(request, state, made, negotiate_output(request, out))
 
     body = {

@@ -20,11 +20,13 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field, Strict
 
 from posenc.tokens.tokenizer import NoTokenizer, TextTokenizer, text_groups
+from service.json_body import JsonBodyRoute
 from service.responses.plans import check_output
+from service.sliced_validation import SLICED_TEXT, sliced_rows
 from service.state import ServiceState, read_state
 from service.statuses import Does, declared_responses
 
-router = APIRouter(prefix="/v1", tags=["tokens"])
+router = APIRouter(prefix="/v1", tags=["tokens"], route_class=JsonBodyRoute)  # bodies off the loop
 
 _INT64 = Annotated[int, Strict(), Field(ge=-(2**63), le=2**63 - 1)]
 
@@ -46,7 +48,7 @@ class TokenizeRequest(BaseModel):
         json_schema_extra={"examples": [{"text": ["Hello world", "Positions"]}]},
     )
 
-    text: str | Annotated[list[str], Field(min_length=1)] = Field(
+    text: Annotated[str | Annotated[list[str], Field(min_length=1)], SLICED_TEXT] = Field(
         ..., description="a string, or a list of strings (one row each; a string is one row)"
     )
     model: str | None = Field(None, description="name from GET /v1/models (default: the default)")
@@ -70,8 +72,8 @@ class DetokenizeRequest(BaseModel):
         extra="forbid", json_schema_extra={"examples": [{"input_ids": [[72, 105], [33]]}]}
     )
 
-    input_ids: Annotated[list[list[_INT64]], Field(min_length=1)] = Field(
-        ..., description="B rows of token ids (ragged; an empty row is the empty string)"
+    input_ids: Annotated[list[list[_INT64]], Field(min_length=1), sliced_rows(list[_INT64])] = (
+        Field(..., description="B rows of token ids (ragged; an empty row is the empty string)")
     )
     model: str | None = Field(None, description="name from GET /v1/models (default: the default)")
     skip_special_tokens: bool = Field(True, description="leave the special tokens out")

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 
 from posenc.core import codec
 from posenc.core.errors import InvalidArgument
+from service import json_slices
 from service.body_limit import binary_body_bytes
 from service.errors import BadBody, is_json_media_type, media_type_refusal
 from service.query import (
@@ -291,8 +292,14 @@ def parse_token_request(
             ],
         )
     if kind is not None and is_json_media_type(content_type):
+        try:  # in slices, the GIL free between them (service.json_slices)
+            fields = json_slices.loads(raw)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            error = {"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {why}"}
+            raise validation_error("body", [error]) from None
         try:
-            return model_cls.model_validate_json(raw), None
+            return model_cls.model_validate(fields), None
         except ValidationError as exc:
             raise validation_error("body", exc.errors(include_url=False)) from None
     if kind == NPY_TYPE:

@@ -15,11 +15,13 @@ whole). Each case here, and its neighbours, must:
   closes the connection on purpose (``Connection: close``); a new one is then served.
 
 And ``/healthz`` keeps answering while hostile requests run (:func:`test_healthz_answers_while_
-hostile_requests_run`). The target is 100 ms. The test machine has 2 cores shared with other
-test processes, where the scheduler can keep a runnable process off the CPU for a few time
-slices whatever it does; so every probe must answer within 5 x the target (500 ms), and the
-median within the target itself. A blocked event loop fails both by far: the stalls above held
-``/healthz`` for 6-19 s.
+hostile_requests_run`), and while JSON bodies just under the body limit are parsed and validated
+(:func:`test_healthz_answers_while_large_json_bodies_run`: ``json.loads`` and pydantic held the
+GIL, hence the event loop, 0.3-3.6 s per 16 MiB body before they ran in slices). The target is
+100 ms. The test machine has 2 cores shared with other test processes, where the scheduler can
+keep a runnable process off the CPU for a few time slices whatever it does; so every probe must
+answer within 5 x the target (500 ms), and the median within the target itself. A blocked event
+loop fails both by far: the stalls above held ``/healthz`` for 6-19 s.
 """
 
 from __future__ import annotations
@@ -297,3 +299,61 @@ def test_healthz_answers_while_hostile_requests_run(server: tuple[str, int]) -> 
     assert statistics.median(times) < 0.1, (
         f"median /healthz {statistics.median(times) * 1e3:.0f} ms"
     )
+
+
+def _filled(head: bytes, item: bytes, tail: bytes) -> bytes:
+    """``head item,item,... tail`` just under the body limit."""
+    count = (BODY_LIMIT - 1024 - len(head) - len(tail)) // (len(item) + 1)
+    return head + b",".join([item] * count) + tail
+
+
+def _large_json() -> list[tuple[str, bytes]]:
+    """Bodies just under the limit, one per kind of JSON door (FastAPI's model, token ids,
+    the hand-read ones), of numbers, keys and strings."""
+    keys = b", ".join(b'"k%07d": 0' % i for i in range((BODY_LIMIT - 1024) // 15))
+    return [
+        ("/v1/position-ids", _filled(b'{"input_ids": [[', b"12345", b"]]}")),
+        ("/v1/configs/positions", b'{"config": {' + keys + b"}}"),
+        ("/v1/configs/check", _filled(b'{"head_dim": 4, "seq_len": 1, "cos": [[', b"0.5", b"]]}")),
+        ("/v1/encodings/rope", _filled(b'{"seq_len": 4, "head_dim": 8, "junk": [', b'"ab"', b"]}")),
+    ]
+
+
+def test_healthz_answers_while_large_json_bodies_run(server: tuple[str, int]) -> None:
+    """Issue 39: /healthz within the target while 16 MiB JSON bodies are parsed and validated
+    (bounds as in :func:`test_healthz_answers_while_hostile_requests_run`)."""
+    url, _ = server
+    bodies = _large_json()
+    stop = threading.Event()
+    answers: list[tuple[int, str]] = []
+
+    def send() -> None:
+        with httpx.Client(base_url=url, timeout=120) as client:
+            for path, body in bodies:
+                r = client.post(path, content=body, headers=JSON)
+                answers.append((r.status_code, r.text[:300]))
+        stop.set()
+
+    worker = threading.Thread(target=send)
+    worker.start()
+    times: list[float] = []
+    try:
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while not stop.is_set():
+                start = time.perf_counter()
+                r = client.get("/healthz")
+                times.append(time.perf_counter() - start)
+                assert r.status_code == 200
+                time.sleep(0.05)
+    finally:
+        worker.join()
+    assert len(answers) == len(bodies) and all(s < 500 for s, _ in answers), answers
+    assert not [w for _, w in answers if "POSENC_MAX_BODY_BYTES" in w], "a body was not read"
+    assert max(times) < 0.5, (
+        f"slowest /healthz {max(times) * 1000:.0f} ms while 16 MiB JSON bodies were parsed "
+        "(each GIL-holding step must stay short: service.json_slices, sliced_validation)"
+    )
+    assert statistics.median(times) < 0.1, (
+        f"median /healthz {statistics.median(times) * 1e3:.0f} ms"
+    )
+    assert len(times) >= 10, "the large bodies were answered too fast to probe /healthz"
