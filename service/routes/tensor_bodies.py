@@ -127,15 +127,13 @@ def add_tensor_route(
         body = await request.body()
         if len(body) <= INLINE_BYTES:
             req, held = read_tensor_body(body, content_type, model_cls, tensors)
-            return await respond(
-                request, state, plan(req, state, "body", held), negotiate_output(request, out)
+            made = plan(req, state, "body", held)
+        else:  # parsed and validated on a worker thread, in slices (service.json_body), and
+            # planned there too: its tensors are made from the lists
+            req, held = await run_in_threadpool(
+                read_tensor_body, body, content_type, model_cls, tensors
             )
-        # parsed and validated on a worker thread, in slices (service.json_body), and planned
-        # there too: its tensors are made from the lists
-        req, held = await run_in_threadpool(
-            read_tensor_body, body, content_type, model_cls, tensors
-        )
-        made = await run_in_threadpool(plan, req, state, "body", held)
+            made = await run_in_threadpool(plan, req, state, "body", held)
         return await respond(request, state, made, negotiate_output(request, out))
 
     body = {
