@@ -50,6 +50,7 @@ from tests.helpers import (
     HOST,
     ApiClient,
     clean_env,
+    forget_fastapi_endpoints,
     free_port,
     make_settings,
     start_service,
@@ -82,6 +83,12 @@ _COMMON = {
 settings.register_profile("posenc", derandomize=True, **_COMMON)  # type: ignore[arg-type]
 settings.register_profile("posenc-fuzz", derandomize=False, **_COMMON)  # type: ignore[arg-type]
 settings.load_profile("posenc-fuzz" if FUZZ else "posenc")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    """The apps this test built can be freed (tests.helpers.forget_fastapi_endpoints)."""
+    forget_fastapi_endpoints()
 
 
 def pytest_report_header() -> str:

@@ -344,6 +344,22 @@ def transformers_model_classes() -> dict[type, list[type]]:
     return found
 
 
+def forget_fastapi_endpoints() -> None:
+    """Empty FastAPI's module-level caches of what each endpoint callable is (coroutine,
+    generator...; ``fastapi.dependencies.models``, LRU caches of 4,096 entries each).
+
+    The service's endpoints are closures over their app, so those caches kept every app a test
+    process had built alive, and with it its models, schemas and routes: about 70 MB an app,
+    and the suite's workers grew to 9 GiB. A deployed process builds one app; the suite calls
+    this after each test (tests/conftest.py)."""
+    import fastapi.dependencies.models as fastapi_models
+
+    for name in dir(fastapi_models):
+        clear = getattr(getattr(fastapi_models, name), "cache_clear", None)
+        if name.endswith("_cached") and callable(clear):
+            clear()
+
+
 def failure_message(call: Any, *args: Any, **kwargs: Any) -> str:
     """The message of the ``AssertionError`` that ``call(*args, **kwargs)`` must raise (the
     assertions of :mod:`posenc.testing`)."""

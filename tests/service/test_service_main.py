@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import weakref
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from service.app import create_app
 from tests.helpers import (
     ROOT,
     clean_env,
+    forget_fastapi_endpoints,
     free_port,
     make_folder,
     make_settings,
@@ -219,3 +221,18 @@ def test_gc_freeze_off_leaves_the_collector_alone(gpt2_file: Path) -> None:
         assert marker
     finally:
         gc.unfreeze()
+
+
+def test_a_shut_down_app_is_freed_once_fastapi_forgets_its_endpoints(gpt2_file: Path) -> None:
+    """Nothing but FastAPI's callable caches keeps a finished app alive: cleared
+    (tests.helpers.forget_fastapi_endpoints, after every test), the app and its state are
+    collected, so a test worker's memory does not grow with the apps it builds."""
+    app = create_app(make_settings(gpt2_file))
+    with TestClient(app) as client:
+        sin = client.post("/v1/encodings/sinusoidal", json={"seq_len": 4, "d_model": 8})
+        assert sin.status_code == 200
+    gone = weakref.ref(app.state.posenc), weakref.ref(app)
+    del app, client
+    forget_fastapi_endpoints()
+    gc.collect()
+    assert [r() is None for r in gone] == [True, True]
