@@ -86,6 +86,11 @@ def byte_level_tokenizer() -> Tokenizer:
 GROUP_CHARS = 1 << 20
 """Characters of text given to one ``encode_batch`` call (a single longer text goes alone)."""
 
+GROUP_TEXTS = 1 << 13
+"""Texts given to one ``encode_batch`` call: making each text's ``Encoding`` holds the GIL, so
+four million one-character texts in one call held every other thread (a service's event loop)
+for seconds; 8,192 a call keep each hold to milliseconds."""
+
 _ELEMENT_LIMIT: ContextVar[int | None] = ContextVar("posenc_text_element_limit", default=None)
 
 
@@ -101,10 +106,11 @@ def element_limit(limit: int | None) -> Iterator[None]:
 
 
 def text_groups(lengths: list[int]) -> Iterator[tuple[int, int]]:
-    """``(start, stop)`` of consecutive texts of about :data:`GROUP_CHARS` characters in all."""
+    """``(start, stop)`` of consecutive texts of about :data:`GROUP_CHARS` characters in all,
+    and at most :data:`GROUP_TEXTS` of them."""
     start, size = 0, 0
     for i, n in enumerate(lengths):
-        if i > start and size + n > GROUP_CHARS:
+        if i > start and (size + n > GROUP_CHARS or i - start >= GROUP_TEXTS):
             yield start, i
             start, size = i, 0
         size += n

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from posenc.core.errors import TokenOutOfRange, TooLarge
 from posenc.readers.models import default_model
 from posenc.tokens.tokenizer import (
+    GROUP_TEXTS,
     NoTokenizer,
     TextTokenizer,
     builtin_tokenizer,
@@ -61,6 +62,13 @@ def test_groups_cover_every_text_once() -> None:
     lengths = [600_000, 600_000, 10, 2_000_000, 5]
     groups = list(text_groups(lengths))
     assert groups == [(0, 1), (1, 3), (3, 4), (4, 5)]
+
+
+def test_groups_hold_at_most_group_texts_texts() -> None:
+    """Many short texts: cut every GROUP_TEXTS texts, well before GROUP_CHARS characters."""
+    n = 2 * GROUP_TEXTS + 5
+    groups = list(text_groups([1] * n))
+    assert groups == [(0, GROUP_TEXTS), (GROUP_TEXTS, 2 * GROUP_TEXTS), (2 * GROUP_TEXTS, n)]
 
 
 def test_element_limit_stops_tokenizing() -> None:
