@@ -43,7 +43,9 @@ def _fill(head: bytes, item: bytes, tail: bytes, size: int, sep: bytes = b",") -
 
 def _deep(size: int, depth: int = 500) -> bytes:
     """A ``config`` of arrays nested ``depth`` deep around a flat list of ints."""
-    return _fill(b'{"seq_len": 4, "config": {"x": ' + b"[" * depth, b"7", b"]" * depth + b"}}", size)
+    return _fill(
+        b'{"seq_len": 4, "config": {"x": ' + b"[" * depth, b"7", b"]" * depth + b"}}", size
+    )
 
 
 def _keys(size: int) -> bytes:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -79,12 +80,16 @@ def _corpus(seed: int, count: int) -> list[bytes]:
     return docs
 
 
+def _first_of_loads(raw: bytes, size: int) -> object:
+    return loads_counted(raw, size)[0]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_sliced_parse_gives_json_loads_value_or_error(seed: int) -> None:
     for doc in _corpus(seed, 60):
         want = _outcome(json.loads, doc)
         for size in (16, 64):
-            got = _outcome(lambda raw, size=size: loads_counted(raw, size)[0], doc)
+            got = _outcome(partial(_first_of_loads, size=size), doc)
             assert got == want, (size, doc[:300])
 
 
@@ -115,7 +120,7 @@ def test_sliced_parse_gives_json_loads_value_or_error(seed: int) -> None:
 def test_edges_give_json_loads_value_or_error(doc: bytes) -> None:
     want = _outcome(json.loads, doc)
     for size in (8, 16, 64):
-        assert _outcome(lambda raw, size=size: loads_counted(raw, size)[0], doc) == want
+        assert _outcome(partial(_first_of_loads, size=size), doc) == want
 
 
 def test_nesting_past_the_limit_is_a_recursion_error() -> None:
