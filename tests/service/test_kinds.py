@@ -8,6 +8,7 @@ closed form it computes.
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -220,6 +221,15 @@ def test_client_and_cli(toy: kinds.Kind, toy_server: str, tmp_path: Path) -> Non
     assert math.isclose(float(np.load(remote)[1, 1]), 2.0)
 
 
+@functools.cache
+def _openapi() -> dict[str, Any]:
+    """The served ``/openapi.json`` of a default app, fetched once a process (each kind's case
+    reads its own operation from it)."""
+    with TestClient(create_app(Settings())) as client:
+        spec: dict[str, Any] = client.get("/openapi.json").json()
+    return spec
+
+
 @pytest.mark.parametrize("name", sorted(kinds.REGISTRY))
 def test_every_field_of_every_kind_reaches_schema_client_and_cli(
     name: str, capsys: pytest.CaptureFixture[str]
@@ -230,8 +240,7 @@ def test_every_field_of_every_kind_reaches_schema_client_and_cli(
     import inspect
 
     kind = kinds.REGISTRY[name]
-    with TestClient(create_app(Settings())) as client:
-        spec = client.get("/openapi.json").json()
+    spec = _openapi()
     operation = spec["paths"][kind.path]["post"]
     body = operation["requestBody"]["content"]["application/json"]["schema"]
     if "$ref" in body:
