@@ -598,6 +598,7 @@ def _layout_of(matrices: torch.Tensor) -> str:
     return "interleaved" if int(column.argmax()) == c + 1 else "half"
 
 
+@pytest.mark.slow  # every interleaved model built and run: the whole suite, not the fast lane
 def test_layout_table_equals_each_models_apply_function() -> None:
     """Every model type of INTERLEAVED_MODEL_TYPES that the installed transformers has, and a
     few half ones: the layout that its own apply function gives (read from the rotation it

@@ -79,8 +79,19 @@ def client(gpt2_file):
         yield c
 
 
-@pytest.mark.parametrize("fmt", ["raw", "npy", "safetensors"])
-@pytest.mark.parametrize(("name", "route", "body"), CASES, ids=[c[0] for c in CASES])
+FORMATS = ["raw", "npy", "safetensors"]
+
+
+# every case in every format in the whole suite; each case in one format (turn by turn) in the
+# fast lane
+@pytest.mark.parametrize(
+    ("name", "route", "body", "fmt"),
+    [
+        pytest.param(*c, fmt, id=f"{c[0]}-{fmt}", marks=() if i % 3 == f else (pytest.mark.slow,))
+        for i, c in enumerate(CASES)
+        for f, fmt in enumerate(FORMATS)
+    ],
+)
 def test_a_kept_miss_is_the_whole_paths_answer(gpt2_file, monkeypatch, name, route, body, fmt):
     with TestClient(create_app(make_settings(gpt2_file))) as c:
         streamed = c.post(route, json=body, params={"format": fmt})
