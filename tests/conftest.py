@@ -68,7 +68,7 @@ if FUZZ:  # pytest-xdist's workers inherit the environment: they draw from the s
 os.environ["POSENC_HYPOTHESIS_SEED"] = str(
     SEED
 )  # schemathesis' seed (tests/service/test_schemathesis.py)
-# The apps a test builds in this process (Settings() read from here, make_settings sets it too)
+# The apps a test builds in this process (Settings() and make_settings read it from here)
 # skip start-up's full collection and gc.freeze: in a worker that has built transformers' models
 # the heap is millions of objects, and each start-up walked it (seconds a test app); the servers
 # tests start as processes get clean_env() and freeze as deployed. POSENC_GC_FREEZE in README.

@@ -245,9 +245,6 @@ def make_settings(gpt2_file: Path, **overrides: object):  # type: ignore[no-unty
         "api_key": None,
         "cors_origins": "",
         "allow_reload": True,  # the test apps have no key: reload is open (POSENC_ALLOW_RELOAD)
-        # no full collection and freeze a start-up: in a test worker that is the whole heap
-        # (transformers' models, the sweeps' configs), seconds a test app (POSENC_GC_FREEZE)
-        "gc_freeze": False,
     }
     values.update(overrides)
     return Settings(**values)  # type: ignore[arg-type]
