@@ -149,25 +149,43 @@ def _set_table(module: torch.nn.Module, name: str, table: Tensor) -> None:
     param.copy_(table.reshape(param.shape))
 
 
+# The module model_rows built last, for the next grid of the same config and table:
+# ((config class, config JSON), table, module).
+_last_built: list[tuple[tuple[type, str], Tensor, torch.nn.Module]] = []
+
+
+def _built(config: PreTrainedConfig, table: Tensor) -> torch.nn.Module:
+    """The tower's embeddings module (or one-layer encoder) for ``config``, every parameter
+    zero but the position table, which holds ``table``; the last one is kept, since a test
+    runs one config and table on several grids."""
+    key = (type(config), config.to_json_string())
+    if _last_built and _last_built[0][0] == key and torch.equal(_last_built[0][1], table):
+        return _last_built[0][2]
+    tower = LEARNED_TOWERS[config.model_type]
+    module = embeddings_class(tower.reference)(config).eval()
+    with torch.no_grad():
+        for param in module.parameters():
+            param.zero_()
+        _set_table(module, tower.parameter, table)
+    _last_built[:] = [(key, table.clone(), module)]
+    return module
+
+
 def model_rows(config: PreTrainedConfig, grid: tuple[int, int], table: Tensor) -> Tensor:
     """``(N, D)`` float32: the rows the tower's embeddings forward adds for one image of
     ``grid`` patches, with its position table set to ``table`` ``(P, D)``."""
     tower = LEARNED_TOWERS[config.model_type]
-    cls = embeddings_class(tower.reference)
     encoder = (
         tower.reference.endswith(("Encoder", "Model")) and tower.reference != "LayoutLMv3Model"
     )
     if tower.reference.endswith(("Encoder", "Model")):  # one layer is enough
         config = copy.deepcopy(config)
         config.num_hidden_layers = 1
-    module = cls(config).eval()
+    module = _built(config, table)
     h, w = grid
     ph, pw = _patch(config)
     channels = getattr(config, "num_channels", 3)
     with torch.no_grad():
-        for param in module.parameters():
-            param.zero_()
-        _set_table(module, tower.parameter, table)
         if tower.rule.name == "naflex":
             pixels = torch.zeros(1, h * w, channels * ph * pw)
             out = module(pixels, spatial_shapes=torch.tensor([[h, w]]))
