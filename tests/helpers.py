@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -339,6 +341,52 @@ def transformers_model_classes() -> dict[type, list[type]]:
             ):
                 found.setdefault(obj.config_class, []).append(obj)
     return found
+
+
+# torch.nn.init's random initialisers (and transformers' table of them): no-ops while a
+# reference module is built whose weights the test then sets or never reads
+RANDOM_INITS = (
+    "uniform_",
+    "normal_",
+    "trunc_normal_",
+    "kaiming_uniform_",
+    "kaiming_normal_",
+    "xavier_uniform_",
+    "xavier_normal_",
+    "orthogonal_",
+    "sparse_",
+)
+
+
+@contextlib.contextmanager
+def without_random_init() -> Iterator[None]:
+    """Build modules without drawing their random weights: each random initialiser of
+    ``torch.nn.init`` (which ``nn.Linear``, ``nn.Embedding``... call) and of transformers'
+    ``_init_weights`` returns its tensor untouched, so parameters keep ``torch.empty``'s
+    contents. For references that zero or set every parameter they read, or read none but
+    their buffers (a rotary module's ``inv_freq`` is computed, not drawn). Deterministic
+    initialisers (``zeros_``, ``ones_``, ``constant_``, ``copy_``) still run.
+
+    Building a vision tower drew about a second of random numbers per tower, most of the
+    rotary and learned-table sweeps' time."""
+    import torch.nn.init as torch_init
+    from transformers import initialization
+
+    def untouched(tensor: Any, *_args: Any, **_kwargs: Any) -> Any:
+        return tensor
+
+    saved = {name: getattr(torch_init, name) for name in RANDOM_INITS}
+    table = initialization.TORCH_INIT_FUNCTIONS
+    saved_table = {name: table[name] for name in RANDOM_INITS if name in table}
+    try:
+        for name in RANDOM_INITS:
+            setattr(torch_init, name, untouched)
+        table.update(dict.fromkeys(saved_table, untouched))
+        yield
+    finally:
+        for name, func in saved.items():
+            setattr(torch_init, name, func)
+        table.update(saved_table)
 
 
 def forget_fastapi_endpoints() -> None:

@@ -32,7 +32,7 @@ from posenc.vision.rope import (
     vision_rope_cos_sin,
     vision_rope_spec,
 )
-from tests.helpers import fast_sample, transformers_model_classes
+from tests.helpers import fast_sample, transformers_model_classes, without_random_init
 from tests.references import QWEN2_VL_7B, vision_subconfigs
 
 transformers = pytest.importorskip("transformers")
@@ -238,7 +238,15 @@ def reference_tables(
     cfg: PreTrainedConfig, grids: list[list[int]] | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """transformers' (cos, sin) ``(N, Dh)`` in the applied layout, and the position ids the
-    tower gave its rotary module (None where the module makes its own)."""
+    tower gave its rotary module (None where the module makes its own). The tower's weights
+    are not drawn: the rotary module's tables come from its buffers and the ids alone."""
+    with without_random_init():
+        return _reference_tables(cfg, grids)
+
+
+def _reference_tables(
+    cfg: PreTrainedConfig, grids: list[list[int]] | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     rule = VISION_RULES[cfg.model_type]
     module_cls = getattr(_modeling(cfg), rule.reference)
     if rule.family == "llama4":

@@ -20,6 +20,7 @@ from transformers import PreTrainedConfig
 from transformers.vision_utils import get_vision_position_ids
 
 from posenc.vision.learned import LEARNED_TOWERS
+from tests.helpers import without_random_init
 
 MODULES = {  # embeddings class -> transformers.models.<module>
     "ViTEmbeddings": "vit",
@@ -162,7 +163,8 @@ def _built(config: PreTrainedConfig, table: Tensor) -> torch.nn.Module:
     if _last_built and _last_built[0][0] == key and torch.equal(_last_built[0][1], table):
         return _last_built[0][2]
     tower = LEARNED_TOWERS[config.model_type]
-    module = embeddings_class(tower.reference)(config).eval()
+    with without_random_init():  # every parameter is set below
+        module = embeddings_class(tower.reference)(config).eval()
     with torch.no_grad():
         for param in module.parameters():
             param.zero_()
