@@ -1,5 +1,5 @@
 """``/v1/embed`` under ``POSENC_MAX_ELEMENTS`` in raw, npy and safetensors: a batch of more than
-one 1 MiB block is sent as its blocks are computed (``service.responses.streaming.respond_kept``)
+one 1 MiB block is sent as its blocks are computed (``service.responses.streaming.kept_response``)
 and kept in the body cache, with the bytes of ``wte[ids] + wpe[pos]`` (GPT-2's input layer,
 pads zero) computed here from the built-in model's own tables. In process and through a real
 uvicorn (the ``api`` fixture)."""
