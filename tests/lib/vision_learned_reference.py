@@ -152,10 +152,10 @@ def _set_table(module: torch.nn.Module, name: str, table: Tensor) -> None:
 
 # The module model_rows built last, for the next grid of the same config and table:
 # ((config class, config JSON), table, module).
-_last_built: list[tuple[tuple[type, str], Tensor, torch.nn.Module]] = []
+_last_built: list[tuple[tuple[type, str], Tensor, Any]] = []
 
 
-def _built(config: PreTrainedConfig, table: Tensor) -> torch.nn.Module:
+def _built(config: PreTrainedConfig, table: Tensor) -> Any:
     """The tower's embeddings module (or one-layer encoder) for ``config``, every parameter
     zero but the position table, which holds ``table``; the last one is kept, since a test
     runs one config and table on several grids."""
