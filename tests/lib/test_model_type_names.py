@@ -13,7 +13,7 @@ names is a finding, wherever it stands (a comparison, a set, a dict key, a call'
 - the entries of ``__all__`` (names of the module's own functions);
 - the value of a ``"model_type"`` key in a dict literal: a quoted config (an endpoint's example
   body), data rather than a rule;
-- the strings listed in :data:`NOT_A_MODEL_TYPE`, by file, with what they name instead (a
+- the strings listed in ``tests/lib/not_model_types.py``'s ``NOT_A_MODEL_TYPE``, by file, with what they name instead (a
   bucketing value ``"swin"``, a tokenizer's ``"gpt2"``, an M-RoPE ids rule ``"qwen2_vl"``).
   Each entry must still be found: a stale one fails, so the list cannot grow unseen.
 
@@ -33,52 +33,10 @@ from posenc.facts.gguf_architectures import GGUF_ARCHITECTURES
 from posenc.facts.learned_towers import LEARNED_TOWER_RECORDS
 from posenc.facts.model_configs import MODEL_CONFIGS
 from posenc.facts.vision_rope_towers import NON_ROTARY, VISION_ALIASES, VISION_RULES
+from tests.lib.not_model_types import NOT_A_MODEL_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = ROOT / "posenc" / "facts"
-
-_BUCKETING = "the relative endpoint's bucketing value"
-_TOKENIZER = "a GGUF tokenizer.ggml.model or tokenizer.ggml.pre value"
-_MROPE_RULE = "an M-RoPE position-ids rule (MRopeRule, Family.mrope_ids_rule's values)"
-_VISION_FAMILY = "a vision rotary family (VisionRule.family)"
-
-#: Strings that spell a known model type but name another thing, by file: what they name.
-NOT_A_MODEL_TYPE: dict[tuple[str, str], str] = {
-    ("posenc/attention/layers.py", "mamba"): "transformers' legacy layer-type name",
-    ("posenc/client/methods.py", "clip"): _BUCKETING,
-    ("posenc/client/methods.py", "deberta"): _BUCKETING,
-    ("posenc/client/methods.py", "swin"): _BUCKETING,
-    ("posenc/relative_schemes/relative.py", "clip"): _BUCKETING,
-    ("posenc/relative_schemes/relative.py", "deberta"): _BUCKETING,
-    ("posenc/relative_schemes/relative.py", "swin"): _BUCKETING,
-    ("posenc/readers/hf/schemes.py", "deberta"): _BUCKETING,
-    ("posenc/readers/hf/schemes.py", "swin"): _BUCKETING,
-    ("posenc/readers/hf/positions.py", "deberta"): "a Scheme value (Family.scheme)",
-    ("posenc/explain/vllm_compare.py", "deepseek"): "the prefix of vLLM's DeepSeek rope types",
-    ("posenc/rope/yarn.py", "deepseek"): "the prefix of vLLM's DeepSeek rotary classes",
-    ("posenc/rope_kinds/rotate.py", "gptj"): "a rotation layout's name (neox or gptj)",
-    ("posenc/rope/mrope_ids.py", "qwen2_vl"): _MROPE_RULE,
-    ("posenc/rope/mrope_ids.py", "qwen2_5_vl"): _MROPE_RULE,
-    ("posenc/rope/mrope_ids.py", "qwen3_vl"): _MROPE_RULE,
-    ("posenc/vision/rope.py", "llama4"): _VISION_FAMILY,
-    ("posenc/vision/rope.py", "pixtral"): _VISION_FAMILY,
-    ("posenc/readers/gguf/tokenizer.py", "phi3"): "a part of general.name llama.cpp looks for",
-    **{
-        ("posenc/readers/gguf/tokenizer.py", name): _TOKENIZER
-        for name in (
-            "llama",
-            "gpt2",
-            "qwen2",
-            "mpt",
-            "olmo",
-            "falcon",
-            "starcoder",
-            "command-r",
-            "codeshell",
-            "exaone",
-        )
-    },
-}
 
 
 def _config_model_types(value: Any) -> Iterable[str]:

@@ -16,38 +16,10 @@ from pathlib import Path
 import pytest
 
 from posenc.facts.families import FAMILIES, Family, family, field_names, is_known, types_where
+from tests.lib.not_model_types import NOT_A_MODEL_TYPE
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = ROOT / "posenc" / "facts"
-
-#: Strings that spell a model type's name but name another thing, by file: what they are.
-NOT_A_MODEL_TYPE = {
-    ("posenc/relative_schemes/relative.py", "swin"): "the relative endpoint's bucketing value",
-    ("posenc/client/methods.py", "swin"): "the relative endpoint's bucketing value",
-    ("posenc/readers/hf/schemes.py", "swin"): "the relative endpoint's bucketing value",
-    ("posenc/rope/mrope_ids.py", "qwen2_vl"): "an M-RoPE ids rule (MRopeRule)",
-    ("posenc/rope/mrope_ids.py", "qwen2_5_vl"): "an M-RoPE ids rule (MRopeRule)",
-    ("posenc/rope/mrope_ids.py", "qwen3_vl"): "an M-RoPE ids rule (MRopeRule)",
-    ("posenc/vision/rope.py", "llama4"): "a vision tower rule's family (VisionRule.family)",
-    ("posenc/attention/layers.py", "mamba"): "transformers' legacy layer-type name",
-    ("posenc/relative_schemes/relative.py", "clip"): "the relative endpoint's bucketing value",
-    ("posenc/client/methods.py", "clip"): "the relative endpoint's bucketing value",
-    **{
-        ("posenc/readers/gguf/tokenizer.py", name): "a GGUF tokenizer.ggml.model or .pre value"
-        for name in (
-            "llama",
-            "gpt2",
-            "qwen2",
-            "mpt",
-            "olmo",
-            "falcon",
-            "starcoder",
-            "codeshell",
-            "exaone",
-        )
-    },
-    ("posenc/readers/gguf/tokenizer.py", "phi3"): "a part of general.name that llama.cpp looks for",
-}
 
 
 def _names(node: ast.AST) -> list[str]:
