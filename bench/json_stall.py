@@ -74,6 +74,14 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     ),
     "rope config keys": ("/v1/encodings/rope", _keys),
     "rope deep 500": ("/v1/encodings/rope", _deep),
+    "rope config lists": (
+        "/v1/encodings/rope",
+        lambda n: _fill(b'{"seq_len": 4, "config": {"x": [', b"[]", b"]}}", n),
+    ),
+    "position-ids empty rows": (
+        "/v1/position-ids",
+        lambda n: _fill(b'{"input_ids": [', b"[]", b"]}", n),
+    ),
     "position-ids ids": (
         "/v1/position-ids",
         lambda n: _fill(b'{"input_ids": [[', b"12345", b"]]}", n),

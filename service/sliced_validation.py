@@ -115,8 +115,8 @@ def sliced_text(value: Any, handler: Handler) -> Any:
 
 
 def sliced_rows(row_type: Any = None) -> WrapValidator:
-    """Wrap-validator of a list of rows (``list[list[int]]``...): runs of rows holding about
-    ``SLICE_ITEMS`` items in one call each, and a longer row by itself, in slices when
+    """Wrap-validator of a list of rows (``list[list[int]]``...): runs of at most
+    ``SLICE_ITEMS`` rows holding about ``SLICE_ITEMS`` items in one call each, and a longer row by itself, in slices when
     ``row_type`` (the row's type, with no maximum length) is given."""
     row_adapter: TypeAdapter[Any] | None = None if row_type is None else TypeAdapter(row_type)
 
@@ -127,7 +127,7 @@ def sliced_rows(row_type: Any = None) -> WrapValidator:
             sizes = list(itertools.accumulate(map(len, value)))
         except TypeError:  # a row that is not a list: pydantic says which, whole
             return handler(value)
-        if not sizes or sizes[-1] <= SLICE_ITEMS:
+        if not sizes or (sizes[-1] <= SLICE_ITEMS and len(value) <= SLICE_ITEMS):
             return handler(value)
         out: list[Any] = []
         errors: list[InitErrorDetails] = []
@@ -135,6 +135,7 @@ def sliced_rows(row_type: Any = None) -> WrapValidator:
         while lo < len(value):
             done = sizes[lo - 1] if lo else 0
             hi = max(lo + 1, bisect.bisect_right(sizes, done + SLICE_ITEMS, lo))
+            hi = min(hi, lo + SLICE_ITEMS)  # and at most SLICE_ITEMS rows (empty ones too)
             row = value[lo]
             if (
                 hi == lo + 1

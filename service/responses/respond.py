@@ -32,6 +32,7 @@ from fastapi.responses import Response
 
 from service.admission.budget import HeldResponse
 from service.admission.cost import cost_message, estimate_cost
+from service.full_collections import BODY_BYTES
 from service.responses.negotiation import Negotiation
 from service.responses.paths import Hit, Kept, Streamed, Whole, choose
 from service.responses.plans import Plan, check_output
@@ -80,7 +81,9 @@ async def respond(
                 response = streamed_response(request, plan, chosen, queue_s, held)
             case Kept():
                 response = await kept_response(request, state, plan, chosen, queue_s, held)
-            case Whole() if computes_on_loop(plan.elements, state.device):
+            case Whole() if computes_on_loop(
+                plan.elements, state.device, request.scope.get(BODY_BYTES, 0)
+            ):
                 with one_thread_if(True):  # small: on the loop, one thread
                     response = finish(request, state, plan, chosen, queue_s)
             case Whole():
