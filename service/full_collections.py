@@ -36,7 +36,7 @@ LARGE_BODY_BYTES = 1 << 20
 BODY_BYTES = "posenc.body_bytes"
 
 #: The third threshold while a hold is on: more young collections than a process makes.
-_OUT_OF_REACH = 1 << 30
+OUT_OF_REACH = 1 << 30
 
 
 class _Hold:
@@ -58,7 +58,7 @@ class _Hold:
             if self._count == 1:
                 self._saved = gc.get_threshold()
                 young, middle, _full = self._saved
-                gc.set_threshold(young, middle, _OUT_OF_REACH)
+                gc.set_threshold(young, middle, OUT_OF_REACH)
 
     def let_go(self) -> None:
         with self._lock:
@@ -104,4 +104,4 @@ class FullCollectionHold:
                 HOLD.let_go()
 
 
-__all__ = ["BODY_BYTES", "HOLD", "LARGE_BODY_BYTES", "FullCollectionHold"]
+__all__ = ["BODY_BYTES", "HOLD", "LARGE_BODY_BYTES", "OUT_OF_REACH", "FullCollectionHold"]
