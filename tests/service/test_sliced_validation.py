@@ -35,6 +35,8 @@ CASES = [
         request_model(kinds.REGISTRY["position_ids"]),
         {"input_ids": [[1, 2, True, 4, "5", 6, 7.0, -1, 2**70], [1] * 9, "ab", [None]]},
     ),
+    (request_model(kinds.REGISTRY["position_ids"]), {"input_ids": [[]] * 10 + [[1, "x"], []]}),
+    (DetokenizeRequest, {"input_ids": [[]] * 8 + [[2**64]] + [[]] * 4}),
     (request_model(kinds.REGISTRY["embed"]), {"text": ["a", "b", 3, "c", None, "d", "e"]}),
     (request_model(kinds.REGISTRY["embed"]), {"text": ["a", "b", "c", "d", "e", "f", "g"]}),
     (TokenizeRequest, {"text": ["x"] * 7 + [1]}),
