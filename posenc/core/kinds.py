@@ -490,6 +490,8 @@ def _ints(spec: FieldSpec, value: Any, where: str) -> list[int]:
         raise InvalidArgument(f"{where} must be a list of integers, got {value!r}", field=where)
     items = value if isinstance(value, list) else list(value)
     _check_length(spec, items, where)
+    if spec.exclusive_minimum is None and spec.multiple_of is None and _fast_int_row(spec, items):
+        return items  # plain ints within the bounds: checked in C loops, returned as given
     return [_int_item(spec, item, f"{where}[{i}]") for i, item in enumerate(items)]
 
 
