@@ -107,6 +107,10 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
         "/v1/configs/check",
         lambda n: _fill(b'{"head_dim": 4, "seq_len": 1, "cos": [[', b"0.5", b"]]}", n),
     ),
+    "rope 16 M numbers out": (  # a small body whose JSON answer is large
+        "/v1/encodings/rope",
+        lambda n: b'{"seq_len": 8192, "head_dim": 1024}',
+    ),
     "configs positions keys": ("/v1/configs/positions", _keys),
     "configs compare keys": ("/v1/configs/compare", _keys),
 }
