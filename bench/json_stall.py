@@ -6,6 +6,7 @@ thread polls ``GET /healthz`` every 10 ms on its own keep-alive connection. A pr
 measures how long the event loop was held: a C call that holds the GIL (``json.loads``, pydantic's
 validation) blocks the loop thread whichever thread makes it. The figures per body: its status,
 its wall time, the server's CPU time for it (``/proc``), and the slowest ``/healthz`` while it ran.
+One case is a small body whose JSON answer is large (16 M numbers), written the same way.
 
     python -m bench.json_stall                # every case, 16 MiB
     python -m bench.json_stall --mb 4 --only ids,text
