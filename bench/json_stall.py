@@ -6,6 +6,7 @@ thread polls ``GET /healthz`` every 10 ms on its own keep-alive connection. A pr
 measures how long the event loop was held: a C call that holds the GIL (``json.loads``, pydantic's
 validation) blocks the loop thread whichever thread makes it. The figures per body: its status,
 its wall time, the server's CPU time for it (``/proc``), and the slowest ``/healthz`` while it ran.
+One case is a small body whose JSON answer is large (16 M numbers), written the same way.
 
     python -m bench.json_stall                # every case, 16 MiB
     python -m bench.json_stall --mb 4 --only ids,text
@@ -74,6 +75,14 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     ),
     "rope config keys": ("/v1/encodings/rope", _keys),
     "rope deep 500": ("/v1/encodings/rope", _deep),
+    "rope config lists": (
+        "/v1/encodings/rope",
+        lambda n: _fill(b'{"seq_len": 4, "config": {"x": [', b"[]", b"]}}", n),
+    ),
+    "position-ids empty rows": (
+        "/v1/position-ids",
+        lambda n: _fill(b'{"input_ids": [', b"[]", b"]}", n),
+    ),
     "position-ids ids": (
         "/v1/position-ids",
         lambda n: _fill(b'{"input_ids": [[', b"12345", b"]]}", n),
@@ -98,6 +107,10 @@ CASES: dict[str, tuple[str, Callable[[int], bytes]]] = {
     "check cos": (
         "/v1/configs/check",
         lambda n: _fill(b'{"head_dim": 4, "seq_len": 1, "cos": [[', b"0.5", b"]]}", n),
+    ),
+    "rope 16 M numbers out": (  # a small body whose JSON answer is large
+        "/v1/encodings/rope",
+        lambda n: b'{"seq_len": 8192, "head_dim": 1024}',
     ),
     "configs positions keys": ("/v1/configs/positions", _keys),
     "configs compare keys": ("/v1/configs/compare", _keys),

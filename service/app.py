@@ -33,7 +33,9 @@ from service.body_limit import BodyLimitMiddleware, BodyTooLarge
 from service.cache import ByteLRU
 from service.config import Settings, get_settings
 from service.errors import install_error_handlers
+from service.full_collections import FullCollectionHold
 from service.gguf_body import GgufBodyMiddleware
+from service.json_slices import TooManyContainers
 from service.middleware import BearerAuthMiddleware, ResponseHeadersMiddleware
 from service.models_loading import install_sighup, install_watch, load_models
 from service.observability.metrics import Metrics, MetricsMiddleware
@@ -147,6 +149,14 @@ async def _body_too_large(request: Any, exc: Exception) -> JSONResponse:
     return JSONResponse(exc.body(), status_code=413, headers={"Connection": "close"})
 
 
+async def _too_many_containers(request: Any, exc: Exception) -> JSONResponse:
+    """The 413 of a JSON body of more arrays and objects than any request needs (issue 39)."""
+    if not isinstance(exc, TooManyContainers):
+        raise exc
+    body = {"detail": str(exc), "field": "body", "limit": exc.limit}
+    return JSONResponse(body, status_code=413)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the service. ``settings`` defaults to the environment (``get_settings()``)."""
     settings = settings if settings is not None else get_settings()
@@ -189,6 +199,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         GgufBodyMiddleware,
         head_bytes=min(settings.max_gguf_head_bytes, settings.max_body_bytes),
     )
+    # issue 39: no full garbage collection walks a large body while its request runs
+    app.add_middleware(FullCollectionHold)
     # a body of any type over POSENC_MAX_BODY_BYTES is a 413 before anything inside reads it
     app.add_middleware(
         BodyLimitMiddleware,
@@ -196,6 +208,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         max_elements=settings.max_elements,
     )
     app.add_exception_handler(BodyTooLarge, _body_too_large)
+    app.add_exception_handler(TooManyContainers, _too_many_containers)
     routes = [route for router in routers for route in router.routes]
     app.state.routes = routes  # every route with its path and methods (a 405's Allow)
     if settings.api_key is not None:

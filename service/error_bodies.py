@@ -39,11 +39,14 @@ class TooLargeBody(BaseModel):
 
 
 class BodyTooLargeBody(BaseModel):
-    """413 of a request body over ``POSENC_MAX_BODY_BYTES`` (``service.body_limit``)."""
+    """413 of a request body over ``POSENC_MAX_BODY_BYTES`` (``service.body_limit``), or of a
+    JSON body of too many arrays and objects (``service.json_slices``)."""
 
     detail: str
     field: str = Field(..., description="always body")
-    limit: int = Field(..., description="POSENC_MAX_BODY_BYTES")
+    limit: int = Field(
+        ..., description="POSENC_MAX_BODY_BYTES, or the most arrays and objects a JSON body holds"
+    )
 
 
 class OverLimitBody(RootModel[TooLargeBody | BodyTooLargeBody]):

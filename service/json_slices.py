@@ -19,7 +19,13 @@ failing run, or a few bytes rebuilt around a structural mistake, parsed by ``jso
 its position moved to the body's.
 
 Nesting is refused past :data:`MAX_DEPTH` containers (a ``RecursionError``, as ``json.loads``
-gives past Python's recursion limit, which depended on how deep the caller's stack was).
+gives past Python's recursion limit, which depended on how deep the caller's stack was), and a
+text of more than :data:`MAX_CONTAINERS` arrays and objects in all is refused as it is parsed
+(:class:`TooManyContainers`, a 413 in the service): every cost of a parsed body grows with its
+containers, not its bytes (16 MiB of ``[[],[],...]`` is 5.6 M lists, 450 MB of Python objects;
+the garbage collector walked them in 1.5 s, freeing them took 0.3 s, each a C call holding the
+GIL), and no request of the service needs that many: 262,144 vectors of 32 numbers are already
+over 16 MiB of JSON.
 """
 
 from __future__ import annotations
@@ -36,6 +42,22 @@ from numpy.typing import NDArray
 SLICE_BYTES = 1 << 17
 #: The deepest nesting of arrays and objects read; deeper is a ``RecursionError``.
 MAX_DEPTH = 512
+#: The most arrays and objects a text parsed in slices may hold; more is :class:`TooManyContainers`.
+MAX_CONTAINERS = 1 << 18
+
+
+class TooManyContainers(Exception):
+    """A JSON text of more than ``limit`` arrays and objects (``count``: those read when it was
+    refused). Not a ``ValueError``: the text may be valid JSON, it is too costly to hold."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        self.count, self.limit = count, limit
+        super().__init__(
+            f"the JSON body holds more than {limit} arrays and objects (the most one may "
+            f"hold; {count} read when it was refused); send fewer rows per request, or the "
+            "arrays as safetensors or npy"
+        )
+
 
 _WS = frozenset(b" \t\n\r")
 _QUOTE, _BACKSLASH, _COMMA, _COLON = 34, 92, 44, 58
@@ -69,6 +91,7 @@ class _Window:
         else:  # numbers, brackets and commas only: the common large body, indexed faster
             self.escaped = self.quote = np.zeros(len(w), dtype=bool)
             self.outside = np.ones(len(w), dtype=bool)
+        self.opens = opens
         step = opens.astype(np.int32)
         step -= closes
         self.depth = np.cumsum(step)
@@ -81,7 +104,7 @@ class _Window:
         sub = object.__new__(_Window)
         sub.start, sub.bytes = self.start + offset, self.bytes[offset:]
         sub.escaped, sub.quote = self.escaped[offset:], self.quote[offset:]
-        sub.outside = self.outside[offset:]
+        sub.outside, sub.opens = self.outside[offset:], self.opens[offset:]
         sub.depth = self.depth[offset:] - self.depth[offset - 1]
         return sub
 
@@ -101,6 +124,13 @@ class _Doc:
         self.n = len(raw)
         self.slice = slice_bytes
         self.calls: list[int] = []
+        self.containers = 0  # arrays and objects read so far
+
+    def count(self, more: int) -> None:
+        """``more`` arrays and objects read; :class:`TooManyContainers` past the limit."""
+        self.containers += more
+        if self.containers > MAX_CONTAINERS:
+            raise TooManyContainers(self.containers, MAX_CONTAINERS)
 
     # -------------------------------------------------------------------- parsing one slice
 
@@ -223,6 +253,7 @@ class _Doc:
         from ``at + 1`` on, when its parent has indexed it)."""
         if depth > MAX_DEPTH:
             raise RecursionError(f"JSON nested more than {MAX_DEPTH} deep")
+        self.count(1)
         is_object = self.raw[at] == 123
         opener, closer = ("{", "}") if is_object else ("[", "]")
         after_item = '{"":0' if is_object else "[0"
@@ -243,6 +274,7 @@ class _Doc:
                     if not first or self.raw[end] != ord(closer):
                         raise self.fail(opener if first else after_item + ",", start)
                     return out, end + 1
+                self.count(int(np.count_nonzero(window.opens[:close])))
                 add(self.load(start, end, opener, closer))
                 if self.raw[end] != ord(closer):  # '[1}'
                     raise self.fail(after_item, end)
@@ -252,6 +284,7 @@ class _Doc:
                 cut = start + int(commas[-1])
                 if self.skip_ws(start) == cut:  # an empty item: ",," or "[,"
                     raise self.fail(opener if first else after_item + ",", start)
+                self.count(int(np.count_nonzero(window.opens[: cut - start])))
                 add(self.load(start, cut, opener, closer))
                 start, first = cut + 1, False
                 continue
@@ -374,4 +407,11 @@ def loads_counted(raw: bytes, slice_bytes: int = SLICE_BYTES) -> tuple[Any, list
     return value, doc.calls
 
 
-__all__ = ["MAX_DEPTH", "SLICE_BYTES", "loads", "loads_counted"]
+__all__ = [
+    "MAX_CONTAINERS",
+    "MAX_DEPTH",
+    "SLICE_BYTES",
+    "TooManyContainers",
+    "loads",
+    "loads_counted",
+]

@@ -114,9 +114,33 @@ def sliced_text(value: Any, handler: Handler) -> Any:
     return out
 
 
+def sliced_unless(item_type: Any, refused: type) -> WrapValidator:
+    """Wrap-validator of a field whose large value is a list of scalars, each checked by a
+    Python validator that refuses only items of type ``refused`` (``bool``: JSON ``true`` is not
+    the number 1): a large list with none is validated by ``item_type``'s core schema, without
+    a Python call per item, ``SLICE_ITEMS`` items a call. Only a list that passes is taken so
+    (the same value); anything else, and every error, is the field's own validation."""
+    adapter: TypeAdapter[Any] = TypeAdapter(list[item_type])
+
+    def validate(value: Any, handler: Handler) -> Any:
+        if not isinstance(value, list) or len(value) <= SLICE_ITEMS:
+            return handler(value)
+        for lo in range(0, len(value), SLICE_ITEMS):
+            types = set(map(type, value[lo : lo + SLICE_ITEMS]))
+            if refused in types or list in types or dict in types:
+                return handler(value)
+            time.sleep(0)
+        try:
+            return _items(value, adapter.validate_python)
+        except ValidationError:  # the errors as the field reports them (its locations)
+            return handler(value)
+
+    return WrapValidator(validate)
+
+
 def sliced_rows(row_type: Any = None) -> WrapValidator:
-    """Wrap-validator of a list of rows (``list[list[int]]``...): runs of rows holding about
-    ``SLICE_ITEMS`` items in one call each, and a longer row by itself, in slices when
+    """Wrap-validator of a list of rows (``list[list[int]]``...): runs of at most
+    ``SLICE_ITEMS`` rows holding about ``SLICE_ITEMS`` items in one call each, and a longer row by itself, in slices when
     ``row_type`` (the row's type, with no maximum length) is given."""
     row_adapter: TypeAdapter[Any] | None = None if row_type is None else TypeAdapter(row_type)
 
@@ -127,7 +151,7 @@ def sliced_rows(row_type: Any = None) -> WrapValidator:
             sizes = list(itertools.accumulate(map(len, value)))
         except TypeError:  # a row that is not a list: pydantic says which, whole
             return handler(value)
-        if not sizes or sizes[-1] <= SLICE_ITEMS:
+        if not sizes or (sizes[-1] <= SLICE_ITEMS and len(value) <= SLICE_ITEMS):
             return handler(value)
         out: list[Any] = []
         errors: list[InitErrorDetails] = []
@@ -135,6 +159,7 @@ def sliced_rows(row_type: Any = None) -> WrapValidator:
         while lo < len(value):
             done = sizes[lo - 1] if lo else 0
             hi = max(lo + 1, bisect.bisect_right(sizes, done + SLICE_ITEMS, lo))
+            hi = min(hi, lo + SLICE_ITEMS)  # and at most SLICE_ITEMS rows (empty ones too)
             row = value[lo]
             if (
                 hi == lo + 1
@@ -163,4 +188,11 @@ SLICED_LIST = WrapValidator(sliced_list)
 SLICED_DICT = WrapValidator(sliced_dict)
 SLICED_TEXT = WrapValidator(sliced_text)
 
-__all__ = ["SLICED_DICT", "SLICED_LIST", "SLICED_TEXT", "SLICE_ITEMS", "sliced_rows"]
+__all__ = [
+    "SLICED_DICT",
+    "SLICED_LIST",
+    "SLICED_TEXT",
+    "SLICE_ITEMS",
+    "sliced_rows",
+    "sliced_unless",
+]

@@ -50,6 +50,7 @@ from typing import Any, Final, Literal
 
 import torch
 
+from posenc.core import slices
 from posenc.core.errors import InvalidArgument, MissingField
 
 __all__ = [
@@ -487,8 +488,10 @@ def _int_item(spec: FieldSpec, item: Any, where: str) -> int:
 def _ints(spec: FieldSpec, value: Any, where: str) -> list[int]:
     if not _is_list(value):
         raise InvalidArgument(f"{where} must be a list of integers, got {value!r}", field=where)
-    items = list(value)
+    items = value if isinstance(value, list) else list(value)
     _check_length(spec, items, where)
+    if spec.exclusive_minimum is None and spec.multiple_of is None and _fast_int_row(spec, items):
+        return items  # plain ints within the bounds: checked in C loops, returned as given
     return [_int_item(spec, item, f"{where}[{i}]") for i, item in enumerate(items)]
 
 
@@ -520,11 +523,11 @@ def _fast_int_row(spec: FieldSpec, row: Any) -> bool:
         return False
     if not row:
         return True
-    if set(map(type, row)) != {int}:  # bool is not int here; map and set loop in C
+    if slices.item_types(row) != {int}:  # bool is not int here; map and set loop in C
         return False
     low = spec.minimum if spec.minimum is not None else -math.inf
     high = spec.maximum if spec.maximum is not None else INT_BOUND
-    return bool(low <= min(row) and max(row) <= high)
+    return bool(low <= slices.smallest(row) and slices.largest(row) <= high)
 
 
 def _int_rows(spec: FieldSpec, value: Any, where: str) -> Any:
@@ -628,8 +631,8 @@ def _tensor(spec: FieldSpec, value: Any, where: str) -> Any:
     else:
         if not _is_list(value):
             raise InvalidArgument(f"{where} must be nested lists of numbers", field=where)
-        try:
-            tensor = torch.tensor(value, dtype=torch.float64)
+        try:  # in slices: one torch.tensor over millions of numbers holds the GIL
+            tensor = slices.nested_tensor(value, torch.float64, name=where)
         except (TypeError, ValueError, RuntimeError) as exc:
             raise InvalidArgument(
                 f"{where} must be nested lists of numbers of equal lengths: {exc}", field=where
@@ -654,7 +657,7 @@ def tensor_shape(value: Any) -> tuple[int, ...]:
         return tuple(int(n) for n in value.shape)
     shape = []
     while _is_list(value):
-        items = list(value)
+        items = value if isinstance(value, list | tuple) else list(value)  # not copied
         shape.append(len(items))
         if not items:
             break

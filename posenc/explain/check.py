@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from posenc.core import slices
 from posenc.core.errors import InvalidArgument, PosencError
 from posenc.engines import ENGINES, check_candidates
 from posenc.engines.rotation import deinterleaves
@@ -291,7 +292,7 @@ def _fields(request: Mapping[str, Any], engine: str, precision: str) -> dict[str
 
 def _positions(fields: Mapping[str, Any]) -> Tensor:
     if fields["positions"] is not None:
-        return torch.tensor(fields["positions"], dtype=torch.int64)
+        return slices.nested_tensor(fields["positions"], torch.int64)
     return torch.arange(int(fields["seq_len"]), dtype=torch.int64)
 
 
@@ -612,7 +613,7 @@ def check_rotation(
                 f"{name} is chosen by the check itself (every engine is compared)", field=name
             )
     base = apply_fields(request)
-    positions = torch.tensor(base["positions"], dtype=torch.int64)
+    positions = slices.nested_tensor(base["positions"], torch.int64)
     t, d, r = positions.shape[-1], int(base["head_dim"]), int(base["rotary_dim"])
     caller = _rotation_inputs(q_in, q_out, k_in, k_out, t, d)
     matches, skipped = [], {}

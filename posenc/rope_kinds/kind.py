@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from posenc.core import kinds
+from posenc.core import kinds, slices
 from posenc.core.blocks import tensor_blocks
 from posenc.core.errors import InvalidArgument
 from posenc.core.validate import check_seq_len_or_positions
@@ -67,8 +67,8 @@ def _rope_lengths(p: Mapping[str, Any]) -> tuple[int, int]:
     if rows is None:
         return int(p["seq_len"]), int(p["seq_len"])
     if isinstance(rows[0], list):
-        return len(rows[0]), max(max(r) for r in rows) + 1
-    return len(rows), max(rows) + 1
+        return len(rows[0]), max(slices.largest(r) for r in rows) + 1
+    return len(rows), slices.largest(rows) + 1
 
 
 def _rope_check(p: Mapping[str, Any]) -> None:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from posenc.attention.layers import layer_rule
-from posenc.core import kinds
+from posenc.core import kinds, slices
 from posenc.core.errors import InvalidArgument, PosencError
 from posenc.engines import engine_named
 from posenc.engines.rotation import apply_for, channel_order, check_head_dim, seeded_vectors
@@ -103,7 +103,7 @@ def _transformers_layout(given: Mapping[str, Any], own: str) -> str:
 
 
 def _positions(fields: Mapping[str, Any]) -> Tensor:
-    return torch.tensor(fields["positions"], dtype=torch.int64)
+    return slices.nested_tensor(fields["positions"], torch.int64)
 
 
 def _tensor(x: Tensor | np.ndarray, name: str) -> Tensor:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.core import kinds
+from posenc.core import kinds, slices
 from posenc.core.device import resolve_dtype
 from posenc.core.errors import InvalidArgument
 from posenc.engines.key_shift import (
@@ -74,8 +74,8 @@ def shift_angles(p: Mapping[str, Any]) -> tuple[Tensor, float, float]:
     source, target = shift_positions(p)
     inv_from, a_from = frequencies(p, int(p["from_seq_len"]))
     inv_to, a_to = frequencies(p, int(p["to_seq_len"]))
-    m = torch.tensor(source, dtype=torch.float64)[:, None]
-    n = torch.tensor(target, dtype=torch.float64)[:, None]
+    m = slices.nested_tensor(source, torch.float64)[:, None]
+    n = slices.nested_tensor(target, torch.float64)[:, None]
     return n * inv_to[None, :] - m * inv_from[None, :], a_from, a_to
 
 
@@ -110,10 +110,15 @@ def _check_engine(p: Mapping[str, Any]) -> None:
         )
 
 
+def _ints(positions: Sequence[int]) -> Tensor:
+    """``(T,)`` int64 of a list of positions (:func:`posenc.core.slices.nested_tensor`)."""
+    return slices.nested_tensor(positions, torch.int64)
+
+
 def _deltas(p: Mapping[str, Any]) -> tuple[Tensor, int]:
     """Each token's delta per step ``(T,)`` int64, and the number of steps."""
     source, target = shift_positions(p)
-    return step_deltas(torch.tensor(source), torch.tensor(target), p)
+    return step_deltas(_ints(source), _ints(target), p)
 
 
 def engine_tables(p: Mapping[str, Any]) -> tuple[Tensor, Tensor]:
@@ -128,7 +133,7 @@ def engine_rotation(k: Tensor, p: Mapping[str, Any]) -> Tensor:
     hook (:data:`posenc.engines.base.ShiftHook`, :mod:`posenc.engines.key_shift`)."""
     source, target = shift_positions(p)
     shift = engine_hook(p.get("engine", "transformers"), "shift", field="precision")
-    out: Tensor = shift(k, torch.tensor(source), torch.tensor(target), p)
+    out: Tensor = shift(k, _ints(source), _ints(target), p)
     return out
 
 
@@ -183,16 +188,17 @@ def _complete(p: dict[str, Any], models: Any) -> dict[str, Any]:
     """The rope settings completed as the rope kind completes them, the sequence lengths
     defaulted, and the key's shape checked against the positions and the head."""
     source, target = shift_positions(p)
-    if min(target) < 0:
+    lowest = slices.smallest(target)
+    if lowest < 0:
         where = "to_positions" if p.get("to_positions") is not None else "delta"
         raise InvalidArgument(
-            f"the key at position {source[target.index(min(target))]} would move to "
-            f"{min(target)}; positions must stay >= 0",
+            f"the key at position {source[target.index(lowest)]} would move to "
+            f"{lowest}; positions must stay >= 0",
             field=where,
         )
     p = {**p}
-    p["from_seq_len"] = p.get("from_seq_len") or max(source) + 1
-    p["to_seq_len"] = p.get("to_seq_len") or max(target) + 1
+    p["from_seq_len"] = p.get("from_seq_len") or slices.largest(source) + 1
+    p["to_seq_len"] = p.get("to_seq_len") or slices.largest(target) + 1
     rope = {k: v for k, v in p.items() if k not in _OWN}
     rope.update(positions=source + target, seq_len=None, dual_chunk_cache=None)
     if ROPE.check is not None:
@@ -233,7 +239,8 @@ def given_key(p: Mapping[str, Any]) -> Tensor:
     k = p["k"]
     if isinstance(k, Tensor):
         return k.detach().cpu()
-    return torch.tensor(k, dtype=torch.float64).to(resolve_dtype(p.get("dtype")))
+    # in slices: one torch.tensor over a 16 MiB body's numbers holds the GIL for 0.3 s
+    return slices.nested_tensor(k, torch.float64, name="k").to(resolve_dtype(p.get("dtype")))
 
 
 _LOCK = threading.Lock()
@@ -265,7 +272,7 @@ def _drift_reference(k: Tensor, p: Mapping[str, Any]) -> Tensor:
     """``k`` rotated exactly, in float64, by ``θ·(to − from)`` (no magnitude)."""
     source, target = shift_positions(p)
     inv, _scale = frequencies(p, int(p["to_seq_len"]))
-    diff = torch.tensor(target, dtype=torch.float64) - torch.tensor(source, dtype=torch.float64)
+    diff = slices.nested_tensor(target, torch.float64) - slices.nested_tensor(source, torch.float64)
     angles = diff[:, None] * inv[None, :]
     return rotate_pairs(
         k.to(torch.float64), angles.cos(), rotation_sign(p) * angles.sin(), p["layout"]

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from posenc.core import kinds
+from posenc.core import kinds, slices
 from posenc.core.errors import InvalidArgument
 from posenc.core.limits import check_elements
 from posenc.core.validate import (
@@ -74,6 +74,35 @@ def _row_lengths(rows: Rows, field: str) -> list[int]:
     return lengths
 
 
+def _flat_values(rows: Rows, lengths: np.ndarray, field: str) -> Tensor:
+    """The values of ``rows`` (their ``lengths``), row-major, ``(N,)``: int64 for plain ints,
+    else as ``torch.tensor`` reads them (a float dtype, or its error), a slice of at most
+    :data:`~posenc.core.slices.SLICE_ITEMS` values at a time (issue 39)."""
+    pieces: list[Tensor] = []
+    for run in slices.runs(rows, lengths):
+        try:  # plain ints: int64 at a quarter of torch.tensor's time
+            fast = np.array(run)
+        except (TypeError, ValueError, OverflowError):
+            fast = None
+        if fast is not None and fast.dtype == np.int64 and fast.ndim == 1:
+            pieces.append(torch.from_numpy(fast))
+            continue
+        try:  # anything else as torch reads it (its dtype, or its error, checked below)
+            pieces.append(torch.tensor(run))
+        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
+            raise InvalidArgument(
+                f"{field} must hold ints in int64 range: {exc}", field=field
+            ) from exc
+    if not pieces:
+        return torch.zeros(0, dtype=torch.int64)
+    if len({(piece.dtype, piece.dim()) for piece in pieces}) == 1:
+        return torch.cat(pieces) if len(pieces) > 1 else pieces[0]
+    for piece in pieces:  # what one torch.tensor of them all would say of a float or nesting
+        if piece.dim() != 1 or piece.dtype.is_floating_point or piece.dtype.is_complex:
+            return piece
+    return torch.cat([piece.to(torch.int64) for piece in pieces])  # ints with bools
+
+
 def _pad(
     rows: Rows,
     *,
@@ -85,27 +114,15 @@ def _pad(
     """``pad_rows`` with the name of the argument used in error messages."""
     check_choice("padding_side", padding_side, PADDING_SIDES)
     row_lengths = _row_lengths(rows, field)
+    longest = slices.largest(row_lengths)
     check_elements(
-        2 * len(row_lengths) * max(row_lengths),
-        what=f"the padded {field} and its mask (2 x B={len(row_lengths)} x T={max(row_lengths)})",
+        2 * len(row_lengths) * longest,
+        what=f"the padded {field} and its mask (2 x B={len(row_lengths)} x T={longest})",
         max_elements=max_elements,
         field=field,
     )
-    lengths = torch.tensor(row_lengths, dtype=torch.int64)  # (B,)
-    values = list(itertools.chain.from_iterable(rows))
-    try:  # plain ints: int64 at a quarter of torch.tensor's time
-        fast = np.array(values)
-    except (TypeError, ValueError, OverflowError):
-        fast = None
-    if fast is not None and fast.dtype == np.int64 and fast.ndim == 1:
-        flat = torch.from_numpy(fast)
-    else:  # anything else as torch reads it (its dtype, or its error, checked below)
-        try:
-            flat = torch.tensor(values)
-        except (TypeError, ValueError, RuntimeError, OverflowError) as exc:
-            raise InvalidArgument(
-                f"{field} must hold ints in int64 range: {exc}", field=field
-            ) from exc
+    lengths = slices.nested_tensor(row_lengths, torch.int64)  # (B,)
+    flat = _flat_values(rows, lengths.numpy(), field)
     if flat.numel() == 0:
         flat = flat.to(torch.int64)
     if flat.dim() != 1:
@@ -245,9 +262,10 @@ def build_batch(
         lengths = [ids.shape[1]] * ids.shape[0]
     else:
         lengths = _row_lengths(input_ids, "input_ids")
+        longest = slices.largest(lengths)
         check_elements(
-            3 * len(lengths) * max(lengths),
-            what=f"the batch (3 tensors of B={len(lengths)} x T={max(lengths)})",
+            3 * len(lengths) * longest,
+            what=f"the batch (3 tensors of B={len(lengths)} x T={longest})",
             max_elements=max_elements,
             field="input_ids",
         )

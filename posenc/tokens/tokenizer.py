@@ -20,7 +20,6 @@ released), never a Python loop over the texts.
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
+from posenc.core import slices
 from posenc.core.errors import InvalidArgument, TokenOutOfRange, TooLarge
 
 if TYPE_CHECKING:
@@ -238,10 +238,8 @@ class TextTokenizer:
         if isinstance(rows, np.ndarray):
             lengths = np.full(rows.shape[0], rows.shape[1], dtype=np.int64)
             flat = rows.reshape(-1).astype(np.int64)
-        else:
-            lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-            total = int(lengths.sum())
-            flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
+        else:  # in slices: one C call over millions of ids holds the GIL (issue 39)
+            flat, lengths = slices.flat_ints(rows)
         inside = (flat >= 0) & (flat < self._known.size)
         good = np.zeros(flat.shape, dtype=bool)
         good[inside] = self._known[flat[inside]]
@@ -268,22 +266,29 @@ class TextTokenizer:
             for token, i in self.tokenizer.get_vocab(with_added_tokens=True).items():
                 lengths[i] = len(token)
             self._lengths = lengths
-        total = sum(len(r) for r in rows)
-        if not total:
-            return 0
-        flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=total)
-        return int(self._lengths[flat].sum())
+        flat, _lengths = slices.flat_ints(rows)
+        return int(self._lengths[flat].sum()) if flat.size else 0
 
     def decode(
         self, rows: Sequence[Sequence[int]], *, skip_special_tokens: bool = True
     ) -> list[str]:
-        """``decode_batch(rows, skip_special_tokens=...)`` after :meth:`check_ids`."""
+        """``decode_batch(rows, skip_special_tokens=...)`` after :meth:`check_ids`, in runs of
+        rows of about :data:`~posenc.core.slices.SLICE_ITEMS` ids (``decode_batch`` reads its
+        ids from Python with the GIL held, then decodes without it; a row is decoded whole)."""
         self.check_ids(rows)
-        return list(
-            self.tokenizer.decode_batch(
-                [list(r) for r in rows], skip_special_tokens=skip_special_tokens
-            )
-        )
+        lengths = slices.lengths_of(rows)
+        ends = np.cumsum(lengths)
+        out: list[str] = []
+        lo = 0
+        while lo < len(rows):
+            done = int(ends[lo - 1]) if lo else 0
+            hi = int(np.searchsorted(ends, done + slices.SLICE_ITEMS, side="right"))
+            hi = max(lo + 1, min(hi, lo + slices.SLICE_ITEMS))
+            group = [r if isinstance(r, list) else list(r) for r in rows[lo:hi]]
+            out += self.tokenizer.decode_batch(group, skip_special_tokens=skip_special_tokens)
+            lo = hi
+            slices.pause()
+        return out
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> TextTokenizer:

@@ -34,7 +34,7 @@ from service.admission.budget import estimate_bytes
 from service.formats import STREAM_FORMATS, Bundle, NotAcceptable, http_response
 from service.responses.bodies import Body, kept_body, streamed_body
 from service.responses.negotiation import Negotiated, Negotiation
-from service.responses.plans import Plan, check_plan
+from service.responses.plans import Plan, check_plan, sliced_dumps
 from service.state import ServiceState
 
 __all__ = ["KEEP_MIN_BYTES", "BodyKey", "Chosen", "Hit", "Kept", "Streamed", "Whole", "choose"]
@@ -209,7 +209,7 @@ def _table_key(state: ServiceState, plan: Plan) -> str:
         "device": str(state.device),
         "version": posenc.__version__,
     }
-    return orjson.dumps(key, option=_CANONICAL).decode()
+    return sliced_dumps(key, _CANONICAL).decode()  # a body's lists: in slices (issue 39)
 
 
 def _keeps(request: Request, state: ServiceState, plan: Plan, negotiation: Negotiation) -> bool:

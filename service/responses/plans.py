@@ -20,25 +20,31 @@ steps 1-4 and the path in :func:`service.responses.paths.choose`, and then serve
 
 from __future__ import annotations
 
+import math
+import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import torch
 
-from posenc.core import kinds
+from posenc.core import kinds, slices
 from posenc.core.errors import TooLarge
 from service.admission.budget import json_ints
 from service.config import Settings
 from service.formats import STREAM_FORMATS, Bundle
 
 __all__ = [
+    "KEY_SLICE",
     "Plan",
     "check_output",
     "check_plan",
     "check_row",
     "check_size",
     "json_ints",
+    "sliced_dumps",
 ]
 
 
@@ -199,3 +205,83 @@ def check_plan(plan: Plan, settings: Settings, fmt: str | None, *, streams: bool
     check_row(
         plan.names[0] if plan.names else "the table", plan.row_elements, settings.max_elements
     )
+
+
+#: The most numbers of a cache key one ``orjson.dumps`` call writes (about 4 ms).
+KEY_SLICE = 1 << 16
+
+
+def _list_pieces(value: Any, option: int, out: list[bytes]) -> None:
+    """``orjson.dumps(value, option=option)`` appended to ``out`` in pieces: a list of more
+    than :data:`KEY_SLICE` numbers (counted down its first items) in runs of items holding at
+    most that many, an item larger than that one level down."""
+    if not isinstance(value, list) or math.prod(slices.first_shape(value)) <= KEY_SLICE:
+        out.append(orjson.dumps(value, option=option))
+        return
+    out.append(b"[")
+    if not isinstance(value[0], list | tuple):  # numbers (first_shape read one level)
+        for lo in range(0, len(value), KEY_SLICE):
+            out.append(
+                (b"," if lo else b"")
+                + orjson.dumps(value[lo : lo + KEY_SLICE], option=option)[1:-1]
+            )
+            time.sleep(0)
+        out.append(b"]")
+        return
+    run: list[Any] = []
+    size, first = 0, True
+
+    def flush() -> None:
+        nonlocal run, size, first
+        if run:
+            if not first:
+                out.append(b",")
+            out.append(orjson.dumps(run, option=option)[1:-1])
+            first, run, size = False, [], 0
+            time.sleep(0)  # the GIL to the event loop
+
+    for item in value:
+        n = math.prod(slices.first_shape(item)) if isinstance(item, list) else 1
+        if n > KEY_SLICE:
+            flush()
+            if not first:
+                out.append(b",")
+            _list_pieces(item, option, out)
+            first = False
+            continue
+        if size + n > KEY_SLICE:
+            flush()
+        run.append(item)
+        size += n
+    flush()
+    out.append(b"]")
+
+
+def _held(value: Any, lists: dict[bytes, list[Any]], nonce: str) -> Any:
+    """``value`` with each large list inside its dicts replaced by a placeholder string (the
+    lists by their placeholders' JSON text in ``lists``)."""
+    if isinstance(value, dict):
+        return {k: _held(v, lists, nonce) for k, v in value.items()}
+    if isinstance(value, list) and value and math.prod(slices.first_shape(value)) > KEY_SLICE:
+        token = f"\x00posenc-list-{nonce}-{len(lists)}\x00"
+        lists[orjson.dumps(token)] = value
+        return token
+    return value
+
+
+def sliced_dumps(value: Any, option: int = 0) -> bytes:
+    """``orjson.dumps(value, option=option)``, the large lists inside its dicts written at most
+    :data:`KEY_SLICE` numbers a call (a cache key of millions of token ids was one call of
+    50 ms): the same bytes."""
+    lists: dict[bytes, list[Any]] = {}
+    skeleton = orjson.dumps(_held(value, lists, secrets.token_hex(16)), option=option)
+    if not lists:
+        return skeleton
+    pieces: list[bytes] = []
+    at = 0
+    for where, token in sorted((skeleton.index(token), token) for token in lists):
+        pieces.append(skeleton[at:where])
+        _list_pieces(lists[token], option, pieces)
+        at = where + len(token)
+    pieces.append(skeleton[at:])
+    return b"".join(pieces)

@@ -32,12 +32,13 @@ from fastapi.responses import Response
 
 from service.admission.budget import HeldResponse
 from service.admission.cost import cost_message, estimate_cost
+from service.full_collections import BODY_BYTES
 from service.responses.negotiation import Negotiation
 from service.responses.paths import Hit, Kept, Streamed, Whole, choose
 from service.responses.plans import Plan, check_output
 from service.responses.replay import REPLAY_SCOPE_KEY
 from service.responses.streaming import kept_response, streamed_response
-from service.responses.threads import computes_on_loop, one_thread_if
+from service.responses.threads import LOOP_BODY_BYTES, computes_on_loop, one_thread_if
 from service.responses.whole import finish
 from service.state import ServiceState
 
@@ -52,8 +53,13 @@ async def respond(
     cache miss (compute and encode) off the event loop: a repeated request is answered without
     a thread hop. A 200 whose body is in the cache is marked for
     :class:`service.responses.replay.ReplayMiddleware`, which answers the same request next
-    time without running the route at all."""
-    chosen = choose(request, state, plan, negotiation)
+    time without running the route at all. The path of a request whose body is over
+    :data:`~service.responses.threads.LOOP_BODY_BYTES` is chosen on a worker thread: its cache
+    key holds the body's lists (issue 39)."""
+    if request.scope.get(BODY_BYTES, 0) > LOOP_BODY_BYTES:  # its cache key: a large text
+        chosen = await run_in_threadpool(choose, request, state, plan, negotiation)
+    else:
+        chosen = choose(request, state, plan, negotiation)
     if isinstance(chosen, Hit):  # 304, 412, or a body-cache hit
         if chosen.replay_key is not None:
             request.scope[REPLAY_SCOPE_KEY] = chosen.replay_key
@@ -80,7 +86,9 @@ async def respond(
                 response = streamed_response(request, plan, chosen, queue_s, held)
             case Kept():
                 response = await kept_response(request, state, plan, chosen, queue_s, held)
-            case Whole() if computes_on_loop(plan.elements, state.device):
+            case Whole() if computes_on_loop(
+                plan.elements, state.device, request.scope.get(BODY_BYTES, 0)
+            ):
                 with one_thread_if(True):  # small: on the loop, one thread
                     response = finish(request, state, plan, chosen, queue_s)
             case Whole():

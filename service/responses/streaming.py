@@ -55,6 +55,7 @@ from service.formats import (
     Encoded,
     dtype_name,
 )
+from service.full_collections import BODY_BYTES
 from service.observability import timing, tracing
 from service.responses.bodies import (
     KEEP_BLOCK_BYTES,
@@ -210,7 +211,7 @@ async def _one_block(
     answered whole, its compute in ``Server-Timing``."""
     primary, parts, length = kept.body.primary, kept.body.parts, kept.body.length
     body = _body_buffer(length)
-    if computes_on_loop(plan.elements, state.device):
+    if computes_on_loop(plan.elements, state.device, request.scope.get(BODY_BYTES, 0)):
         with one_thread_if(True):
             compute_s = _traced_fill(plan.kind.path, parts, body)
     else:

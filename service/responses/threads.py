@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 __all__ = [
+    "LOOP_BODY_BYTES",
     "ONE_THREAD_ELEMENTS",
     "computes_on_loop",
     "libgomp",
@@ -30,15 +31,22 @@ __all__ = [
 # table about as much as its arithmetic.
 ONE_THREAD_ELEMENTS = 1 << 16
 
+# A request whose body is over this many bytes is never computed on the event loop: its output
+# may be small (rows of no tokens) while the work over its input is not (issue 39).
+LOOP_BODY_BYTES = 1 << 16
 
-def computes_on_loop(elements: int, device: torch.device) -> bool:
+
+def computes_on_loop(elements: int, device: torch.device, body_bytes: int = 0) -> bool:
     """Whether a miss of ``elements`` output elements on ``device`` is computed on the event loop
     rather than in a pool thread: a CPU table of at most :data:`ONE_THREAD_ELEMENTS` elements
     takes about as long to compute and encode (0.1–0.3 ms for 128x64) as the hop to a pool
     thread and back, which cost a small distinct request a quarter of its time
-    (``bench/layers.py``). Larger misses, and any on a GPU, go to a pool so the loop keeps
-    serving others."""
-    return elements <= ONE_THREAD_ELEMENTS and device.type == "cpu"
+    (``bench/layers.py``). Larger misses, any on a GPU, and any whose request body is over
+    :data:`LOOP_BODY_BYTES` (``body_bytes``: a small output of a large input, such as millions
+    of empty token rows) go to a pool so the loop keeps serving others."""
+    return (
+        elements <= ONE_THREAD_ELEMENTS and device.type == "cpu" and body_bytes <= LOOP_BODY_BYTES
+    )
 
 
 @lru_cache(maxsize=1)

@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
-from posenc.core import codec
+from posenc.core import codec, slices
 from posenc.core.device import resolve_dtype
 from posenc.core.errors import InvalidArgument
 from posenc.core.limits import check_elements
@@ -75,7 +75,7 @@ def _shape(rows: Any, name: str) -> tuple[int, int, int]:
 
 def _json_tensor(rows: list[Any], dtype: torch.dtype, name: str) -> torch.Tensor:
     try:
-        array = np.asarray(rows, dtype=np.float64)
+        array = slices.nested_tensor(rows, torch.float64).numpy()  # in slices (issue 39)
     except (TypeError, ValueError):
         raise InvalidArgument(f"{name} must hold numbers only", field=name) from None
     if not np.isfinite(array).all():
@@ -190,7 +190,7 @@ def _plan(params: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Plan:
         """The rotation on one OpenMP thread: it is a loop of elementwise blocks, whose
         parallel regions cost more than they give (on 2 busy cores, 10x: 6 s against 0.6 s
         for a (4096, 32, 128) q and k)."""
-        positions = torch.tensor(params["positions"], dtype=torch.int64)
+        positions = slices.nested_tensor(params["positions"], torch.int64)
         with one_thread_if(True):
             if not tensors:
                 out = ROPE_APPLY.compute(params, None)  # type: ignore[arg-type]  # seeded

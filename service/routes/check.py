@@ -11,12 +11,13 @@ import json
 from typing import Annotated, Any
 
 import numpy as np
+import torch
 from fastapi import APIRouter, Request
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from posenc.core import codec
+from posenc.core import codec, slices
 from posenc.core.errors import InvalidArgument
 from posenc.core.limits import check_elements
 from posenc.explain.check import (
@@ -186,8 +187,8 @@ def _read(body: bytes, content_type: str) -> tuple[CheckRequest, dict[str, Any]]
 def _cube(rows: list[list[list[float]]], name: str) -> Any:
     """JSON ``(T, H, D)`` lists as float32; ragged is a 422."""
     try:
-        return np.asarray(rows, dtype=np.float32)
-    except ValueError:
+        return slices.nested_tensor(rows, torch.float32).numpy()  # in slices (issue 39)
+    except (TypeError, ValueError):
         raise InvalidArgument(
             f"{name} must be (T, H, D) lists of equal lengths", field=name
         ) from None
@@ -201,7 +202,7 @@ def _rows(rows: list[list[float]], name: str) -> Any:
             f"{name} rows must all have the same length, got lengths {sorted(widths)[:4]}",
             field=name,
         )
-    return np.asarray(rows, dtype=np.float32)
+    return slices.nested_tensor(rows, torch.float32).numpy()
 
 
 @router.post(

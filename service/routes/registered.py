@@ -39,7 +39,7 @@ from service.responses.plans import Plan
 from service.routes.tables import add_compute_routes
 from service.routes.tensor_bodies import BodyTensors, add_tensor_route
 from service.routes.token_bodies import TokenTensors, add_token_route
-from service.sliced_validation import SLICED_DICT, SLICED_TEXT, sliced_rows
+from service.sliced_validation import SLICED_DICT, SLICED_TEXT, sliced_rows, sliced_unless
 from service.state import ServiceState
 
 #: The order of the kinds' tags in the API reference; within a tag, by path.
@@ -90,19 +90,27 @@ def _annotation(spec: registry.FieldSpec) -> Any:
         number: Any = Annotated[int, Field(**_bounds(spec)), BeforeValidator(_not_bool)]
         if spec.type == "int":
             return number
-        one_row = _sized(number, spec)
-        if spec.rows is None:
-            return one_row
-        rows = Annotated[
-            list[Annotated[list[number], Field(min_length=1)]],
-            Field(min_length=spec.rows, max_length=spec.max_rows or spec.rows),
-        ]
-        return one_row | rows
+        declared = _sized(number, spec)
+        if spec.rows is not None:
+            rows = Annotated[
+                list[Annotated[list[number], Field(min_length=1)]],
+                Field(min_length=spec.rows, max_length=spec.max_rows or spec.rows),
+            ]
+            declared = declared | rows
+        if spec.length is not None:
+            return declared
+        # a large list without a boolean: validated with no Python call per item
+        return Annotated[declared, sliced_unless(Annotated[int, Field(**_bounds(spec))], bool)]
     if spec.type in ("float", "floats"):
         number = Annotated[
             float, Field(allow_inf_nan=False, **_bounds(spec)), BeforeValidator(_not_bool)
         ]
-        return number if spec.type == "float" else _sized(number, spec)
+        if spec.type == "float":
+            return number
+        if spec.length is not None:
+            return _sized(number, spec)
+        plain = Annotated[float, Field(allow_inf_nan=False, **_bounds(spec))]
+        return Annotated[_sized(number, spec), sliced_unless(plain, bool)]
     if spec.type == "bool":
         return bool
     if spec.type == "tensor":  # nested lists of numbers, spec.length deep

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from transformers.models.roberta.modeling_roberta import RobertaEmbeddings
 
 from posenc import InvalidArgument, build_batch, pad_rows, position_ids_from_mask
+from posenc.core import slices
 
 t = torch.tensor
 
@@ -145,3 +146,31 @@ def test_bad_batches_name_the_field(kwargs, error, field):
     with pytest.raises(InvalidArgument, match=error) as info:
         build_batch(**kwargs)
     assert info.value.field == field
+
+
+def test_rows_read_in_slices_pad_as_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: the ids are made into a tensor a slice at a time (16 ids here): short rows
+    grouped, a long row cut, a run of empty rows longer than a slice; the batch is the one of
+    one conversion, and a float or a nested list late in the batch is refused as before."""
+    gen = torch.Generator().manual_seed(0)
+    lengths = [0, 3, 40, 1, *[0] * 20, 16, 17, 5]
+    rows = [torch.randint(0, 2**40, (n,), generator=gen).tolist() for n in lengths]
+    want = {side: pad_rows(rows, padding_side=side) for side in ("right", "left")}
+    batch = build_batch(rows, pad_token_id=None)
+    monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
+    for side, (ids, mask) in want.items():
+        got_ids, got_mask = pad_rows(rows, padding_side=side)
+        assert torch.equal(got_ids, ids) and torch.equal(got_mask, mask)
+    again = build_batch(rows, pad_token_id=None)
+    assert torch.equal(again.input_ids, batch.input_ids)
+    assert torch.equal(again.position_ids, batch.position_ids)
+    bad = [list(r) for r in rows]
+    bad[-1][3] = 2.5
+    with pytest.raises(InvalidArgument, match="input_ids must hold ints, got dtype float"):
+        build_batch(bad)
+    bad[-1][3] = [1, 2]
+    with pytest.raises(InvalidArgument, match="input_ids"):
+        build_batch(bad)
+    mixed = [list(r) for r in rows]
+    mixed[2] = [True] * 40  # a slice of bools only, among int slices: ints, as torch reads them
+    assert torch.equal(pad_rows(mixed)[0][2], torch.ones(40, dtype=torch.int64))

@@ -15,10 +15,11 @@ import math
 import pytest
 import torch
 
+from posenc.core import slices
 from posenc.core.errors import InvalidArgument
 from posenc.resolve import compute, resolve_fields
 from posenc.rope import RopeScaling, apply_rope, rope_cos_sin
-from posenc.rope_kinds.shift import ROPE_SHIFT
+from posenc.rope_kinds.shift import ROPE_SHIFT, given_key
 
 DYNAMIC = {"type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 2048}
 
@@ -268,3 +269,20 @@ def test_mlx_engine_shift_is_refused() -> None:
             {"head_dim": 8, "positions": [1], "delta": 1, "engine": "mlx", "precision": "engine"},
         )
     assert err.value.field == "precision"
+
+
+@pytest.mark.parametrize("precision", ["exact", "engine"])
+def test_a_key_read_in_slices_shifts_as_the_key_read_whole(
+    monkeypatch: pytest.MonkeyPatch, precision: str
+) -> None:
+    """Issue 39: the JSON key and the positions are made into tensors a slice at a time (16
+    numbers here, so this small key is cut): the answer is the one of one ``torch.tensor``."""
+    k = torch.randn(40, 2, 8, dtype=torch.float64).tolist()
+    fields = {"head_dim": 8, "positions": list(range(40)), "delta": 3, "k": k,
+              "precision": precision}  # fmt: skip
+    whole = compute(ROPE_SHIFT, resolve_fields(ROPE_SHIFT, fields))
+    monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
+    assert torch.equal(given_key(resolve_fields(ROPE_SHIFT, fields)), torch.tensor(k).float())
+    sliced = compute(ROPE_SHIFT, resolve_fields(ROPE_SHIFT, fields))
+    for name in ("k", "cos", "sin"):
+        assert torch.equal(sliced[name], whole[name]), name

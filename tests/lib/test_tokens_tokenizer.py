@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from posenc.core import slices
 from posenc.core.errors import TokenOutOfRange, TooLarge
 from posenc.readers.models import default_model
 from posenc.tokens.tokenizer import (
@@ -86,3 +87,21 @@ def test_a_model_without_a_tokenizer() -> None:
     model.tokenizer = None
     with pytest.raises(NoTokenizer, match="no tokenizer"):
         tokenizer_of(model)
+
+
+def test_ids_in_slices_decode_and_check_as_one_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: ids are read (checked, sized) and decoded a slice of rows at a time (16 ids
+    here, so rows are grouped, a long row stands alone, and runs of empty rows are cut): the
+    texts are decode_batch's of all the rows at once, and an unknown id is named as before."""
+    tok = builtin_tokenizer()
+    texts = ["", "héllo wörld " * 5, "a", "", "", "🎉", "b" * 40, "xyz", *[""] * 40, "end"]
+    rows = tok.ids(texts)
+    want = tok.tokenizer.decode_batch(rows)
+    size = tok.text_size(rows)
+    monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
+    assert tok.decode(rows) == want == texts
+    assert tok.text_size(rows) == size
+    rows[6][30] = 999
+    with pytest.raises(TokenOutOfRange) as info:
+        tok.decode(rows)
+    assert info.value.field == "input_ids[6][30]"

@@ -21,6 +21,9 @@ from safetensors import safe_open
 from safetensors.torch import load as safetensors_load
 
 from posenc.core.errors import InvalidArgument
+from posenc.resolve import compute, resolve_fields
+from posenc.rope_kinds.kind import ROPE
+from service import formats
 from service.formats import (
     FORMAT_MEDIA_TYPES,
     Bundle,
@@ -506,3 +509,48 @@ def test_png_grid_is_capped_for_many_panels():
     _, layout = render(torch.rand(80, 4, 4), name="bias")
     assert len(layout["panels"]) == 64
     assert "first 64 of 80" in layout["title"]
+
+
+def test_a_large_json_answer_written_in_slices_is_one_dumps(monkeypatch):
+    """Issue 39: a JSON answer over formats.JSON_SLICE numbers (16 here) is written a slice
+    at a time and spliced into its document: the bytes are those of one ``orjson.dumps``
+    (every dtype, non-finite values, rows longer than a slice, 0-d and empty tensors, a
+    layout that moves the entries, meta strings that look like the placeholders)."""
+    gen = torch.Generator().manual_seed(0)
+    bias = masked_bias().repeat(3, 5, 5)  # (6, 15, 15) with -inf
+    tensors = {
+        "bias": bias,
+        "long_rows": torch.randn(2, 40, generator=gen, dtype=torch.float64),
+        "half": torch.randn(50, generator=gen).half(),
+        "brain": torch.randn(7, 9, generator=gen).bfloat16(),
+        "ids": torch.arange(100).reshape(4, 25),
+        "flag": torch.arange(30) % 3 == 0,
+        "scalar": torch.tensor(2.5),
+        "empty": torch.zeros(0, 3),
+        "one_long": torch.randn(1, 1, 70, generator=gen),
+    }
+    meta = {"note": "\x00posenc-array-0\x00", "n": np.int64(3)}
+
+    def layout(raw, entries, meta):  # a kind's own layout: entries moved under other keys
+        return {"rank": {"b": entries["bias"]}, "rest": entries, "meta": meta}
+
+    for bundle in (Bundle(tensors, meta), Bundle(tensors, meta, layout)):
+        whole = encode_bundle(bundle, "json").body
+        monkeypatch.setattr(formats, "JSON_SLICE", 16)
+        sliced = bytes(encode_bundle(bundle, "json").body)
+        monkeypatch.setattr(formats, "JSON_SLICE", 1 << 16)
+        assert sliced == whole
+        assert json.loads(sliced)["meta"]["note"] == "\x00posenc-array-0\x00"
+
+
+def test_a_large_json_answer_over_http_is_the_table(app_client):
+    """The whole path sends a sliced JSON answer (2 x 256 x 512 numbers, over JSON_SLICE) as
+    it sends any body: its numbers are the library's table."""
+    body = {"seq_len": 256, "head_dim": 512}
+    r = app_client.post("/v1/encodings/rope", json=body)
+    assert r.status_code == 200, r.text[:300]
+    got = r.json()["tensors"]
+    want = compute(ROPE, resolve_fields(ROPE, dict(body)))
+    for name in ("cos", "sin"):
+        assert got[name]["shape"] == [256, 512]
+        assert np.array_equal(np.asarray(got[name]["data"], dtype=np.float32), want[name].numpy())

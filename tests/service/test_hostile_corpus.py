@@ -148,6 +148,9 @@ CASES = [
     Case("query config 3,000 deep", "GET", ROPE, 422, "nested too deeply", query={"config": _deep(3000), "seq_len": "4"}),
     Case("query scaling 3,000 deep", "GET", ROPE, 422, "nested too deeply", query={"scaling": _deep(3000), "seq_len": "4", "head_dim": "8"}),
     Case("query llamacpp 3,000 open", "GET", ROPE, 422, "nested too deeply", query={"llamacpp": "[" * 3000, "seq_len": "4"}),
+    # JSON of millions of tiny arrays (issue 39): a 413 as soon as the count passes the limit
+    Case("json 5 M empty arrays", "POST", "/v1/position-ids", 413, "arrays and objects", b'{"input_ids": [' + b",".join([b"[]"] * (5 * MiB)) + b"]}", JSON),
+    Case("json 5 M empty objects", "POST", POSITIONS, 413, "arrays and objects", b'{"config": {"x": [' + b",".join([b"{}"] * (5 * MiB)) + b"]}}", JSON),
     # "did you mean" over a long preset name
     Case("preset of 100,000 characters", "POST", ROPE, 422, "100000 characters", json.dumps({"preset": "l" * 100_000, "seq_len": 4}).encode(), JSON),
     Case("preset of 1,000,000 digits", "POST", ROPE, 422, "unknown preset", json.dumps({"preset": "llama-3." + "1" * 1_000_000, "seq_len": 4}).encode(), JSON),
@@ -316,6 +319,9 @@ def _large_json() -> list[tuple[str, bytes]]:
         ("/v1/configs/positions", b'{"config": {' + keys + b"}}"),
         ("/v1/configs/check", _filled(b'{"head_dim": 4, "seq_len": 1, "cos": [[', b"0.5", b"]]}")),
         ("/v1/encodings/rope", _filled(b'{"seq_len": 4, "head_dim": 8, "junk": [', b'"ab"', b"]}")),
+        ("/v1/encodings/rope", _filled(b'{"head_dim": 8, "positions": [', b"1", b"]}")),
+        ("/v1/rope/shift", _filled(b'{"positions": [0], "delta": 1, "k": [[[', b"0.5", b"]]]}")),
+        ("/v1/detokenize", _filled(b'{"input_ids": [[', b"1", b"]]}")),
     ]
 
 

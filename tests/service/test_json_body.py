@@ -118,3 +118,36 @@ def test_json_nested_past_the_limit_is_a_400(app_client: Any, path: str) -> None
     body = b'{"config": ' + b"[" * levels + b"]" * levels + b"}"
     r = app_client.post(path, content=body, headers=JSON)
     assert r.status_code == 400 and "nested too deeply" in r.json()["detail"], r.text[:300]
+
+
+CONTAINER_DOORS = [
+    ("/v1/encodings/rope", '{"seq_len": 4, "config": {"x": [', "]}}"),
+    ("/v1/position-ids", '{"input_ids": [', "]}"),
+    ("/v1/embed", '{"input_ids": [', "]}"),
+    ("/v1/tokenize", '{"text": [', "]}"),
+    ("/v1/detokenize", '{"input_ids": [', "]}"),
+    ("/v1/configs/positions", '{"config": {"x": [', "]}}"),
+    ("/v1/configs/compare", '{"seq_len": 4, "config": {"x": [', "]}}"),
+    ("/v1/configs/check", '{"head_dim": 4, "seq_len": 1, "cos": [', "]}"),
+    ("/v1/rope/apply", '{"seq_len": 1, "q": [', "]}"),
+    ("/v1/rope/shift", '{"positions": [0], "delta": 1, "k": [', "]}"),
+]
+
+
+@pytest.mark.parametrize("path,head,tail", CONTAINER_DOORS, ids=[d[0] for d in CONTAINER_DOORS])
+def test_a_body_of_too_many_arrays_is_a_413_on_every_door(
+    app_client: Any, monkeypatch: pytest.MonkeyPatch, path: str, head: str, tail: str
+) -> None:
+    """Issue 39: millions of tiny arrays cost far more than their bytes (memory, the garbage
+    collector's walks, freeing them): past json_slices.MAX_CONTAINERS (1,000 here) a JSON body
+    is a 413 naming the limit, found as it is parsed, and the connection is reusable."""
+    monkeypatch.setattr(json_slices, "MAX_CONTAINERS", 1000)
+    body = _big(head, "[]", tail)
+    assert len(body) > json_slices.SLICE_BYTES  # parsed in slices, where the count is kept
+    r = app_client.post(path, content=body, headers=JSON)
+    assert r.status_code == 413, r.text[:300]
+    detail = r.json()["detail"]
+    assert detail.startswith("the JSON body holds more than 1000 arrays and objects"), detail
+    assert r.json()["field"] == "body" and r.json()["limit"] == 1000
+    fine = app_client.post(path, content=_big(head, "[]", tail, 1_000), headers=JSON)
+    assert fine.status_code != 413, fine.text[:300]  # under the limit: the route's own answer

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from service import json_slices
-from service.json_slices import MAX_DEPTH, SLICE_BYTES, loads, loads_counted
+from service.json_slices import MAX_DEPTH, SLICE_BYTES, TooManyContainers, loads, loads_counted
 
 ATOMS = ["0", "-12", "3.5e2", "1e400", "true", "false", "null", "NaN", "-Infinity", "1" * 25]
 CHARS = ["a", "é", "\\n", "\\\\", '\\"', "\\u00e9", "\\ud83d\\ude00", "€", "😀", " ", "[", "{"]
@@ -149,3 +149,49 @@ def test_the_gil_is_offered_between_slices(monkeypatch: pytest.MonkeyPatch) -> N
     body = b"[" + b",".join([b'"abc"'] * 100_000) + b"]"
     _value, calls = loads_counted(body, 4096)
     assert len(slept) >= len(calls) - 1 > 100
+
+
+def _containers(text: bytes) -> int:
+    """The arrays and objects of a JSON text, read one character at a time (duplicate keys
+    included: their values are parsed, then dropped)."""
+    count, in_string, escaped = 0, False, False
+    for char in text.decode("utf-8", "surrogatepass"):
+        if escaped:
+            escaped = False
+        elif in_string:
+            escaped, in_string = char == "\\", char != '"'
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            count += 1
+    return count
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_containers_are_counted_exactly(monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+    """A text of exactly MAX_CONTAINERS arrays and objects is read, one more is refused, with
+    brackets inside strings not counted: the random corpus, cut into slices of 16 bytes."""
+    docs = [d for d in _corpus(seed, 60) if _outcome(json.loads, d)[0] == "value" and len(d) > 16]
+    assert len(docs) > 10
+    for doc in docs:
+        count = _containers(doc)
+        if not count:
+            continue
+        monkeypatch.setattr(json_slices, "MAX_CONTAINERS", count)
+        assert _outcome(partial(_first_of_loads, size=16), doc) == _outcome(json.loads, doc)
+        monkeypatch.setattr(json_slices, "MAX_CONTAINERS", count - 1)
+        with pytest.raises(TooManyContainers) as refused:
+            loads(doc, 16)
+        assert refused.value.limit == count - 1 and refused.value.count == count
+
+
+def test_too_many_containers_stops_the_parse_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    """16 MiB of ``[[],[],...]`` (5.6 M lists) is refused after the limit, not after the body."""
+    monkeypatch.setattr(json_slices, "MAX_CONTAINERS", 10_000)
+    body = b"[" + b",".join([b"[]"] * 1_000_000) + b"]"
+    with pytest.raises(TooManyContainers, match="more than 10000 arrays and objects") as refused:
+        loads_counted(body)
+    assert 10_000 < refused.value.count < 10_000 + SLICE_BYTES // 3 + 2
+    strings = b"[" + b",".join([b'"[[[[{{{{"'] * 100_000) + b"]"  # brackets in strings: none
+    assert loads(strings) == json.loads(strings)
+    assert not isinstance(refused.value, ValueError)  # not an unreadable body: a 413

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from posenc.core import codec
+from posenc.core import codec, slices
 from posenc.resolve import compute, resolve_fields
 from posenc.rope_kinds.shift import ROPE_SHIFT
 from tests.helpers import json_tensor
@@ -148,3 +148,23 @@ def test_json_kshift_over_http_is_libggml_s(api: httpx.Client) -> None:
     got = json_tensor(r.json(), "k").astype(np.float32)
     assert pair_ulps(got, fixture_array(case["out"], case["shape"]), case["rope"]) <= 20
     assert r.json()["meta"]["llamacpp_kshift"] == case["rope"]
+
+
+def test_a_large_ragged_json_key_is_422_naming_where(
+    app_client: httpx.Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key read in slices (issue 39; slices of 16 numbers here, so a small key is cut): one
+    token short of a channel deep in the list is still the 422 naming k and where."""
+    monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
+    k = np.random.default_rng(3).standard_normal((40, 2, 8)).tolist()
+    body = {"head_dim": 8, "positions": list(range(40)), "delta": 3, "k": k}
+    r = app_client.post("/v1/rope/shift", json=body)
+    assert r.status_code == 200, r.text
+    assert json_tensor(r.json(), "k").shape == (40, 2, 8)  # values: tests/lib/test_shift.py
+    k[37][1] = k[37][1][:7]
+    r = app_client.post("/v1/rope/shift", json={**body, "k": k})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"] == (
+        "k must be nested lists of numbers of equal lengths: k[37:38]: expected sequence of "
+        "length 8 at dim 2 (got 7)"
+    )

@@ -6,6 +6,7 @@ model (valid input) or the list of errors (type, location, message, input) must 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -24,8 +25,8 @@ _INT_KEY: dict[Any, Any] = {5: 1}  # a key JSON cannot give: refused by its posi
 def _answer(model: type[BaseModel], data: dict[str, Any]) -> Any:
     try:
         return model.model_validate(data).model_dump()
-    except ValidationError as exc:
-        return exc.errors(include_url=False)
+    except ValidationError as exc:  # (as JSON: a ValueError in ctx is its message)
+        return json.loads(exc.json(include_url=False))
 
 
 CASES = [
@@ -35,6 +36,12 @@ CASES = [
         request_model(kinds.REGISTRY["position_ids"]),
         {"input_ids": [[1, 2, True, 4, "5", 6, 7.0, -1, 2**70], [1] * 9, "ab", [None]]},
     ),
+    (request_model(kinds.REGISTRY["position_ids"]), {"input_ids": [[]] * 10 + [[1, "x"], []]}),
+    (DetokenizeRequest, {"input_ids": [[]] * 8 + [[2**64]] + [[]] * 4}),
+    (request_model(kinds.REGISTRY["rope"]), {"positions": [1, 2, "3", 4.0, 5, 6, 7, -1, 2**70]}),
+    (request_model(kinds.REGISTRY["rope"]), {"positions": [1, 2, 3, 4, True, 6, "x", 8]}),
+    (request_model(kinds.REGISTRY["rope"]), {"positions": list(range(10))}),
+    (request_model(kinds.REGISTRY["sinusoidal"]), {"positions": [0.5, 2, 3, 4, 5, 6, 7]}),
     (request_model(kinds.REGISTRY["embed"]), {"text": ["a", "b", 3, "c", None, "d", "e"]}),
     (request_model(kinds.REGISTRY["embed"]), {"text": ["a", "b", "c", "d", "e", "f", "g"]}),
     (TokenizeRequest, {"text": ["x"] * 7 + [1]}),

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from service.routes import text as text_routes
 from tests.helpers import (
     FOLDER_POSITIONS as POSITIONS,
 )
@@ -597,3 +599,15 @@ def test_tokenize_in_many_groups_is_one_encode_batch(
     raw = b'{"model": "wordy", "text": [' + b'"ok", ' * 20 + b'"bad \\ud800"]}'
     r = inprocess.post("/v1/tokenize", content=raw, headers={"Content-Type": "application/json"})
     assert r.status_code == 422 and r.json()["field"] == "text[20]"
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=12))
+def test_detokenize_s_answer_written_in_slices_is_orjson_s(texts: list[str]) -> None:
+    """Issue 39: the answer is written at most a few characters a call here (a long text in
+    slices): the bytes are one ``orjson.dumps`` of it (escapes, astral characters included)."""
+    whole = orjson.dumps({"text": texts})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(text_routes, "_DUMP_CHARS", 7)
+        assert text_routes.texts_json(texts) == whole
+    assert text_routes.texts_json(texts) == whole
