@@ -53,7 +53,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("service: settings", ["service", "service.config", "service.problem", "service.cache"]),
     (
         "service: bodies and metrics",
-        ["service.error_bodies", "service.observability", "service.schemas"],
+        ["service.error_bodies", "service.observability", "service.schemas", "service.json_slices"],
     ),
     (
         "service: statuses, budget, formats",
@@ -65,7 +65,7 @@ LAYERS: list[tuple[str, list[str]]] = [
             "service.query",
             "service.openapi",
             "service.body_limit",
-            "service.json_slices",
+            "service.full_collections",
             "service.sliced_validation",
         ],
     ),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -155,7 +157,8 @@ def test_rows_read_in_slices_pad_as_one_call(monkeypatch: pytest.MonkeyPatch) ->
     gen = torch.Generator().manual_seed(0)
     lengths = [0, 3, 40, 1, *[0] * 20, 16, 17, 5]
     rows = [torch.randint(0, 2**40, (n,), generator=gen).tolist() for n in lengths]
-    want = {side: pad_rows(rows, padding_side=side) for side in ("right", "left")}
+    sides: tuple[Literal["right", "left"], ...] = ("right", "left")
+    want = {side: pad_rows(rows, padding_side=side) for side in sides}
     batch = build_batch(rows, pad_token_id=None)
     monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
     for side, (ids, mask) in want.items():

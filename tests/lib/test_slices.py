@@ -23,7 +23,7 @@ def small_slices(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """SLICE_ITEMS of 16, and the pauses counted."""
     monkeypatch.setattr(slices, "SLICE_ITEMS", 16)
     paused: list[float] = []
-    monkeypatch.setattr(slices.time, "sleep", paused.append)
+    monkeypatch.setattr(slices, "pause", lambda: paused.append(0.0))
     return paused
 
 
