@@ -40,9 +40,7 @@ ensure_env() {  # $1: the lock file to install (requirements/service.txt or requ
         # has one, else the index's build and its CUDA libraries; then the rest, --no-deps (the
         # lock is the whole closure)
         scripts/install_torch "$py" "$1"
-        # --no-compile: the first import compiles what is imported (pip compiling every
-        # file of the 1.6 GB closure took ~35 s of the install; the suite imports a fraction)
-        "$py" -m pip install -q --no-compile --require-hashes --no-deps -r "$1"
+        "$py" -m pip install -q --require-hashes --no-deps -r "$1"
         # compat: the clone's root goes on sys.path (a .pth), so a script run from the clone's
         # parent folder, which sees the clone folder itself as a namespace package "posenc",
         # still imports posenc/ (a regular package wins over a namespace one; setuptools' default
