@@ -94,6 +94,12 @@ case "$cmd" in
         ensure_env requirements/test.txt
         ensure_chromium
         ensure_nginx
+        # The suite's processes (two workers and the servers and commands they start) each
+        # import posenc, service and the tests: with their bytecode written once (__pycache__,
+        # git-ignored; the wheel takes only .py and its package data), a process skips compiling
+        # them, about a second each. A machine with PYTHONDONTWRITEBYTECODE set compiled them in
+        # every process, and pytest rewrote every test module's asserts in every worker.
+        unset PYTHONDONTWRITEBYTECODE
         if [ $# -eq 0 ]; then  # the whole suite (CI): the package as users install it, too,
             # and the coverage of posenc and service (in the test processes, the workers' data
             # combined by pytest-cov; [tool.coverage] in pyproject.toml). scripts/wheel_check
