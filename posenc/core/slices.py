@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,26 +133,26 @@ def flat_ints(rows: Sequence[Sequence[int]]) -> tuple[NDArray[np.int64], NDArray
     return values, lengths
 
 
-def largest(values: Sequence[Any]) -> Any:
-    """``max(values)`` (a non-empty sequence), at most :data:`SLICE_ITEMS` items a call."""
+def _reduced(values: Sequence[Any], reduce: Callable[[Iterable[Any]], Any]) -> Any:
+    """``reduce(values)`` for ``max`` or ``min`` (a non-empty sequence), at most
+    :data:`SLICE_ITEMS` items a call."""
     if len(values) <= SLICE_ITEMS:
-        return max(values)
-    best = max(values[:SLICE_ITEMS])
+        return reduce(values)
+    best = reduce(values[:SLICE_ITEMS])
     for lo in range(SLICE_ITEMS, len(values), SLICE_ITEMS):
-        best = max(best, max(values[lo : lo + SLICE_ITEMS]))
+        best = reduce((best, reduce(values[lo : lo + SLICE_ITEMS])))
         pause()
     return best
+
+
+def largest(values: Sequence[Any]) -> Any:
+    """``max(values)`` (a non-empty sequence), at most :data:`SLICE_ITEMS` items a call."""
+    return _reduced(values, max)
 
 
 def smallest(values: Sequence[Any]) -> Any:
     """``min(values)`` (a non-empty sequence), at most :data:`SLICE_ITEMS` items a call."""
-    if len(values) <= SLICE_ITEMS:
-        return min(values)
-    best = min(values[:SLICE_ITEMS])
-    for lo in range(SLICE_ITEMS, len(values), SLICE_ITEMS):
-        best = min(best, min(values[lo : lo + SLICE_ITEMS]))
-        pause()
-    return best
+    return _reduced(values, min)
 
 
 def item_types(values: Sequence[Any]) -> set[type]:
