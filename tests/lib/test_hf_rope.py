@@ -15,6 +15,8 @@ own rotary embedding module from the same dict, with no weights, and we compare:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 import torch
@@ -386,6 +388,24 @@ SWEEP_SHARDS = 6
 SWEEP_MIN_MATCH = 200
 
 
+T = TypeVar("T")
+
+
+def _shallow_first(config: Any, probe: Callable[[Any], T]) -> T:
+    """``probe(shallow(config))``: the layers that show each layer type, read on both sides;
+    ``probe(config)``, the whole depth, where the model refuses the shallow copy or applies
+    its rotary only in later layers (Bamba's attn_layer_indices). A model with no rotary is
+    not probed again."""
+    from tests.lib.transformers_probe import NotProbed, shallow
+
+    try:
+        return probe(shallow(config))
+    except NotProbed as exc:
+        if exc.why == "no_rotary":
+            raise
+        return probe(config)
+
+
 @pytest.mark.timeout(900)  # about 2.5 minutes in all on two shared cores: ~300 types built
 @pytest.mark.parametrize(
     "shard",
@@ -404,7 +424,7 @@ def test_sweep_of_transformers_default_configs(shard: int) -> None:
     lists shrink as posenc catches up). Prints the counts. One shard of SWEEP_SHARDS of them."""
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
-    from tests.lib.transformers_probe import NotProbed, shallow
+    from tests.lib.transformers_probe import NotProbed
 
     counts = dict.fromkeys(("match", "module_alone", "mismatch", "refused", "skipped", "unread"), 0)
     unexpected: list[str] = []
@@ -418,14 +438,7 @@ def test_sweep_of_transformers_default_configs(shard: int) -> None:
             counts["skipped"] += 1
             continue
         try:
-            # the layers that show each layer type; the whole depth where the model refuses it
-            # or applies its rotary only in later layers (Bamba's attn_layer_indices)
-            try:
-                mp, refused, _cfg, rotations = _sweep_one(shallow(full))
-            except NotProbed as exc:
-                if exc.why == "no_rotary":
-                    raise
-                mp, refused, _cfg, rotations = _sweep_one(full)
+            mp, refused, _cfg, rotations = _shallow_first(full, _sweep_one)
         except NotProbed as exc:
             if exc.why == "no_rotary":
                 continue  # not a rotary text model
@@ -606,23 +619,17 @@ def test_layout_table_equals_each_models_apply_function() -> None:
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     from posenc.facts.families import INTERLEAVED_MODEL_TYPES
-    from tests.lib.transformers_probe import NotProbed, model_rotation, shallow
+    from tests.lib.transformers_probe import NotProbed, model_rotation
 
     names = sorted(t for t in INTERLEAVED_MODEL_TYPES if t in CONFIG_MAPPING_NAMES)
     names += ["llama", "qwen2", "gpt_neox", "gemma3_text"]
     read, wrong = 0, []
     for mt in names:
-        # the layers that show each layer type (as the sweep), read on both sides; the whole
-        # depth where the model refuses the shallow copy
-        cfg = shallow(AutoConfig.for_model(mt))
         try:
-            try:
-                rotation = next(iter(model_rotation(cfg, [None]).values()))
-            except NotProbed as exc:
-                if exc.why == "no_rotary":
-                    raise
-                cfg = AutoConfig.for_model(mt)
-                rotation = next(iter(model_rotation(cfg, [None]).values()))
+            cfg, rotation = _shallow_first(
+                AutoConfig.for_model(mt),
+                lambda c: (c, next(iter(model_rotation(c, [None]).values()))),
+            )
         except NotProbed:
             continue  # e.g. per-layer-type modules; the sweep reads those
         mp = read_positions(cfg.to_dict())
