@@ -67,17 +67,14 @@ def clients() -> Iterator[dict[str, TestClient]]:
             c.__exit__(None, None, None)
 
 
-def _operations() -> list[tuple[str, str, dict[str, Any]]]:
-    doc = _app().openapi()
-    return [
-        (method.upper(), path, op)
-        for path, item in doc["paths"].items()
-        for method, op in item.items()
-        if method in METHODS
-    ]
-
-
-OPERATIONS = _operations()
+#: the OpenAPI document of the plain app, built once (each build is a whole app's walk)
+DOC = _app().openapi()
+OPERATIONS = [
+    (method.upper(), path, op)
+    for path, item in DOC["paths"].items()
+    for method, op in item.items()
+    if method in METHODS
+]
 _DOC_BODIES = {
     path: op["requestBody"]["content"]["application/json"]
     for method, path, op in OPERATIONS
@@ -93,7 +90,7 @@ def _example(path: str) -> dict[str, Any] | None:
     schema = content.get("schema", {})
     ref = schema.get("$ref")
     if ref is not None:
-        schema = _app().openapi()["components"]["schemas"][ref.rsplit("/", 1)[-1]]
+        schema = DOC["components"]["schemas"][ref.rsplit("/", 1)[-1]]
     examples = content.get("examples") or schema.get("examples")
     assert examples, f"POST {path} has no example to send"
     first = examples[0] if isinstance(examples, list) else next(iter(examples.values()))["value"]
