@@ -17,6 +17,7 @@ returns the rows it adds (tests/lib/vision_learned_reference.py).
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -54,9 +55,15 @@ def _grids(model_type: str, grids: list[tuple[int, int] | None]) -> list[tuple[i
     return grids
 
 
+@functools.lru_cache(maxsize=1)
+def _seeded_table(rows: int, width: int, seed: int) -> torch.Tensor:
+    """``seeded_normal(rows, width, seed=seed)``, drawn once for a tower's grids (read only)."""
+    return seeded_normal(rows, width, seed=seed)
+
+
 def _compare(config, grid: tuple[int, int] | None, seed: int = 3) -> None:  # type: ignore[no-untyped-def]
     spec = vision_learned_spec(config.to_dict(), grid=list(grid) if grid else None)
-    table = seeded_normal(spec.table_rows, spec.width, seed=seed)
+    table = _seeded_table(spec.table_rows, spec.width, seed)
     reference = model_rows(config, spec.grids[0], table)
     engine = resized_table(spec, table, "engine")
     assert torch.equal(engine, reference), (config.model_type, grid)
