@@ -22,6 +22,7 @@ import re
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("posenc", "service", "bench", "scripts")
@@ -97,29 +98,56 @@ def node_of(module: str) -> str:
     return ".".join(parts[:2])  # the folder, or the module directly in posenc/, service/, bench/
 
 
-def imported(name: str, path: Path, known: set[str]) -> set[str]:
-    """The project modules ``name`` imports (a submodule when ``from x import sub`` names one)."""
-    found: set[str] = set()
+class Import(NamedTuple):
+    """One import of a project module, as :func:`imports_of` reads it."""
+
+    source: str
+    target: str
+    line: int
+    name: str | None  # the name taken with ``from target import name``
+    in_function: bool
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
+    """The imports of project modules (``known``) in module ``name`` at ``path``, wherever they
+    stand (a submodule where ``from x import sub`` names one). tests/test_layers.py checks the
+    module graph with them."""
+    tree = ast.parse(path.read_text(), filename=str(path))
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        targets: list[str] = []
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = name.split(".")
-                keep = len(parts) - node.level + (1 if is_package else 0)
-                base = ".".join(parts[:keep] + ([node.module] if node.module else []))
-            targets = [
-                f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names
-            ]
-        for target in targets:
-            while target and target not in known:
-                target = target.rpartition(".")[0]
-            if target:
-                found.add(target)
+    found: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    add(alias.name, None, child.lineno, in_function)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parts = name.split(".")
+                    keep = len(parts) - child.level + (1 if is_package else 0)
+                    base = ".".join(parts[:keep] + ([child.module] if child.module else []))
+                for alias in child.names:
+                    if f"{base}.{alias.name}" in known:  # a submodule
+                        add(f"{base}.{alias.name}", None, child.lineno, in_function)
+                    else:
+                        add(base, alias.name, child.lineno, in_function)
+            visit(child, inner)
+
+    def add(target: str, taken: str | None, line: int, in_function: bool) -> None:
+        while target and target not in known:
+            target = target.rpartition(".")[0]
+        if target:
+            found.append(Import(name, target, line, taken, in_function))
+
+    visit(tree, False)
     return found
+
+
+def imported(name: str, path: Path, known: set[str]) -> set[str]:
+    """The project modules ``name`` imports."""
+    return {i.target for i in imports_of(name, path, known)}
 
 
 def node_edges() -> tuple[dict[str, list[str]], dict[tuple[str, str], list[str]]]:

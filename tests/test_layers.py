@@ -12,69 +12,24 @@ inside a function, or under ``if TYPE_CHECKING:``. The test fails on
 
 from __future__ import annotations
 
-import ast
 import re
+import runpy
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("posenc", "service")
 ENTRY_POINTS = frozenset({"posenc.cli", "service.__main__"})
-
-
-@dataclass(frozen=True)
-class Import:
-    source: str
-    target: str
-    line: int
-    name: str | None  # the name taken with ``from target import name``
-    in_function: bool
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+#: scripts/folder_graph.py: its reader of imports (``imports_of``) and its ``cycles``
+GRAPH: dict[str, Any] = runpy.run_path(str(ROOT / "scripts" / "folder_graph.py"))
+imports_of = GRAPH["imports_of"]
 
 
 def project_modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
-
-
-def imports_of(name: str, path: Path, known: set[str]) -> list[Import]:
-    tree = ast.parse(path.read_text(), filename=str(path))
-    is_package = path.name == "__init__.py"
-    found: list[Import] = []
-
-    def visit(node: ast.AST, in_function: bool) -> None:
-        for child in ast.iter_child_nodes(node):
-            inner = in_function or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef)
-            if isinstance(child, ast.Import):
-                for alias in child.names:
-                    add(alias.name, None, child.lineno, in_function)
-            elif isinstance(child, ast.ImportFrom):
-                base = child.module or ""
-                if child.level:
-                    parts = name.split(".")
-                    keep = len(parts) - child.level + (1 if is_package else 0)
-                    base = ".".join(parts[:keep] + ([child.module] if child.module else []))
-                for alias in child.names:
-                    if f"{base}.{alias.name}" in known:  # a submodule
-                        add(f"{base}.{alias.name}", None, child.lineno, in_function)
-                    else:
-                        add(base, alias.name, child.lineno, in_function)
-            visit(child, inner)
-
-    def add(target: str, taken: str | None, line: int, in_function: bool) -> None:
-        while target and target not in known:
-            target = target.rpartition(".")[0]
-        if target:
-            found.append(Import(name, target, line, taken, in_function))
-
-    visit(tree, False)
-    return found
+    return {n: p for n, p in GRAPH["modules"]().items() if n.split(".")[0] in PACKAGES}
 
 
 def design_layers() -> list[set[str]]:
@@ -117,40 +72,10 @@ def test_no_import_climbs_the_layers() -> None:
 
 
 def test_the_import_graph_has_no_cycle() -> None:
-    graph: dict[str, set[str]] = defaultdict(set)
-    for i in IMPORTS:
-        if i.target != i.source:
-            graph[i.source].add(i.target)
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-
-    def strongly_connected(v: str) -> None:  # Tarjan
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                strongly_connected(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for module in sorted(MODULES):
-        if module not in index:
-            strongly_connected(module)
+    edges: dict[tuple[str, str], list[str]] = {
+        (i.source, i.target): [] for i in IMPORTS if i.target != i.source
+    }
+    cycles = GRAPH["cycles"](edges)
     assert not cycles, f"import cycles: {cycles}"
 
 
