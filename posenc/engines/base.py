@@ -23,6 +23,8 @@ from posenc.core.blocks import TableBlocks
 from posenc.core.errors import InvalidArgument
 from posenc.rope.precision import (
     check_xdrope_engine,
+    own_blocks,
+    own_tables,
     refuse_dual_chunk,
     refuse_llamacpp_field,
     wants_engine_precision,
@@ -188,6 +190,30 @@ class Engine(Protocol):
         """The ``(T, R/2)`` float32 cos and sin its :attr:`shift` rotates by at each token's
         ``delta`` ``(T,)`` (one step), for the shift's resolved fields."""
         raise InvalidArgument(f"engine {self.name} re-rotates no cached keys", field="engine")
+
+
+class OwnArithmetic(Engine):
+    """An engine whose tables are always its own arguments' (exact: float64; ``precision:
+    "engine"``: its float32 replayed), never the rope kind's exact path: llama.cpp and MLX
+    (:func:`posenc.rope.precision.own_tables`)."""
+
+    def computes(self, p: Mapping[str, Any]) -> bool:
+        return True
+
+    def tables(
+        self,
+        p: Mapping[str, Any],
+        rows: Sequence[Sequence[int]] | None,
+        *,
+        device: torch.device | str | None,
+        dtype: torch.dtype,
+    ) -> dict[str, Tensor]:
+        return own_tables(p, rows, device=device, dtype=dtype)
+
+    def blocks(
+        self, p: Mapping[str, Any], *, device: torch.device | str | None, dtype: torch.dtype
+    ) -> dict[str, TableBlocks]:
+        return own_blocks(p, device=device, dtype=dtype)
 
 
 def refuse_foreign_fields(p: Mapping[str, Any], engine: str) -> None:

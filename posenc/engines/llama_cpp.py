@@ -8,14 +8,12 @@ scaling type as its ``rope.scaling.type`` does (``none``, ``linear``, ``yarn``, 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from posenc.core.blocks import TableBlocks
-from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.engines.base import ApplyHook, OwnArithmetic, ShiftHook
 from posenc.engines.key_shift import llamacpp_delta_tables, llamacpp_shift
 from posenc.rope.llamacpp import LlamaCppRope, llamacpp_inv_freq
 from posenc.rope.llamacpp_rotate import llamacpp_apply, rope_from_dict
@@ -24,8 +22,6 @@ from posenc.rope.precision import (
     llamacpp_arguments,
     llamacpp_complete,
     llamacpp_meta,
-    own_blocks,
-    own_tables,
     refuse_dual_chunk,
     wants_engine_precision,
 )
@@ -53,7 +49,7 @@ def gguf_entry(rope: LlamaCppRope) -> dict[str, Any]:
     return {"attention_scaling": magnitude, "llamacpp_rope_type": llamacpp_rope_type(rope)}
 
 
-class LlamaCpp(Engine):
+class LlamaCpp(OwnArithmetic):
     """llama.cpp: ``ggml_rope_ext`` / ``ggml_rope_multi`` with the model's arguments."""
 
     name = "llama.cpp"
@@ -84,24 +80,6 @@ class LlamaCpp(Engine):
         if wants_engine_precision(p) and p.get("config_xdrope_section") is not None:
             check_xdrope_engine(p, self.name, replayed=False)
         return p
-
-    def computes(self, p: Mapping[str, Any]) -> bool:
-        return True
-
-    def tables(
-        self,
-        p: Mapping[str, Any],
-        rows: Sequence[Sequence[int]] | None,
-        *,
-        device: torch.device | str | None,
-        dtype: torch.dtype,
-    ) -> dict[str, Tensor]:
-        return own_tables(p, rows, device=device, dtype=dtype)
-
-    def blocks(
-        self, p: Mapping[str, Any], *, device: torch.device | str | None, dtype: torch.dtype
-    ) -> dict[str, TableBlocks]:
-        return own_blocks(p, device=device, dtype=dtype)
 
     def meta(self, p: Mapping[str, Any]) -> dict[str, Any]:
         return llamacpp_meta(p)

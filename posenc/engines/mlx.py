@@ -7,29 +7,21 @@ float64, ``precision: "engine"`` ``mx.fast.rope``'s float32 (:mod:`posenc.rope.m
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
-from posenc.core.blocks import TableBlocks
-from posenc.engines.base import ApplyHook, Engine, ShiftHook
+from posenc.engines.base import ApplyHook, OwnArithmetic, ShiftHook
 from posenc.engines.rotation import mlx_apply
 from posenc.rope.mlx import MlxRope, mlx_magnitude, mlx_speeds
 from posenc.rope.precision import (
-    check_xdrope_engine,
     mlx_complete,
     mlx_meta,
-    own_blocks,
-    own_tables,
-    refuse_dual_chunk,
-    refuse_llamacpp_field,
-    wants_engine_precision,
 )
 
 
-class Mlx(Engine):
+class Mlx(OwnArithmetic):
     """mlx-lm: ``initialize_rope``'s module, applied by ``mx.fast.rope``."""
 
     name = "mlx"
@@ -47,30 +39,7 @@ class Mlx(Engine):
         return {"config_max_position_embeddings": positions.max_position_embeddings}
 
     def complete(self, p: dict[str, Any]) -> dict[str, Any]:
-        p = mlx_complete(p)
-        refuse_dual_chunk(p)
-        refuse_llamacpp_field(p, self.name)
-        if wants_engine_precision(p) and p.get("config_xdrope_section") is not None:
-            check_xdrope_engine(p, self.name, replayed=False)
-        return p
-
-    def computes(self, p: Mapping[str, Any]) -> bool:
-        return True
-
-    def tables(
-        self,
-        p: Mapping[str, Any],
-        rows: Sequence[Sequence[int]] | None,
-        *,
-        device: torch.device | str | None,
-        dtype: torch.dtype,
-    ) -> dict[str, Tensor]:
-        return own_tables(p, rows, device=device, dtype=dtype)
-
-    def blocks(
-        self, p: Mapping[str, Any], *, device: torch.device | str | None, dtype: torch.dtype
-    ) -> dict[str, TableBlocks]:
-        return own_blocks(p, device=device, dtype=dtype)
+        return super().complete(mlx_complete(p))  # and refuse the other engines' fields
 
     def meta(self, p: Mapping[str, Any]) -> dict[str, Any]:
         return mlx_meta(p)
