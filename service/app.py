@@ -206,6 +206,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodyLimitMiddleware,
         limit=settings.max_body_bytes,
         max_elements=settings.max_elements,
+        max_containers=settings.max_json_containers,
     )
     app.add_exception_handler(BodyTooLarge, _body_too_large)
     app.add_exception_handler(TooManyContainers, _too_many_containers)

@@ -1,5 +1,8 @@
 """``POSENC_MAX_BODY_BYTES``: a request body over the limit is a 413 before anything parses it.
 
+It also sets ``POSENC_MAX_JSON_CONTAINERS`` for the request, the most arrays and objects its JSON
+body may hold as it is parsed (:func:`service.json_slices.container_limit`).
+
 Pure ASGI middleware, inside the bearer auth and outside everything that reads a body (the
 replay digest, FastAPI's JSON parsing, the token routes). A ``Content-Length`` over the limit
 is answered at once, nothing of the body read; a body without one (``Transfer-Encoding:
@@ -26,6 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from posenc.core import codec
+from service import json_slices
 
 # Methods whose routes here never read a body: their Content-Length is not a reason to refuse
 # (a route answers only the statuses service.statuses declares for it).
@@ -73,10 +77,17 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
 class BodyLimitMiddleware:
     """413 for a request body over ``limit`` bytes (see the module docstring)."""
 
-    def __init__(self, app: ASGIApp, limit: int, max_elements: int | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limit: int,
+        max_elements: int | None = None,
+        max_containers: int = json_slices.MAX_CONTAINERS,
+    ) -> None:
         self.app = app
         self.limit = limit
         self.max_elements = max_elements  # npy and safetensors token bodies (binary_body_bytes)
+        self.max_containers = max_containers  # of a JSON body, as it is parsed (json_slices)
 
     def _limit(self, scope: Scope) -> tuple[int, str]:
         """The limit of this request's body, and what to add to its 413's words."""
@@ -120,7 +131,8 @@ class BodyLimitMiddleware:
             await send(message)
 
         try:
-            await self.app(scope, counted, watched)
+            with json_slices.container_limit(self.max_containers):
+                await self.app(scope, counted, watched)
         except BodyTooLarge as exc:  # read outside FastAPI's handlers (the replay digest)
             if started:
                 raise

@@ -60,6 +60,13 @@ class Settings(BaseSettings):
         "safetensors) and framing (chunked included), counted as it arrives: a 413 before it is "
         "parsed; npy and safetensors token bodies are also bounded by max_elements",
     )
+    max_json_containers: int = Field(
+        1 << 18,  # 262,144: service.json_slices.MAX_CONTAINERS, the parser's own default
+        ge=1024,
+        description="most arrays and objects a JSON request body may hold, counted as it is "
+        "parsed: a 413 past it (every cost of a parsed body grows with its containers, not its "
+        "bytes); raise it with max_body_bytes for large nested float tensors",
+    )
     max_gguf_head_bytes: int = Field(
         16 * 1024 * 1024,
         ge=1024,

@@ -20,7 +20,8 @@ its position moved to the body's.
 
 Nesting is refused past :data:`MAX_DEPTH` containers (a ``RecursionError``, as ``json.loads``
 gives past Python's recursion limit, which depended on how deep the caller's stack was), and a
-text of more than :data:`MAX_CONTAINERS` arrays and objects in all is refused as it is parsed
+text of more than :func:`max_containers` arrays and objects in all (:data:`MAX_CONTAINERS`, or the
+service's ``POSENC_MAX_JSON_CONTAINERS``) is refused as it is parsed
 (:class:`TooManyContainers`, a 413 in the service): every cost of a parsed body grows with its
 containers, not its bytes (16 MiB of ``[[],[],...]`` is 5.6 M lists, 450 MB of Python objects;
 the garbage collector walked them in 1.5 s, freeing them took 0.3 s, each a C call holding the
@@ -33,6 +34,9 @@ from __future__ import annotations
 import codecs
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import numpy as np
@@ -42,8 +46,29 @@ from numpy.typing import NDArray
 SLICE_BYTES = 1 << 17
 #: The deepest nesting of arrays and objects read; deeper is a ``RecursionError``.
 MAX_DEPTH = 512
-#: The most arrays and objects a text parsed in slices may hold; more is :class:`TooManyContainers`.
+#: The most arrays and objects a text parsed in slices may hold by default; more is
+#: :class:`TooManyContainers` (the service's ``POSENC_MAX_JSON_CONTAINERS``: :func:`container_limit`).
 MAX_CONTAINERS = 1 << 18
+#: The limit of the text being parsed in this context; None: :data:`MAX_CONTAINERS`.
+_CONTAINER_LIMIT: ContextVar[int | None] = ContextVar("posenc_json_containers", default=None)
+
+
+@contextmanager
+def container_limit(limit: int) -> Iterator[None]:
+    """Texts parsed inside this block (in this context, and on the worker threads it hands work
+    to, which run in a copy of it) hold at most ``limit`` arrays and objects. The service sets
+    ``POSENC_MAX_JSON_CONTAINERS`` around each request (:mod:`service.body_limit`)."""
+    token = _CONTAINER_LIMIT.set(limit)
+    try:
+        yield
+    finally:
+        _CONTAINER_LIMIT.reset(token)
+
+
+def max_containers() -> int:
+    """The most arrays and objects a text parsed here may hold (:func:`container_limit`)."""
+    limit = _CONTAINER_LIMIT.get()
+    return MAX_CONTAINERS if limit is None else limit
 
 
 class TooManyContainers(Exception):
@@ -125,12 +150,13 @@ class _Doc:
         self.slice = slice_bytes
         self.calls: list[int] = []
         self.containers = 0  # arrays and objects read so far
+        self.max_containers = max_containers()
 
     def count(self, more: int) -> None:
         """``more`` arrays and objects read; :class:`TooManyContainers` past the limit."""
         self.containers += more
-        if self.containers > MAX_CONTAINERS:
-            raise TooManyContainers(self.containers, MAX_CONTAINERS)
+        if self.containers > self.max_containers:
+            raise TooManyContainers(self.containers, self.max_containers)
 
     # -------------------------------------------------------------------- parsing one slice
 
@@ -412,6 +438,8 @@ __all__ = [
     "MAX_DEPTH",
     "SLICE_BYTES",
     "TooManyContainers",
+    "container_limit",
     "loads",
     "loads_counted",
+    "max_containers",
 ]

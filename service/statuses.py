@@ -40,7 +40,6 @@ from service.error_bodies import (
     ValidationErrorBody,
     error_content,
 )
-from service.json_slices import MAX_CONTAINERS
 
 Responses = dict[int | str, dict[str, Any]]
 
@@ -85,7 +84,7 @@ def _too_large(does: Does) -> dict[str, Any] | None:
     if does.budget:  # priced before it runs (service.admission.cost)
         reasons.append("its estimated CPU cost is over POSENC_MAX_REQUEST_CPU_SECONDS")
     if does.body or does.raw_body:
-        json = f", or its JSON holds more than {MAX_CONTAINERS} arrays and objects"
+        json = ", or its JSON holds more than POSENC_MAX_JSON_CONTAINERS arrays and objects"
         reasons.append(
             "the request body is over POSENC_MAX_BODY_BYTES" + (json if does.body else "")
         )

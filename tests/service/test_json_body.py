@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from service import json_body, json_slices
+from service.app import create_app
+from tests.helpers import make_settings
 
 JSON = {"content-type": "application/json"}
 
@@ -134,20 +139,38 @@ CONTAINER_DOORS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def few_containers(gpt2_file: Path) -> Iterator[TestClient]:
+    """An app whose JSON bodies may hold at most 1,024 arrays and objects."""
+    with TestClient(create_app(make_settings(gpt2_file, max_json_containers=1024))) as client:
+        yield client
+
+
 @pytest.mark.parametrize("path,head,tail", CONTAINER_DOORS, ids=[d[0] for d in CONTAINER_DOORS])
 def test_a_body_of_too_many_arrays_is_a_413_on_every_door(
-    app_client: Any, monkeypatch: pytest.MonkeyPatch, path: str, head: str, tail: str
+    few_containers: TestClient, path: str, head: str, tail: str
 ) -> None:
     """Issue 39: millions of tiny arrays cost far more than their bytes (memory, the garbage
-    collector's walks, freeing them): past json_slices.MAX_CONTAINERS (1,000 here) a JSON body
+    collector's walks, freeing them): past POSENC_MAX_JSON_CONTAINERS (1,024 here) a JSON body
     is a 413 naming the limit, found as it is parsed, and the connection is reusable."""
-    monkeypatch.setattr(json_slices, "MAX_CONTAINERS", 1000)
     body = _big(head, "[]", tail)
     assert len(body) > json_slices.SLICE_BYTES  # parsed in slices, where the count is kept
-    r = app_client.post(path, content=body, headers=JSON)
+    r = few_containers.post(path, content=body, headers=JSON)
     assert r.status_code == 413, r.text[:300]
     detail = r.json()["detail"]
-    assert detail.startswith("the JSON body holds more than 1000 arrays and objects"), detail
-    assert r.json()["field"] == "body" and r.json()["limit"] == 1000
-    fine = app_client.post(path, content=_big(head, "[]", tail, 1_000), headers=JSON)
+    assert detail.startswith("the JSON body holds more than 1024 arrays and objects"), detail
+    assert r.json()["field"] == "body" and r.json()["limit"] == 1024
+    fine = few_containers.post(path, content=_big(head, "[]", tail, 1_000), headers=JSON)
     assert fine.status_code != 413, fine.text[:300]  # under the limit: the route's own answer
+
+
+def test_the_default_limit_is_the_parsers(app_client: Any) -> None:
+    """POSENC_MAX_JSON_CONTAINERS defaults to the parser's own limit, and an app sets it for
+    its requests only: outside one, the parser keeps its default."""
+    from service.config import Settings
+
+    assert Settings.model_fields["max_json_containers"].default == json_slices.MAX_CONTAINERS
+    assert json_slices.max_containers() == json_slices.MAX_CONTAINERS
+    with json_slices.container_limit(2048):
+        assert json_slices.max_containers() == 2048
+    assert json_slices.max_containers() == json_slices.MAX_CONTAINERS
